@@ -1,0 +1,218 @@
+//! `gavel apply`: policies against resource files, with `kyverno apply`'s
+//! output and exit codes (§16.1).
+
+use super::ApplyArgs;
+use super::resources::load_resources;
+use super::values::{PolicyRuleValues, Values};
+use crate::context::NoResolver;
+use crate::engine::validate::evaluate_policy;
+use crate::engine::{EvalEnv, Gvk, Request, RuleStatus};
+use crate::policy::compile::FailureAction;
+use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
+use crate::policy::{CompiledException, CompiledPolicy, RuleBody};
+use serde_json::{Value, json};
+
+fn policy_files(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            let mut entries: Vec<_> = std::fs::read_dir(p)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .map(|e| e.path())
+                .collect();
+            entries.sort();
+            out.extend(
+                entries
+                    .into_iter()
+                    .filter(|e| e.extension().is_some_and(|x| x == "yaml" || x == "yml")),
+            );
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
+pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
+    let mut policies = Vec::new();
+    let mut exceptions = Vec::new();
+    for path in policy_files(&args.policies) {
+        let text = read_file(&path)?;
+        for doc in load_policy_text(&path.display().to_string(), &text)? {
+            match doc {
+                LoadedDocument::Policy(p) => policies.push(CompiledPolicy::compile(&p)?),
+                LoadedDocument::Exception(e) => exceptions.push(CompiledException::compile(&e)?),
+                LoadedDocument::Unsupported { kind, name, .. } => {
+                    anyhow::bail!(
+                        "{}: unsupported: policy kind {kind} ({name})",
+                        path.display()
+                    )
+                }
+            }
+        }
+    }
+    let mut values = Values::default();
+    if let Some(path) = &args.values_file {
+        let text = read_file(path)?;
+        if let Some(d) = parse_yaml_documents(&path.display().to_string(), &text)?.first() {
+            values =
+                Values::parse(d, false).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        }
+    }
+    for kv in &args.set {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| anyhow::anyhow!("--set expects key=value, got {kv:?}"))?;
+        values
+            .global
+            .insert(k.trim().to_string(), Value::String(v.trim().to_string()));
+    }
+    let mut resources = Vec::new();
+    for path in &args.resources {
+        resources.extend(load_resources(path)?);
+    }
+    let rule_count: usize = policies.iter().map(|p| p.rules.len()).sum();
+    eprintln!(
+        "Applying {rule_count} policy rule(s) to {} resource(s)...",
+        resources.len()
+    );
+    let operation = values.operation();
+    let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
+    let mut report_results = Vec::new();
+    for resource in &resources {
+        let req = Request {
+            operation: operation.clone(),
+            gvk: Gvk::of(resource),
+            subresource: String::new(),
+            object: if operation == "DELETE" {
+                Value::Null
+            } else {
+                resource.clone()
+            },
+            old_object: if operation == "CREATE" {
+                Value::Null
+            } else {
+                resource.clone()
+            },
+            user: Default::default(),
+            namespace_labels: values
+                .namespace_labels
+                .get(
+                    resource
+                        .pointer("/metadata/namespace")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default(),
+                )
+                .cloned(),
+        };
+        let mut ctx = req.json_context();
+        for (k, v) in &values.global {
+            ctx.set_path(k, v.clone());
+        }
+        for policy in &policies {
+            let rule_values = PolicyRuleValues(values.rules.get(&policy.name));
+            let env = EvalEnv {
+                resolver: &NoResolver,
+                exceptions: &exceptions,
+                rule_values: &rule_values,
+            };
+            let cp = ctx.checkpoint();
+            let resp = evaluate_policy(policy, &req, &mut ctx, &env);
+            ctx.restore(cp);
+            let mut failures = Vec::new();
+            for r in &resp.rules {
+                let audit = policy.rules.iter().find(|cr| cr.name == r.name).is_some_and(|cr| {
+                    matches!(&cr.body, RuleBody::Validate(v) if v.failure_action == FailureAction::Audit)
+                });
+                let mut status = r.status;
+                if status == RuleStatus::Fail && (!policy.scored || (args.audit_warn && audit)) {
+                    status = RuleStatus::Warn;
+                }
+                match status {
+                    RuleStatus::Pass => pass += 1,
+                    RuleStatus::Fail => {
+                        fail += 1;
+                        failures.push(r);
+                    }
+                    RuleStatus::Warn => warn += 1,
+                    RuleStatus::Error => {
+                        error += 1;
+                        failures.push(r);
+                    }
+                    RuleStatus::Skip => skip += 1,
+                }
+                if args.detailed_results {
+                    println!(
+                        "policy {} -> resource {}: rule {} {}: {}",
+                        resp.policy,
+                        describe(resource),
+                        r.name,
+                        status.as_str(),
+                        r.message
+                    );
+                }
+                report_results.push(json!({
+                    "policy": resp.policy,
+                    "rule": r.name,
+                    "result": status.as_str(),
+                    "message": r.message,
+                    "scored": policy.scored,
+                    "source": "kyverno",
+                    "severity": policy.annotations.get("policies.kyverno.io/severity"),
+                    "category": policy.annotations.get("policies.kyverno.io/category"),
+                    "resources": [{
+                        "apiVersion": resource.get("apiVersion"),
+                        "kind": resource.get("kind"),
+                        "namespace": resource.pointer("/metadata/namespace"),
+                        "name": resource.pointer("/metadata/name"),
+                    }],
+                }));
+            }
+            if !failures.is_empty() && !args.policy_report {
+                println!(
+                    "\npolicy {} -> resource {} failed:",
+                    resp.policy,
+                    describe(resource)
+                );
+                for (i, r) in failures.iter().enumerate() {
+                    println!("{}. {}: {}", i + 1, r.name, r.message);
+                }
+            }
+        }
+    }
+    if args.policy_report {
+        let report = json!({
+            "apiVersion": "wgpolicyk8s.io/v1alpha2",
+            "kind": "ClusterPolicyReport",
+            "metadata": {"name": "merged"},
+            "summary": {"pass": pass, "fail": fail, "warn": warn, "error": error, "skip": skip},
+            "results": report_results,
+        });
+        println!("{}", serde_saphyr::to_string(&report)?);
+    }
+    println!("\npass: {pass}, fail: {fail}, warn: {warn}, error: {error}, skip: {skip} ");
+    Ok(if fail > 0 || error > 0 {
+        1
+    } else if warn > 0 {
+        args.warn_exit_code.unwrap_or(0)
+    } else {
+        0
+    })
+}
+
+fn describe(r: &Value) -> String {
+    let s = |p: &str| {
+        r.pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let ns = s("/metadata/namespace");
+    if ns.is_empty() {
+        format!("{}/{}", s("/kind"), s("/metadata/name"))
+    } else {
+        format!("{ns}/{}/{}", s("/kind"), s("/metadata/name"))
+    }
+}

@@ -1,0 +1,655 @@
+//! `gavel test`: discovery of kyverno-test.yaml files, offline evaluation,
+//! and result matching and counting exactly as `kyverno test` does
+//! (see kyverno-test-semantics.md §1-§4, §7).
+
+use super::resources::{load_resources, resource_key};
+use super::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
+use super::values::{PolicyRuleValues, UserInfoFile, Values};
+use super::{OutputFormat, TestArgs};
+use crate::context::{ApiCallRequest, ResolveError, Resolver};
+use crate::engine::validate::evaluate_policy;
+use crate::engine::{EvalEnv, Gvk, PolicyResponse, Request, RuleStatus};
+use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
+use crate::policy::{CompiledException, CompiledPolicy};
+use crate::wildcard;
+use serde_json::{Value, json};
+use std::io::{IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+/// One table row of a test.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub policy: String,
+    pub rule: String,
+    pub resource: String,
+    /// `Pass`, `Fail` or `Skip`, as printed.
+    pub result: &'static str,
+    pub reason: String,
+    pub message: String,
+    pub outcome: Outcome,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Pass,
+    Skip,
+    Fail,
+}
+
+/// The outcome of one test document.
+#[derive(Debug, Clone, Default)]
+pub struct TestOutcome {
+    pub path: String,
+    pub pass: usize,
+    pub fail: usize,
+    pub skip: usize,
+    pub error: Option<String>,
+    pub rows: Vec<Row>,
+    pub policies: usize,
+    pub resources: usize,
+    pub exceptions: usize,
+}
+
+impl TestOutcome {
+    /// A test passes when it loaded and no row failed.
+    pub fn passed(&self) -> bool {
+        self.error.is_none() && self.fail == 0
+    }
+}
+
+/// `--test-case-selector` filters.
+#[derive(Debug, Clone)]
+pub struct Selector {
+    policy: String,
+    rule: String,
+    resource: String,
+}
+
+impl Selector {
+    pub fn parse(s: &str) -> Selector {
+        let mut sel = Selector {
+            policy: "*".into(),
+            rule: "*".into(),
+            resource: "*".into(),
+        };
+        for part in s.split(',') {
+            match part.split_once('=') {
+                Some(("policy", v)) => sel.policy = v.trim().into(),
+                Some(("rule", v)) => sel.rule = v.trim().into(),
+                Some(("resource", v)) => sel.resource = v.trim().into(),
+                _ => {}
+            }
+        }
+        sel
+    }
+
+    fn keeps(&self, policy: &str, rule: &str, resources: &[String]) -> bool {
+        let ok = |pat: &str, v: &str| v.is_empty() || wildcard::matches(pat, v);
+        ok(&self.policy, policy)
+            && ok(&self.rule, rule)
+            && (self.resource == "*"
+                || resources.is_empty()
+                || resources
+                    .iter()
+                    .any(|r| wildcard::matches(&self.resource, r)))
+    }
+}
+
+impl Default for Selector {
+    fn default() -> Self {
+        Selector::parse("")
+    }
+}
+
+/// Finds files named `file_name` under `paths`, in sorted (ReadDir) order.
+pub fn discover(paths: &[PathBuf], file_name: &str) -> Vec<PathBuf> {
+    fn walk(dir: &Path, name: &str, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        for p in entries {
+            if p.is_dir() {
+                walk(&p, name, out);
+            } else if p.file_name().and_then(|f| f.to_str()) == Some(name) {
+                out.push(p);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        if p.is_dir() {
+            walk(p, file_name, &mut out);
+        } else {
+            out.push(p.clone());
+        }
+    }
+    out
+}
+
+/// Offline context sources: `apiCallResponses` and `globalContextEntries` mocks.
+struct MockResolver<'a> {
+    api_calls: &'a [ApiCallMock],
+    globals: &'a [GlobalContextMock],
+}
+
+impl Resolver for MockResolver<'_> {
+    fn config_map(&self, _: &str, _: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
+
+    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        let target = call
+            .url_path
+            .as_deref()
+            .or(call.url.as_deref())
+            .unwrap_or_default();
+        Ok(self
+            .api_calls
+            .iter()
+            .find(|m| m.url == target && m.method.eq_ignore_ascii_case(&call.method))
+            .map(|m| m.body.clone()))
+    }
+
+    fn global_context(&self, name: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(self
+            .globals
+            .iter()
+            .find(|g| g.name == name)
+            .map(|g| g.data.clone()))
+    }
+}
+
+struct Loaded {
+    policies: Vec<CompiledPolicy>,
+    /// Policies rejected by validation: (name, reason).
+    invalid: Vec<(String, String)>,
+    /// Unsupported policy kinds: (name, kind).
+    unsupported: Vec<(String, String)>,
+    exceptions: Vec<CompiledException>,
+    resources: Vec<Value>,
+    values: Values,
+    user: UserInfoFile,
+}
+
+fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
+    let mut loaded = Loaded {
+        policies: Vec::new(),
+        invalid: Vec::new(),
+        unsupported: Vec::new(),
+        exceptions: Vec::new(),
+        resources: Vec::new(),
+        values: Values::default(),
+        user: UserInfoFile::default(),
+    };
+    let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        for d in load_policy_text(&path.display().to_string(), &text).map_err(|e| e.to_string())? {
+            match d {
+                LoadedDocument::Policy(p) => match CompiledPolicy::compile(&p) {
+                    Ok(c) => loaded.policies.push(c),
+                    Err(e) => loaded
+                        .invalid
+                        .push((p.metadata.name.clone(), e.to_string())),
+                },
+                LoadedDocument::Exception(e) => loaded
+                    .exceptions
+                    .push(CompiledException::compile(&e).map_err(|e| e.to_string())?),
+                LoadedDocument::Unsupported { kind, name, .. } => {
+                    loaded.unsupported.push((name, kind))
+                }
+            }
+        }
+        Ok(())
+    };
+    for p in &doc.policies {
+        load_docs(p, &mut loaded)?;
+    }
+    for p in &doc.exceptions {
+        load_docs(p, &mut loaded)?;
+    }
+    let mut seen = std::collections::HashSet::new();
+    for p in &doc.resources {
+        for r in load_resources(p).map_err(|e| e.to_string())? {
+            let (api, kind, ns, name) = resource_key(&r);
+            let group = api
+                .split_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default();
+            if seen.insert((group, kind, ns, name)) {
+                loaded.resources.push(r);
+            }
+        }
+    }
+    if let Some(v) = &doc.inline_values {
+        loaded.values = Values::parse(v, false)?;
+    } else if let Some(path) = &doc.variables {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        let docs =
+            parse_yaml_documents(&path.display().to_string(), &text).map_err(|e| e.to_string())?;
+        if let Some(d) = docs.first() {
+            loaded.values =
+                Values::parse(d, true).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    if let Some(path) = &doc.userinfo {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        let docs =
+            parse_yaml_documents(&path.display().to_string(), &text).map_err(|e| e.to_string())?;
+        if let Some(d) = docs.first() {
+            loaded.user = UserInfoFile::parse(d).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(loaded)
+}
+
+/// Engine responses keyed by resource index.
+fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
+    let resolver = MockResolver {
+        api_calls: &doc.api_calls,
+        globals: &doc.global_context,
+    };
+    let operation = loaded.values.operation();
+    let mut out = Vec::with_capacity(loaded.resources.len());
+    for resource in &loaded.resources {
+        let (object, old_object) = match operation.as_str() {
+            "DELETE" => (Value::Null, resource.clone()),
+            "UPDATE" => (resource.clone(), resource.clone()),
+            _ => (resource.clone(), Value::Null),
+        };
+        let namespace = resource
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let req = Request {
+            operation: operation.clone(),
+            gvk: Gvk::of(resource),
+            subresource: String::new(),
+            object,
+            old_object,
+            user: loaded.user.user.clone(),
+            namespace_labels: loaded.values.namespace_labels.get(namespace).cloned(),
+        };
+        let mut ctx = req.json_context();
+        for (k, v) in &loaded.values.global {
+            ctx.set_path(k, v.clone());
+        }
+        let name = req.name().to_string();
+        let mut responses = Vec::new();
+        for policy in &loaded.policies {
+            let cp = ctx.checkpoint();
+            if let Some(values) = loaded
+                .values
+                .resources
+                .get(&policy.name)
+                .and_then(|m| m.get(&name))
+            {
+                for (k, v) in values {
+                    ctx.set_path(k, v.clone());
+                }
+            }
+            let rule_values = PolicyRuleValues(loaded.values.rules.get(&policy.name));
+            let env = EvalEnv {
+                resolver: &resolver,
+                exceptions: &loaded.exceptions,
+                rule_values: &rule_values,
+            };
+            responses.push(evaluate_policy(policy, &req, &mut ctx, &env));
+            ctx.restore(cp);
+        }
+        out.push(responses);
+    }
+    out
+}
+
+fn display_resource(r: &Value) -> String {
+    let (api, kind, ns, name) = resource_key(r);
+    if ns.is_empty() {
+        format!("{api}/{kind}/{name}")
+    } else {
+        format!("{api}/{kind}/{ns}/{name}")
+    }
+}
+
+fn status_word(s: RuleStatus) -> &'static str {
+    match s {
+        RuleStatus::Pass => "pass",
+        RuleStatus::Fail => "fail",
+        RuleStatus::Warn => "warn",
+        RuleStatus::Error => "error",
+        RuleStatus::Skip => "skip",
+    }
+}
+
+/// Compares expected results with engine responses (§4).
+fn check_results(
+    doc: &TestDoc,
+    loaded: &Loaded,
+    responses: &[Vec<PolicyResponse>],
+    selector: &Selector,
+) -> Vec<Row> {
+    let mut rows = Vec::new();
+    for expected in &doc.results {
+        if !selector.keeps(&expected.policy, &expected.rule, &expected.resources) {
+            continue;
+        }
+        let names: Vec<String> = if selector.resource != "*" {
+            vec![selector.resource.clone()]
+        } else {
+            expected.resources.clone()
+        };
+        let mut chosen: Vec<usize> = Vec::new();
+        for n in &names {
+            for (i, r) in loaded.resources.iter().enumerate() {
+                let (_, _, ns, name) = resource_key(r);
+                let hit = match n.split_once('/') {
+                    Some((want_ns, want_name)) => ns == want_ns && name == want_name,
+                    None => name == *n,
+                };
+                if hit && !chosen.contains(&i) {
+                    chosen.push(i);
+                }
+            }
+        }
+        if chosen.is_empty() {
+            chosen = (0..loaded.resources.len()).collect();
+        }
+        let policy_name = expected
+            .policy
+            .rsplit('/')
+            .next()
+            .unwrap_or(&expected.policy);
+        for i in chosen {
+            let resource = &loaded.resources[i];
+            let shown = display_resource(resource);
+            let matching: Vec<(&PolicyResponse, &CompiledPolicy)> = responses[i]
+                .iter()
+                .zip(&loaded.policies)
+                .filter(|(_, p)| p.name == policy_name)
+                .collect();
+            let row = |rule: &str,
+                       result: &'static str,
+                       reason: String,
+                       message: String,
+                       outcome: Outcome| Row {
+                policy: expected.policy.clone(),
+                rule: rule.to_string(),
+                resource: shown.clone(),
+                result,
+                reason,
+                message,
+                outcome,
+            };
+            if matching.is_empty() {
+                if loaded.invalid.iter().any(|(n, _)| n == policy_name) {
+                    rows.push(row(
+                        &expected.rule,
+                        "Skip",
+                        "Invalid Policy".into(),
+                        String::new(),
+                        Outcome::Skip,
+                    ));
+                } else if let Some((_, kind)) =
+                    loaded.unsupported.iter().find(|(n, _)| n == policy_name)
+                {
+                    rows.push(row(
+                        &expected.rule,
+                        "Fail",
+                        "Not found".into(),
+                        format!("unsupported: policy kind {kind}"),
+                        Outcome::Fail,
+                    ));
+                } else {
+                    rows.push(row(
+                        &expected.rule,
+                        "Fail",
+                        "Not found".into(),
+                        String::new(),
+                        Outcome::Fail,
+                    ));
+                }
+                continue;
+            }
+            for (resp, policy) in matching {
+                let rule_rows: Vec<_> = resp
+                    .rules
+                    .iter()
+                    .filter(|r| {
+                        expected.rule.is_empty()
+                            || expected.is_cel_policy
+                            || r.name == expected.rule
+                            || r.name == format!("autogen-{}", expected.rule)
+                            || r.name == format!("autogen-cronjob-{}", expected.rule)
+                    })
+                    .collect();
+                if rule_rows.is_empty() {
+                    rows.push(row(
+                        &expected.rule,
+                        "Pass",
+                        "Excluded".into(),
+                        String::new(),
+                        Outcome::Skip,
+                    ));
+                    continue;
+                }
+                for r in rule_rows {
+                    let mut actual = status_word(r.status);
+                    if actual == "fail" && !policy.scored {
+                        actual = "warn";
+                    }
+                    let row = if actual == expected.result {
+                        let outcome = if expected.result == "skip" {
+                            Outcome::Skip
+                        } else {
+                            Outcome::Pass
+                        };
+                        row(&r.name, "Pass", "Ok".into(), r.message.clone(), outcome)
+                    } else {
+                        row(
+                            &r.name,
+                            "Fail",
+                            format!("Want {}, got {actual}", expected.result),
+                            r.message.clone(),
+                            Outcome::Fail,
+                        )
+                    };
+                    rows.push(row);
+                }
+            }
+        }
+    }
+    rows
+}
+
+/// Runs every test document of one file.
+pub fn run_test_file(path: &Path, selector: &Selector) -> Vec<TestOutcome> {
+    let shown = path.display().to_string();
+    let fail = |e: String| {
+        vec![TestOutcome {
+            path: shown.clone(),
+            error: Some(e),
+            ..Default::default()
+        }]
+    };
+    let text = match read_file(path) {
+        Ok(t) => t,
+        Err(e) => return fail(e.to_string()),
+    };
+    let docs = match parse_yaml_documents(&shown, &text) {
+        Ok(d) => d,
+        Err(e) => return fail(e.to_string()),
+    };
+    docs.iter()
+        .map(|d| run_test_doc(path, d, selector))
+        .collect()
+}
+
+fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
+    let mut outcome = TestOutcome {
+        path: path.display().to_string(),
+        ..Default::default()
+    };
+    let doc = match TestDoc::parse(path, raw) {
+        Ok(d) => d,
+        Err(e) => {
+            outcome.error = Some(format!("{}: {e}", path.display()));
+            return outcome;
+        }
+    };
+    let loaded = match load_test(&doc) {
+        Ok(l) => l,
+        Err(e) => {
+            outcome.error = Some(e);
+            return outcome;
+        }
+    };
+    let responses = evaluate(&doc, &loaded);
+    outcome.rows = check_results(&doc, &loaded, &responses, selector);
+    outcome.policies = loaded.policies.len() + loaded.invalid.len() + loaded.unsupported.len();
+    outcome.resources = loaded.resources.len();
+    outcome.exceptions = loaded.exceptions.len();
+    for r in &outcome.rows {
+        match r.outcome {
+            Outcome::Pass => outcome.pass += 1,
+            Outcome::Skip => outcome.skip += 1,
+            Outcome::Fail => outcome.fail += 1,
+        }
+    }
+    outcome
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn print_table(out: &mut dyn Write, rows: &[&Row], detailed: bool) -> std::io::Result<()> {
+    let mut header = vec!["ID", "POLICY", "RULE", "RESOURCE", "RESULT", "REASON"];
+    if detailed {
+        header.push("MESSAGE");
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let mut c = vec![
+                (i + 1).to_string(),
+                r.policy.clone(),
+                r.rule.clone(),
+                r.resource.clone(),
+                r.result.into(),
+                r.reason.clone(),
+            ];
+            if detailed {
+                c.push(r.message.clone());
+            }
+            c
+        })
+        .collect();
+    let widths: Vec<usize> = (0..header.len())
+        .map(|i| {
+            cells
+                .iter()
+                .map(|c| c[i].chars().count())
+                .chain([header[i].len()])
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let line = |cols: &[String]| {
+        cols.iter()
+            .enumerate()
+            .map(|(i, c)| format!(" {:w$} ", c, w = widths[i]))
+            .collect::<Vec<_>>()
+            .join("│")
+    };
+    let sep = widths
+        .iter()
+        .map(|w| "─".repeat(w + 2))
+        .collect::<Vec<_>>()
+        .join("┼");
+    writeln!(
+        out,
+        "{}",
+        line(&header.iter().map(|s| s.to_string()).collect::<Vec<_>>())
+    )?;
+    writeln!(out, "{sep}")?;
+    for c in &cells {
+        writeln!(out, "{}", line(c))?;
+    }
+    Ok(())
+}
+
+/// `gavel test`.
+pub fn run(args: &TestArgs) -> anyhow::Result<i32> {
+    let selector = Selector::parse(&args.test_case_selector);
+    let files = discover(&args.paths, &args.file_name);
+    let json_mode = args.output == OutputFormat::Json;
+    let stdout = std::io::stdout();
+    let stderr = std::io::stderr();
+    let progress = json_mode && stderr.is_terminal();
+    let mut human: Box<dyn Write> = if json_mode {
+        Box::new(stderr.lock())
+    } else {
+        Box::new(stdout.lock())
+    };
+    let mut outcomes = Vec::new();
+    let (mut pass, mut fail, mut skip) = (0, 0, 0);
+    for (n, file) in files.iter().enumerate() {
+        if progress {
+            eprint!("\r[{}/{}] {}", n + 1, files.len(), file.display());
+        }
+        for o in run_test_file(file, &selector) {
+            writeln!(human, "Loading test  ( {} ) ...", o.path)?;
+            if let Some(e) = &o.error {
+                writeln!(human, "  Error: {e}")?;
+            } else {
+                writeln!(
+                    human,
+                    "  Applying {} to {} with {} ...\n  Checking results ...",
+                    plural(o.policies, "policy", "policies"),
+                    plural(o.resources, "resource", "resources"),
+                    plural(o.exceptions, "exception", "exceptions"),
+                )?;
+                let rows: Vec<&Row> = o
+                    .rows
+                    .iter()
+                    .filter(|r| !args.fail_only || r.outcome == Outcome::Fail)
+                    .collect();
+                if !rows.is_empty() {
+                    print_table(&mut *human, &rows, args.detailed_results)?;
+                }
+            }
+            pass += o.pass;
+            fail += o.fail + usize::from(o.error.is_some());
+            skip += o.skip;
+            outcomes.push(o);
+        }
+    }
+    if progress {
+        eprintln!();
+    }
+    if args.fail_only {
+        writeln!(
+            human,
+            "Test Summary: {fail} out of {} tests failed",
+            pass + skip + fail
+        )?;
+    } else {
+        writeln!(
+            human,
+            "Test Summary: {} tests passed and {fail} tests failed",
+            pass + skip
+        )?;
+    }
+    drop(human);
+    if json_mode {
+        let tests: Vec<Value> = outcomes
+            .iter()
+            .map(|o| json!({"path": o.path, "pass": o.pass, "fail": o.fail, "skip": o.skip, "error": o.error}))
+            .collect();
+        let doc = json!({"summary": {"pass": pass, "fail": fail, "skip": skip}, "tests": tests});
+        println!("{doc}");
+    }
+    Ok(if fail > 0 { 1 } else { 0 })
+}

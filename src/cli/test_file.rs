@@ -1,0 +1,266 @@
+//! The `kyverno-test.yaml` schema (kind `Test`). Keys match
+//! case-insensitively, as Go's JSON decoding does; unknown keys are errors.
+
+use serde_json::{Map, Value};
+use std::path::{Path, PathBuf};
+
+/// Lower-cases the keys of an object and rejects keys outside `allowed`.
+pub fn lower_keys(v: &Value, allowed: &[&str]) -> Result<Map<String, Value>, String> {
+    let Value::Object(m) = v else {
+        return Err(format!("expected an object, got {v}"));
+    };
+    let mut out = Map::new();
+    for (k, val) in m {
+        let lk = k.to_ascii_lowercase();
+        if !allowed.contains(&lk.as_str()) {
+            return Err(format!("unknown field \"{k}\""));
+        }
+        out.insert(lk, val.clone());
+    }
+    Ok(out)
+}
+
+pub fn field<'a>(m: &'a Map<String, Value>, k: &str) -> &'a str {
+    m.get(k).and_then(Value::as_str).unwrap_or_default()
+}
+
+pub fn string_list(v: Option<&Value>) -> Vec<String> {
+    match v {
+        Some(Value::Array(a)) => a
+            .iter()
+            .filter_map(|x| x.as_str().map(str::to_string))
+            .collect(),
+        Some(Value::String(s)) => vec![s.clone()],
+        _ => Vec::new(),
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ExpectedResult {
+    pub policy: String,
+    pub rule: String,
+    pub resources: Vec<String>,
+    pub result: String,
+    pub patched_resources: Option<String>,
+    pub generated_resource: Option<String>,
+    /// Set for the CEL policy kinds (no rule names).
+    pub is_cel_policy: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct ApiCallMock {
+    pub url: String,
+    pub method: String,
+    pub body: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct GlobalContextMock {
+    pub name: String,
+    pub data: Value,
+}
+
+#[derive(Debug, Clone)]
+pub struct TestDoc {
+    pub path: PathBuf,
+    pub policies: Vec<PathBuf>,
+    pub resources: Vec<PathBuf>,
+    pub exceptions: Vec<PathBuf>,
+    pub variables: Option<PathBuf>,
+    pub inline_values: Option<Value>,
+    pub userinfo: Option<PathBuf>,
+    pub uses_cluster_resources: bool,
+    pub target_resources: Vec<PathBuf>,
+    pub api_calls: Vec<ApiCallMock>,
+    pub global_context: Vec<GlobalContextMock>,
+    pub results: Vec<ExpectedResult>,
+}
+
+const TEST_FIELDS: &[&str] = &[
+    "apiversion",
+    "kind",
+    "metadata",
+    "policies",
+    "resources",
+    "targetresources",
+    "exceptions",
+    "variables",
+    "values",
+    "userinfo",
+    "context",
+    "apicallresponses",
+    "globalcontextentries",
+    "results",
+    "checks",
+    "clusterresources",
+    "name",
+];
+
+const RESULT_FIELDS: &[&str] = &[
+    "policy",
+    "rule",
+    "resource",
+    "resources",
+    "resourcespecs",
+    "namespace",
+    "kind",
+    "result",
+    "status",
+    "patchedresource",
+    "patchedresources",
+    "generatedresource",
+    "clonesourceresource",
+    "isvalidatingadmissionpolicy",
+    "ismutatingadmissionpolicy",
+    "isvalidatingpolicy",
+    "ismutatingpolicy",
+    "isgeneratingpolicy",
+    "isdeletingpolicy",
+    "isimagevalidatingpolicy",
+];
+
+fn dedup_paths(dir: &Path, v: Option<&Value>) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for p in string_list(v) {
+        let path = dir.join(&p);
+        if !out.contains(&path) {
+            out.push(path);
+        }
+    }
+    out
+}
+
+impl TestDoc {
+    pub fn parse(path: &Path, doc: &Value) -> Result<TestDoc, String> {
+        let m = lower_keys(doc, TEST_FIELDS)?;
+        if m.get("apiversion").is_none() || m.get("kind").is_none() || m.contains_key("name") {
+            return Err(format!(
+                "WARNING: test file ({}) uses a deprecated schema that will be removed in 1.15",
+                path.display()
+            ));
+        }
+        let dir = path.parent().unwrap_or(Path::new("."));
+        let join = |k: &str| {
+            m.get(k)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(|s| dir.join(s))
+        };
+        let mut results = Vec::new();
+        for r in m
+            .get("results")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let r = lower_keys(r, RESULT_FIELDS).map_err(|e| format!("results: {e}"))?;
+            let mut resources = string_list(r.get("resources"));
+            if let Some(single) = r.get("resource").and_then(Value::as_str) {
+                resources.push(single.to_string());
+            }
+            let result = if r.contains_key("result") {
+                field(&r, "result")
+            } else {
+                field(&r, "status")
+            };
+            let flag = |k: &str| r.get(k).and_then(Value::as_bool).unwrap_or(false);
+            results.push(ExpectedResult {
+                policy: field(&r, "policy").to_string(),
+                rule: field(&r, "rule").to_string(),
+                resources,
+                result: result.to_ascii_lowercase(),
+                patched_resources: r
+                    .get("patchedresources")
+                    .or_else(|| r.get("patchedresource"))
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                generated_resource: r
+                    .get("generatedresource")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                is_cel_policy: [
+                    "isvalidatingadmissionpolicy",
+                    "ismutatingadmissionpolicy",
+                    "isvalidatingpolicy",
+                    "ismutatingpolicy",
+                    "isgeneratingpolicy",
+                    "isdeletingpolicy",
+                    "isimagevalidatingpolicy",
+                ]
+                .iter()
+                .any(|k| flag(k)),
+            });
+        }
+        let mut api_calls = Vec::new();
+        for c in m
+            .get("apicallresponses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let c = lower_keys(c, &["url", "urlpath", "method", "response"])
+                .map_err(|e| format!("apiCallResponses: {e}"))?;
+            let url = if c.contains_key("url") {
+                field(&c, "url")
+            } else {
+                field(&c, "urlpath")
+            };
+            api_calls.push(ApiCallMock {
+                url: url.to_string(),
+                method: c
+                    .get("method")
+                    .and_then(Value::as_str)
+                    .unwrap_or("GET")
+                    .to_string(),
+                body: c
+                    .get("response")
+                    .and_then(|r| r.get("body"))
+                    .cloned()
+                    .unwrap_or(Value::Null),
+            });
+        }
+        let mut global_context = Vec::new();
+        for g in m
+            .get("globalcontextentries")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let g = lower_keys(
+                g,
+                &[
+                    "name",
+                    "data",
+                    "resources",
+                    "resourcefiles",
+                    "fieldpath",
+                    "projections",
+                ],
+            )
+            .map_err(|e| format!("globalContextEntries: {e}"))?;
+            let data = g
+                .get("data")
+                .cloned()
+                .or_else(|| g.get("resources").cloned())
+                .unwrap_or(Value::Null);
+            global_context.push(GlobalContextMock {
+                name: field(&g, "name").to_string(),
+                data,
+            });
+        }
+        Ok(TestDoc {
+            path: path.to_path_buf(),
+            policies: dedup_paths(dir, m.get("policies")),
+            resources: dedup_paths(dir, m.get("resources")),
+            exceptions: dedup_paths(dir, m.get("exceptions")),
+            target_resources: dedup_paths(dir, m.get("targetresources")),
+            variables: join("variables"),
+            inline_values: m.get("values").cloned(),
+            userinfo: join("userinfo"),
+            uses_cluster_resources: m.contains_key("clusterresources"),
+            api_calls,
+            global_context,
+            results,
+        })
+    }
+}

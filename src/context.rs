@@ -1,0 +1,49 @@
+//! The resolver interface: how the engine reaches objects outside the
+//! request (ConfigMaps, API calls, global context entries). The engine does
+//! no I/O itself; `gavel test` serves these from values files and mocks, and
+//! the server will serve them from informer-backed stores.
+
+use serde_json::Value;
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum ResolveError {
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// An `apiCall` context entry with its variables substituted.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiCallRequest {
+    /// Kubernetes API path (`urlPath`), when set.
+    pub url_path: Option<String>,
+    /// Service URL (`service.url`), when set.
+    pub url: Option<String>,
+    pub method: String,
+    /// POST body built from `data`.
+    pub body: Option<Value>,
+}
+
+/// Source of external data for context entries. `Ok(None)` means the source
+/// is not available here: the entry is skipped and its variable stays
+/// undefined, as `kyverno test` does offline.
+pub trait Resolver: Send + Sync {
+    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError>;
+    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError>;
+    fn global_context(&self, name: &str) -> Result<Option<Value>, ResolveError>;
+}
+
+/// A resolver with no sources at all.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoResolver;
+
+impl Resolver for NoResolver {
+    fn config_map(&self, _: &str, _: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
+    fn api_call(&self, _: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
+    fn global_context(&self, _: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
+}

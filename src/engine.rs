@@ -1,0 +1,219 @@
+//! The engine: compiled policies and one request in, rule responses out.
+//!
+//! It knows nothing of HTTP or Kubernetes clients: external objects come
+//! through a [`Resolver`], so `gavel test` and the server share it.
+
+pub mod conditions;
+pub mod context_loader;
+pub mod images;
+pub mod json_context;
+pub mod pattern;
+pub mod validate;
+pub mod variables;
+
+use crate::context::Resolver;
+use crate::matching::{MatchInput, UserInfo};
+use crate::policy::CompiledException;
+use json_context::JsonContext;
+use serde_json::{Map, Value, json};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleStatus {
+    Pass,
+    Fail,
+    Warn,
+    Error,
+    Skip,
+}
+
+impl RuleStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleStatus::Pass => "pass",
+            RuleStatus::Fail => "fail",
+            RuleStatus::Warn => "warn",
+            RuleStatus::Error => "error",
+            RuleStatus::Skip => "skip",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleType {
+    Validation,
+    Mutation,
+    Generation,
+    ImageVerify,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RuleResponse {
+    pub name: String,
+    pub rule_type: RuleType,
+    pub status: RuleStatus,
+    pub message: String,
+}
+
+impl RuleResponse {
+    pub fn new(name: &str, status: RuleStatus, message: impl Into<String>) -> RuleResponse {
+        RuleResponse {
+            name: name.to_string(),
+            rule_type: RuleType::Validation,
+            status,
+            message: message.into(),
+        }
+    }
+}
+
+/// The responses of one policy for one resource.
+#[derive(Debug, Clone)]
+pub struct PolicyResponse {
+    pub policy: String,
+    pub rules: Vec<RuleResponse>,
+}
+
+/// Group, version and kind of the request's resource.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Gvk {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+}
+
+impl Gvk {
+    /// From an object's `apiVersion` and `kind`.
+    pub fn of(object: &Value) -> Gvk {
+        let api_version = object
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let (group, version) = match api_version.split_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), api_version.to_string()),
+        };
+        Gvk {
+            group,
+            version,
+            kind: object
+                .get("kind")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string(),
+        }
+    }
+}
+
+/// One admission request (or its offline equivalent) as the engine sees it.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub operation: String,
+    pub gvk: Gvk,
+    pub subresource: String,
+    /// The new object; null on DELETE.
+    pub object: Value,
+    /// The previous object; null on CREATE.
+    pub old_object: Value,
+    pub user: UserInfo,
+    /// Labels of the resource's namespace, when known.
+    pub namespace_labels: Option<Map<String, Value>>,
+}
+
+impl Request {
+    /// The object the request is about: the new one, or the old one on DELETE.
+    pub fn resource(&self) -> &Value {
+        if self.object.is_null() {
+            &self.old_object
+        } else {
+            &self.object
+        }
+    }
+
+    fn str_at<'a>(&'a self, pointer: &str) -> &'a str {
+        self.resource()
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.str_at("/metadata/namespace")
+    }
+
+    pub fn name(&self) -> &str {
+        self.str_at("/metadata/name")
+    }
+
+    pub fn match_input(&self) -> MatchInput<'_> {
+        MatchInput {
+            group: &self.gvk.group,
+            version: &self.gvk.version,
+            kind: &self.gvk.kind,
+            subresource: &self.subresource,
+            operation: &self.operation,
+            name: self.name(),
+            generate_name: self.str_at("/metadata/generateName"),
+            namespace: self.namespace(),
+            labels: self
+                .resource()
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object),
+            annotations: self
+                .resource()
+                .pointer("/metadata/annotations")
+                .and_then(Value::as_object),
+            namespace_labels: self.namespace_labels.as_ref(),
+            user: &self.user,
+        }
+    }
+
+    /// Builds the JSON context with `request.*` and the builtin variables.
+    pub fn json_context(&self) -> JsonContext {
+        let (sa_namespace, sa_name) = match self
+            .user
+            .username
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|r| r.split_once(':'))
+        {
+            Some((ns, name)) => (ns.to_string(), name.to_string()),
+            None => (String::new(), String::new()),
+        };
+        let mut data = json!({
+            "request": {
+                "operation": self.operation,
+                "object": self.object,
+                "oldObject": self.old_object,
+                "userInfo": {"username": self.user.username, "groups": self.user.groups},
+                "roles": self.user.roles,
+                "clusterRoles": self.user.cluster_roles,
+                "namespace": self.namespace(),
+                "name": self.name(),
+                "kind": {"group": self.gvk.group, "version": self.gvk.version, "kind": self.gvk.kind},
+                "subResource": self.subresource,
+            },
+            "serviceAccountName": sa_name,
+            "serviceAccountNamespace": sa_namespace,
+        });
+        if let Some(images) = images::images_of(self.resource()) {
+            data["images"] = images;
+        }
+        JsonContext::new(data)
+    }
+}
+
+/// Values injected per rule (the CLI's values file `policies[].rules[].values`).
+pub trait RuleValues {
+    fn for_rule(&self, rule: &str) -> Option<&Map<String, Value>>;
+}
+
+impl RuleValues for () {
+    fn for_rule(&self, _: &str) -> Option<&Map<String, Value>> {
+        None
+    }
+}
+
+/// What evaluation needs besides the policy and the request.
+pub struct EvalEnv<'a> {
+    pub resolver: &'a dyn Resolver,
+    pub exceptions: &'a [CompiledException],
+    pub rule_values: &'a dyn RuleValues,
+}

@@ -1,0 +1,265 @@
+//! Condition operators (§3.9) for deny, preconditions and exception
+//! conditions. Keys and values arrive with variables already substituted.
+
+use crate::jmespath::json_equal;
+use crate::policy::compile::Operator;
+use crate::units::semver::Version;
+use crate::units::{Duration, Quantity};
+use crate::wildcard;
+use serde_json::Value;
+use std::cmp::Ordering;
+
+/// Go's `fmt.Sprint` of a decoded JSON value.
+pub fn sprint(v: &Value) -> String {
+    crate::jmespath::go_sprint(v)
+}
+
+/// Evaluates `key <operator> value`.
+pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
+    use Operator::*;
+    match op {
+        Equals => equals(key, value),
+        NotEquals => !equals(key, value),
+        In => in_op(key, value, false),
+        NotIn => in_op(key, value, true),
+        AnyIn => set_op(key, value, SetOp::AnyIn),
+        AllIn => set_op(key, value, SetOp::AllIn),
+        AnyNotIn => set_op(key, value, SetOp::AnyNotIn),
+        AllNotIn => set_op(key, value, SetOp::AllNotIn),
+        GreaterThan | DurationGreaterThan => {
+            numeric(key, value).is_some_and(|o| o == Ordering::Greater)
+        }
+        GreaterThanOrEquals | DurationGreaterThanOrEquals => {
+            numeric(key, value).is_some_and(|o| o != Ordering::Less)
+        }
+        LessThan | DurationLessThan => numeric(key, value).is_some_and(|o| o == Ordering::Less),
+        LessThanOrEquals | DurationLessThanOrEquals => {
+            numeric(key, value).is_some_and(|o| o != Ordering::Greater)
+        }
+    }
+}
+
+/// Both sides as durations when at least one is a duration string (numbers are seconds).
+fn durations(key: &Value, value: &Value) -> Option<(f64, f64)> {
+    let as_dur = |v: &Value| match v {
+        Value::String(s) if s != "0" => Duration::parse(s).map(Duration::seconds),
+        _ => None,
+    };
+    let (k, v) = (as_dur(key), as_dur(value));
+    if k.is_none() && v.is_none() {
+        return None;
+    }
+    let or_seconds = |d: Option<f64>, raw: &Value| d.or_else(|| raw.as_f64());
+    Some((or_seconds(k, key)?, or_seconds(v, value)?))
+}
+
+fn equals(key: &Value, value: &Value) -> bool {
+    match key {
+        Value::Bool(k) => value.as_bool() == Some(*k),
+        Value::Number(k) => {
+            let k = k.as_f64().unwrap_or(f64::NAN);
+            match value {
+                Value::Number(v) => v.as_f64() == Some(k),
+                Value::String(s) => s.parse::<f64>().ok() == Some(k),
+                _ => false,
+            }
+        }
+        Value::String(k) => {
+            if let Some((a, b)) = durations(key, value) {
+                return a == b;
+            }
+            if let Some(kq) = Quantity::parse(k) {
+                if let Value::String(v) = value {
+                    return Quantity::parse(v).is_some_and(|vq| vq.value == kq.value);
+                }
+                if let Value::Number(n) = value {
+                    return n.as_f64() == Some(kq.value);
+                }
+            }
+            match value {
+                Value::String(v) => wildcard::matches(v, k),
+                _ => false,
+            }
+        }
+        Value::Object(_) | Value::Array(_) => json_equal(key, value),
+        Value::Null => false,
+    }
+}
+
+fn numeric(key: &Value, value: &Value) -> Option<Ordering> {
+    if let Some((a, b)) = durations(key, value) {
+        return a.partial_cmp(&b);
+    }
+    let value_f64 = |v: &Value| match v {
+        Value::Number(n) => n.as_f64(),
+        Value::String(s) => s.parse::<f64>().ok(),
+        _ => None,
+    };
+    match key {
+        Value::Number(k) => k.as_f64()?.partial_cmp(&value_f64(value)?),
+        Value::String(k) => {
+            if let Ok(kf) = k.parse::<f64>() {
+                return kf.partial_cmp(&value_f64(value)?);
+            }
+            if let Some(kq) = Quantity::parse(k) {
+                let vq = match value {
+                    Value::String(v) => Quantity::parse(v)?.value,
+                    Value::Number(n) => n.as_f64()?,
+                    _ => return None,
+                };
+                return kq.value.partial_cmp(&vq);
+            }
+            let kv = Version::parse(k)?;
+            let vv = Version::parse(value.as_str()?)?;
+            Some(kv.cmp(&vv))
+        }
+        _ => None,
+    }
+}
+
+#[derive(Clone, Copy, PartialEq)]
+#[allow(clippy::enum_variant_names)] // Kyverno's operator names
+enum SetOp {
+    AnyIn,
+    AllIn,
+    AnyNotIn,
+    AllNotIn,
+}
+
+/// Range values `a-b` (inclusive) used with the set operators.
+fn in_range(key: &str, range: &str) -> Option<bool> {
+    let re_part = |s: &str| Quantity::parse(s).map(|q| q.value);
+    let (lo, hi) = split_range(range)?;
+    let k = re_part(key)?;
+    Some(k >= re_part(lo)? && k <= re_part(hi)?)
+}
+
+fn split_range(range: &str) -> Option<(&str, &str)> {
+    let start = usize::from(range.starts_with(['-', '+']));
+    let idx = range[start..].find('-')? + start;
+    let (lo, hi) = (&range[..idx], &range[idx + 1..]);
+    (!lo.is_empty()
+        && !hi.is_empty()
+        && lo.starts_with(|c: char| c.is_ascii_digit() || c == '-' || c == '+'))
+    .then_some((lo, hi))
+}
+
+fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
+    let keys: Vec<String> = match key {
+        Value::Array(a) => a.iter().map(sprint).collect(),
+        Value::String(_) | Value::Number(_) | Value::Bool(_) => vec![sprint(key)],
+        _ => return false,
+    };
+    let values: Vec<String> = match value {
+        Value::Array(a) => a.iter().map(sprint).collect(),
+        Value::String(s) => {
+            if let Ok(arr) = serde_json::from_str::<Vec<Value>>(s) {
+                arr.iter().map(sprint).collect()
+            } else if split_range(s).is_some() && keys.iter().all(|k| Quantity::parse(k).is_some())
+            {
+                let inside = |k: &String| in_range(k, s).unwrap_or(false);
+                return match op {
+                    SetOp::AnyIn => keys.iter().any(inside),
+                    SetOp::AllIn => keys.iter().all(inside),
+                    SetOp::AnyNotIn => keys.iter().any(|k| !inside(k)),
+                    SetOp::AllNotIn => !keys.iter().any(inside),
+                };
+            } else {
+                vec![s.clone()]
+            }
+        }
+        Value::Number(_) | Value::Bool(_) => vec![sprint(value)],
+        _ => return false,
+    };
+    let contained = |k: &String| {
+        values
+            .iter()
+            .any(|v| wildcard::matches(k, v) || wildcard::matches(v, k))
+    };
+    match op {
+        SetOp::AnyIn => keys.iter().any(contained),
+        SetOp::AllIn => keys.iter().all(contained),
+        SetOp::AnyNotIn => keys.iter().any(|k| !contained(k)),
+        SetOp::AllNotIn => !keys.iter().any(contained),
+    }
+}
+
+/// The deprecated In / NotIn: membership of a scalar key (or all keys of a list).
+fn in_op(key: &Value, value: &Value, negate: bool) -> bool {
+    let member = |k: &str| -> Option<bool> {
+        match value {
+            Value::Array(a) => Some(a.iter().any(|v| {
+                let v = sprint(v);
+                wildcard::matches(&v, k) || wildcard::matches(k, &v)
+            })),
+            Value::String(s) => {
+                if wildcard::matches(s, k) {
+                    return Some(true);
+                }
+                let arr: Vec<String> = serde_json::from_str(s).ok()?;
+                Some(arr.iter().any(|v| v == k))
+            }
+            _ => None,
+        }
+    };
+    let result = match key {
+        Value::String(_) | Value::Number(_) | Value::Bool(_) => member(&sprint(key)),
+        Value::Array(a) => a
+            .iter()
+            .map(|k| member(&sprint(k)))
+            .collect::<Option<Vec<bool>>>()
+            .map(|v| v.iter().all(|b| *b)),
+        _ => None,
+    };
+    match result {
+        Some(found) => found != negate,
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use Operator::*;
+    use serde_json::json;
+
+    #[test]
+    fn operator_table() {
+        for (op, key, value, want) in [
+            (Equals, json!("abc"), json!("abc"), true),
+            (Equals, json!("a.corp.com"), json!("*.corp.com"), true),
+            (Equals, json!(true), json!(true), true),
+            (Equals, json!(1), json!("1"), true),
+            (Equals, json!("1Gi"), json!("1024Mi"), true),
+            (Equals, json!("1h"), json!("60m"), true),
+            (Equals, json!({"a": 1}), json!({"a": 1}), true),
+            (Equals, json!(null), json!(null), false),
+            (NotEquals, json!("CREATE"), json!("DELETE"), true),
+            (AnyIn, json!(["a", "b"]), json!(["b", "c"]), true),
+            (AnyIn, json!("x"), json!(["b", "c"]), false),
+            (AnyIn, json!("NET_ADMIN"), json!("NET_*"), true),
+            (AllIn, json!(["a", "b"]), json!(["a", "b", "c"]), true),
+            (AllIn, json!(["a", "d"]), json!(["a", "b", "c"]), false),
+            (AllIn, json!([]), json!(["a"]), true),
+            (AnyNotIn, json!(["a", "d"]), json!(["a", "b"]), true),
+            (AnyNotIn, json!([]), json!(["a"]), false),
+            (AllNotIn, json!(["x", "y"]), json!(["a"]), true),
+            (AllNotIn, json!(["x", "a"]), json!(["a"]), false),
+            (AnyIn, json!(["a"]), json!("[\"a\", \"b\"]"), true),
+            (AnyIn, json!(8080), json!("8000-9000"), true),
+            (AnyNotIn, json!([80, 8080]), json!("8000-9000"), true),
+            (In, json!("a"), json!(["a", "b"]), true),
+            (NotIn, json!("z"), json!(["a", "b"]), true),
+            (GreaterThan, json!(5), json!(3), true),
+            (GreaterThan, json!("5"), json!("3"), true),
+            (GreaterThan, json!("2Gi"), json!("1Gi"), true),
+            (LessThan, json!("30m"), json!("1h"), true),
+            (GreaterThanOrEquals, json!("1.20.0"), json!("1.19.5"), true),
+            (LessThanOrEquals, json!(3), json!(3), true),
+            (GreaterThan, json!("abc"), json!("abd"), false),
+            (DurationGreaterThan, json!("2h"), json!(3600), true),
+        ] {
+            assert_eq!(evaluate(op, &key, &value), want, "{op:?} {key} {value}");
+        }
+    }
+}

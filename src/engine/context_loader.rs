@@ -1,0 +1,191 @@
+//! Context entries (§5): variable, configMap, apiCall, globalReference and
+//! imageRegistry, loaded in order into the JSON context. External data comes
+//! from the [`Resolver`]; an unavailable source leaves the name undefined.
+
+use super::json_context::JsonContext;
+use super::variables::{OnError, Substituter};
+use crate::context::{ApiCallRequest, Resolver};
+use crate::jmespath::Expression;
+use crate::policy::ExprCache;
+use crate::policy::types::ContextEntry;
+use serde_json::{Map, Value};
+
+fn query(exprs: &ExprCache, source: &str, data: &Value) -> Result<Value, String> {
+    let owned;
+    let expr = match exprs.get(source) {
+        Some(e) => e,
+        None => {
+            owned = Expression::parse(source).map_err(|e| e.to_string())?;
+            &owned
+        }
+    };
+    expr.resolve(data)
+        .map(|v| v.into_owned())
+        .map_err(|e| e.to_string())
+}
+
+fn substitute(ctx: &JsonContext, exprs: &ExprCache, v: &Value) -> Result<Value, String> {
+    Substituter {
+        ctx,
+        exprs,
+        on_error: OnError::Fail,
+    }
+    .value(v)
+    .map_err(|e| e.to_string())
+}
+
+fn substitute_str(ctx: &JsonContext, exprs: &ExprCache, s: &str) -> Result<String, String> {
+    match substitute(ctx, exprs, &Value::String(s.to_string()))? {
+        Value::String(s) => Ok(s),
+        other => Ok(other.to_string()),
+    }
+}
+
+/// Loads `entries` into `ctx`, in order.
+pub fn load(
+    entries: &[ContextEntry],
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    resolver: &dyn Resolver,
+) -> Result<(), String> {
+    for entry in entries {
+        load_entry(entry, ctx, exprs, resolver)
+            .map_err(|e| format!("failed to load context entry {:?}: {e}", entry.name))?;
+    }
+    Ok(())
+}
+
+fn load_entry(
+    entry: &ContextEntry,
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    resolver: &dyn Resolver,
+) -> Result<(), String> {
+    if let Some(var) = &entry.variable {
+        let path = var
+            .jmes_path
+            .as_deref()
+            .map(|p| substitute_str(ctx, exprs, p))
+            .transpose()?;
+        let default = var
+            .default
+            .as_ref()
+            .map(|d| substitute(ctx, exprs, d))
+            .transpose()?;
+        let output = if let Some(value) = &var.value {
+            let value = substitute(ctx, exprs, value)?;
+            match &path {
+                Some(p) => match query(exprs, p, &value) {
+                    Ok(v) if !v.is_null() => Some(v),
+                    Ok(_) => default,
+                    Err(e) => Some(default.ok_or(format!("failed to apply jmespath {p}: {e}"))?),
+                },
+                None => Some(value),
+            }
+        } else if let Some(p) = &path {
+            match query(exprs, p, ctx.data()) {
+                Ok(v) if !v.is_null() => Some(v),
+                Ok(_) => default,
+                Err(e) => {
+                    Some(default.ok_or(format!("failed to apply jmespath {p} to context: {e}"))?)
+                }
+            }
+        } else {
+            default
+        };
+        let output = output.ok_or_else(|| {
+            format!(
+                "unable to add context entry for variable {} since it evaluated to nil",
+                entry.name
+            )
+        })?;
+        ctx.set_path(&entry.name, output);
+        return Ok(());
+    }
+    if let Some(cm) = &entry.config_map {
+        let name = substitute_str(ctx, exprs, &cm.name)?;
+        let namespace = substitute_str(ctx, exprs, &cm.namespace)?;
+        if let Some(obj) = resolver
+            .config_map(&namespace, &name)
+            .map_err(|e| e.to_string())?
+        {
+            ctx.set_path(&entry.name, obj);
+        }
+        return Ok(());
+    }
+    if let Some(call) = &entry.api_call {
+        let method = call.method.clone().unwrap_or_else(|| "GET".into());
+        let body = if call.data.is_empty() {
+            None
+        } else {
+            let mut m = Map::new();
+            for item in &call.data {
+                let item = substitute(ctx, exprs, item)?;
+                if let (Some(k), Some(v)) =
+                    (item.get("key").and_then(Value::as_str), item.get("value"))
+                {
+                    m.insert(k.to_string(), v.clone());
+                }
+            }
+            Some(Value::Object(m))
+        };
+        let request = ApiCallRequest {
+            url_path: call
+                .url_path
+                .as_deref()
+                .map(|p| substitute_str(ctx, exprs, p))
+                .transpose()?,
+            url: call
+                .service
+                .as_ref()
+                .and_then(|s| s.get("url"))
+                .and_then(Value::as_str)
+                .map(|u| substitute_str(ctx, exprs, u))
+                .transpose()?,
+            method,
+            body,
+        };
+        let default = call
+            .default
+            .as_ref()
+            .map(|d| substitute(ctx, exprs, d))
+            .transpose()?;
+        let response = match resolver.api_call(&request) {
+            Ok(Some(r)) => r,
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                return default
+                    .map(|d| ctx.set_path(&entry.name, d))
+                    .ok_or(e.to_string());
+            }
+        };
+        let value = match &call.jmes_path {
+            Some(p) => {
+                let p = substitute_str(ctx, exprs, p)?;
+                match query(exprs, &p, &response) {
+                    Ok(v) => v,
+                    Err(e) => default
+                        .clone()
+                        .ok_or(format!("failed to apply jmespath {p}: {e}"))?,
+                }
+            }
+            None => response,
+        };
+        ctx.set_path(&entry.name, value);
+        return Ok(());
+    }
+    if let Some(global) = &entry.global_reference {
+        let name = substitute_str(ctx, exprs, &global.name)?;
+        let Some(data) = resolver.global_context(&name).map_err(|e| e.to_string())? else {
+            return Ok(());
+        };
+        let value = match &global.jmes_path {
+            Some(p) => query(exprs, &substitute_str(ctx, exprs, p)?, &data)?,
+            None => data,
+        };
+        ctx.set_path(&entry.name, value);
+        return Ok(());
+    }
+    // imageRegistry entries need registry access; offline they are skipped.
+    Ok(())
+}

@@ -1,0 +1,109 @@
+//! The `images` builtin variable (§4.2): container images of a Pod or pod
+//! template, split into registry, path, name, tag and digest.
+
+use serde_json::{Map, Value, json};
+
+const DEFAULT_REGISTRY: &str = "docker.io";
+
+/// Parses an image reference the way Kyverno's image utilities do.
+pub fn parse_image(image: &str) -> Value {
+    let (rest, digest) = match image.split_once('@') {
+        Some((r, d)) => (r, d.to_string()),
+        None => (image, String::new()),
+    };
+    let (registry, remainder) = match rest.split_once('/') {
+        Some((first, tail)) if first.contains(['.', ':']) || first == "localhost" => {
+            (first.to_string(), tail)
+        }
+        _ => (DEFAULT_REGISTRY.to_string(), rest),
+    };
+    let (path, tag) = match remainder.rsplit_once(':') {
+        Some((p, t)) if !t.contains('/') => (p.to_string(), t.to_string()),
+        _ => (remainder.to_string(), String::new()),
+    };
+    let tag = if tag.is_empty() && digest.is_empty() {
+        "latest".to_string()
+    } else {
+        tag
+    };
+    let name = path.rsplit('/').next().unwrap_or(&path).to_string();
+    let base = format!("{registry}/{path}");
+    let reference = if !digest.is_empty() {
+        format!("{base}@{digest}")
+    } else {
+        format!("{base}:{tag}")
+    };
+    let reference_with_tag = if tag.is_empty() {
+        base.clone()
+    } else {
+        format!("{base}:{tag}")
+    };
+    json!({
+        "registry": registry,
+        "path": path,
+        "name": name,
+        "tag": tag,
+        "digest": digest,
+        "reference": reference,
+        "referenceWithTag": reference_with_tag,
+    })
+}
+
+/// Builds `images` for a resource: `{containers: {<name>: info}, initContainers: ..., ephemeralContainers: ...}`.
+pub fn images_of(resource: &Value) -> Option<Value> {
+    let kind = resource
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let pod_spec = match kind {
+        "Pod" => resource.get("spec"),
+        "CronJob" => resource.pointer("/spec/jobTemplate/spec/template/spec"),
+        _ => resource.pointer("/spec/template/spec"),
+    }?;
+    let mut out = Map::new();
+    for field in ["containers", "initContainers", "ephemeralContainers"] {
+        let Some(list) = pod_spec.get(field).and_then(Value::as_array) else {
+            continue;
+        };
+        let mut m = Map::new();
+        for c in list {
+            if let (Some(name), Some(image)) = (
+                c.get("name").and_then(Value::as_str),
+                c.get("image").and_then(Value::as_str),
+            ) {
+                m.insert(name.to_string(), parse_image(image));
+            }
+        }
+        if !m.is_empty() {
+            out.insert(field.to_string(), Value::Object(m));
+        }
+    }
+    (!out.is_empty()).then_some(Value::Object(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_table() {
+        for (img, registry, path, tag) in [
+            ("nginx", "docker.io", "nginx", "latest"),
+            ("nginx:1.2", "docker.io", "nginx", "1.2"),
+            ("ghcr.io/org/app:v1", "ghcr.io", "org/app", "v1"),
+            ("localhost:5000/app", "localhost:5000", "app", "latest"),
+            ("repo/app@sha256:abc", "docker.io", "repo/app", ""),
+        ] {
+            let v = parse_image(img);
+            assert_eq!(
+                (
+                    v["registry"].as_str().unwrap(),
+                    v["path"].as_str().unwrap(),
+                    v["tag"].as_str().unwrap()
+                ),
+                (registry, path, tag),
+                "{img}"
+            );
+        }
+    }
+}

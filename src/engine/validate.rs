@@ -1,0 +1,559 @@
+//! Validate rules (§3): match/exclude, exceptions, context, preconditions,
+//! then deny, pattern, anyPattern or foreach. One [`PolicyResponse`] per
+//! policy and resource; a rule that does not match gives no response.
+
+use super::conditions;
+use super::context_loader;
+use super::json_context::JsonContext;
+use super::pattern::{self, ErrorKind};
+use super::variables::{OnError, Substituter};
+use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::policy::compile::{ForEach, PolicyScope, ValidateRule};
+use crate::policy::{CompiledPolicy, CompiledRule, Conditions, ExprCache, RuleBody, ValidateCheck};
+use serde_json::Value;
+
+/// Evaluates the rules of `policy` against `req`. Validate rules are
+/// evaluated; other rule types give an `unsupported` error when they match.
+pub fn evaluate_policy(
+    policy: &CompiledPolicy,
+    req: &Request,
+    ctx: &mut JsonContext,
+    env: &EvalEnv,
+) -> PolicyResponse {
+    let mut rules = Vec::new();
+    if policy.scope == PolicyScope::Namespaced
+        && policy.namespace.as_deref() != Some(req.namespace())
+    {
+        return PolicyResponse {
+            policy: policy.qualified_name(),
+            rules,
+        };
+    }
+    let input = req.match_input();
+    for rule in &policy.rules {
+        if !rule.match_resources.matches(&input)
+            || rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
+        {
+            continue;
+        }
+        let cp = ctx.checkpoint();
+        let response = evaluate_rule(policy, rule, req, ctx, env);
+        ctx.restore(cp);
+        if let Some(r) = response {
+            let applied = r.status != RuleStatus::Skip;
+            rules.push(r);
+            if policy.apply_one && applied {
+                break;
+            }
+        }
+    }
+    PolicyResponse {
+        policy: policy.qualified_name(),
+        rules,
+    }
+}
+
+fn evaluate_rule(
+    policy: &CompiledPolicy,
+    rule: &CompiledRule,
+    req: &Request,
+    ctx: &mut JsonContext,
+    env: &EvalEnv,
+) -> Option<RuleResponse> {
+    let name = rule.name.as_str();
+    let exprs = &policy.exprs;
+    if let Some(ex) = env.exceptions.iter().find(|ex| {
+        ex.covers(&policy.qualified_name(), name)
+            && ex.match_resources.matches(&req.match_input())
+            && ex
+                .conditions
+                .as_ref()
+                .is_none_or(|c| matches!(eval_conditions(c, ctx, &ex.exprs), Ok((true, _))))
+    }) {
+        return Some(RuleResponse::new(
+            name,
+            RuleStatus::Skip,
+            format!(
+                "rule is skipped due to policy exception {}/{}",
+                ex.namespace, ex.name
+            ),
+        ));
+    }
+    let v = match &rule.body {
+        RuleBody::Validate(v) => v,
+        RuleBody::Unsupported(field) => {
+            return Some(RuleResponse::new(
+                name,
+                RuleStatus::Error,
+                format!("unsupported: {field}"),
+            ));
+        }
+        other => {
+            let (kind, rule_type) = match other {
+                RuleBody::Mutate(_) => ("mutate", RuleType::Mutation),
+                RuleBody::Generate(_) => ("generate", RuleType::Generation),
+                _ => ("verifyImages", RuleType::ImageVerify),
+            };
+            let mut r = RuleResponse::new(
+                name,
+                RuleStatus::Error,
+                format!("unsupported: spec.rules[{name}].{kind}"),
+            );
+            r.rule_type = rule_type;
+            return Some(r);
+        }
+    };
+    if let Some(values) = env.rule_values.for_rule(name) {
+        for (k, val) in values {
+            ctx.set_path(k, val.clone());
+        }
+    }
+    if let Err(e) = context_loader::load(&rule.context, ctx, exprs, env.resolver) {
+        return Some(RuleResponse::new(name, RuleStatus::Error, e));
+    }
+    match &rule.preconditions {
+        Err(e) => {
+            return Some(RuleResponse::new(
+                name,
+                RuleStatus::Error,
+                format!("invalid preconditions: {e}"),
+            ));
+        }
+        Ok(Some(pre)) => match eval_conditions(pre, ctx, exprs) {
+            Ok((true, _)) => {}
+            Ok((false, msg)) => {
+                return Some(RuleResponse::new(
+                    name,
+                    RuleStatus::Skip,
+                    format!("preconditions not met{msg}"),
+                ));
+            }
+            Err(e) => {
+                return Some(RuleResponse::new(
+                    name,
+                    RuleStatus::Error,
+                    format!("failed to evaluate preconditions: {e}"),
+                ));
+            }
+        },
+        Ok(None) => {}
+    }
+    let mut rv = RuleValidator {
+        rule: name,
+        v,
+        exprs,
+        nesting: 0,
+    };
+    let resp = rv.check(&v.check, req, ctx, None)?;
+    Some(resp)
+}
+
+/// Evaluates `{any, all}` conditions; returns (result, messages of the deciding conditions).
+pub fn eval_conditions(
+    c: &Conditions,
+    ctx: &JsonContext,
+    exprs: &ExprCache,
+) -> Result<(bool, String), String> {
+    let sub = Substituter {
+        ctx,
+        exprs,
+        on_error: OnError::EmptyString,
+    };
+    let one = |cond: &crate::policy::Condition| -> Result<bool, String> {
+        let op = cond.operator.clone()?;
+        let key = sub.value(&cond.key).map_err(|e| e.to_string())?;
+        let value = sub.value(&cond.value).map_err(|e| e.to_string())?;
+        Ok(conditions::evaluate(op, &key, &value))
+    };
+    let mut messages = String::new();
+    if let Some(any) = &c.any {
+        let mut matched = false;
+        for cond in any {
+            if one(cond)? {
+                matched = true;
+                break;
+            } else if let Some(m) = &cond.message {
+                messages.push_str("; ");
+                messages.push_str(m);
+            }
+        }
+        if !matched && !any.is_empty() {
+            return Ok((false, messages));
+        }
+    }
+    if let Some(all) = &c.all {
+        for cond in all {
+            if !one(cond)? {
+                if let Some(m) = &cond.message {
+                    messages.push_str("; ");
+                    messages.push_str(m);
+                }
+                return Ok((false, messages));
+            }
+        }
+    }
+    Ok((true, String::new()))
+}
+
+struct RuleValidator<'a> {
+    rule: &'a str,
+    v: &'a ValidateRule,
+    exprs: &'a ExprCache,
+    nesting: usize,
+}
+
+impl RuleValidator<'_> {
+    fn respond(&self, status: RuleStatus, message: impl Into<String>) -> RuleResponse {
+        RuleResponse::new(self.rule, status, message)
+    }
+
+    fn message(&self, ctx: &JsonContext) -> Result<Option<String>, String> {
+        let Some(m) = &self.v.message else {
+            return Ok(None);
+        };
+        let sub = Substituter {
+            ctx,
+            exprs: self.exprs,
+            on_error: OnError::Fail,
+        };
+        match sub.string(m) {
+            Ok(Value::String(s)) => Ok(Some(s)),
+            Ok(_) => Ok(Some(
+                "the produced message didn't resolve to a string, check your policy definition."
+                    .into(),
+            )),
+            Err(e) => Err(format!("failed to substitute variables in message: {e}")),
+        }
+    }
+
+    fn error_message(&self, ctx: &JsonContext, detail: &str, path: &str) -> String {
+        let msg = match self.message(ctx) {
+            Ok(Some(m)) if !m.is_empty() => m,
+            Ok(_) => String::new(),
+            Err(e) => return e,
+        };
+        let msg = if msg.is_empty() || msg.ends_with('.') {
+            msg
+        } else {
+            format!("{msg}.")
+        };
+        let prefix = if msg.is_empty() {
+            String::new()
+        } else {
+            format!("{msg} ")
+        };
+        if path.is_empty() {
+            format!(
+                "validation error: {prefix}rule {} execution error: {detail}",
+                self.rule
+            )
+        } else {
+            format!(
+                "validation error: {prefix}rule {} failed at path {path}",
+                self.rule
+            )
+        }
+    }
+
+    /// Evaluates one check; `element` is the foreach element in scope, if any.
+    fn check(
+        &mut self,
+        check: &ValidateCheck,
+        req: &Request,
+        ctx: &mut JsonContext,
+        element: Option<&Value>,
+    ) -> Option<RuleResponse> {
+        match check {
+            ValidateCheck::Deny(conds) => Some(match eval_conditions(conds, ctx, self.exprs) {
+                Err(e) => self.respond(
+                    RuleStatus::Error,
+                    format!("failed to evaluate deny conditions: {e}"),
+                ),
+                Ok((false, _)) => self.respond(
+                    RuleStatus::Pass,
+                    format!("validation rule '{}' passed.", self.rule),
+                ),
+                Ok((true, _)) => {
+                    let msg = match self.message(ctx) {
+                        Ok(Some(m)) if !m.is_empty() => m,
+                        Ok(_) => format!("validation error: rule {} failed", self.rule),
+                        Err(e) => e,
+                    };
+                    self.respond(RuleStatus::Fail, msg)
+                }
+            }),
+            ValidateCheck::Pattern(_) | ValidateCheck::AnyPattern(_) => {
+                if ctx.is_delete() && element.is_none() {
+                    return None;
+                }
+                let resource = match element {
+                    Some(e) => e.clone(),
+                    None => req.object.clone(),
+                };
+                let resp = self.patterns(check, &resource, ctx);
+                if element.is_none()
+                    && req.operation == "UPDATE"
+                    && self.v.allow_existing_violations
+                    && resp.status == RuleStatus::Fail
+                    && !req.old_object.is_null()
+                {
+                    let prior = self.patterns(check, &req.old_object, ctx);
+                    if prior.status == resp.status {
+                        return Some(
+                            self.respond(RuleStatus::Skip, "validation results have not changed"),
+                        );
+                    }
+                }
+                Some(resp)
+            }
+            ValidateCheck::Foreach(list) => self.foreach(list, req, ctx),
+            ValidateCheck::PodSecurity(_) => {
+                Some(self.respond(RuleStatus::Error, "unsupported: validate.podSecurity"))
+            }
+            ValidateCheck::Unsupported(field) => {
+                Some(self.respond(RuleStatus::Error, format!("unsupported: {field}")))
+            }
+        }
+    }
+
+    fn patterns(&self, check: &ValidateCheck, resource: &Value, ctx: &JsonContext) -> RuleResponse {
+        let sub = Substituter {
+            ctx,
+            exprs: self.exprs,
+            on_error: OnError::Fail,
+        };
+        match check {
+            ValidateCheck::Pattern(p) => {
+                let p = match sub.value(p) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        return self.respond(
+                            RuleStatus::Error,
+                            format!("variable substitution failed: {e}"),
+                        );
+                    }
+                };
+                match pattern::validate(resource, &p) {
+                    Ok(()) => self.respond(
+                        RuleStatus::Pass,
+                        format!("validation rule '{}' passed.", self.rule),
+                    ),
+                    Err(e) if e.kind == ErrorKind::Skip => {
+                        self.respond(RuleStatus::Skip, e.message)
+                    }
+                    Err(e) if e.path.is_empty() => {
+                        self.respond(RuleStatus::Error, self.error_message(ctx, &e.message, ""))
+                    }
+                    Err(e) => self.respond(
+                        RuleStatus::Fail,
+                        self.error_message(ctx, &e.message, &e.path),
+                    ),
+                }
+            }
+            ValidateCheck::AnyPattern(pats) => {
+                let mut failed = Vec::new();
+                let mut skipped = Vec::new();
+                for (i, p) in pats.iter().enumerate() {
+                    let p = match sub.value(p) {
+                        Ok(p) => p,
+                        Err(e) => {
+                            return self.respond(
+                                RuleStatus::Error,
+                                format!("variable substitution failed: {e}"),
+                            );
+                        }
+                    };
+                    match pattern::validate(resource, &p) {
+                        Ok(()) => {
+                            return self.respond(
+                                RuleStatus::Pass,
+                                format!("validation rule '{}' anyPattern[{i}] passed.", self.rule),
+                            );
+                        }
+                        Err(e) if e.kind == ErrorKind::Skip => {
+                            skipped.push(format!("rule {}[{i}] skipped: {}", self.rule, e.message))
+                        }
+                        Err(e) if e.path.is_empty() => {
+                            failed.push(format!("rule {}[{i}] failed: {}", self.rule, e.message))
+                        }
+                        Err(e) => failed
+                            .push(format!("rule {}[{i}] failed at path {}", self.rule, e.path)),
+                    }
+                }
+                if failed.is_empty() && !skipped.is_empty() {
+                    return self.respond(RuleStatus::Skip, skipped.join(" "));
+                }
+                let errs = failed.join(" ");
+                let msg = match self.message(ctx) {
+                    Ok(Some(m)) if !m.is_empty() => {
+                        if m.ends_with('.') {
+                            format!("validation error: {m} {errs}")
+                        } else {
+                            format!("validation error: {m}. {errs}")
+                        }
+                    }
+                    _ => format!("validation error: {errs}"),
+                };
+                self.respond(RuleStatus::Fail, msg)
+            }
+            _ => self.respond(RuleStatus::Error, "internal: not a pattern check"),
+        }
+    }
+
+    fn foreach(
+        &mut self,
+        list: &[ForEach],
+        req: &Request,
+        ctx: &mut JsonContext,
+    ) -> Option<RuleResponse> {
+        let mut applied = 0;
+        for fe in list {
+            let sub = Substituter {
+                ctx,
+                exprs: self.exprs,
+                on_error: OnError::Fail,
+            };
+            let source = match sub.string(&fe.list) {
+                Ok(Value::String(s)) => s,
+                _ => continue,
+            };
+            let items = match self
+                .exprs
+                .get(&source)
+                .map(|e| e.resolve(ctx.data()).map(|v| v.into_owned()))
+            {
+                Some(r) => r,
+                None => crate::jmespath::Expression::parse(&source)
+                    .and_then(|e| e.resolve(ctx.data()).map(|v| v.into_owned())),
+            };
+            // kyverno-compat: a list that fails to evaluate skips this foreach entry.
+            let Ok(items) = items else { continue };
+            let items = match items {
+                Value::Array(a) => a,
+                Value::Null => Vec::new(),
+                other => vec![other],
+            };
+            let (resp, count) = self.elements(fe, &items, req, ctx);
+            if resp.status != RuleStatus::Pass {
+                return Some(resp);
+            }
+            applied += count;
+        }
+        Some(if applied == 0 {
+            self.respond(RuleStatus::Skip, "rule skipped")
+        } else {
+            self.respond(RuleStatus::Pass, "rule passed")
+        })
+    }
+
+    fn elements(
+        &mut self,
+        fe: &ForEach,
+        items: &[Value],
+        req: &Request,
+        ctx: &mut JsonContext,
+    ) -> (RuleResponse, usize) {
+        let mut applied = 0;
+        let cp = ctx.checkpoint();
+        for (index, item) in items.iter().enumerate() {
+            if item.is_null() {
+                continue;
+            }
+            ctx.restore(cp);
+            ctx.set("element", item.clone());
+            ctx.set("elementIndex", Value::from(index));
+            ctx.set(&format!("element{}", self.nesting), item.clone());
+            ctx.set(&format!("elementIndex{}", self.nesting), Value::from(index));
+            let scoped = match fe.element_scope {
+                Some(true) if !item.is_object() => {
+                    ctx.restore(cp);
+                    return (
+                        self.respond(
+                            RuleStatus::Error,
+                            "failed to process foreach: elementScope requires a map element",
+                        ),
+                        applied,
+                    );
+                }
+                Some(false) => false,
+                _ => item.is_object(),
+            };
+            let result = self.element(fe, item, scoped, req, ctx);
+            match result {
+                None => continue,
+                Some(r) if r.status == RuleStatus::Skip => continue,
+                Some(r) if r.status == RuleStatus::Error => {
+                    if index < items.len() - 1 {
+                        continue;
+                    }
+                    ctx.restore(cp);
+                    return (
+                        self.respond(
+                            RuleStatus::Error,
+                            format!("validation failure: {}", r.message),
+                        ),
+                        applied,
+                    );
+                }
+                Some(r) if r.status != RuleStatus::Pass => {
+                    ctx.restore(cp);
+                    return (
+                        self.respond(
+                            RuleStatus::Fail,
+                            format!("validation failure: {}", r.message),
+                        ),
+                        applied,
+                    );
+                }
+                Some(_) => applied += 1,
+            }
+        }
+        ctx.restore(cp);
+        (self.respond(RuleStatus::Pass, ""), applied)
+    }
+
+    fn element(
+        &mut self,
+        fe: &ForEach,
+        item: &Value,
+        scoped: bool,
+        req: &Request,
+        ctx: &mut JsonContext,
+    ) -> Option<RuleResponse> {
+        let resolver = crate::context::NoResolver;
+        if let Err(e) = context_loader::load(&fe.context, ctx, self.exprs, &resolver) {
+            return Some(self.respond(RuleStatus::Error, e));
+        }
+        if let Some(pre) = &fe.preconditions {
+            match eval_conditions(pre, ctx, self.exprs) {
+                Ok((true, _)) => {}
+                Ok((false, msg)) => {
+                    return Some(
+                        self.respond(RuleStatus::Skip, format!("preconditions not met{msg}")),
+                    );
+                }
+                Err(e) => {
+                    return Some(self.respond(
+                        RuleStatus::Error,
+                        format!("failed to evaluate preconditions: {e}"),
+                    ));
+                }
+            }
+        }
+        self.nesting += 1;
+        let r = match &fe.check {
+            ValidateCheck::Foreach(inner) => self.foreach(inner, req, ctx),
+            c @ (ValidateCheck::Pattern(_) | ValidateCheck::AnyPattern(_)) => {
+                let resource = if scoped {
+                    item.clone()
+                } else {
+                    req.object.clone()
+                };
+                Some(self.patterns(c, &resource, ctx))
+            }
+            other => self.check(other, req, ctx, Some(item)),
+        };
+        self.nesting -= 1;
+        r
+    }
+}

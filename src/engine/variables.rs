@@ -1,0 +1,263 @@
+//! Variable substitution (§4.1): `{{ expr }}` tokens in policy values are
+//! replaced by JMESPath results against the JSON context. A token that is
+//! the whole string keeps the result's JSON type; an embedded one is spliced
+//! in as text. `\{{` escapes a token. Nested tokens resolve inside-out.
+
+use super::json_context::JsonContext;
+use crate::jmespath::{Expression, JmesError};
+use crate::policy::ExprCache;
+use serde_json::Value;
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq)]
+pub enum VariableError {
+    #[error("failed to resolve {variable}: {source}")]
+    Resolve { variable: String, source: JmesError },
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+}
+
+/// A `{{ }}` token found in a string: byte range and inner expression.
+struct Token {
+    start: usize,
+    end: usize,
+    inner: String,
+}
+
+/// Finds the first unescaped token whose braces balance (at most one level
+/// of `{...}` inside), as Kyverno's variable regex does.
+fn first_token(s: &str) -> Option<Token> {
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i + 1 < b.len() {
+        if b[i] == b'{' && b[i + 1] == b'{' && (i == 0 || b[i - 1] != b'\\') {
+            if let Some(end) = token_end(b, i + 2) {
+                return Some(Token {
+                    start: i,
+                    end,
+                    inner: s[i + 2..end - 2].trim().to_string(),
+                });
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+fn token_end(b: &[u8], mut j: usize) -> Option<usize> {
+    while j < b.len() {
+        match b[j] {
+            b'}' => {
+                return (j + 1 < b.len() && b[j + 1] == b'}').then_some(j + 2);
+            }
+            b'{' => {
+                let close = b[j + 1..].iter().position(|c| *c == b'{' || *c == b'}')?;
+                if b[j + 1 + close] != b'}' {
+                    return None;
+                }
+                j += close + 2;
+            }
+            _ => j += 1,
+        }
+    }
+    None
+}
+
+/// The expressions of all tokens in `s`, innermost first; for pre-parsing.
+pub fn expressions_in(s: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut rest = s.to_string();
+    while let Some(t) = first_token(&rest) {
+        out.push(t.inner.clone());
+        rest.replace_range(t.start..t.end, "x");
+    }
+    out
+}
+
+pub fn has_variables(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains("{{") || s.contains("$("),
+        Value::Array(a) => a.iter().any(has_variables),
+        Value::Object(m) => m.iter().any(|(k, x)| k.contains("{{") || has_variables(x)),
+        _ => false,
+    }
+}
+
+/// How unresolvable variables are treated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnError {
+    /// Fail the substitution (patterns, messages, context entries).
+    Fail,
+    /// kyverno-compat: condition keys and values treat an unresolvable
+    /// variable as an empty string.
+    EmptyString,
+}
+
+pub struct Substituter<'c> {
+    pub ctx: &'c JsonContext,
+    pub exprs: &'c ExprCache,
+    pub on_error: OnError,
+}
+
+impl Substituter<'_> {
+    fn resolve(&self, inner: &str) -> Result<Value, VariableError> {
+        if inner == "@" {
+            return Err(VariableError::Unsupported("the {{@}} variable".into()));
+        }
+        let inner = inner.strip_prefix('-').map(str::trim).unwrap_or(inner);
+        let rewritten;
+        let source = if self.ctx.is_delete() && inner.contains("request.object") {
+            rewritten = inner.replace("request.object", "request.oldObject");
+            rewritten.as_str()
+        } else {
+            inner
+        };
+        let result = match self.exprs.get(source) {
+            Some(e) => e.resolve(self.ctx.data()).map(|v| v.into_owned()),
+            None => Expression::parse(source)
+                .and_then(|e| e.resolve(self.ctx.data()).map(|v| v.into_owned())),
+        };
+        match (result, self.on_error) {
+            (Ok(v), _) => Ok(v),
+            (Err(_), OnError::EmptyString) => Ok(Value::String(String::new())),
+            (Err(source), OnError::Fail) => Err(VariableError::Resolve {
+                variable: format!("{{{{{inner}}}}}"),
+                source,
+            }),
+        }
+    }
+
+    pub fn string(&self, s: &str) -> Result<Value, VariableError> {
+        if !s.contains("{{") {
+            return Ok(Value::String(s.to_string()));
+        }
+        let mut text = s.to_string();
+        while let Some(t) = first_token(&text) {
+            let value = self.resolve(&t.inner)?;
+            if t.start == 0 && t.end == text.len() {
+                if let Value::String(inner) = &value {
+                    if first_token(inner).is_some() {
+                        text = inner.clone();
+                        continue;
+                    }
+                }
+                return Ok(match value {
+                    Value::String(v) => Value::String(v.replace("\\{{", "{{")),
+                    other => other,
+                });
+            }
+            let rendered = match &value {
+                Value::String(v) => v.clone(),
+                Value::Null => "null".into(),
+                other => serde_json::to_string(other).unwrap_or_default(),
+            };
+            text.replace_range(t.start..t.end, &rendered);
+        }
+        Ok(Value::String(text.replace("\\{{", "{{")))
+    }
+
+    /// Substitutes every string and key in `v`.
+    pub fn value(&self, v: &Value) -> Result<Value, VariableError> {
+        Ok(match v {
+            Value::String(s) => self.string(s)?,
+            Value::Array(a) => {
+                Value::Array(a.iter().map(|x| self.value(x)).collect::<Result<_, _>>()?)
+            }
+            Value::Object(m) => {
+                let mut out = serde_json::Map::with_capacity(m.len());
+                for (k, x) in m {
+                    let key = if k.contains("{{") {
+                        match self.string(k)? {
+                            Value::String(s) => s,
+                            other => other.to_string(),
+                        }
+                    } else {
+                        k.clone()
+                    };
+                    out.insert(key, self.value(x)?);
+                }
+                Value::Object(out)
+            }
+            other => other.clone(),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ctx() -> JsonContext {
+        let mut c = JsonContext::new(
+            json!({"request": {"operation": "CREATE", "object": {"metadata": {"name": "web", "labels": {"app": "a"}}, "spec": {"replicas": 3}}}}),
+        );
+        c.set("cm", json!({"data": {"a": "from-cm"}}));
+        c
+    }
+
+    fn sub(s: &str, on_error: OnError) -> Result<Value, VariableError> {
+        let c = ctx();
+        let cache = ExprCache::default();
+        Substituter {
+            ctx: &c,
+            exprs: &cache,
+            on_error,
+        }
+        .string(s)
+    }
+
+    #[test]
+    fn substitution_table() {
+        for (input, want) in [
+            ("{{ request.object.metadata.name }}", json!("web")),
+            ("{{request.object.spec.replicas}}", json!(3)),
+            (
+                "name is {{ request.object.metadata.name }}!",
+                json!("name is web!"),
+            ),
+            ("n={{ request.object.spec.replicas }}", json!("n=3")),
+            ("\\{{ literal }}", json!("{{ literal }}")),
+            (
+                "{{ cm.data.{{ request.object.metadata.labels.app }} }}",
+                json!("from-cm"),
+            ),
+            (
+                "{{ request.object.metadata.labels.missing || 'none' }}",
+                json!("none"),
+            ),
+            (
+                "{{ request.object.metadata }}",
+                json!({"name": "web", "labels": {"app": "a"}}),
+            ),
+            ("plain", json!("plain")),
+        ] {
+            assert_eq!(sub(input, OnError::Fail).unwrap(), want, "{input}");
+        }
+    }
+
+    #[test]
+    fn missing_keys() {
+        assert!(
+            sub(
+                "{{ request.object.metadata.labels.missing }}",
+                OnError::Fail
+            )
+            .is_err()
+        );
+        assert_eq!(
+            sub(
+                "{{ request.object.metadata.labels.missing }}",
+                OnError::EmptyString
+            )
+            .unwrap(),
+            json!("")
+        );
+    }
+
+    #[test]
+    fn finds_expressions() {
+        assert_eq!(expressions_in("a {{ x.y }} b {{z}}"), vec!["x.y", "z"]);
+        assert_eq!(expressions_in("{{ cm.{{ a }} }}"), vec!["a", "cm.x"]);
+        assert!(expressions_in("\\{{ no }}").is_empty());
+    }
+}

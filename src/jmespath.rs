@@ -1,0 +1,63 @@
+//! JMESPath with Kyverno's custom functions: expression text is parsed once
+//! into an [`Expression`] (at policy compile time) and evaluated against JSON.
+
+mod functions;
+mod interpreter;
+mod parser;
+
+pub use functions::go_sprint;
+pub use interpreter::{is_truthy, json_equal, number};
+pub use parser::Ast;
+
+use serde_json::Value;
+use std::borrow::Cow;
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum JmesError {
+    #[error("invalid JMESPath: {0}")]
+    Syntax(String),
+    #[error("{0}")]
+    Runtime(String),
+    #[error("Unknown key \"{0}\" in path")]
+    NotFound(String),
+}
+
+/// A parsed JMESPath expression, ready to evaluate any number of times.
+#[derive(Debug, Clone)]
+pub struct Expression {
+    source: String,
+    ast: Ast,
+}
+
+impl Expression {
+    pub fn parse(source: &str) -> Result<Expression, JmesError> {
+        Ok(Expression {
+            source: source.to_string(),
+            ast: parser::parse(source)?,
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates with plain JMESPath semantics: missing keys give null.
+    pub fn search<'a>(&self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
+        interpreter::eval(&self.ast, Cow::Borrowed(data))
+    }
+
+    /// Evaluates as Kyverno resolves a `{{ }}` variable: a plain path through
+    /// a key that does not exist is an error rather than null.
+    pub fn resolve<'a>(&self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
+        let v = self.search(data)?;
+        if v.is_null() {
+            if let Some(key) = interpreter::missing_key(&self.ast, data) {
+                return Err(JmesError::NotFound(key));
+            }
+        }
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,143 @@
+use super::*;
+use serde_json::json;
+
+fn run(expr: &str, data: &Value) -> Result<Value, JmesError> {
+    Expression::parse(expr)?
+        .resolve(data)
+        .map(|v| v.into_owned())
+}
+
+#[test]
+fn standard_expressions() {
+    let data = json!({
+        "a": {"b": {"c": 1}},
+        "list": [1, 2, 3, 4],
+        "people": [{"name": "a", "age": 30}, {"name": "b", "age": 20}, {"name": "c"}],
+        "nested": [[1, 2], [3, [4]]],
+        "obj": {"x": {"v": 1}, "y": {"v": 2}},
+        "empty": "",
+        "spec": {"containers": [{"name": "c1", "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}}, {"name": "c2"}]}
+    });
+    for (expr, want) in [
+        ("a.b.c", json!(1)),
+        ("list[0]", json!(1)),
+        ("list[-1]", json!(4)),
+        ("list[1:3]", json!([2, 3])),
+        ("list[::-1]", json!([4, 3, 2, 1])),
+        ("people[*].name", json!(["a", "b", "c"])),
+        ("people[?age > `25`].name", json!(["a"])),
+        ("people[?age].name", json!(["a", "b"])),
+        ("nested[]", json!([1, 2, 3, [4]])),
+        ("obj.*.v", json!([1, 2])),
+        ("empty || 'default'", json!("default")),
+        ("a.b.c == `1`", json!(true)),
+        ("!empty", json!(true)),
+        ("{n: a.b.c, l: length(list)}", json!({"n": 1, "l": 4})),
+        ("[a.b.c, list[0]]", json!([1, 1])),
+        ("length(people)", json!(3)),
+        ("sort_by(people[?age], &age)[0].name", json!("b")),
+        ("max_by(people[?age], &age).name", json!("a")),
+        ("map(&name, people)", json!(["a", "b", "c"])),
+        (
+            "spec.[initContainers, containers][].securityContext.capabilities.add[]",
+            json!(["NET_ADMIN"]),
+        ),
+        ("list | [0]", json!(1)),
+        ("`\"lit\"`", json!("lit")),
+        ("'raw'", json!("raw")),
+        ("contains(list, `2`)", json!(true)),
+        ("join(',', people[*].name)", json!("a,b,c")),
+        ("not_null(missing_thing || `null`, `5`)", json!(5)),
+    ] {
+        assert_eq!(run(expr, &data).unwrap(), want, "{expr}");
+    }
+}
+
+#[test]
+fn missing_keys_are_errors_only_for_plain_paths() {
+    let data = json!({"request": {"object": {"metadata": {"labels": {}}}}});
+    assert_eq!(
+        run("request.object.metadata.labels.app", &data),
+        Err(JmesError::NotFound("app".into()))
+    );
+    assert_eq!(
+        run("request.object.metadata.labels.app || ''", &data).unwrap(),
+        json!("")
+    );
+    assert_eq!(
+        run("request.object.spec.containers[].name", &data).unwrap(),
+        Value::Null
+    );
+}
+
+#[test]
+fn kyverno_functions() {
+    let data = json!({"labels": {"app": "x", "tier": "web"}});
+    for (expr, want) in [
+        ("compare('a', 'b')", json!(-1)),
+        ("equal_fold('Go', 'GO')", json!(true)),
+        ("replace('aaa', 'a', 'b', `2`)", json!("bba")),
+        ("replace_all('aaa', 'a', 'b')", json!("bbb")),
+        ("to_upper('abc')", json!("ABC")),
+        ("trim('--a--', '-')", json!("a")),
+        ("trim_prefix('prefix-a', 'prefix-')", json!("a")),
+        ("split('a,b', ',')", json!(["a", "b"])),
+        ("regex_match('^a.c$', 'abc')", json!(true)),
+        (
+            "regex_replace_all('([a-z])-(\\d)', 'a-1 b-2', '$2$1')",
+            json!("1a 2b"),
+        ),
+        (
+            "regex_replace_all_literal('a', 'banana', '$1')",
+            json!("b$1n$1n$1"),
+        ),
+        ("pattern_match('a*', 'abc')", json!(true)),
+        ("label_match(`{\"app\": \"x\"}`, labels)", json!(true)),
+        ("to_boolean('TRUE')", json!(true)),
+        ("add(`1`, `2`)", json!(3)),
+        ("add('1Gi', '1Gi')", json!("2Gi")),
+        ("add('1h', '30s')", json!("1h0m30s")),
+        ("subtract('2Gi', '1Gi')", json!("1Gi")),
+        ("multiply('500m', `2`)", json!("1")),
+        ("divide('2Gi', '1Gi')", json!(2)),
+        ("divide(`10`, `4`)", json!(2.5)),
+        ("modulo(`10`, `3`)", json!(1)),
+        ("sum(['1Gi', '1Gi'])", json!("2Gi")),
+        ("round(`1.256`, `2`)", json!(1.26)),
+        ("base64_encode('hello')", json!("aGVsbG8=")),
+        ("base64_decode('aGVsbG8=')", json!("hello")),
+        ("path_canonicalize('/a//b/../c')", json!("/a/c")),
+        ("truncate('abcdef', `3`)", json!("abc")),
+        ("semver_compare('1.2.3', '>1.0.0')", json!(true)),
+        ("parse_json('{\"a\": 1}').a", json!(1)),
+        ("parse_yaml('a: [1, 2]').a[1]", json!(2)),
+        ("lookup(labels, 'app')", json!("x")),
+        ("lookup(`[1, 2]`, `1`)", json!(2)),
+        ("items(labels, 'k', 'v')[0]", json!({"k": "app", "v": "x"})),
+        (
+            "object_from_lists(['a', 'b'], [`1`])",
+            json!({"a": 1, "b": null}),
+        ),
+    ] {
+        assert_eq!(
+            run(expr, &data).unwrap_or_else(|e| panic!("{expr}: {e}")),
+            want,
+            "{expr}"
+        );
+    }
+}
+
+#[test]
+fn function_errors() {
+    let data = json!({});
+    for expr in [
+        "to_boolean('maybe')",
+        "divide(`1`, `0`)",
+        "sum(`[]`)",
+        "regex_match('(', 'a')",
+        "nope()",
+        "add('abc', `1`)",
+    ] {
+        assert!(run(expr, &data).is_err(), "{expr} should fail");
+    }
+}

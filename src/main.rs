@@ -1,0 +1,18 @@
+//! gavel binary: parses the command line and hands off to [`gavel::cli`].
+
+use clap::Parser;
+
+#[cfg(not(target_env = "msvc"))]
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+fn main() {
+    let cli = gavel::cli::Cli::parse();
+    match gavel::cli::run(cli) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("Error: {e:#}");
+            std::process::exit(1);
+        }
+    }
+}

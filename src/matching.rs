@@ -1,0 +1,433 @@
+//! Match and exclude (§2): does a rule, exception or filter apply to a request?
+//!
+//! Policy match blocks are compiled once (kind selectors pre-parsed); a
+//! [`MatchInput`] describes the request side.
+
+use crate::policy::types::{
+    LabelSelector, MatchResources, ResourceDescription, ResourceFilter, Subject,
+};
+use crate::wildcard;
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+/// A parsed kind selector: `Kind`, `Version/Kind`, `Group/Version/Kind`, each
+/// with an optional subresource. Every part is a wildcard pattern.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KindSelector {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    /// `None` when the selector names no subresource.
+    pub subresource: Option<String>,
+}
+
+fn looks_like_version(s: &str) -> bool {
+    if s == "*" {
+        return true;
+    }
+    let Some(rest) = s.strip_prefix('v') else {
+        return false;
+    };
+    let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 {
+        return false;
+    }
+    let tail = &rest[digits..];
+    tail.is_empty()
+        || ["alpha", "beta"].iter().any(|p| {
+            tail.strip_prefix(p)
+                .is_some_and(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()))
+        })
+}
+
+fn split_subresource(kind: &str) -> (String, Option<String>) {
+    match kind.split_once('.') {
+        Some((k, s)) => (k.to_string(), Some(s.to_string())),
+        None => (kind.to_string(), None),
+    }
+}
+
+impl KindSelector {
+    pub fn parse(input: &str) -> Result<KindSelector, String> {
+        let parts: Vec<&str> = input.split('/').collect();
+        let any = || "*".to_string();
+        let (group, version, kind, subresource) = match parts.as_slice() {
+            [k] => {
+                let (k, s) = split_subresource(k);
+                (any(), any(), k, s)
+            }
+            [a, b] if looks_like_version(a) => {
+                let (k, s) = split_subresource(b);
+                (any(), a.to_string(), k, s)
+            }
+            [a, b] => (any(), any(), a.to_string(), Some(b.to_string())),
+            [a, b, c] if looks_like_version(a) => {
+                (any(), a.to_string(), b.to_string(), Some(c.to_string()))
+            }
+            [a, b, c] => {
+                let (k, s) = split_subresource(c);
+                (a.to_string(), b.to_string(), k, s)
+            }
+            [a, b, c, d] => (
+                a.to_string(),
+                b.to_string(),
+                c.to_string(),
+                Some(d.to_string()),
+            ),
+            _ => return Err(format!("invalid kind selector {input:?}")),
+        };
+        if kind.is_empty() {
+            return Err(format!("invalid kind selector {input:?}"));
+        }
+        Ok(KindSelector {
+            group,
+            version,
+            kind,
+            subresource,
+        })
+    }
+
+    pub fn matches(&self, group: &str, version: &str, kind: &str, subresource: &str) -> bool {
+        if !(wildcard::matches(&self.group, group)
+            && wildcard::matches(&self.version, version)
+            && wildcard::matches(&self.kind, kind))
+        {
+            return false;
+        }
+        match &self.subresource {
+            None => true,
+            Some(s) => wildcard::matches(s, subresource),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+struct CompiledDescription {
+    kinds: Vec<KindSelector>,
+    names: Vec<String>,
+    namespaces: Vec<String>,
+    annotations: BTreeMap<String, String>,
+    selector: Option<LabelSelector>,
+    namespace_selector: Option<LabelSelector>,
+    operations: Vec<String>,
+}
+
+impl CompiledDescription {
+    fn compile(d: &ResourceDescription) -> Result<CompiledDescription, String> {
+        let mut names = d.names.clone();
+        if let Some(n) = d.name.as_ref().filter(|n| !n.is_empty()) {
+            if !names.is_empty() {
+                return Err("name and names are mutually exclusive".into());
+            }
+            names.push(n.clone());
+        }
+        Ok(CompiledDescription {
+            kinds: d
+                .kinds
+                .iter()
+                .map(|k| KindSelector::parse(k))
+                .collect::<Result<_, _>>()?,
+            names,
+            namespaces: d.namespaces.clone(),
+            annotations: d.annotations.clone(),
+            selector: d.selector.clone(),
+            namespace_selector: d.namespace_selector.clone(),
+            operations: d.operations.clone(),
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+            && self.names.is_empty()
+            && self.namespaces.is_empty()
+            && self.annotations.is_empty()
+            && self.selector.is_none()
+            && self.namespace_selector.is_none()
+            && self.operations.is_empty()
+    }
+
+    fn matches(&self, input: &MatchInput) -> bool {
+        if !self.operations.is_empty() && !self.operations.iter().any(|o| o == input.operation) {
+            return false;
+        }
+        if !self.kinds.is_empty()
+            && !self
+                .kinds
+                .iter()
+                .any(|k| k.matches(input.group, input.version, input.kind, input.subresource))
+        {
+            return false;
+        }
+        if !self.names.is_empty() {
+            let name = if input.name.is_empty() {
+                input.generate_name
+            } else {
+                input.name
+            };
+            if !self.names.iter().any(|n| wildcard::matches(n, name)) {
+                return false;
+            }
+        }
+        if !self.namespaces.is_empty() {
+            let ns = if input.kind == "Namespace" {
+                input.name
+            } else {
+                input.namespace
+            };
+            if !self.namespaces.iter().any(|n| wildcard::matches(n, ns)) {
+                return false;
+            }
+        }
+        if !self.annotations.is_empty() {
+            let empty = Map::new();
+            let actual = input.annotations.unwrap_or(&empty);
+            let all_found = self.annotations.iter().all(|(k, v)| {
+                actual.iter().any(|(ak, av)| {
+                    wildcard::matches(k, ak)
+                        && av.as_str().is_some_and(|av| wildcard::matches(v, av))
+                })
+            });
+            if !all_found {
+                return false;
+            }
+        }
+        if let Some(sel) = &self.selector {
+            if !selector_matches(&expand_wildcards(sel, input.labels), input.labels) {
+                return false;
+            }
+        }
+        if let Some(sel) = &self.namespace_selector {
+            if input.kind == "Namespace" {
+                return false;
+            }
+            if !selector_matches(sel, input.namespace_labels) {
+                return false;
+            }
+        }
+        true
+    }
+}
+
+/// Kyverno expands wildcard keys and values of `matchLabels` against the
+/// actual labels; a wildcard that matches nothing becomes `0` so it fails.
+fn expand_wildcards(sel: &LabelSelector, labels: Option<&Map<String, Value>>) -> LabelSelector {
+    if !sel
+        .match_labels
+        .iter()
+        .any(|(k, v)| wildcard::has_wildcard(k) || wildcard::has_wildcard(v))
+    {
+        return sel.clone();
+    }
+    let mut out = sel.clone();
+    out.match_labels = sel
+        .match_labels
+        .iter()
+        .map(|(k, v)| {
+            if !(wildcard::has_wildcard(k) || wildcard::has_wildcard(v)) {
+                return (k.clone(), v.clone());
+            }
+            let found = labels.into_iter().flatten().find(|(ak, av)| {
+                wildcard::matches(k, ak) && av.as_str().is_some_and(|av| wildcard::matches(v, av))
+            });
+            match found {
+                Some((ak, av)) => (ak.clone(), av.as_str().unwrap_or_default().to_string()),
+                None => (k.replace(['*', '?'], "0"), v.replace(['*', '?'], "0")),
+            }
+        })
+        .collect();
+    out
+}
+
+/// Standard Kubernetes label selector semantics.
+pub fn selector_matches(sel: &LabelSelector, labels: Option<&Map<String, Value>>) -> bool {
+    let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    sel.match_labels
+        .iter()
+        .all(|(k, v)| get(k) == Some(v.as_str()))
+        && sel.match_expressions.iter().all(|e| {
+            let actual = get(&e.key);
+            match e.operator.as_str() {
+                "In" => actual.is_some_and(|a| e.values.iter().any(|v| v == a)),
+                "NotIn" => actual.is_none_or(|a| !e.values.iter().any(|v| v == a)),
+                "Exists" => actual.is_some(),
+                "DoesNotExist" => actual.is_none(),
+                _ => false,
+            }
+        })
+}
+
+/// The admission user, as `request.userInfo` carries it.
+#[derive(Debug, Clone, Default)]
+pub struct UserInfo {
+    pub username: String,
+    pub groups: Vec<String>,
+    pub roles: Vec<String>,
+    pub cluster_roles: Vec<String>,
+}
+
+#[derive(Debug, Clone)]
+struct CompiledFilter {
+    resources: Option<CompiledDescription>,
+    subjects: Vec<Subject>,
+    roles: Vec<String>,
+    cluster_roles: Vec<String>,
+}
+
+impl CompiledFilter {
+    fn compile(f: &ResourceFilter) -> Result<CompiledFilter, String> {
+        Ok(CompiledFilter {
+            resources: f
+                .resources
+                .as_ref()
+                .map(CompiledDescription::compile)
+                .transpose()?,
+            subjects: f.subjects.clone(),
+            roles: f.roles.clone(),
+            cluster_roles: f.cluster_roles.clone(),
+        })
+    }
+
+    fn has_user_info(&self) -> bool {
+        !(self.subjects.is_empty() && self.roles.is_empty() && self.cluster_roles.is_empty())
+    }
+
+    fn matches(&self, input: &MatchInput) -> bool {
+        let resources_empty = self
+            .resources
+            .as_ref()
+            .is_none_or(CompiledDescription::is_empty);
+        if resources_empty && !self.has_user_info() {
+            // kyverno-compat: "match cannot be empty" never matches.
+            return false;
+        }
+        if let Some(r) = &self.resources {
+            if !r.matches(input) {
+                return false;
+            }
+        }
+        let user = input.user;
+        if !self.roles.is_empty() && !self.roles.iter().any(|r| user.roles.contains(r)) {
+            return false;
+        }
+        if !self.cluster_roles.is_empty()
+            && !self
+                .cluster_roles
+                .iter()
+                .any(|r| user.cluster_roles.contains(r))
+        {
+            return false;
+        }
+        if !self.subjects.is_empty() && !self.subjects.iter().any(|s| subject_matches(s, user)) {
+            return false;
+        }
+        true
+    }
+}
+
+fn subject_matches(s: &Subject, user: &UserInfo) -> bool {
+    match s.kind.as_str() {
+        "User" => wildcard::matches(&s.name, &user.username),
+        "Group" => user.groups.iter().any(|g| wildcard::matches(&s.name, g)),
+        "ServiceAccount" => {
+            let full = format!(
+                "system:serviceaccount:{}:{}",
+                s.namespace.as_deref().unwrap_or_default(),
+                s.name
+            );
+            wildcard::matches(&full, &user.username)
+        }
+        _ => false,
+    }
+}
+
+/// A compiled `match` or `exclude` block.
+#[derive(Debug, Clone)]
+pub struct CompiledMatch {
+    any: Vec<CompiledFilter>,
+    all: Vec<CompiledFilter>,
+    legacy: Option<CompiledFilter>,
+}
+
+impl CompiledMatch {
+    pub fn compile(m: &MatchResources) -> Result<CompiledMatch, String> {
+        if !m.any.is_empty() && !m.all.is_empty() {
+            return Err("any and all are mutually exclusive".into());
+        }
+        let legacy = ResourceFilter {
+            resources: m.resources.clone(),
+            subjects: m.subjects.clone(),
+            roles: m.roles.clone(),
+            cluster_roles: m.cluster_roles.clone(),
+        };
+        let has_legacy = legacy.resources.is_some()
+            || !legacy.subjects.is_empty()
+            || !legacy.roles.is_empty()
+            || !legacy.cluster_roles.is_empty();
+        Ok(CompiledMatch {
+            any: m
+                .any
+                .iter()
+                .map(CompiledFilter::compile)
+                .collect::<Result<_, _>>()?,
+            all: m
+                .all
+                .iter()
+                .map(CompiledFilter::compile)
+                .collect::<Result<_, _>>()?,
+            legacy: has_legacy
+                .then(|| CompiledFilter::compile(&legacy))
+                .transpose()?,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.any.is_empty() && self.all.is_empty() && self.legacy.is_none()
+    }
+
+    /// Match semantics: any = one filter matches, all = every filter matches.
+    pub fn matches(&self, input: &MatchInput) -> bool {
+        if !self.any.is_empty() {
+            return self.any.iter().any(|f| f.matches(input));
+        }
+        if !self.all.is_empty() {
+            return self.all.iter().all(|f| f.matches(input));
+        }
+        self.legacy.as_ref().is_some_and(|f| f.matches(input))
+    }
+
+    /// Exclude semantics: same as match, but an empty block never excludes.
+    pub fn excludes(&self, input: &MatchInput) -> bool {
+        !self.is_empty() && self.matches(input)
+    }
+
+    /// All kind selectors named in this block (for webhook registration and filtering).
+    pub fn kinds(&self) -> impl Iterator<Item = &KindSelector> {
+        self.any
+            .iter()
+            .chain(self.all.iter())
+            .chain(self.legacy.iter())
+            .filter_map(|f| f.resources.as_ref())
+            .flat_map(|d| d.kinds.iter())
+    }
+}
+
+/// The request side of matching.
+#[derive(Debug, Clone, Copy)]
+pub struct MatchInput<'a> {
+    pub group: &'a str,
+    pub version: &'a str,
+    pub kind: &'a str,
+    pub subresource: &'a str,
+    pub operation: &'a str,
+    pub name: &'a str,
+    pub generate_name: &'a str,
+    pub namespace: &'a str,
+    pub labels: Option<&'a Map<String, Value>>,
+    pub annotations: Option<&'a Map<String, Value>>,
+    /// Labels of the object's namespace, when known.
+    pub namespace_labels: Option<&'a Map<String, Value>>,
+    pub user: &'a UserInfo,
+}
+
+#[cfg(test)]
+mod tests;

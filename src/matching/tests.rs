@@ -1,0 +1,122 @@
+use super::*;
+use serde_json::json;
+
+#[test]
+fn kind_selectors() {
+    for (sel, gvk, sub, want) in [
+        ("Pod", ("", "v1", "Pod"), "", true),
+        ("Pod", ("", "v1", "Pod"), "exec", true),
+        ("Pod/exec", ("", "v1", "Pod"), "exec", true),
+        ("Pod/exec", ("", "v1", "Pod"), "", false),
+        ("Pod.status", ("", "v1", "Pod"), "status", true),
+        ("v1/Pod", ("", "v1", "Pod"), "", true),
+        ("v2/Pod", ("", "v1", "Pod"), "", false),
+        ("apps/v1/Deployment", ("apps", "v1", "Deployment"), "", true),
+        (
+            "apps/v1/Deployment/scale",
+            ("apps", "v1", "Deployment"),
+            "scale",
+            true,
+        ),
+        ("*/Deployment", ("apps", "v1", "Deployment"), "", true),
+        (
+            "networking.k8s.io/v1/Ingress",
+            ("networking.k8s.io", "v1", "Ingress"),
+            "",
+            true,
+        ),
+        ("*", ("apps", "v1", "Deployment"), "", true),
+        ("Deploy*", ("apps", "v1", "Deployment"), "", true),
+        ("Service", ("", "v1", "Pod"), "", false),
+    ] {
+        let k = KindSelector::parse(sel).unwrap();
+        assert_eq!(
+            k.matches(gvk.0, gvk.1, gvk.2, sub),
+            want,
+            "{sel} vs {gvk:?}/{sub}"
+        );
+    }
+}
+
+fn input<'a>(labels: &'a Map<String, Value>, user: &'a UserInfo) -> MatchInput<'a> {
+    MatchInput {
+        group: "",
+        version: "v1",
+        kind: "Pod",
+        subresource: "",
+        operation: "CREATE",
+        name: "web-1",
+        generate_name: "",
+        namespace: "prod",
+        labels: Some(labels),
+        annotations: None,
+        namespace_labels: None,
+        user,
+    }
+}
+
+fn compile(v: serde_json::Value) -> CompiledMatch {
+    CompiledMatch::compile(&serde_json::from_value(v).unwrap()).unwrap()
+}
+
+#[test]
+fn resource_filters() {
+    let labels = json!({"app": "web"}).as_object().unwrap().clone();
+    let user = UserInfo {
+        username: "system:serviceaccount:ci:deployer".into(),
+        ..Default::default()
+    };
+    let i = input(&labels, &user);
+    for (m, want) in [
+        (json!({"any": [{"resources": {"kinds": ["Pod"]}}]}), true),
+        (
+            json!({"any": [{"resources": {"kinds": ["Service"]}}, {"resources": {"kinds": ["Pod"]}}]}),
+            true,
+        ),
+        (
+            json!({"all": [{"resources": {"kinds": ["Service"]}}, {"resources": {"kinds": ["Pod"]}}]}),
+            false,
+        ),
+        (
+            json!({"resources": {"kinds": ["Pod"], "names": ["web-*"]}}),
+            true,
+        ),
+        (
+            json!({"resources": {"kinds": ["Pod"], "namespaces": ["dev"]}}),
+            false,
+        ),
+        (
+            json!({"any": [{"resources": {"kinds": ["Pod"], "operations": ["UPDATE"]}}]}),
+            false,
+        ),
+        (
+            json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"app": "web"}}}}]}),
+            true,
+        ),
+        (
+            json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"app": "w*"}}}}]}),
+            true,
+        ),
+        (
+            json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchLabels": {"*": "*"}}}}]}),
+            true,
+        ),
+        (
+            json!({"any": [{"resources": {"kinds": ["Pod"], "selector": {"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}}}]}),
+            false,
+        ),
+        (
+            json!({"any": [{"subjects": [{"kind": "ServiceAccount", "name": "deployer", "namespace": "ci"}]}]}),
+            true,
+        ),
+        (
+            json!({"any": [{"subjects": [{"kind": "User", "name": "alice"}]}]}),
+            false,
+        ),
+        (json!({"any": [{"resources": {}}]}), false),
+        (json!({}), false),
+    ] {
+        assert_eq!(compile(m.clone()).matches(&i), want, "{m}");
+    }
+    assert!(!compile(json!({})).excludes(&i));
+}

@@ -1,0 +1,13 @@
+//! Policies: Kyverno API types, strict loading from YAML, and the compile
+//! step that turns a policy document into an immutable [`CompiledPolicy`].
+
+pub mod autogen;
+pub mod compile;
+pub mod load;
+pub mod types;
+
+pub use compile::{
+    CompiledException, CompiledPolicy, CompiledRule, Condition, Conditions, ExprCache,
+    FailureAction, FailurePolicy, RuleBody, ValidateCheck,
+};
+pub use load::{LoadError, LoadedDocument};

@@ -1,0 +1,642 @@
+//! The compile step: a strictly decoded policy document in, an immutable
+//! [`CompiledPolicy`] out. Autogen rules are added here, conditions get typed
+//! operators, and every `{{ }}` expression is parsed once into an
+//! [`ExprCache`] so that evaluation never re-parses policy text.
+
+use super::autogen;
+use super::types::{
+    ContextEntry, Deny, ForEachValidation, PodSecurity, PolicyDoc, PolicyExceptionDoc, Rule,
+    Validation,
+};
+use crate::engine::variables;
+use crate::jmespath::Expression;
+use crate::matching::CompiledMatch;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+#[derive(Debug, thiserror::Error)]
+pub enum CompileError {
+    #[error("policy {policy}: {field}: {message}")]
+    Invalid {
+        policy: String,
+        field: String,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailureAction {
+    Audit,
+    Enforce,
+}
+
+impl FailureAction {
+    fn parse(s: &str) -> FailureAction {
+        if s.eq_ignore_ascii_case("enforce") {
+            FailureAction::Enforce
+        } else {
+            FailureAction::Audit
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailurePolicy {
+    Fail,
+    Ignore,
+}
+
+/// Pre-parsed JMESPath expressions keyed by their source text.
+#[derive(Debug, Default)]
+pub struct ExprCache {
+    exprs: HashMap<String, Expression>,
+}
+
+impl ExprCache {
+    pub fn get(&self, source: &str) -> Option<&Expression> {
+        self.exprs.get(source)
+    }
+
+    fn add(&mut self, source: &str) {
+        if !self.exprs.contains_key(source) {
+            // Unparseable text stays out; evaluation reports the syntax error.
+            if let Ok(e) = Expression::parse(source) {
+                self.exprs.insert(source.to_string(), e);
+            }
+        }
+    }
+
+    fn add_all_variables(&mut self, v: &Value) {
+        match v {
+            Value::String(s) => {
+                for expr in variables::expressions_in(s) {
+                    self.add(&expr);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|x| self.add_all_variables(x)),
+            Value::Object(m) => m.iter().for_each(|(k, x)| {
+                for expr in variables::expressions_in(k) {
+                    self.add(&expr);
+                }
+                self.add_all_variables(x)
+            }),
+            _ => {}
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operator {
+    Equals,
+    NotEquals,
+    In,
+    NotIn,
+    AnyIn,
+    AllIn,
+    AnyNotIn,
+    AllNotIn,
+    GreaterThan,
+    GreaterThanOrEquals,
+    LessThan,
+    LessThanOrEquals,
+    DurationGreaterThan,
+    DurationGreaterThanOrEquals,
+    DurationLessThan,
+    DurationLessThanOrEquals,
+}
+
+impl Operator {
+    fn parse(s: &str) -> Option<Operator> {
+        use Operator::*;
+        Some(match s.to_ascii_lowercase().as_str() {
+            "equals" | "equal" => Equals,
+            "notequals" | "notequal" => NotEquals,
+            "in" => In,
+            "notin" => NotIn,
+            "anyin" => AnyIn,
+            "allin" => AllIn,
+            "anynotin" => AnyNotIn,
+            "allnotin" => AllNotIn,
+            "greaterthan" => GreaterThan,
+            "greaterthanorequals" => GreaterThanOrEquals,
+            "lessthan" => LessThan,
+            "lessthanorequals" => LessThanOrEquals,
+            "durationgreaterthan" => DurationGreaterThan,
+            "durationgreaterthanorequals" => DurationGreaterThanOrEquals,
+            "durationlessthan" => DurationLessThan,
+            "durationlessthanorequals" => DurationLessThanOrEquals,
+            _ => return None,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Condition {
+    pub key: Value,
+    /// `None` for an unknown operator: evaluating it is a rule error, as in Kyverno.
+    pub operator: Result<Operator, String>,
+    pub value: Value,
+    pub message: Option<String>,
+}
+
+/// `{any, all}` conditions; the legacy bare list is `all`.
+#[derive(Debug, Clone, Default)]
+pub struct Conditions {
+    pub any: Option<Vec<Condition>>,
+    pub all: Option<Vec<Condition>>,
+}
+
+impl Conditions {
+    pub fn parse(v: &Value) -> Result<Conditions, String> {
+        let list = |v: &Value| -> Result<Vec<Condition>, String> {
+            let Value::Array(items) = v else {
+                return Err("conditions must be a list".into());
+            };
+            items.iter().map(Condition::parse).collect()
+        };
+        match v {
+            Value::Null => Ok(Conditions::default()),
+            Value::Array(_) => Ok(Conditions {
+                any: None,
+                all: Some(list(v)?),
+            }),
+            Value::Object(m) => {
+                for k in m.keys() {
+                    if k != "any" && k != "all" {
+                        return Err(format!("unknown field {k:?}, expected any or all"));
+                    }
+                }
+                Ok(Conditions {
+                    any: m
+                        .get("any")
+                        .filter(|v| !v.is_null())
+                        .map(list)
+                        .transpose()?,
+                    all: m
+                        .get("all")
+                        .filter(|v| !v.is_null())
+                        .map(list)
+                        .transpose()?,
+                })
+            }
+            _ => Err("conditions must be a list or an object with any/all".into()),
+        }
+    }
+}
+
+impl Condition {
+    fn parse(v: &Value) -> Result<Condition, String> {
+        let Value::Object(m) = v else {
+            return Err("a condition must be an object".into());
+        };
+        for k in m.keys() {
+            if !matches!(k.as_str(), "key" | "operator" | "value" | "message") {
+                return Err(format!("unknown field {k:?} in condition"));
+            }
+        }
+        let op = m
+            .get("operator")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        Ok(Condition {
+            key: m.get("key").cloned().unwrap_or(Value::Null),
+            operator: Operator::parse(op).ok_or_else(|| format!("unknown operator {op:?}")),
+            value: m.get("value").cloned().unwrap_or(Value::Null),
+            message: m.get("message").and_then(Value::as_str).map(str::to_string),
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ForEach {
+    pub list: String,
+    pub element_scope: Option<bool>,
+    pub context: Vec<ContextEntry>,
+    pub preconditions: Option<Conditions>,
+    pub check: ValidateCheck,
+}
+
+#[derive(Debug, Clone)]
+pub enum ValidateCheck {
+    Pattern(Value),
+    AnyPattern(Vec<Value>),
+    Deny(Conditions),
+    Foreach(Vec<ForEach>),
+    PodSecurity(PodSecurity),
+    /// A validate body gavel cannot evaluate yet; the field path says which.
+    Unsupported(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ValidateRule {
+    pub failure_action: FailureAction,
+    pub message: Option<String>,
+    pub allow_existing_violations: bool,
+    pub check: ValidateCheck,
+}
+
+#[derive(Debug, Clone)]
+pub enum RuleBody {
+    Validate(ValidateRule),
+    Mutate(Value),
+    Generate(Value),
+    VerifyImages(Vec<Value>),
+    /// Not evaluated yet: the field path of the unsupported part.
+    Unsupported(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct CompiledRule {
+    pub name: String,
+    pub match_resources: CompiledMatch,
+    pub exclude: Option<CompiledMatch>,
+    pub context: Vec<ContextEntry>,
+    /// Preconditions, or the reason they could not be parsed (a rule error).
+    pub preconditions: Result<Option<Conditions>, String>,
+    pub body: RuleBody,
+}
+
+impl CompiledRule {
+    pub fn is_validate(&self) -> bool {
+        matches!(self.body, RuleBody::Validate(_)) || self.unsupported_kind() == Some("validate")
+    }
+
+    pub fn is_mutate(&self) -> bool {
+        matches!(self.body, RuleBody::Mutate(_))
+    }
+
+    pub fn is_generate(&self) -> bool {
+        matches!(self.body, RuleBody::Generate(_))
+    }
+
+    fn unsupported_kind(&self) -> Option<&str> {
+        match &self.body {
+            RuleBody::Unsupported(f) => f.split('.').nth(2),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyScope {
+    Cluster,
+    Namespaced,
+}
+
+/// An immutable, ready-to-evaluate policy.
+#[derive(Debug, Clone)]
+pub struct CompiledPolicy {
+    pub name: String,
+    /// The namespace of a namespaced `Policy`; `None` for a ClusterPolicy.
+    pub namespace: Option<String>,
+    pub scope: PolicyScope,
+    pub annotations: BTreeMap<String, String>,
+    /// `policies.kyverno.io/scored: "false"` turns fail results into warn.
+    pub scored: bool,
+    pub failure_policy: FailurePolicy,
+    pub background: bool,
+    pub admission: bool,
+    pub emit_warning: bool,
+    /// `applyRules: One`: stop after the first rule that applied.
+    pub apply_one: bool,
+    /// Declared rules followed by their autogen variants.
+    pub rules: Vec<CompiledRule>,
+    pub exprs: Arc<ExprCache>,
+}
+
+impl CompiledPolicy {
+    /// `ns/name` for a namespaced Policy, `name` otherwise, as Kyverno reports it.
+    pub fn qualified_name(&self) -> String {
+        match &self.namespace {
+            Some(ns) => format!("{ns}/{}", self.name),
+            None => self.name.clone(),
+        }
+    }
+
+    pub fn has_validate(&self) -> bool {
+        self.rules.iter().any(CompiledRule::is_validate)
+    }
+
+    pub fn has_mutate(&self) -> bool {
+        self.rules.iter().any(CompiledRule::is_mutate)
+    }
+
+    pub fn has_generate(&self) -> bool {
+        self.rules.iter().any(CompiledRule::is_generate)
+    }
+
+    pub fn compile(doc: &PolicyDoc) -> Result<CompiledPolicy, CompileError> {
+        let name = doc.metadata.name.clone();
+        let invalid = |field: String, message: String| CompileError::Invalid {
+            policy: name.clone(),
+            field,
+            message,
+        };
+        let scope = if doc.kind == "Policy" {
+            PolicyScope::Namespaced
+        } else {
+            PolicyScope::Cluster
+        };
+        let spec = &doc.spec;
+        if spec.rules.is_empty() {
+            return Err(invalid(
+                "spec.rules".into(),
+                "a policy needs at least one rule".into(),
+            ));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (i, r) in spec.rules.iter().enumerate() {
+            if !seen.insert(r.name.as_str()) {
+                return Err(invalid(
+                    format!("spec.rules[{i}].name"),
+                    format!("Duplicate rule name: {:?}", r.name),
+                ));
+            }
+        }
+        let policy_action =
+            FailureAction::parse(spec.validation_failure_action.as_deref().unwrap_or("Audit"));
+        let failure_policy = spec
+            .webhook_configuration
+            .as_ref()
+            .and_then(|w| w.failure_policy.as_deref())
+            .or(spec.failure_policy.as_deref())
+            .map(|f| {
+                if f == "Ignore" {
+                    FailurePolicy::Ignore
+                } else {
+                    FailurePolicy::Fail
+                }
+            })
+            .unwrap_or(FailurePolicy::Fail);
+
+        let mut exprs = ExprCache::default();
+        let mut rules = Vec::new();
+        let declared = spec
+            .rules
+            .iter()
+            .filter(|r| !r.name.starts_with("autogen-"));
+        let generated = autogen::generate(doc);
+        for (i, rule) in declared.chain(generated.iter()).enumerate() {
+            let field = format!("spec.rules[{i}]");
+            exprs.add_all_variables(&serde_json::to_value(rule).unwrap_or(Value::Null));
+            rules.push(
+                compile_rule(rule, &field, policy_action, &mut exprs)
+                    .map_err(|m| invalid(field.clone(), m))?,
+            );
+        }
+        Ok(CompiledPolicy {
+            name: doc.metadata.name.clone(),
+            namespace: (scope == PolicyScope::Namespaced).then(|| {
+                doc.metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into())
+            }),
+            scope,
+            scored: doc
+                .metadata
+                .annotations
+                .get("policies.kyverno.io/scored")
+                .map(String::as_str)
+                != Some("false"),
+            annotations: doc.metadata.annotations.clone(),
+            failure_policy,
+            background: spec.background.unwrap_or(true),
+            admission: spec.admission.unwrap_or(true),
+            emit_warning: spec.emit_warning.unwrap_or(false),
+            apply_one: spec.apply_rules.as_deref() == Some("One"),
+            rules,
+            exprs: Arc::new(exprs),
+        })
+    }
+}
+
+fn compile_rule(
+    rule: &Rule,
+    field: &str,
+    policy_action: FailureAction,
+    exprs: &mut ExprCache,
+) -> Result<CompiledRule, String> {
+    let match_resources =
+        CompiledMatch::compile(&rule.match_resources).map_err(|e| format!("match: {e}"))?;
+    let exclude = rule
+        .exclude
+        .as_ref()
+        .map(CompiledMatch::compile)
+        .transpose()
+        .map_err(|e| format!("exclude: {e}"))?;
+    let preconditions = rule
+        .preconditions
+        .as_ref()
+        .map(Conditions::parse)
+        .transpose();
+    let body = if let Some(v) = &rule.validate {
+        compile_validation(v, &format!("{field}.validate"), policy_action, exprs)
+    } else if let Some(m) = &rule.mutate {
+        RuleBody::Mutate(m.clone())
+    } else if let Some(g) = &rule.generate {
+        RuleBody::Generate(g.clone())
+    } else if !rule.verify_images.is_empty() {
+        RuleBody::VerifyImages(rule.verify_images.clone())
+    } else {
+        return Err("a rule needs one of validate, mutate, generate or verifyImages".into());
+    };
+    for (i, c) in rule.context.iter().enumerate() {
+        check_context_entry(c).map_err(|m| format!("context[{i}]: {m}"))?;
+    }
+    Ok(CompiledRule {
+        name: rule.name.clone(),
+        match_resources,
+        exclude,
+        context: rule.context.clone(),
+        preconditions,
+        body,
+    })
+}
+
+fn check_context_entry(c: &ContextEntry) -> Result<(), String> {
+    let sources = [
+        c.config_map.is_some(),
+        c.api_call.is_some(),
+        c.variable.is_some(),
+        c.image_registry.is_some(),
+        c.global_reference.is_some(),
+    ];
+    match sources.iter().filter(|s| **s).count() {
+        1 => Ok(()),
+        0 => Err(format!("context entry {:?} needs a source", c.name)),
+        _ => Err(format!(
+            "context entry {:?} has more than one source",
+            c.name
+        )),
+    }
+}
+
+fn compile_validation(
+    v: &Validation,
+    field: &str,
+    policy_action: FailureAction,
+    exprs: &mut ExprCache,
+) -> RuleBody {
+    let check = compile_check(
+        v.pattern.as_ref(),
+        v.any_pattern.as_ref(),
+        v.deny.as_ref(),
+        v.foreach.as_deref(),
+        field,
+        exprs,
+    );
+    let check = match check {
+        Some(c) => c,
+        None if v.pod_security.is_some() => {
+            ValidateCheck::PodSecurity(v.pod_security.clone().unwrap_or_default())
+        }
+        None if v.cel.is_some() => ValidateCheck::Unsupported(format!("{field}.cel")),
+        None if v.manifests.is_some() => ValidateCheck::Unsupported(format!("{field}.manifests")),
+        None if v.assert.is_some() => ValidateCheck::Unsupported(format!("{field}.assert")),
+        None => ValidateCheck::Unsupported(format!(
+            "{field} (no pattern, anyPattern, deny, foreach or podSecurity)"
+        )),
+    };
+    RuleBody::Validate(ValidateRule {
+        failure_action: v
+            .failure_action
+            .as_deref()
+            .map(FailureAction::parse)
+            .unwrap_or(policy_action),
+        message: v.message.clone(),
+        allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
+        check,
+    })
+}
+
+fn compile_check(
+    pattern: Option<&Value>,
+    any_pattern: Option<&Value>,
+    deny: Option<&Deny>,
+    foreach: Option<&[ForEachValidation]>,
+    field: &str,
+    exprs: &mut ExprCache,
+) -> Option<ValidateCheck> {
+    // Kyverno's order: deny, then pattern/anyPattern, then foreach.
+    if let Some(d) = deny {
+        return Some(
+            match Conditions::parse(d.conditions.as_ref().unwrap_or(&Value::Null)) {
+                Ok(c) => ValidateCheck::Deny(c),
+                Err(e) => ValidateCheck::Unsupported(format!("{field}.deny.conditions: {e}")),
+            },
+        );
+    }
+    if let Some(p) = pattern {
+        return Some(ValidateCheck::Pattern(p.clone()));
+    }
+    if let Some(p) = any_pattern {
+        return Some(match p {
+            Value::Array(items) => ValidateCheck::AnyPattern(items.clone()),
+            _ => ValidateCheck::Unsupported(format!("{field}.anyPattern (must be a list)")),
+        });
+    }
+    if let Some(list) = foreach {
+        let mut out = Vec::new();
+        for (i, f) in list.iter().enumerate() {
+            let ffield = format!("{field}.foreach[{i}]");
+            exprs.add(&f.list);
+            let nested: Option<Vec<ForEachValidation>> = match &f.foreach {
+                Some(v) => match serde_json::from_value(v.clone()) {
+                    Ok(n) => Some(n),
+                    Err(e) => {
+                        return Some(ValidateCheck::Unsupported(format!("{ffield}.foreach: {e}")));
+                    }
+                },
+                None => None,
+            };
+            let check = compile_check(
+                f.pattern.as_ref(),
+                f.any_pattern.as_ref(),
+                f.deny.as_ref(),
+                nested.as_deref(),
+                &ffield,
+                exprs,
+            )
+            .unwrap_or_else(|| {
+                ValidateCheck::Unsupported(format!(
+                    "{ffield} (no pattern, anyPattern, deny or foreach)"
+                ))
+            });
+            let preconditions = match f.preconditions.as_ref().map(Conditions::parse).transpose() {
+                Ok(p) => p,
+                Err(e) => {
+                    return Some(ValidateCheck::Unsupported(format!(
+                        "{ffield}.preconditions: {e}"
+                    )));
+                }
+            };
+            out.push(ForEach {
+                list: f.list.clone(),
+                element_scope: f.element_scope,
+                context: f.context.clone(),
+                preconditions,
+                check,
+            });
+        }
+        return Some(ValidateCheck::Foreach(out));
+    }
+    None
+}
+
+/// A compiled PolicyException.
+#[derive(Debug, Clone)]
+pub struct CompiledException {
+    pub name: String,
+    pub namespace: String,
+    pub match_resources: CompiledMatch,
+    pub conditions: Option<Conditions>,
+    /// (policy name pattern, rule name patterns)
+    pub exceptions: Vec<(String, Vec<String>)>,
+    pub pod_security: Vec<super::types::PodSecurityExclude>,
+    pub exprs: Arc<ExprCache>,
+}
+
+impl CompiledException {
+    pub fn compile(doc: &PolicyExceptionDoc) -> Result<CompiledException, CompileError> {
+        let invalid = |field: &str, message: String| CompileError::Invalid {
+            policy: doc.metadata.name.clone(),
+            field: field.into(),
+            message,
+        };
+        let mut exprs = ExprCache::default();
+        if let Some(c) = &doc.spec.conditions {
+            exprs.add_all_variables(c);
+        }
+        Ok(CompiledException {
+            name: doc.metadata.name.clone(),
+            namespace: doc.metadata.namespace.clone().unwrap_or_default(),
+            match_resources: CompiledMatch::compile(&doc.spec.match_resources)
+                .map_err(|e| invalid("spec.match", e))?,
+            conditions: doc
+                .spec
+                .conditions
+                .as_ref()
+                .map(Conditions::parse)
+                .transpose()
+                .map_err(|e| invalid("spec.conditions", e))?,
+            exceptions: doc
+                .spec
+                .exceptions
+                .iter()
+                .map(|e| (e.policy_name.clone(), e.rule_names.clone()))
+                .collect(),
+            pod_security: doc.spec.pod_security.clone(),
+            exprs: Arc::new(exprs),
+        })
+    }
+
+    /// Whether this exception names `policy` (qualified name) and `rule`.
+    pub fn covers(&self, policy: &str, rule: &str) -> bool {
+        use crate::wildcard::matches;
+        self.exceptions
+            .iter()
+            .any(|(p, rules)| matches(p, policy) && rules.iter().any(|r| matches(r, rule)))
+    }
+}

@@ -1,0 +1,379 @@
+//! Kyverno API types (`kyverno.io/v1` ClusterPolicy and Policy,
+//! `kyverno.io/v2` PolicyException) as they appear in YAML. Decoding is
+//! strict: an unknown field is an error naming its path.
+//!
+//! Free-form parts (patterns, condition keys and values, patches) stay as
+//! JSON values; the compile step turns them into evaluable forms.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectMeta {
+    #[serde(default)]
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    /// Server-populated fields (uid, resourceVersion, ...) that policies never read.
+    #[serde(flatten)]
+    pub other: Map<String, Value>,
+}
+
+/// A kyverno.io/v1 ClusterPolicy or Policy document.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyDoc {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: Spec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Spec {
+    #[serde(default)]
+    pub rules: Vec<Rule>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub apply_rules: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validation_failure_action: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub validation_failure_action_overrides: Vec<FailureActionOverride>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub emit_warning: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub admission: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_timeout_seconds: Option<i32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webhook_configuration: Option<WebhookConfiguration>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_existing: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_existing_on_policy_update: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutate_existing_on_policy_update: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub use_server_side_apply: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema_validation: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct WebhookConfiguration {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_policy: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<i32>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_conditions: Vec<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FailureActionOverride {
+    #[serde(default)]
+    pub action: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Rule {
+    pub name: String,
+    #[serde(rename = "match", default)]
+    pub match_resources: MatchResources,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exclude: Option<MatchResources>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cel_preconditions: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutate: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub validate: Option<Validation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate: Option<Value>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verify_images: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_extractors: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub report_properties: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_background_requests: Option<bool>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MatchResources {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub any: Vec<ResourceFilter>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub all: Vec<ResourceFilter>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceDescription>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subjects: Vec<Subject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_roles: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceFilter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceDescription>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subjects: Vec<Subject>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub roles: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster_roles: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceDescription {
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub kinds: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub names: Vec<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub namespaces: Vec<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub annotations: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub operations: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelector {
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub match_labels: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    pub operator: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Subject {
+    pub kind: String,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_group: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ContextEntry {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapReference>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_call: Option<ApiCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variable: Option<Variable>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_registry: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub global_reference: Option<GlobalReference>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ConfigMapReference {
+    pub name: String,
+    #[serde(default)]
+    pub namespace: String,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ApiCall {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub data: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jmes_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Variable {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jmes_path: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GlobalReference {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jmes_path: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Validation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_action: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failure_action_overrides: Vec<FailureActionOverride>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_existing_violations: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub any_pattern: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny: Option<Deny>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreach: Option<Vec<ForEachValidation>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_security: Option<PodSecurity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cel: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifests: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub assert: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Deny {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForEachValidation {
+    #[serde(default)]
+    pub list: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub element_scope: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pattern: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub any_pattern: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deny: Option<Deny>,
+    /// Nested loops, kept raw as in Kyverno's API (`apiextensions.JSON`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreach: Option<Value>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodSecurity {
+    #[serde(default)]
+    pub level: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub exclude: Vec<PodSecurityExclude>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodSecurityExclude {
+    pub control_name: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub images: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restricted_field: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub values: Vec<String>,
+}
+
+/// A kyverno.io/v2 (or v2beta1/v2alpha1) PolicyException document.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyExceptionDoc {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: ObjectMeta,
+    pub spec: PolicyExceptionSpec,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PolicyExceptionSpec {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub background: Option<bool>,
+    #[serde(rename = "match", default)]
+    pub match_resources: MatchResources,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Value>,
+    #[serde(default)]
+    pub exceptions: Vec<ExceptionTarget>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pod_security: Vec<PodSecurityExclude>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ExceptionTarget {
+    pub policy_name: String,
+    #[serde(default)]
+    pub rule_names: Vec<String>,
+}
