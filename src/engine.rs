@@ -177,19 +177,32 @@ impl Request {
             Some((ns, name)) => (ns.to_string(), name.to_string()),
             None => (String::new(), String::new()),
         };
+        // kyverno-compat: empty user fields are omitted (Go `omitempty`).
+        let mut user_info = Map::new();
+        if !self.user.username.is_empty() {
+            user_info.insert("username".into(), json!(self.user.username));
+        }
+        if !self.user.groups.is_empty() {
+            user_info.insert("groups".into(), json!(self.user.groups));
+        }
+        let mut request = json!({
+            "operation": self.operation,
+            "object": self.object,
+            "oldObject": self.old_object,
+            "userInfo": user_info,
+            "namespace": self.namespace(),
+            "name": self.name(),
+            "kind": {"group": self.gvk.group, "version": self.gvk.version, "kind": self.gvk.kind},
+            "subResource": self.subresource,
+        });
+        if !self.user.roles.is_empty() {
+            request["roles"] = json!(self.user.roles);
+        }
+        if !self.user.cluster_roles.is_empty() {
+            request["clusterRoles"] = json!(self.user.cluster_roles);
+        }
         let mut data = json!({
-            "request": {
-                "operation": self.operation,
-                "object": self.object,
-                "oldObject": self.old_object,
-                "userInfo": {"username": self.user.username, "groups": self.user.groups},
-                "roles": self.user.roles,
-                "clusterRoles": self.user.cluster_roles,
-                "namespace": self.namespace(),
-                "name": self.name(),
-                "kind": {"group": self.gvk.group, "version": self.gvk.version, "kind": self.gvk.kind},
-                "subResource": self.subresource,
-            },
+            "request": request,
             "serviceAccountName": sa_name,
             "serviceAccountNamespace": sa_namespace,
         });

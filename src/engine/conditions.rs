@@ -150,37 +150,38 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
         Value::String(_) | Value::Number(_) | Value::Bool(_) => vec![sprint(key)],
         _ => return false,
     };
-    let values: Vec<String> = match value {
-        Value::Array(a) => a.iter().map(sprint).collect(),
-        Value::String(s) => {
-            if let Ok(arr) = serde_json::from_str::<Vec<Value>>(s) {
-                arr.iter().map(sprint).collect()
-            } else if split_range(s).is_some() && keys.iter().all(|k| Quantity::parse(k).is_some())
-            {
-                let inside = |k: &String| in_range(k, s).unwrap_or(false);
-                return match op {
-                    SetOp::AnyIn => keys.iter().any(inside),
-                    SetOp::AllIn => keys.iter().all(inside),
-                    SetOp::AnyNotIn => keys.iter().any(|k| !inside(k)),
-                    SetOp::AllNotIn => !keys.iter().any(inside),
-                };
-            } else {
-                vec![s.clone()]
-            }
-        }
-        Value::Number(_) | Value::Bool(_) => vec![sprint(value)],
-        _ => return false,
-    };
-    let contained = |k: &String| {
-        values
-            .iter()
-            .any(|v| wildcard::matches(k, v) || wildcard::matches(v, k))
-    };
-    match op {
+    let decide = |contained: &dyn Fn(&String) -> bool| match op {
         SetOp::AnyIn => keys.iter().any(contained),
         SetOp::AllIn => keys.iter().all(contained),
         SetOp::AnyNotIn => keys.iter().any(|k| !contained(k)),
         SetOp::AllNotIn => !keys.iter().any(contained),
+    };
+    match value {
+        Value::Array(a) => {
+            let values: Vec<String> = a.iter().map(sprint).collect();
+            decide(&|k| {
+                values
+                    .iter()
+                    .any(|v| wildcard::matches(k, v) || wildcard::matches(v, k))
+            })
+        }
+        Value::String(s) => {
+            // A string value is a range `a-b`, a JSON array (e.g. from a
+            // ConfigMap), or else a single-element list.
+            if split_range(s).is_some() && keys.iter().all(|k| Quantity::parse(k).is_some()) {
+                return decide(&|k| in_range(k, s).unwrap_or(false));
+            }
+            let values: Vec<String> = match serde_json::from_str::<Vec<Value>>(s) {
+                Ok(arr) => arr.iter().map(sprint).collect(),
+                Err(_) => vec![s.clone()],
+            };
+            decide(&|k| {
+                values
+                    .iter()
+                    .any(|v| wildcard::matches(k, v) || wildcard::matches(v, k))
+            })
+        }
+        _ => false,
     }
 }
 

@@ -164,7 +164,11 @@ fn expand_metadata_wildcards(
     let mut changed = false;
     let mut new_meta = pmeta.clone();
     for field in ["labels", "annotations"] {
-        let Some(pfield) = pmeta.get(field).and_then(Value::as_object) else {
+        // The field itself may be anchored, e.g. `=(annotations)`.
+        let found = pmeta
+            .iter()
+            .find(|(k, _)| parse_anchor(k).map_or(k.as_str(), |(_, inner)| inner) == field);
+        let Some((pkey, Some(pfield))) = found.map(|(k, v)| (k.clone(), v.as_object())) else {
             continue;
         };
         if !pfield.keys().any(|k| wildcard::has_wildcard(k)) {
@@ -196,7 +200,7 @@ fn expand_metadata_wildcards(
                 expanded.insert(k.clone(), v.clone());
             }
         }
-        new_meta.insert(field.to_string(), Value::Object(expanded));
+        new_meta.insert(pkey, Value::Object(expanded));
         changed = true;
     }
     if !changed {
