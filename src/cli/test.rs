@@ -7,6 +7,7 @@ use super::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use super::values::{PolicyRuleValues, UserInfoFile, Values};
 use super::{OutputFormat, TestArgs};
 use crate::context::{ApiCallRequest, ResolveError, Resolver};
+use crate::engine::json_context::JsonContext;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, Gvk, PolicyResponse, Request, RuleStatus};
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
@@ -253,41 +254,35 @@ fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
     let operation = loaded.values.operation();
     let mut out = Vec::with_capacity(loaded.resources.len());
     for resource in &loaded.resources {
-        let (object, old_object) = match operation.as_str() {
-            "DELETE" => (Value::Null, resource.clone()),
-            "UPDATE" => (resource.clone(), resource.clone()),
-            _ => (resource.clone(), Value::Null),
-        };
-        let namespace = resource
-            .pointer("/metadata/namespace")
+        let name = resource
+            .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let req = Request {
-            operation: operation.clone(),
-            gvk: Gvk::of(resource),
-            subresource: String::new(),
-            object,
-            old_object,
-            user: loaded.user.user.clone(),
-            namespace_labels: loaded.values.namespace_labels.get(namespace).cloned(),
-        };
-        let mut ctx = req.json_context();
-        for (k, v) in &loaded.values.global {
-            ctx.set_path(k, v.clone());
-        }
-        let name = req.name().to_string();
+        let base = build_request(resource, &operation, loaded);
+        let mut base_ctx = context_for(&base, loaded);
         let mut responses = Vec::new();
         for policy in &loaded.policies {
-            let cp = ctx.checkpoint();
-            if let Some(values) = loaded
+            let resource_values = loaded
                 .values
                 .resources
                 .get(&policy.name)
-                .and_then(|m| m.get(&name))
-            {
-                for (k, v) in values {
-                    ctx.set_path(k, v.clone());
-                }
+                .and_then(|m| m.get(name));
+            // A resource-level `request.operation` changes the request itself (oldObject on UPDATE).
+            let own_op = resource_values
+                .and_then(|v| v.get("request.operation"))
+                .and_then(Value::as_str);
+            let mut overridden = own_op.filter(|op| *op != operation).map(|op| {
+                let r = build_request(resource, op, loaded);
+                let c = context_for(&r, loaded);
+                (r, c)
+            });
+            let (req, ctx) = match overridden.as_mut() {
+                Some((r, c)) => (&*r, c),
+                None => (&base, &mut base_ctx),
+            };
+            let cp = ctx.checkpoint();
+            for (k, v) in resource_values.into_iter().flatten() {
+                ctx.set_path(k, v.clone());
             }
             let rule_values = PolicyRuleValues(loaded.values.rules.get(&policy.name));
             let env = EvalEnv {
@@ -295,12 +290,42 @@ fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
                 exceptions: &loaded.exceptions,
                 rule_values: &rule_values,
             };
-            responses.push(evaluate_policy(policy, &req, &mut ctx, &env));
+            responses.push(evaluate_policy(policy, req, ctx, &env));
             ctx.restore(cp);
         }
         out.push(responses);
     }
     out
+}
+
+/// The request's JSON context with the values file's global values applied.
+fn context_for(req: &Request, loaded: &Loaded) -> JsonContext {
+    let mut ctx = req.json_context();
+    for (k, v) in &loaded.values.global {
+        ctx.set_path(k, v.clone());
+    }
+    ctx
+}
+
+fn build_request(resource: &Value, operation: &str, loaded: &Loaded) -> Request {
+    let (object, old_object) = match operation {
+        "DELETE" => (Value::Null, resource.clone()),
+        "UPDATE" => (resource.clone(), resource.clone()),
+        _ => (resource.clone(), Value::Null),
+    };
+    let namespace = resource
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    Request {
+        operation: operation.to_string(),
+        gvk: Gvk::of(resource),
+        subresource: String::new(),
+        object,
+        old_object,
+        user: loaded.user.user.clone(),
+        namespace_labels: loaded.values.namespace_labels.get(namespace).cloned(),
+    }
 }
 
 fn display_resource(r: &Value) -> String {

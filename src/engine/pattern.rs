@@ -153,13 +153,20 @@ fn has_anchors(v: &Value) -> bool {
     }
 }
 
+/// The entry whose key is `name`, possibly anchored (`=(name)`, `(name)`, ...).
+fn anchored_entry<'p>(m: &'p Map<String, Value>, name: &str) -> Option<(&'p String, &'p Value)> {
+    m.iter()
+        .find(|(k, _)| parse_anchor(k).map_or(k.as_str(), |(_, inner)| inner) == name)
+}
+
 /// Expands wildcard keys under `metadata.labels` / `metadata.annotations`
 /// to the resource's matching keys (anchors kept).
 fn expand_metadata_wildcards(
     resource: &Map<String, Value>,
     pattern: &Map<String, Value>,
 ) -> Option<Map<String, Value>> {
-    let pmeta = pattern.get("metadata")?.as_object()?;
+    let (meta_key, pmeta) = anchored_entry(pattern, "metadata")?;
+    let pmeta = pmeta.as_object()?;
     let rmeta = resource.get("metadata").and_then(Value::as_object);
     let mut changed = false;
     let mut new_meta = pmeta.clone();
@@ -207,7 +214,7 @@ fn expand_metadata_wildcards(
         return None;
     }
     let mut p = pattern.clone();
-    p.insert("metadata".into(), Value::Object(new_meta));
+    p.insert(meta_key.clone(), Value::Object(new_meta));
     Some(p)
 }
 

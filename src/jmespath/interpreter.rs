@@ -100,7 +100,8 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
                 Some(items) => {
                     let mut out = Vec::with_capacity(items.len());
                     for item in items {
-                        let v = eval(r, item)?;
+                        // kyverno-compat: an element whose right-hand side fails is dropped.
+                        let Ok(v) = eval(r, item) else { continue };
                         if !v.is_null() {
                             out.push(v);
                         }
@@ -116,7 +117,8 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
                 Some(items) => {
                     let mut out = Vec::with_capacity(items.len());
                     for item in items {
-                        let v = eval(r, item)?;
+                        // kyverno-compat: an element whose right-hand side fails is dropped.
+                        let Ok(v) = eval(r, item) else { continue };
                         if !v.is_null() {
                             out.push(v);
                         }
@@ -133,7 +135,8 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
                     let mut out = Vec::new();
                     for item in items {
                         if is_truthy(eval(cond, item.clone())?.as_ref()) {
-                            let v = eval(r, item)?;
+                            // kyverno-compat: an element whose right-hand side fails is dropped.
+                            let Ok(v) = eval(r, item) else { continue };
                             if !v.is_null() {
                                 out.push(v);
                             }

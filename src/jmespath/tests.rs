@@ -48,6 +48,9 @@ fn standard_expressions() {
         ("contains(list, `2`)", json!(true)),
         ("join(',', people[*].name)", json!("a,b,c")),
         ("not_null(missing_thing || `null`, `5`)", json!(5)),
+        // kyverno-compat: projection elements whose expression fails are dropped.
+        ("people[].keys(age)", json!([])),
+        ("`[{\"r\": {\"a\": 1}}, {}]`[].r.keys(@)[]", json!(["a"])),
     ] {
         assert_eq!(run(expr, &data).unwrap(), want, "{expr}");
     }
