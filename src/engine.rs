@@ -213,6 +213,12 @@ impl Request {
     }
 }
 
+/// Evaluates every policy of a set against one request, sharing one JSON context.
+pub fn evaluate(policies: &[crate::policy::CompiledPolicy], req: &Request, env: &EvalEnv) -> Vec<PolicyResponse> {
+    let mut ctx = req.json_context();
+    policies.iter().map(|p| validate::evaluate_policy(p, req, &mut ctx, env)).collect()
+}
+
 /// Values injected per rule (the CLI's values file `policies[].rules[].values`).
 pub trait RuleValues {
     fn for_rule(&self, rule: &str) -> Option<&Map<String, Value>>;
