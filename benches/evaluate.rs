@@ -5,11 +5,11 @@
 //! Policies come from `../shared/conformance/kyverno-policies/pod-security/`;
 //! Pods from `benches/data/`.
 
-use criterion::{criterion_group, criterion_main, Criterion};
+use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
-use gavel::engine::{evaluate, EvalEnv, Gvk, Request};
-use gavel::policy::load::{load_policy_text, parse_yaml_documents, LoadedDocument};
+use gavel::engine::{EvalEnv, Gvk, Request, evaluate};
 use gavel::policy::CompiledPolicy;
+use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
 use serde_json::Value;
 use std::hint::black_box;
 use std::path::Path;
@@ -35,12 +35,14 @@ const PSS_DIRS: &[&str] = &[
 ];
 
 fn pss_policies() -> Vec<CompiledPolicy> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/conformance/kyverno-policies/pod-security");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/conformance/kyverno-policies/pod-security");
     let mut out = Vec::new();
     for dir in PSS_DIRS {
         let name = dir.rsplit('/').next().unwrap();
         let path = root.join(dir).join(format!("{name}.yaml"));
-        let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         for doc in load_policy_text(&path.display().to_string(), &text).unwrap() {
             if let LoadedDocument::Policy(mut p) = doc {
                 p.spec.validation_failure_action = Some("Enforce".into());
@@ -53,7 +55,9 @@ fn pss_policies() -> Vec<CompiledPolicy> {
 }
 
 fn pod(file: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("benches/data").join(file);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("benches/data")
+        .join(file);
     let text = std::fs::read_to_string(&path).unwrap();
     parse_yaml_documents(file, &text).unwrap().remove(0)
 }
@@ -72,9 +76,16 @@ fn request(object: Value) -> Request {
 
 fn bench(c: &mut Criterion) {
     let policies = pss_policies();
-    let env = EvalEnv { resolver: &NoResolver, exceptions: &[], rule_values: &() };
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
     let mut group = c.benchmark_group("evaluate");
-    for (id, file) in [("compliant", "pod-compliant.yaml"), ("violating", "pod-violating.yaml")] {
+    for (id, file) in [
+        ("compliant", "pod-compliant.yaml"),
+        ("violating", "pod-violating.yaml"),
+    ] {
         let req = request(pod(file));
         // Sanity: the violating Pod must fail and the compliant one must not.
         let fails = evaluate(&policies, &req, &env)
@@ -83,8 +94,12 @@ fn bench(c: &mut Criterion) {
             .filter(|r| r.status == gavel::engine::RuleStatus::Fail)
             .count();
         assert_eq!(fails > 0, id == "violating", "{id}: {fails} failing rules");
-        group.bench_function(format!("pss17/{id}"), |b| b.iter(|| evaluate(black_box(&policies), black_box(&req), &env)));
-        group.bench_function(format!("empty/{id}"), |b| b.iter(|| evaluate(black_box(&[]), black_box(&req), &env)));
+        group.bench_function(format!("pss17/{id}"), |b| {
+            b.iter(|| evaluate(black_box(&policies), black_box(&req), &env))
+        });
+        group.bench_function(format!("empty/{id}"), |b| {
+            b.iter(|| evaluate(black_box(&[]), black_box(&req), &env))
+        });
     }
     group.finish();
 }

@@ -128,19 +128,22 @@ impl Request {
         }
     }
 
-    fn str_at<'a>(&'a self, pointer: &str) -> &'a str {
-        self.resource()
-            .pointer(pointer)
+    fn metadata(&self, field: &str) -> Option<&Value> {
+        self.resource().get("metadata").and_then(|m| m.get(field))
+    }
+
+    fn metadata_str(&self, field: &str) -> &str {
+        self.metadata(field)
             .and_then(Value::as_str)
             .unwrap_or_default()
     }
 
     pub fn namespace(&self) -> &str {
-        self.str_at("/metadata/namespace")
+        self.metadata_str("namespace")
     }
 
     pub fn name(&self) -> &str {
-        self.str_at("/metadata/name")
+        self.metadata_str("name")
     }
 
     pub fn match_input(&self) -> MatchInput<'_> {
@@ -151,16 +154,10 @@ impl Request {
             subresource: &self.subresource,
             operation: &self.operation,
             name: self.name(),
-            generate_name: self.str_at("/metadata/generateName"),
+            generate_name: self.metadata_str("generateName"),
             namespace: self.namespace(),
-            labels: self
-                .resource()
-                .pointer("/metadata/labels")
-                .and_then(Value::as_object),
-            annotations: self
-                .resource()
-                .pointer("/metadata/annotations")
-                .and_then(Value::as_object),
+            labels: self.metadata("labels").and_then(Value::as_object),
+            annotations: self.metadata("annotations").and_then(Value::as_object),
             namespace_labels: self.namespace_labels.as_ref(),
             user: &self.user,
         }
@@ -185,27 +182,39 @@ impl Request {
         if !self.user.groups.is_empty() {
             user_info.insert("groups".into(), json!(self.user.groups));
         }
-        let mut request = json!({
-            "operation": self.operation,
-            "object": self.object,
-            "oldObject": self.old_object,
-            "userInfo": user_info,
-            "namespace": self.namespace(),
-            "name": self.name(),
-            "kind": {"group": self.gvk.group, "version": self.gvk.version, "kind": self.gvk.kind},
-            "subResource": self.subresource,
-        });
+        // Built field by field: `json!` would serialize the objects instead of cloning them.
+        let mut request = Map::with_capacity(12);
+        request.insert("operation".into(), Value::String(self.operation.clone()));
+        request.insert("object".into(), self.object.clone());
+        request.insert("oldObject".into(), self.old_object.clone());
+        request.insert("userInfo".into(), Value::Object(user_info));
+        request.insert(
+            "namespace".into(),
+            Value::String(self.namespace().to_string()),
+        );
+        request.insert("name".into(), Value::String(self.name().to_string()));
+        request.insert(
+            "kind".into(),
+            json!({"group": self.gvk.group, "version": self.gvk.version, "kind": self.gvk.kind}),
+        );
+        request.insert(
+            "subResource".into(),
+            Value::String(self.subresource.clone()),
+        );
         if !self.user.roles.is_empty() {
-            request["roles"] = json!(self.user.roles);
+            request.insert("roles".into(), json!(self.user.roles));
         }
         if !self.user.cluster_roles.is_empty() {
-            request["clusterRoles"] = json!(self.user.cluster_roles);
+            request.insert("clusterRoles".into(), json!(self.user.cluster_roles));
         }
-        let mut data = json!({
-            "request": request,
-            "serviceAccountName": sa_name,
-            "serviceAccountNamespace": sa_namespace,
-        });
+        let mut data = Map::with_capacity(4);
+        data.insert("request".into(), Value::Object(request));
+        data.insert("serviceAccountName".into(), Value::String(sa_name));
+        data.insert(
+            "serviceAccountNamespace".into(),
+            Value::String(sa_namespace),
+        );
+        let mut data = Value::Object(data);
         if let Some(images) = images::images_of(self.resource()) {
             data["images"] = images;
         }
@@ -214,9 +223,16 @@ impl Request {
 }
 
 /// Evaluates every policy of a set against one request, sharing one JSON context.
-pub fn evaluate(policies: &[crate::policy::CompiledPolicy], req: &Request, env: &EvalEnv) -> Vec<PolicyResponse> {
+pub fn evaluate(
+    policies: &[crate::policy::CompiledPolicy],
+    req: &Request,
+    env: &EvalEnv,
+) -> Vec<PolicyResponse> {
     let mut ctx = req.json_context();
-    policies.iter().map(|p| validate::evaluate_policy(p, req, &mut ctx, env)).collect()
+    policies
+        .iter()
+        .map(|p| validate::evaluate_policy(p, req, &mut ctx, env))
+        .collect()
 }
 
 /// Values injected per rule (the CLI's values file `policies[].rules[].values`).

@@ -195,6 +195,18 @@ pub fn eval_conditions(
     Ok((true, String::new()))
 }
 
+/// Patterns without `{{ }}` or `$()` are used as they are, without a copy.
+fn substitute_pattern<'p>(
+    sub: &Substituter,
+    p: &'p Value,
+) -> Result<std::borrow::Cow<'p, Value>, super::variables::VariableError> {
+    if super::variables::has_variables(p) {
+        sub.value(p).map(std::borrow::Cow::Owned)
+    } else {
+        Ok(std::borrow::Cow::Borrowed(p))
+    }
+}
+
 struct RuleValidator<'a> {
     rule: &'a str,
     v: &'a ValidateRule,
@@ -286,11 +298,8 @@ impl RuleValidator<'_> {
                 if ctx.is_delete() && element.is_none() {
                     return None;
                 }
-                let resource = match element {
-                    Some(e) => e.clone(),
-                    None => req.object.clone(),
-                };
-                let resp = self.patterns(check, &resource, ctx);
+                let resource = element.unwrap_or(&req.object);
+                let resp = self.patterns(check, resource, ctx);
                 if element.is_none()
                     && req.operation == "UPDATE"
                     && self.v.allow_existing_violations
@@ -354,7 +363,7 @@ impl RuleValidator<'_> {
                 let mut failed = Vec::new();
                 let mut skipped = Vec::new();
                 for (i, p) in pats.iter().enumerate() {
-                    let p = match sub.value(p) {
+                    let p = match substitute_pattern(&sub, p) {
                         Ok(p) => p,
                         Err(e) => {
                             return self.respond(
@@ -544,12 +553,8 @@ impl RuleValidator<'_> {
         let r = match &fe.check {
             ValidateCheck::Foreach(inner) => self.foreach(inner, req, ctx),
             c @ (ValidateCheck::Pattern(_) | ValidateCheck::AnyPattern(_)) => {
-                let resource = if scoped {
-                    item.clone()
-                } else {
-                    req.object.clone()
-                };
-                Some(self.patterns(c, &resource, ctx))
+                let resource = if scoped { item } else { &req.object };
+                Some(self.patterns(c, resource, ctx))
             }
             other => self.check(other, req, ctx, Some(item)),
         };
