@@ -333,7 +333,7 @@ impl RuleValidator<'_> {
         };
         match check {
             ValidateCheck::Pattern(p) => {
-                let p = match sub.value(p) {
+                let p = match substitute_pattern(&sub, p) {
                     Ok(p) => p,
                     Err(e) => {
                         return self.respond(

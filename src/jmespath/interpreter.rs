@@ -94,40 +94,14 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             Some(items) => Cow::Owned(collect(slice(items, *start, *stop, *step))),
             None => null(),
         },
-        Ast::Projection(l, r) => {
-            let base = eval(l, cur)?;
-            match into_elements(base) {
-                Some(items) => {
-                    let mut out = Vec::with_capacity(items.len());
-                    for item in items {
-                        // kyverno-compat: an element whose right-hand side fails is dropped.
-                        let Ok(v) = eval(r, item) else { continue };
-                        if !v.is_null() {
-                            out.push(v);
-                        }
-                    }
-                    Cow::Owned(collect(out))
-                }
-                None => null(),
-            }
-        }
-        Ast::ValueProjection(l, r) => {
-            let base = eval(l, cur)?;
-            match into_values(base) {
-                Some(items) => {
-                    let mut out = Vec::with_capacity(items.len());
-                    for item in items {
-                        // kyverno-compat: an element whose right-hand side fails is dropped.
-                        let Ok(v) = eval(r, item) else { continue };
-                        if !v.is_null() {
-                            out.push(v);
-                        }
-                    }
-                    Cow::Owned(collect(out))
-                }
-                None => null(),
-            }
-        }
+        Ast::Projection(l, r) => match into_elements(eval(l, cur)?) {
+            Some(items) => project(items, r),
+            None => null(),
+        },
+        Ast::ValueProjection(l, r) => match into_values(eval(l, cur)?) {
+            Some(items) => project(items, r),
+            None => null(),
+        },
         Ast::FilterProjection(l, r, cond) => {
             let base = eval(l, cur)?;
             match into_elements(base) {
@@ -217,6 +191,19 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             ));
         }
     })
+}
+
+/// Evaluates `rhs` on each item, keeping the non-null results.
+fn project<'a>(items: Vec<Val<'a>>, rhs: &Ast) -> Val<'a> {
+    let mut out = Vec::with_capacity(items.len());
+    for item in items {
+        // kyverno-compat: an element whose right-hand side fails is dropped.
+        let Ok(v) = eval(rhs, item) else { continue };
+        if !v.is_null() {
+            out.push(v);
+        }
+    }
+    Cow::Owned(collect(out))
 }
 
 fn compare(op: Cmp, l: &Value, r: &Value) -> Value {
