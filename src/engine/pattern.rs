@@ -234,12 +234,20 @@ fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &str) 
         anchor_element(anchor, key, pat, resource, path)?;
     }
     // kyverno-compat: plain keys whose patterns carry anchors go first.
-    plain.sort_by(|a, b| match (has_anchors(a.1), has_anchors(b.1)) {
-        (true, false) => Ordering::Less,
-        (false, true) => Ordering::Greater,
-        (true, true) => b.0.cmp(a.0),
-        _ => a.0.cmp(b.0),
-    });
+    if plain.len() > 1 {
+        // Decide anchors once per key, not once per comparison.
+        let mut keyed: Vec<(bool, &String, &Value)> = plain
+            .iter()
+            .map(|(k, v)| (has_anchors(v), *k, *v))
+            .collect();
+        keyed.sort_by(|a, b| match (a.0, b.0) {
+            (true, false) => Ordering::Less,
+            (false, true) => Ordering::Greater,
+            (true, true) => b.1.cmp(a.1),
+            _ => a.1.cmp(b.1),
+        });
+        plain = keyed.into_iter().map(|(_, k, v)| (k, v)).collect();
+    }
     for (key, pat) in plain {
         let child_path = format!("{path}{key}/");
         let actual = resource.get(key.as_str());

@@ -8,7 +8,7 @@ use super::json_context::JsonContext;
 use super::pattern::{self, ErrorKind};
 use super::variables::{OnError, Substituter};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
-use crate::policy::compile::{ForEach, PolicyScope, ValidateRule};
+use crate::policy::compile::{ForEach, Pattern, PolicyScope, ValidateRule};
 use crate::policy::{CompiledPolicy, CompiledRule, Conditions, ExprCache, RuleBody, ValidateCheck};
 use serde_json::Value;
 
@@ -198,12 +198,12 @@ pub fn eval_conditions(
 /// Patterns without `{{ }}` or `$()` are used as they are, without a copy.
 fn substitute_pattern<'p>(
     sub: &Substituter,
-    p: &'p Value,
+    p: &'p Pattern,
 ) -> Result<std::borrow::Cow<'p, Value>, super::variables::VariableError> {
-    if super::variables::has_variables(p) {
-        sub.value(p).map(std::borrow::Cow::Owned)
+    if p.has_variables {
+        sub.value(&p.value).map(std::borrow::Cow::Owned)
     } else {
-        Ok(std::borrow::Cow::Borrowed(p))
+        Ok(std::borrow::Cow::Borrowed(&p.value))
     }
 }
 

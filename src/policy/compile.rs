@@ -208,6 +208,22 @@ impl Condition {
     }
 }
 
+/// A validate pattern, with whether it needs variable substitution decided once.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    pub value: Value,
+    pub has_variables: bool,
+}
+
+impl Pattern {
+    fn new(value: Value) -> Pattern {
+        Pattern {
+            has_variables: variables::has_variables(&value),
+            value,
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ForEach {
     pub list: String,
@@ -219,8 +235,8 @@ pub struct ForEach {
 
 #[derive(Debug, Clone)]
 pub enum ValidateCheck {
-    Pattern(Value),
-    AnyPattern(Vec<Value>),
+    Pattern(Pattern),
+    AnyPattern(Vec<Pattern>),
     Deny(Conditions),
     Foreach(Vec<ForEach>),
     PodSecurity(PodSecurity),
@@ -529,11 +545,13 @@ fn compile_check(
         );
     }
     if let Some(p) = pattern {
-        return Some(ValidateCheck::Pattern(p.clone()));
+        return Some(ValidateCheck::Pattern(Pattern::new(p.clone())));
     }
     if let Some(p) = any_pattern {
         return Some(match p {
-            Value::Array(items) => ValidateCheck::AnyPattern(items.clone()),
+            Value::Array(items) => {
+                ValidateCheck::AnyPattern(items.iter().cloned().map(Pattern::new).collect())
+            }
             _ => ValidateCheck::Unsupported(format!("{field}.anyPattern (must be a list)")),
         });
     }
