@@ -163,8 +163,9 @@ impl Request {
         }
     }
 
-    /// Builds the JSON context with `request.*` and the builtin variables.
-    pub fn json_context(&self) -> JsonContext {
+    /// Builds the JSON context with `request.*` and the builtin variables;
+    /// `images` only when a policy reads it (see [`CompiledPolicy::uses_images`]).
+    pub fn json_context(&self, with_images: bool) -> JsonContext {
         let (sa_namespace, sa_name) = match self
             .user
             .username
@@ -215,20 +216,21 @@ impl Request {
             Value::String(sa_namespace),
         );
         let mut data = Value::Object(data);
-        if let Some(images) = images::images_of(self.resource()) {
+        if let Some(images) = with_images
+            .then(|| images::images_of(self.resource()))
+            .flatten()
+        {
             data["images"] = images;
         }
         JsonContext::new(data)
     }
 }
 
+use crate::policy::CompiledPolicy;
+
 /// Evaluates every policy of a set against one request, sharing one JSON context.
-pub fn evaluate(
-    policies: &[crate::policy::CompiledPolicy],
-    req: &Request,
-    env: &EvalEnv,
-) -> Vec<PolicyResponse> {
-    let mut ctx = req.json_context();
+pub fn evaluate(policies: &[CompiledPolicy], req: &Request, env: &EvalEnv) -> Vec<PolicyResponse> {
+    let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
     policies
         .iter()
         .map(|p| validate::evaluate_policy(p, req, &mut ctx, env))

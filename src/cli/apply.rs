@@ -107,7 +107,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 )
                 .cloned(),
         };
-        let mut ctx = req.json_context();
+        let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
         for (k, v) in &values.global {
             ctx.set_path(k, v.clone());
         }

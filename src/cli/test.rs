@@ -300,7 +300,7 @@ fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
 
 /// The request's JSON context with the values file's global values applied.
 fn context_for(req: &Request, loaded: &Loaded) -> JsonContext {
-    let mut ctx = req.json_context();
+    let mut ctx = req.json_context(loaded.policies.iter().any(|p| p.uses_images));
     for (k, v) in &loaded.values.global {
         ctx.set_path(k, v.clone());
     }

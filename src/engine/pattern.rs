@@ -53,7 +53,7 @@ pub struct PatternError {
 }
 
 impl PatternError {
-    fn fail(path: &str, message: String) -> PatternError {
+    fn fail(path: &Path, message: String) -> PatternError {
         PatternError {
             kind: ErrorKind::Fail,
             path: path.to_string(),
@@ -64,12 +64,61 @@ impl PatternError {
 
 type Res = Result<(), PatternError>;
 
-/// Validates `resource` against `pattern`.
-pub fn validate(resource: &Value, pattern: &Value) -> Res {
-    element(resource, pattern, "/")
+#[derive(Clone, Copy)]
+enum Seg<'a> {
+    Key(&'a str),
+    Index(usize),
 }
 
-fn element(resource: &Value, pattern: &Value, path: &str) -> Res {
+/// The path to the element being checked, as a stack of segments that is
+/// rendered (`/spec/containers/0/image/`) only when an error needs it.
+#[derive(Clone, Copy)]
+struct Path<'a> {
+    parent: Option<&'a Path<'a>>,
+    seg: Option<Seg<'a>>,
+}
+
+impl<'a> Path<'a> {
+    const ROOT: Path<'static> = Path {
+        parent: None,
+        seg: None,
+    };
+
+    fn key(&'a self, k: &'a str) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Some(Seg::Key(k)),
+        }
+    }
+
+    fn index(&'a self, i: usize) -> Path<'a> {
+        Path {
+            parent: Some(self),
+            seg: Some(Seg::Index(i)),
+        }
+    }
+}
+
+impl std::fmt::Display for Path<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.parent {
+            Some(p) => write!(f, "{p}")?,
+            None => write!(f, "/")?,
+        }
+        match self.seg {
+            Some(Seg::Key(k)) => write!(f, "{k}/"),
+            Some(Seg::Index(i)) => write!(f, "{i}/"),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Validates `resource` against `pattern`.
+pub fn validate(resource: &Value, pattern: &Value) -> Res {
+    element(resource, pattern, &Path::ROOT)
+}
+
+fn element(resource: &Value, pattern: &Value, path: &Path) -> Res {
     match pattern {
         Value::Object(p) => match resource {
             Value::Object(r) => map(r, p, path),
@@ -218,7 +267,7 @@ fn expand_metadata_wildcards(
     Some(p)
 }
 
-fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &str) -> Res {
+fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &Path) -> Res {
     let expanded = expand_metadata_wildcards(resource, pattern);
     let pattern = expanded.as_ref().unwrap_or(pattern);
     let mut anchored: Vec<(&String, Anchor, &str, &Value)> = Vec::new();
@@ -249,7 +298,7 @@ fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &str) 
         plain = keyed.into_iter().map(|(_, k, v)| (k, v)).collect();
     }
     for (key, pat) in plain {
-        let child_path = format!("{path}{key}/");
+        let child_path = path.key(key);
         let actual = resource.get(key.as_str());
         if pat.as_str() == Some("*") {
             if actual.is_none_or(Value::is_null) {
@@ -267,9 +316,9 @@ fn anchor_element(
     key: &str,
     pat: &Value,
     resource: &Map<String, Value>,
-    path: &str,
+    path: &Path,
 ) -> Res {
-    let child_path = format!("{path}{key}/");
+    let child_path = path.key(key);
     let actual = resource.get(key);
     match anchor {
         Anchor::Condition | Anchor::Global => {
@@ -294,7 +343,7 @@ fn anchor_element(
                 }),
                 None => Err(PatternError {
                     kind,
-                    path: child_path,
+                    path: child_path.to_string(),
                     message: "conditional anchor key doesn't exist in the resource".into(),
                 }),
             }
@@ -306,7 +355,7 @@ fn anchor_element(
         Anchor::Negation => match actual {
             Some(_) => Err(PatternError {
                 kind: ErrorKind::Negation,
-                path: child_path.clone(),
+                path: child_path.to_string(),
                 message: format!("{child_path} is not allowed"),
             }),
             None => Ok(()),
@@ -330,7 +379,7 @@ fn anchor_element(
                     let found = items
                         .iter()
                         .enumerate()
-                        .any(|(i, item)| element(item, p, &format!("{child_path}{i}/")).is_ok());
+                        .any(|(i, item)| element(item, p, &child_path.index(i)).is_ok());
                     if !found {
                         return Err(PatternError::fail(
                             &child_path,
@@ -352,7 +401,7 @@ fn anchor_element(
     }
 }
 
-fn array(resource: &[Value], pattern: &[Value], path: &str) -> Res {
+fn array(resource: &[Value], pattern: &[Value], path: &Path) -> Res {
     let Some(first) = pattern.first() else {
         return Err(PatternError::fail(path, "pattern array empty".into()));
     };
@@ -361,7 +410,7 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Res {
             let mut applied = 0;
             let mut skipped: Option<PatternError> = None;
             for (i, item) in resource.iter().enumerate() {
-                match element(item, first, &format!("{path}{i}/")) {
+                match element(item, first, &path.index(i)) {
                     Ok(()) => applied += 1,
                     Err(e) if e.kind == ErrorKind::Skip => skipped = skipped.or(Some(e)),
                     Err(e) => return Err(e),
@@ -388,7 +437,7 @@ fn array(resource: &[Value], pattern: &[Value], path: &str) -> Res {
                 ));
             }
             for (i, p) in pattern.iter().enumerate() {
-                element(&resource[i], p, &format!("{path}{i}/"))?;
+                element(&resource[i], p, &path.index(i))?;
             }
             Ok(())
         }

@@ -161,8 +161,8 @@ pub fn eval_conditions(
     };
     let one = |cond: &crate::policy::Condition| -> Result<bool, String> {
         let op = cond.operator.clone()?;
-        let key = sub.value(&cond.key).map_err(|e| e.to_string())?;
-        let value = sub.value(&cond.value).map_err(|e| e.to_string())?;
+        let key = cond.key.render(&sub).map_err(|e| e.to_string())?;
+        let value = cond.value.render(&sub).map_err(|e| e.to_string())?;
         Ok(conditions::evaluate(op, &key, &value))
     };
     let mut messages = String::new();

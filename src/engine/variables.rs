@@ -82,6 +82,90 @@ pub fn has_variables(v: &Value) -> bool {
     }
 }
 
+/// A policy value prepared for substitution at compile time.
+#[derive(Debug, Clone)]
+pub enum Template {
+    /// No variables: used as it is.
+    Literal(Value),
+    /// Exactly one `{{ expr }}` token: evaluated directly, keeping the JSON
+    /// type. The second expression is the DELETE form (`request.oldObject`).
+    Whole(Box<(Expression, Option<Expression>)>, Value),
+    /// Anything else goes through full substitution.
+    Mixed(Value),
+}
+
+impl Template {
+    pub fn new(v: Value) -> Template {
+        if !has_variables(&v) {
+            return Template::Literal(v);
+        }
+        if let Value::String(s) = &v {
+            if let Some(t) = first_token(s) {
+                if t.start == 0
+                    && t.end == s.len()
+                    && !t.inner.contains("{{")
+                    && !t.inner.starts_with('-')
+                    && t.inner != "@"
+                    && !s.contains("$(")
+                {
+                    if let Ok(e) = Expression::parse(&t.inner) {
+                        let delete = t
+                            .inner
+                            .contains("request.object")
+                            .then(|| {
+                                Expression::parse(
+                                    &t.inner.replace("request.object", "request.oldObject"),
+                                )
+                                .ok()
+                            })
+                            .flatten();
+                        return Template::Whole(Box::new((e, delete)), v);
+                    }
+                }
+            }
+        }
+        Template::Mixed(v)
+    }
+
+    /// The value as written in the policy.
+    pub fn raw(&self) -> &Value {
+        match self {
+            Template::Literal(v) | Template::Mixed(v) | Template::Whole(_, v) => v,
+        }
+    }
+
+    pub fn render<'t>(
+        &'t self,
+        sub: &Substituter,
+    ) -> Result<std::borrow::Cow<'t, Value>, VariableError> {
+        use std::borrow::Cow;
+        match self {
+            Template::Literal(v) => Ok(Cow::Borrowed(v)),
+            Template::Mixed(v) => sub.value(v).map(Cow::Owned),
+            Template::Whole(exprs, raw) => {
+                let (expr, delete) = exprs.as_ref();
+                let expr = if sub.ctx.is_delete() {
+                    delete.as_ref().unwrap_or(expr)
+                } else {
+                    expr
+                };
+                match (expr.resolve(sub.ctx.data()), sub.on_error) {
+                    // A string result may itself hold variables: substitute it fully.
+                    (Ok(v), _) if v.as_str().is_some_and(|s| s.contains("{{")) => {
+                        sub.value(raw).map(Cow::Owned)
+                    }
+                    (Ok(v), _) => Ok(Cow::Owned(v.into_owned())),
+                    (Err(_), OnError::EmptyString) => Ok(Cow::Owned(Value::String(String::new()))),
+                    (Err(source), OnError::Fail) => Err(VariableError::Resolve {
+                        variable: raw.to_string(),
+                        source,
+                    }),
+                }
+            }
+        }
+    }
+}
+
 /// How unresolvable variables are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum OnError {

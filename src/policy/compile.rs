@@ -8,7 +8,7 @@ use super::types::{
     ContextEntry, Deny, ForEachValidation, PodSecurity, PolicyDoc, PolicyExceptionDoc, Rule,
     Validation,
 };
-use crate::engine::variables;
+use crate::engine::variables::{self, Template};
 use crate::jmespath::Expression;
 use crate::matching::CompiledMatch;
 use serde_json::Value;
@@ -133,10 +133,10 @@ impl Operator {
 
 #[derive(Debug, Clone)]
 pub struct Condition {
-    pub key: Value,
+    pub key: Template,
     /// `None` for an unknown operator: evaluating it is a rule error, as in Kyverno.
     pub operator: Result<Operator, String>,
-    pub value: Value,
+    pub value: Template,
     pub message: Option<String>,
 }
 
@@ -200,9 +200,9 @@ impl Condition {
             .and_then(Value::as_str)
             .unwrap_or_default();
         Ok(Condition {
-            key: m.get("key").cloned().unwrap_or(Value::Null),
+            key: Template::new(m.get("key").cloned().unwrap_or(Value::Null)),
             operator: Operator::parse(op).ok_or_else(|| format!("unknown operator {op:?}")),
-            value: m.get("value").cloned().unwrap_or(Value::Null),
+            value: Template::new(m.get("value").cloned().unwrap_or(Value::Null)),
             message: m.get("message").and_then(Value::as_str).map(str::to_string),
         })
     }
@@ -319,6 +319,9 @@ pub struct CompiledPolicy {
     /// Declared rules followed by their autogen variants.
     pub rules: Vec<CompiledRule>,
     pub exprs: Arc<ExprCache>,
+    /// Whether any rule reads the `images` builtin variable, which costs a
+    /// parse of every container image to provide.
+    pub uses_images: bool,
 }
 
 impl CompiledPolicy {
@@ -388,6 +391,7 @@ impl CompiledPolicy {
 
         let mut exprs = ExprCache::default();
         let mut rules = Vec::new();
+        let mut uses_images = false;
         let declared = spec
             .rules
             .iter()
@@ -395,7 +399,9 @@ impl CompiledPolicy {
         let generated = autogen::generate(doc);
         for (i, rule) in declared.chain(generated.iter()).enumerate() {
             let field = format!("spec.rules[{i}]");
-            exprs.add_all_variables(&serde_json::to_value(rule).unwrap_or(Value::Null));
+            let raw = serde_json::to_value(rule).unwrap_or(Value::Null);
+            uses_images |= raw.to_string().contains("images");
+            exprs.add_all_variables(&raw);
             rules.push(
                 compile_rule(rule, &field, policy_action, &mut exprs)
                     .map_err(|m| invalid(field.clone(), m))?,
@@ -424,6 +430,7 @@ impl CompiledPolicy {
             apply_one: spec.apply_rules.as_deref() == Some("One"),
             rules,
             exprs: Arc::new(exprs),
+            uses_images,
         })
     }
 }
