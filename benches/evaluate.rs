@@ -14,6 +14,10 @@ use serde_json::Value;
 use std::hint::black_box;
 use std::path::Path;
 
+// The same allocator as the gavel binary.
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 const PSS_DIRS: &[&str] = &[
     "baseline/disallow-capabilities",
     "baseline/disallow-host-namespaces",

@@ -9,15 +9,24 @@ pub fn matches(pattern: &str, text: &str) -> bool {
     if !pattern.contains(['*', '?']) {
         return pattern == text;
     }
+    if pattern.is_ascii() && text.is_ascii() {
+        return match_units(pattern.as_bytes(), text.as_bytes());
+    }
     let p: Vec<char> = pattern.chars().collect();
     let t: Vec<char> = text.chars().collect();
+    match_units(&p, &t)
+}
+
+/// Iterative `*`/`?` matching with single-star backtracking.
+fn match_units<T: PartialEq + Copy + From<u8>>(p: &[T], t: &[T]) -> bool {
+    let (star_unit, any_unit) = (T::from(b'*'), T::from(b'?'));
     let (mut pi, mut ti) = (0, 0);
     let (mut star, mut mark) = (None, 0);
     while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' || p[pi] == t[ti]) {
+        if pi < p.len() && (p[pi] == any_unit || p[pi] == t[ti]) {
             pi += 1;
             ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
+        } else if pi < p.len() && p[pi] == star_unit {
             star = Some(pi);
             mark = ti;
             pi += 1;
@@ -29,7 +38,7 @@ pub fn matches(pattern: &str, text: &str) -> bool {
             return false;
         }
     }
-    while pi < p.len() && p[pi] == '*' {
+    while pi < p.len() && p[pi] == star_unit {
         pi += 1;
     }
     pi == p.len()
