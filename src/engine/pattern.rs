@@ -125,7 +125,7 @@ fn element(resource: &Value, pattern: &Value, path: &Path) -> Res {
             _ => Err(PatternError::fail(
                 path,
                 format!(
-                    "pattern and resource have different structures. Path: {path}. Expected object, found {}",
+                    "pattern and resource have different structures: expected object, found {}",
                     type_name(resource)
                 ),
             )),
@@ -134,9 +134,7 @@ fn element(resource: &Value, pattern: &Value, path: &Path) -> Res {
             Value::Array(r) => array(r, p, path),
             _ => Err(PatternError::fail(
                 path,
-                format!(
-                    "validation rule failed at path {path}, resource does not satisfy the expected overlay pattern"
-                ),
+                format!("resource does not satisfy the expected overlay pattern"),
             )),
         },
         _ => match resource {
@@ -146,7 +144,7 @@ fn element(resource: &Value, pattern: &Value, path: &Path) -> Res {
                         return Err(PatternError::fail(
                             path,
                             format!(
-                                "resource value '{}' does not match '{}' at path {path}",
+                                "resource value '{}' does not match '{}'",
                                 show(resource),
                                 show(pattern)
                             ),
@@ -162,7 +160,7 @@ fn element(resource: &Value, pattern: &Value, path: &Path) -> Res {
                     Err(PatternError::fail(
                         path,
                         format!(
-                            "value '{}' does not match '{}' at path {path}",
+                            "value '{}' does not match '{}'",
                             show(resource),
                             show(pattern)
                         ),
@@ -302,7 +300,7 @@ fn map(resource: &Map<String, Value>, pattern: &Map<String, Value>, path: &Path)
         let actual = resource.get(key.as_str());
         if pat.as_str() == Some("*") {
             if actual.is_none_or(Value::is_null) {
-                return Err(PatternError::fail(path, format!("{path}/{key} not found")));
+                return Err(PatternError::fail(path, format!("{key} not found")));
             }
             continue;
         }
@@ -383,7 +381,7 @@ fn anchor_element(
                     if !found {
                         return Err(PatternError::fail(
                             &child_path,
-                            format!("existence anchor validation failed at path {child_path}"),
+                            "existence anchor validation failed".to_string(),
                         ));
                     }
                 }
@@ -447,7 +445,7 @@ fn array(resource: &[Value], pattern: &[Value], path: &Path) -> Res {
                     return Err(PatternError::fail(
                         path,
                         format!(
-                            "resource value '{}' does not match '{}' at path {path}",
+                            "resource value '{}' does not match '{}'",
                             show(item),
                             show(scalar_pattern)
                         ),
