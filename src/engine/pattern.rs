@@ -134,7 +134,7 @@ fn element(resource: &Value, pattern: &Value, path: &Path) -> Res {
             Value::Array(r) => array(r, p, path),
             _ => Err(PatternError::fail(
                 path,
-                format!("resource does not satisfy the expected overlay pattern"),
+                "resource does not satisfy the expected overlay pattern".to_string(),
             )),
         },
         _ => match resource {
