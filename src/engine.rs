@@ -231,9 +231,10 @@ use crate::policy::CompiledPolicy;
 /// Evaluates every policy of a set against one request, sharing one JSON context.
 pub fn evaluate(policies: &[CompiledPolicy], req: &Request, env: &EvalEnv) -> Vec<PolicyResponse> {
     let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
+    let input = req.match_input();
     policies
         .iter()
-        .map(|p| validate::evaluate_policy(p, req, &mut ctx, env))
+        .map(|p| validate::evaluate_policy_with(p, req, &input, &mut ctx, env))
         .collect()
 }
 

@@ -14,11 +14,39 @@ use std::collections::BTreeMap;
 /// with an optional subresource. Every part is a wildcard pattern.
 #[derive(Debug, Clone, PartialEq)]
 pub struct KindSelector {
-    pub group: String,
-    pub version: String,
-    pub kind: String,
+    pub group: Part,
+    pub version: Part,
+    pub kind: Part,
     /// `None` when the selector names no subresource.
-    pub subresource: Option<String>,
+    pub subresource: Option<Part>,
+}
+
+/// One component of a kind selector, with its wildcard-ness decided once.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Part {
+    text: String,
+    wildcard: bool,
+}
+
+impl Part {
+    fn new(text: String) -> Part {
+        Part {
+            wildcard: wildcard::has_wildcard(&text),
+            text,
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.text
+    }
+
+    fn matches(&self, value: &str) -> bool {
+        if self.wildcard {
+            self.text == "*" || wildcard::matches(&self.text, value)
+        } else {
+            self.text == value
+        }
+    }
 }
 
 fn looks_like_version(s: &str) -> bool {
@@ -80,24 +108,22 @@ impl KindSelector {
             return Err(format!("invalid kind selector {input:?}"));
         }
         Ok(KindSelector {
-            group,
-            version,
-            kind,
-            subresource,
+            group: Part::new(group),
+            version: Part::new(version),
+            kind: Part::new(kind),
+            subresource: subresource.map(Part::new),
         })
     }
 
     pub fn matches(&self, group: &str, version: &str, kind: &str, subresource: &str) -> bool {
-        if !(wildcard::matches(&self.group, group)
-            && wildcard::matches(&self.version, version)
-            && wildcard::matches(&self.kind, kind))
-        {
-            return false;
-        }
-        match &self.subresource {
-            None => true,
-            Some(s) => wildcard::matches(s, subresource),
-        }
+        // The kind is the most selective part: check it first.
+        self.kind.matches(kind)
+            && self.group.matches(group)
+            && self.version.matches(version)
+            && self
+                .subresource
+                .as_ref()
+                .is_none_or(|s| s.matches(subresource))
     }
 }
 

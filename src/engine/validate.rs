@@ -5,9 +5,10 @@
 use super::conditions;
 use super::context_loader;
 use super::json_context::JsonContext;
-use super::pattern::{self, ErrorKind};
-use super::variables::{OnError, Substituter};
+use super::pattern::{self, ErrorKind, PatternError};
+use super::variables::{OnError, Substituter, VariableError};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::matching::MatchInput;
 use crate::policy::compile::{ForEach, Pattern, PolicyScope, ValidateRule};
 use crate::policy::{CompiledPolicy, CompiledRule, Conditions, ExprCache, RuleBody, ValidateCheck};
 use serde_json::Value;
@@ -20,6 +21,18 @@ pub fn evaluate_policy(
     ctx: &mut JsonContext,
     env: &EvalEnv,
 ) -> PolicyResponse {
+    evaluate_policy_with(policy, req, &req.match_input(), ctx, env)
+}
+
+/// [`evaluate_policy`] with the request's match input computed by the caller,
+/// once for a whole policy set.
+pub fn evaluate_policy_with(
+    policy: &CompiledPolicy,
+    req: &Request,
+    input: &MatchInput,
+    ctx: &mut JsonContext,
+    env: &EvalEnv,
+) -> PolicyResponse {
     let mut rules = Vec::new();
     if policy.scope == PolicyScope::Namespaced
         && policy.namespace.as_deref() != Some(req.namespace())
@@ -29,10 +42,9 @@ pub fn evaluate_policy(
             rules,
         };
     }
-    let input = req.match_input();
     for rule in &policy.rules {
-        if !rule.match_resources.matches(&input)
-            || rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
+        if !rule.match_resources.matches(input)
+            || rule.exclude.as_ref().is_some_and(|e| e.excludes(input))
         {
             continue;
         }
@@ -195,15 +207,16 @@ pub fn eval_conditions(
     Ok((true, String::new()))
 }
 
-/// Patterns without `{{ }}` or `$()` are used as they are, without a copy.
-fn substitute_pattern<'p>(
+/// Validates `resource` against a pattern: the compiled form when it has
+/// no variables, else substituted and compiled now.
+fn check_pattern(
     sub: &Substituter,
-    p: &'p Pattern,
-) -> Result<std::borrow::Cow<'p, Value>, super::variables::VariableError> {
-    if p.has_variables {
-        sub.value(&p.value).map(std::borrow::Cow::Owned)
-    } else {
-        Ok(std::borrow::Cow::Borrowed(&p.value))
+    p: &Pattern,
+    resource: &Value,
+) -> Result<Result<(), PatternError>, VariableError> {
+    match &p.compiled {
+        Some(c) => Ok(c.validate(resource)),
+        None => Ok(pattern::validate(resource, &sub.value(&p.value)?)),
     }
 }
 
@@ -333,8 +346,8 @@ impl RuleValidator<'_> {
         };
         match check {
             ValidateCheck::Pattern(p) => {
-                let p = match substitute_pattern(&sub, p) {
-                    Ok(p) => p,
+                let result = match check_pattern(&sub, p, resource) {
+                    Ok(r) => r,
                     Err(e) => {
                         return self.respond(
                             RuleStatus::Error,
@@ -342,7 +355,7 @@ impl RuleValidator<'_> {
                         );
                     }
                 };
-                match pattern::validate(resource, &p) {
+                match result {
                     Ok(()) => self.respond(
                         RuleStatus::Pass,
                         format!("validation rule '{}' passed.", self.rule),
@@ -363,8 +376,8 @@ impl RuleValidator<'_> {
                 let mut failed = Vec::new();
                 let mut skipped = Vec::new();
                 for (i, p) in pats.iter().enumerate() {
-                    let p = match substitute_pattern(&sub, p) {
-                        Ok(p) => p,
+                    let result = match check_pattern(&sub, p, resource) {
+                        Ok(r) => r,
                         Err(e) => {
                             return self.respond(
                                 RuleStatus::Error,
@@ -372,7 +385,7 @@ impl RuleValidator<'_> {
                             );
                         }
                     };
-                    match pattern::validate(resource, &p) {
+                    match result {
                         Ok(()) => {
                             return self.respond(
                                 RuleStatus::Pass,

@@ -8,6 +8,7 @@ use super::types::{
     ContextEntry, Deny, ForEachValidation, PodSecurity, PolicyDoc, PolicyExceptionDoc, Rule,
     Validation,
 };
+use crate::engine::pattern::CompiledPattern;
 use crate::engine::variables::{self, Template};
 use crate::jmespath::Expression;
 use crate::matching::CompiledMatch;
@@ -208,19 +209,19 @@ impl Condition {
     }
 }
 
-/// A validate pattern, with whether it needs variable substitution decided once.
+/// A validate pattern: compiled once when it has no variables; otherwise
+/// substituted and compiled per evaluation.
 #[derive(Debug, Clone)]
 pub struct Pattern {
     pub value: Value,
-    pub has_variables: bool,
+    pub compiled: Option<CompiledPattern>,
 }
 
 impl Pattern {
     fn new(value: Value) -> Pattern {
-        Pattern {
-            has_variables: variables::has_variables(&value),
-            value,
-        }
+        let compiled =
+            (!variables::has_variables(&value)).then(|| CompiledPattern::compile(&value));
+        Pattern { value, compiled }
     }
 }
 
