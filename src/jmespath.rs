@@ -43,7 +43,7 @@ impl Expression {
 
     /// Evaluates with plain JMESPath semantics: missing keys give null.
     pub fn search<'a>(&self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
-        interpreter::eval(&self.ast, Cow::Borrowed(data))
+        interpreter::eval(&self.ast, interpreter::Val::Ref(data)).map(interpreter::Val::into_cow)
     }
 
     /// Evaluates as Kyverno resolves a `{{ }}` variable: a plain path through

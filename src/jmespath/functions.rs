@@ -123,12 +123,12 @@ pub fn call<'a>(name: &str, args: &[Ast], cur: Val<'a>) -> R {
         "sort_by" | "max_by" | "min_by" | "map" => return call_with_expref(name, args, cur),
         _ => {}
     }
-    let mut vals: Vec<Val<'a>> = Vec::with_capacity(args.len());
+    let mut vals: Vec<Cow<'a, Value>> = Vec::with_capacity(args.len());
     for a in args {
         if let Ast::ExpRef(_) = a {
             return err(format!("{name}() does not take an expression reference"));
         }
-        vals.push(eval(a, cur.clone())?);
+        vals.push(eval(a, cur.clone())?.into_cow());
     }
     let n = args.len();
     let check = |want: usize| arity(name, args, want);
@@ -584,7 +584,7 @@ fn call_with_expref(name: &str, args: &[Ast], cur: Val<'_>) -> R {
     let items = want_arr(name, &list)?;
     let keyed: Vec<(Value, &Value)> = items
         .iter()
-        .map(|x| eval(expr, Cow::Borrowed(x)).map(|k| (k.into_owned(), x)))
+        .map(|x| eval(expr, Val::Ref(x)).map(|k| (k.into_owned(), x)))
         .collect::<Result<_, _>>()?;
     match name {
         "map" => Ok(Value::Array(keyed.into_iter().map(|(k, _)| k).collect())),

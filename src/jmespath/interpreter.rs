@@ -1,6 +1,6 @@
 //! JMESPath evaluation: an [`Ast`] and a JSON value in, a JSON value out.
 //!
-//! Values are passed as `Cow` so that walking paths through a large request
+//! Values are passed as [`Val`] so that walking paths through a large request
 //! object borrows instead of copying; only computed values are owned.
 
 use super::JmesError;
@@ -10,12 +10,80 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
-pub type Val<'a> = Cow<'a, Value>;
+/// A value during evaluation: borrowed from the input, computed, or a list
+/// of either that is only turned into JSON when something needs it (so
+/// projections over a large object copy nothing they do not return).
+#[derive(Debug, Clone)]
+pub enum Val<'a> {
+    Ref(&'a Value),
+    Own(Value),
+    List(Vec<Val<'a>>),
+}
 
 pub static NULL: Value = Value::Null;
 
 pub fn null<'a>() -> Val<'a> {
-    Cow::Borrowed(&NULL)
+    Val::Ref(&NULL)
+}
+
+impl<'a> Val<'a> {
+    pub fn is_null(&self) -> bool {
+        match self {
+            Val::Ref(v) => v.is_null(),
+            Val::Own(v) => v.is_null(),
+            Val::List(_) => false,
+        }
+    }
+
+    fn truthy(&self) -> bool {
+        match self {
+            Val::Ref(v) => is_truthy(v),
+            Val::Own(v) => is_truthy(v),
+            Val::List(items) => !items.is_empty(),
+        }
+    }
+
+    /// The value as JSON, borrowing where possible.
+    pub fn into_cow(self) -> Cow<'a, Value> {
+        match self {
+            Val::Ref(v) => Cow::Borrowed(v),
+            Val::Own(v) => Cow::Owned(v),
+            Val::List(items) => Cow::Owned(Value::Array(
+                items.into_iter().map(Val::into_owned).collect(),
+            )),
+        }
+    }
+
+    pub fn into_owned(self) -> Value {
+        self.into_cow().into_owned()
+    }
+
+    /// The elements, when this is an array.
+    fn into_elements(self) -> Option<Vec<Val<'a>>> {
+        match self {
+            Val::Ref(Value::Array(a)) => Some(a.iter().map(Val::Ref).collect()),
+            Val::Own(Value::Array(a)) => Some(a.into_iter().map(Val::Own).collect()),
+            Val::List(items) => Some(items),
+            _ => None,
+        }
+    }
+
+    /// The values, when this is an object.
+    fn into_values(self) -> Option<Vec<Val<'a>>> {
+        match self {
+            Val::Ref(Value::Object(m)) => Some(m.values().map(Val::Ref).collect()),
+            Val::Own(Value::Object(m)) => Some(m.into_iter().map(|(_, v)| Val::Own(v)).collect()),
+            _ => None,
+        }
+    }
+
+    fn field(self, key: &str) -> Val<'a> {
+        match self {
+            Val::Ref(Value::Object(m)) => m.get(key).map(Val::Ref).unwrap_or_else(null),
+            Val::Own(Value::Object(mut m)) => m.remove(key).map(Val::Own).unwrap_or_else(null),
+            _ => null(),
+        }
+    }
 }
 
 /// JMESPath truthiness: false, null, empty string, empty list and empty object are false.
@@ -41,44 +109,16 @@ pub fn number(f: f64) -> Value {
     }
 }
 
-fn field<'a>(v: Val<'a>, key: &str) -> Val<'a> {
-    match v {
-        Cow::Borrowed(Value::Object(m)) => m.get(key).map(Cow::Borrowed).unwrap_or_else(null),
-        Cow::Owned(Value::Object(mut m)) => m.remove(key).map(Cow::Owned).unwrap_or_else(null),
-        _ => null(),
-    }
-}
-
-fn into_elements<'a>(v: Val<'a>) -> Option<Vec<Val<'a>>> {
-    match v {
-        Cow::Borrowed(Value::Array(a)) => Some(a.iter().map(Cow::Borrowed).collect()),
-        Cow::Owned(Value::Array(a)) => Some(a.into_iter().map(Cow::Owned).collect()),
-        _ => None,
-    }
-}
-
-fn into_values<'a>(v: Val<'a>) -> Option<Vec<Val<'a>>> {
-    match v {
-        Cow::Borrowed(Value::Object(m)) => Some(m.values().map(Cow::Borrowed).collect()),
-        Cow::Owned(Value::Object(m)) => Some(m.into_iter().map(|(_, v)| Cow::Owned(v)).collect()),
-        _ => None,
-    }
-}
-
-fn collect(items: Vec<Val<'_>>) -> Value {
-    Value::Array(items.into_iter().map(Cow::into_owned).collect())
-}
-
 /// Evaluates `ast` against `cur`.
 pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
     Ok(match ast {
         Ast::Identity | Ast::Current => cur,
-        Ast::Field(k) => field(cur, k),
+        Ast::Field(k) => cur.field(k),
         Ast::Subexpression(l, r) | Ast::IndexExpression(l, r) => {
             let left = eval(l, cur)?;
             eval(r, left)?
         }
-        Ast::Index(i) => match into_elements(cur) {
+        Ast::Index(i) => match cur.into_elements() {
             Some(mut items) => {
                 let len = items.len() as i64;
                 let idx = if *i < 0 { len + i } else { *i };
@@ -90,63 +130,59 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             }
             None => null(),
         },
-        Ast::Slice(start, stop, step) => match into_elements(cur) {
-            Some(items) => Cow::Owned(collect(slice(items, *start, *stop, *step))),
+        Ast::Slice(start, stop, step) => match cur.into_elements() {
+            Some(items) => Val::List(slice(items, *start, *stop, *step)),
             None => null(),
         },
-        Ast::Projection(l, r) => match into_elements(eval(l, cur)?) {
+        Ast::Projection(l, r) => match eval(l, cur)?.into_elements() {
             Some(items) => project(items, r),
             None => null(),
         },
-        Ast::ValueProjection(l, r) => match into_values(eval(l, cur)?) {
+        Ast::ValueProjection(l, r) => match eval(l, cur)?.into_values() {
             Some(items) => project(items, r),
             None => null(),
         },
-        Ast::FilterProjection(l, r, cond) => {
-            let base = eval(l, cur)?;
-            match into_elements(base) {
-                Some(items) => {
-                    let mut out = Vec::new();
-                    for item in items {
-                        if is_truthy(eval(cond, item.clone())?.as_ref()) {
-                            // kyverno-compat: an element whose right-hand side fails is dropped.
-                            let Ok(v) = eval(r, item) else { continue };
-                            if !v.is_null() {
-                                out.push(v);
-                            }
+        Ast::FilterProjection(l, r, cond) => match eval(l, cur)?.into_elements() {
+            Some(items) => {
+                let mut out = Vec::new();
+                for item in items {
+                    if eval(cond, item.clone())?.truthy() {
+                        // kyverno-compat: an element whose right-hand side fails is dropped.
+                        let Ok(v) = eval(r, item) else { continue };
+                        if !v.is_null() {
+                            out.push(v);
                         }
                     }
-                    Cow::Owned(collect(out))
                 }
-                None => null(),
+                Val::List(out)
             }
-        }
-        Ast::Flatten(inner) => {
-            let base = eval(inner, cur)?;
-            match into_elements(base) {
-                Some(items) => {
-                    let mut out = Vec::with_capacity(items.len());
-                    for item in items {
-                        match item.into_owned() {
-                            Value::Array(inner) => out.extend(inner),
-                            other => out.push(other),
+            None => null(),
+        },
+        Ast::Flatten(inner) => match eval(inner, cur)?.into_elements() {
+            Some(items) => {
+                let mut out = Vec::with_capacity(items.len());
+                for item in items {
+                    match item {
+                        Val::Ref(Value::Array(_)) | Val::Own(Value::Array(_)) | Val::List(_) => {
+                            out.extend(item.into_elements().unwrap_or_default())
                         }
+                        other => out.push(other),
                     }
-                    Cow::Owned(Value::Array(out))
                 }
-                None => null(),
+                Val::List(out)
             }
-        }
-        Ast::Literal(v) => Cow::Owned(v.clone()),
+            None => null(),
+        },
+        Ast::Literal(v) => Val::Own(v.clone()),
         Ast::MultiSelectList(items) => {
             if cur.is_null() {
                 return Ok(null());
             }
             let mut out = Vec::with_capacity(items.len());
             for item in items {
-                out.push(eval(item, cur.clone())?.into_owned());
+                out.push(eval(item, cur.clone())?);
             }
-            Cow::Owned(Value::Array(out))
+            Val::List(out)
         }
         Ast::MultiSelectHash(pairs) => {
             if cur.is_null() {
@@ -156,35 +192,27 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             for (k, item) in pairs {
                 out.insert(k.clone(), eval(item, cur.clone())?.into_owned());
             }
-            Cow::Owned(Value::Object(out))
+            Val::Own(Value::Object(out))
         }
         Ast::Comparator(op, l, r) => {
-            let left = eval(l, cur.clone())?;
-            let right = eval(r, cur)?;
-            Cow::Owned(compare(*op, &left, &right))
+            let left = eval(l, cur.clone())?.into_cow();
+            let right = eval(r, cur)?.into_cow();
+            Val::Own(compare(*op, &left, &right))
         }
         Ast::Or(l, r) => {
             let left = eval(l, cur.clone())?;
-            if is_truthy(&left) {
-                left
-            } else {
-                eval(r, cur)?
-            }
+            if left.truthy() { left } else { eval(r, cur)? }
         }
         Ast::And(l, r) => {
             let left = eval(l, cur.clone())?;
-            if is_truthy(&left) {
-                eval(r, cur)?
-            } else {
-                left
-            }
+            if left.truthy() { eval(r, cur)? } else { left }
         }
-        Ast::Not(inner) => Cow::Owned(Value::Bool(!is_truthy(eval(inner, cur)?.as_ref()))),
+        Ast::Not(inner) => Val::Own(Value::Bool(!eval(inner, cur)?.truthy())),
         Ast::Pipe(l, r) => {
             let left = eval(l, cur)?;
             eval(r, left)?
         }
-        Ast::Function(name, args) => Cow::Owned(functions::call(name, args, cur)?),
+        Ast::Function(name, args) => Val::Own(functions::call(name, args, cur)?),
         Ast::ExpRef(_) => {
             return Err(JmesError::Runtime(
                 "expression reference outside a function argument".into(),
@@ -203,7 +231,7 @@ fn project<'a>(items: Vec<Val<'a>>, rhs: &Ast) -> Val<'a> {
             out.push(v);
         }
     }
-    Cow::Owned(collect(out))
+    Val::List(out)
 }
 
 fn compare(op: Cmp, l: &Value, r: &Value) -> Value {
