@@ -127,21 +127,21 @@ enum Key {
 }
 
 impl Key {
-    /// The resource keys this pattern key stands for.
-    fn resolve<'r>(&'r self, resource: &'r Map<String, Value>) -> Vec<&'r str> {
+    /// Calls `f` with each resource key this pattern key stands for.
+    fn each<'r>(
+        &'r self,
+        resource: &'r Map<String, Value>,
+        mut f: impl FnMut(&'r str) -> Res,
+    ) -> Res {
         match self {
-            Key::Exact(k) => vec![k.as_str()],
+            Key::Exact(k) => f(k),
             Key::Wildcard(w) => {
-                let found: Vec<&str> = resource
-                    .keys()
-                    .filter(|k| wildcard::matches(w, k))
-                    .map(String::as_str)
-                    .collect();
-                if found.is_empty() {
-                    vec![w.as_str()]
-                } else {
-                    found
+                let mut any = false;
+                for k in resource.keys().filter(|k| wildcard::matches(w, k)) {
+                    any = true;
+                    f(k)?;
                 }
+                if any { Ok(()) } else { f(w) }
             }
         }
     }
@@ -397,22 +397,21 @@ fn element(resource: &Value, node: &Node, path: &Path) -> Res {
 
 fn map(resource: &Map<String, Value>, node: &MapNode, path: &Path) -> Res {
     for (anchor, key, body) in &node.anchored {
-        for k in key.resolve(resource) {
-            anchor_element(*anchor, k, body, resource, path)?;
-        }
+        key.each(resource, |k| {
+            anchor_element(*anchor, k, body, resource, path)
+        })?;
     }
     for (key, body) in &node.plain {
-        for k in key.resolve(resource) {
+        key.each(resource, |k| {
             let actual = resource.get(k);
             match body {
-                PlainBody::Required => {
-                    if actual.is_none_or(Value::is_null) {
-                        return Err(PatternError::fail(path, format!("{k} not found")));
-                    }
+                PlainBody::Required if actual.is_none_or(Value::is_null) => {
+                    Err(PatternError::fail(path, format!("{k} not found")))
                 }
-                PlainBody::Node(n) => element(actual.unwrap_or(&Value::Null), n, &path.key(k))?,
+                PlainBody::Required => Ok(()),
+                PlainBody::Node(n) => element(actual.unwrap_or(&Value::Null), n, &path.key(k)),
             }
-        }
+        })?;
     }
     Ok(())
 }
