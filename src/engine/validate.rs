@@ -155,6 +155,7 @@ fn evaluate_rule(
         v,
         exprs,
         nesting: 0,
+        numbered_elements: policy.uses_numbered_elements,
     };
     let resp = rv.check(&v.check, req, ctx, None)?;
     Some(resp)
@@ -225,6 +226,8 @@ struct RuleValidator<'a> {
     v: &'a ValidateRule,
     exprs: &'a ExprCache,
     nesting: usize,
+    /// Whether the policy reads `element<N>` / `elementIndex<N>`.
+    numbered_elements: bool,
 }
 
 impl RuleValidator<'_> {
@@ -484,8 +487,10 @@ impl RuleValidator<'_> {
             ctx.restore(cp);
             ctx.set("element", item.clone());
             ctx.set("elementIndex", Value::from(index));
-            ctx.set(&format!("element{}", self.nesting), item.clone());
-            ctx.set(&format!("elementIndex{}", self.nesting), Value::from(index));
+            if self.numbered_elements {
+                ctx.set(&format!("element{}", self.nesting), item.clone());
+                ctx.set(&format!("elementIndex{}", self.nesting), Value::from(index));
+            }
             let scoped = match fe.element_scope {
                 Some(true) if !item.is_object() => {
                     ctx.restore(cp);

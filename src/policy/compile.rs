@@ -323,6 +323,8 @@ pub struct CompiledPolicy {
     /// Whether any rule reads the `images` builtin variable, which costs a
     /// parse of every container image to provide.
     pub uses_images: bool,
+    /// Whether any rule reads `element<N>` or `elementIndex<N>` (nested foreach).
+    pub uses_numbered_elements: bool,
 }
 
 impl CompiledPolicy {
@@ -393,6 +395,7 @@ impl CompiledPolicy {
         let mut exprs = ExprCache::default();
         let mut rules = Vec::new();
         let mut uses_images = false;
+        let mut uses_numbered_elements = false;
         let declared = spec
             .rules
             .iter()
@@ -401,7 +404,13 @@ impl CompiledPolicy {
         for (i, rule) in declared.chain(generated.iter()).enumerate() {
             let field = format!("spec.rules[{i}]");
             let raw = serde_json::to_value(rule).unwrap_or(Value::Null);
-            uses_images |= raw.to_string().contains("images");
+            let text = raw.to_string();
+            uses_images |= text.contains("images");
+            uses_numbered_elements |= text.match_indices("element").any(|(i, _)| {
+                text[i + 7..]
+                    .trim_start_matches("Index")
+                    .starts_with(|c: char| c.is_ascii_digit())
+            });
             exprs.add_all_variables(&raw);
             rules.push(
                 compile_rule(rule, &field, policy_action, &mut exprs)
@@ -432,6 +441,7 @@ impl CompiledPolicy {
             rules,
             exprs: Arc::new(exprs),
             uses_images,
+            uses_numbered_elements,
         })
     }
 }

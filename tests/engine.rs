@@ -1,0 +1,161 @@
+//! Engine behaviour end to end: a policy text and a resource in, rule
+//! statuses out. One case per line of the table.
+
+use gavel::context::NoResolver;
+use gavel::engine::{EvalEnv, Gvk, Request, RuleStatus, evaluate};
+use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
+use gavel::policy::{CompiledException, CompiledPolicy};
+use serde_json::Value;
+
+fn load(text: &str) -> (Vec<CompiledPolicy>, Vec<CompiledException>) {
+    let mut policies = Vec::new();
+    let mut exceptions = Vec::new();
+    for d in load_policy_text("test.yaml", text).unwrap() {
+        match d {
+            LoadedDocument::Policy(p) => policies.push(CompiledPolicy::compile(&p).unwrap()),
+            LoadedDocument::Exception(e) => {
+                exceptions.push(CompiledException::compile(&e).unwrap())
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    (policies, exceptions)
+}
+
+fn statuses(policy: &str, resource: &str, operation: &str) -> Vec<(String, RuleStatus)> {
+    let (policies, exceptions) = load(policy);
+    let object: Value = parse_yaml_documents("r.yaml", resource).unwrap().remove(0);
+    let req = Request {
+        operation: operation.into(),
+        gvk: Gvk::of(&object),
+        subresource: String::new(),
+        old_object: if operation == "CREATE" {
+            Value::Null
+        } else {
+            object.clone()
+        },
+        object: if operation == "DELETE" {
+            Value::Null
+        } else {
+            object
+        },
+        user: Default::default(),
+        namespace_labels: None,
+    };
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &exceptions,
+        rule_values: &(),
+    };
+    evaluate(&policies, &req, &env)
+        .into_iter()
+        .flat_map(|r| r.rules)
+        .map(|r| (r.name, r.status))
+        .collect()
+}
+
+const POD: &str = "apiVersion: v1\nkind: Pod\nmetadata: {name: p, namespace: default, labels: {app: web}}\nspec:\n  containers:\n  - name: a\n    image: nginx:1.0\n    ports: [{containerPort: 80}, {containerPort: 8080}]\n  - name: b\n    image: busybox:latest\n";
+
+fn policy(rule_body: &str) -> String {
+    format!(
+        "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {{name: p}}\nspec:\n  rules:\n  - name: r\n    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}\n{rule_body}"
+    )
+}
+
+#[test]
+fn rule_outcomes() {
+    use RuleStatus::*;
+    let cases: &[(&str, &str, RuleStatus)] = &[
+        (
+            "pattern pass",
+            "    validate: {pattern: {metadata: {labels: {app: web}}}}\n",
+            Pass,
+        ),
+        (
+            "pattern fail",
+            "    validate: {pattern: {spec: {containers: [{image: '!*:latest'}]}}}\n",
+            Fail,
+        ),
+        (
+            "pattern with variable",
+            "    validate: {pattern: {metadata: {name: '{{ request.object.metadata.name }}'}}}\n",
+            Pass,
+        ),
+        (
+            "anyPattern second passes",
+            "    validate: {anyPattern: [{metadata: {labels: {app: db}}}, {metadata: {labels: {app: web}}}]}\n",
+            Pass,
+        ),
+        (
+            "deny fires",
+            "    validate: {deny: {conditions: {any: [{key: '{{ request.object.spec.containers[].image }}', operator: AnyIn, value: ['*:latest']}]}}}\n",
+            Fail,
+        ),
+        (
+            "deny quiet",
+            "    validate: {deny: {conditions: {all: [{key: '{{ request.object.metadata.name }}', operator: Equals, value: other}]}}}\n",
+            Pass,
+        ),
+        (
+            "preconditions skip",
+            "    preconditions: {all: [{key: '{{ request.operation }}', operator: Equals, value: UPDATE}]}\n    validate: {deny: {}}\n",
+            Skip,
+        ),
+        ("empty deny denies", "    validate: {deny: {}}\n", Fail),
+        (
+            "variable context entry",
+            "    context: [{name: podname, variable: {jmesPath: 'request.object.metadata.name'}}]\n    validate: {deny: {conditions: {all: [{key: '{{ podname }}', operator: Equals, value: p}]}}}\n",
+            Fail,
+        ),
+        (
+            "missing variable errors",
+            "    validate: {message: '{{ request.object.nope }}', pattern: {metadata: {name: 'q*'}}}\n",
+            Fail,
+        ),
+        (
+            "unsupported body",
+            "    validate: {cel: {expressions: [{expression: 'true'}]}}\n",
+            Error,
+        ),
+        (
+            "nested foreach with element0",
+            "    validate:\n      foreach:\n      - list: request.object.spec.containers\n        foreach:\n        - list: element.ports || `[]`\n          deny: {conditions: {all: [{key: '{{ element0.name }}-{{ element.containerPort }}', operator: Equals, value: a-8080}]}}\n",
+            Fail,
+        ),
+        (
+            "foreach preconditions skip every element",
+            "    validate:\n      foreach:\n      - list: request.object.spec.containers\n        preconditions: {all: [{key: '{{ element.name }}', operator: Equals, value: zzz}]}\n        deny: {}\n",
+            Skip,
+        ),
+        (
+            "apply to no matching kind",
+            "    validate: {deny: {}}\n    exclude: {any: [{resources: {kinds: [Pod]}}]}\n",
+            Pass,
+        ),
+    ];
+    for (name, body, want) in cases {
+        let got = statuses(&policy(body), POD, "CREATE");
+        if *name == "apply to no matching kind" {
+            assert!(
+                got.is_empty(),
+                "{name}: excluded rules give no response, got {got:?}"
+            );
+            continue;
+        }
+        assert_eq!(got.first().map(|(_, s)| *s), Some(*want), "{name}: {got:?}");
+    }
+}
+
+#[test]
+fn delete_skips_patterns_and_exceptions_skip_rules() {
+    let body = "    validate: {pattern: {metadata: {labels: {app: db}}}}\n";
+    assert!(statuses(&policy(body), POD, "DELETE").is_empty());
+    let with_exception = format!(
+        "{}---\napiVersion: kyverno.io/v2\nkind: PolicyException\nmetadata: {{name: ex, namespace: default}}\nspec:\n  exceptions: [{{policyName: p, ruleNames: [r]}}]\n  match: {{any: [{{resources: {{kinds: [Pod], names: [p]}}}}]}}\n",
+        policy(body)
+    );
+    assert_eq!(
+        statuses(&with_exception, POD, "CREATE"),
+        vec![("r".to_string(), RuleStatus::Skip)]
+    );
+}
