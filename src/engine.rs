@@ -8,6 +8,7 @@ pub mod context_loader;
 pub mod images;
 pub mod json_context;
 pub mod pattern;
+pub mod pod_security;
 pub mod validate;
 pub mod variables;
 

@@ -10,7 +10,10 @@ use super::variables::{OnError, Substituter, VariableError};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::matching::MatchInput;
 use crate::policy::compile::{ForEach, Pattern, PolicyScope, ValidateRule};
-use crate::policy::{CompiledPolicy, CompiledRule, Conditions, ExprCache, RuleBody, ValidateCheck};
+use crate::policy::types::PodSecurityExclude;
+use crate::policy::{
+    CompiledException, CompiledPolicy, CompiledRule, Conditions, ExprCache, RuleBody, ValidateCheck,
+};
 use serde_json::Value;
 
 /// Evaluates the rules of `policy` against `req`. Validate rules are
@@ -74,22 +77,35 @@ fn evaluate_rule(
 ) -> Option<RuleResponse> {
     let name = rule.name.as_str();
     let exprs = &policy.exprs;
-    if let Some(ex) = env.exceptions.iter().find(|ex| {
-        ex.covers(&policy.qualified_name(), name)
-            && ex.match_resources.matches(&req.match_input())
-            && ex
-                .conditions
-                .as_ref()
-                .is_none_or(|c| matches!(eval_conditions(c, ctx, &ex.exprs), Ok((true, _))))
-    }) {
-        return Some(RuleResponse::new(
-            name,
-            RuleStatus::Skip,
-            format!(
-                "rule is skipped due to policy exception {}/{}",
-                ex.namespace, ex.name
-            ),
-        ));
+    let applicable: Vec<&CompiledException> = env
+        .exceptions
+        .iter()
+        .filter(|ex| {
+            ex.covers(&policy.qualified_name(), name)
+                && ex.match_resources.matches(&req.match_input())
+                && ex
+                    .conditions
+                    .as_ref()
+                    .is_none_or(|c| matches!(eval_conditions(c, ctx, &ex.exprs), Ok((true, _))))
+        })
+        .collect();
+    let is_pod_security = matches!(&rule.body, RuleBody::Validate(v) if matches!(v.check, ValidateCheck::PodSecurity(_)));
+    // Exceptions with podSecurity controls exempt those controls of a
+    // podSecurity rule; any other matching exception skips the rule.
+    let mut pss_excludes = Vec::new();
+    for ex in &applicable {
+        if is_pod_security && !ex.pod_security.is_empty() {
+            pss_excludes.extend(ex.pod_security.iter().cloned());
+        } else {
+            return Some(RuleResponse::new(
+                name,
+                RuleStatus::Skip,
+                format!(
+                    "rule is skipped due to policy exception {}/{}",
+                    ex.namespace, ex.name
+                ),
+            ));
+        }
     }
     let v = match &rule.body {
         RuleBody::Validate(v) => v,
@@ -156,6 +172,7 @@ fn evaluate_rule(
         exprs,
         nesting: 0,
         numbered_elements: policy.uses_numbered_elements,
+        pss_excludes: &pss_excludes,
     };
     let resp = rv.check(&v.check, req, ctx, None)?;
     Some(resp)
@@ -228,6 +245,8 @@ struct RuleValidator<'a> {
     nesting: usize,
     /// Whether the policy reads `element<N>` / `elementIndex<N>`.
     numbered_elements: bool,
+    /// Pod Security controls exempted by matching PolicyExceptions.
+    pss_excludes: &'a [PodSecurityExclude],
 }
 
 impl RuleValidator<'_> {
@@ -332,8 +351,36 @@ impl RuleValidator<'_> {
                 Some(resp)
             }
             ValidateCheck::Foreach(list) => self.foreach(list, req, ctx),
-            ValidateCheck::PodSecurity(_) => {
-                Some(self.respond(RuleStatus::Error, "unsupported: validate.podSecurity"))
+            ValidateCheck::PodSecurity(ps) => {
+                if ctx.is_delete() {
+                    return None;
+                }
+                let violations = super::pod_security::evaluate(
+                    element.unwrap_or(&req.object),
+                    ps,
+                    self.pss_excludes,
+                );
+                Some(if violations.is_empty() {
+                    self.respond(
+                        RuleStatus::Pass,
+                        format!("validation rule '{}' passed.", self.rule),
+                    )
+                } else {
+                    let details: Vec<String> = violations
+                        .iter()
+                        .map(|v| format!("{} ({}={})", v.control, v.field, v.value))
+                        .collect();
+                    self.respond(
+                        RuleStatus::Fail,
+                        format!(
+                            "Validation rule '{}' failed. It violates PodSecurity \"{}:{}\": {}",
+                            self.rule,
+                            ps.level,
+                            ps.version.as_deref().unwrap_or("latest"),
+                            details.join("; ")
+                        ),
+                    )
+                })
             }
             ValidateCheck::Unsupported(field) => {
                 Some(self.respond(RuleStatus::Error, format!("unsupported: {field}")))
