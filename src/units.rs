@@ -7,3 +7,4 @@ pub mod quantity;
 pub use duration::Duration;
 pub use quantity::Quantity;
 pub mod semver;
+pub mod time;

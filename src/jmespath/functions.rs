@@ -5,6 +5,7 @@
 use super::JmesError;
 use super::interpreter::{Val, eval, json_equal, number};
 use super::parser::Ast;
+use crate::units::time::Instant;
 use crate::units::{Duration, Quantity};
 use base64::Engine as _;
 use serde_json::{Map, Value};
@@ -563,11 +564,101 @@ pub fn call<'a>(name: &str, args: &[Ast], cur: Val<'a>) -> R {
                 .map(Value::Bool)
                 .map_err(JmesError::Runtime)
         }
+        // ---- Kyverno: time ----
+        "time_now" | "time_now_utc" => {
+            check(0)?;
+            Ok(Value::String(Instant::now().to_string()))
+        }
+        "time_since" => {
+            check(3)?;
+            let layout = want_str(name, v(0))?;
+            let parse = |t: &str| {
+                if layout.is_empty() {
+                    Instant::parse_rfc3339(t)
+                } else {
+                    Instant::parse_layout(layout, t)
+                }
+            };
+            let t1 = parse(want_str(name, v(1))?).ok_or_else(|| {
+                JmesError::Runtime(format!("time_since(): cannot parse {}", v(1)))
+            })?;
+            let t2 = match want_str(name, v(2))? {
+                "" => Instant::now(),
+                t => parse(t).ok_or_else(|| {
+                    JmesError::Runtime(format!("time_since(): cannot parse {t:?}"))
+                })?,
+            };
+            Ok(Value::String(t2.since(t1).to_string()))
+        }
+        "time_add" => {
+            check(2)?;
+            let d = Duration::parse(want_str(name, v(1))?)
+                .ok_or_else(|| JmesError::Runtime("time_add(): invalid duration".into()))?;
+            Ok(Value::String(rfc3339(name, v(0))?.add(d).to_string()))
+        }
+        "time_parse" => {
+            check(2)?;
+            let (layout, value) = (want_str(name, v(0))?, want_str(name, v(1))?);
+            let t = if layout.parse::<i64>().is_ok() {
+                value.parse::<i64>().ok().map(Instant::from_unix_seconds)
+            } else {
+                Instant::parse_layout(layout, value)
+            };
+            t.map(|t| Value::String(t.to_string())).ok_or_else(|| {
+                JmesError::Runtime(format!(
+                    "time_parse(): {value:?} does not match layout {layout:?}"
+                ))
+            })
+        }
+        "time_to_cron" => {
+            check(1)?;
+            Ok(Value::String(rfc3339(name, v(0))?.to_cron()))
+        }
+        "time_utc" => {
+            check(1)?;
+            Ok(Value::String(rfc3339(name, v(0))?.utc().to_string()))
+        }
+        "time_diff" => {
+            check(2)?;
+            Ok(Value::String(
+                rfc3339(name, v(1))?.since(rfc3339(name, v(0))?).to_string(),
+            ))
+        }
+        "time_before" | "time_after" => {
+            check(2)?;
+            let (a, b) = (rfc3339(name, v(0))?, rfc3339(name, v(1))?);
+            Ok(Value::Bool(if name == "time_before" {
+                a.nanos < b.nanos
+            } else {
+                a.nanos > b.nanos
+            }))
+        }
+        "time_between" => {
+            check(3)?;
+            let (t, start, end) = (
+                rfc3339(name, v(0))?,
+                rfc3339(name, v(1))?,
+                rfc3339(name, v(2))?,
+            );
+            Ok(Value::Bool(start.nanos < t.nanos && t.nanos < end.nanos))
+        }
+        "time_truncate" => {
+            check(2)?;
+            let d = Duration::parse(want_str(name, v(1))?)
+                .ok_or_else(|| JmesError::Runtime("time_truncate(): invalid duration".into()))?;
+            Ok(Value::String(rfc3339(name, v(0))?.truncate(d).to_string()))
+        }
         _ => {
             let _ = n;
             err(format!("unsupported: JMESPath function {name}()"))
         }
     }
+}
+
+fn rfc3339(name: &str, v: &Value) -> Result<Instant, JmesError> {
+    let s = want_str(name, v)?;
+    Instant::parse_rfc3339(s)
+        .ok_or_else(|| JmesError::Runtime(format!("{name}(): {s:?} is not an RFC 3339 time")))
 }
 
 fn call_with_expref(name: &str, args: &[Ast], cur: Val<'_>) -> R {
