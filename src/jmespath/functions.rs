@@ -594,7 +594,7 @@ pub fn call<'a>(name: &str, args: &[Ast], cur: Val<'a>) -> R {
             check(2)?;
             let d = Duration::parse(want_str(name, v(1))?)
                 .ok_or_else(|| JmesError::Runtime("time_add(): invalid duration".into()))?;
-            Ok(Value::String(rfc3339(name, v(0))?.add(d).to_string()))
+            Ok(Value::String(rfc3339(name, v(0))?.plus(d).to_string()))
         }
         "time_parse" => {
             check(2)?;

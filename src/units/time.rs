@@ -175,7 +175,7 @@ impl Instant {
                 }
                 5 => f.year = num(&mut v, 4, 4)?,
                 18 => f.year = 2000 + num(&mut v, 2, 2)?,
-                6 | 7 | 8 | 9 => {
+                6..=9 => {
                     if (id == 6 || id == 8) && v.starts_with('Z') {
                         v = &v[1..];
                         continue;
@@ -257,7 +257,7 @@ impl Instant {
         }
     }
 
-    pub fn add(self, d: Duration) -> Instant {
+    pub fn plus(self, d: Duration) -> Instant {
         Instant {
             nanos: self.nanos + d.0,
             ..self
