@@ -6,7 +6,7 @@ mod interpreter;
 mod parser;
 
 pub use functions::go_sprint;
-pub use interpreter::{is_truthy, json_equal, number};
+pub use interpreter::{NULL, is_truthy, json_equal, number};
 pub use parser::Ast;
 
 use serde_json::Value;

@@ -505,7 +505,7 @@ impl RuleValidator<'_> {
                 Value::Null => Vec::new(),
                 other => vec![other],
             };
-            let (resp, count) = self.elements(fe, &items, req, ctx);
+            let (resp, count) = self.elements(fe, items, req, ctx);
             if resp.status != RuleStatus::Pass {
                 return Some(resp);
             }
@@ -521,25 +521,28 @@ impl RuleValidator<'_> {
     fn elements(
         &mut self,
         fe: &ForEach,
-        items: &[Value],
+        items: Vec<Value>,
         req: &Request,
         ctx: &mut JsonContext,
     ) -> (RuleResponse, usize) {
         let mut applied = 0;
         let cp = ctx.checkpoint();
-        for (index, item) in items.iter().enumerate() {
+        let count = items.len();
+        for (index, item) in items.into_iter().enumerate() {
             if item.is_null() {
                 continue;
             }
             ctx.restore(cp);
-            ctx.set("element", item.clone());
-            ctx.set("elementIndex", Value::from(index));
+            let is_object = item.is_object();
             if self.numbered_elements {
                 ctx.set(&format!("element{}", self.nesting), item.clone());
                 ctx.set(&format!("elementIndex{}", self.nesting), Value::from(index));
             }
+            // The element lives in the context; checks borrow it from there.
+            ctx.set("element", item);
+            ctx.set("elementIndex", Value::from(index));
             let scoped = match fe.element_scope {
-                Some(true) if !item.is_object() => {
+                Some(true) if !is_object => {
                     ctx.restore(cp);
                     return (
                         self.respond(
@@ -550,14 +553,14 @@ impl RuleValidator<'_> {
                     );
                 }
                 Some(false) => false,
-                _ => item.is_object(),
+                _ => is_object,
             };
-            let result = self.element(fe, item, scoped, req, ctx);
+            let result = self.element(fe, scoped, req, ctx);
             match result {
                 None => continue,
                 Some(r) if r.status == RuleStatus::Skip => continue,
                 Some(r) if r.status == RuleStatus::Error => {
-                    if index < items.len() - 1 {
+                    if index < count - 1 {
                         continue;
                     }
                     ctx.restore(cp);
@@ -589,7 +592,6 @@ impl RuleValidator<'_> {
     fn element(
         &mut self,
         fe: &ForEach,
-        item: &Value,
         scoped: bool,
         req: &Request,
         ctx: &mut JsonContext,
@@ -618,10 +620,16 @@ impl RuleValidator<'_> {
         let r = match &fe.check {
             ValidateCheck::Foreach(inner) => self.foreach(inner, req, ctx),
             c @ (ValidateCheck::Pattern(_) | ValidateCheck::AnyPattern(_)) => {
+                let ctx = &*ctx;
+                let item = ctx.get("element").unwrap_or(&crate::jmespath::NULL);
                 let resource = if scoped { item } else { &req.object };
                 Some(self.patterns(c, resource, ctx))
             }
-            other => self.check(other, req, ctx, Some(item)),
+            ValidateCheck::Deny(_) => self.check(&fe.check, req, ctx, None),
+            other => {
+                let item = ctx.get("element").cloned().unwrap_or(Value::Null);
+                self.check(other, req, ctx, Some(&item))
+            }
         };
         self.nesting -= 1;
         r
