@@ -426,6 +426,27 @@ impl CompiledMatch {
         !self.is_empty() && self.matches(input)
     }
 
+    /// The kinds a request must have to possibly match, when every filter
+    /// names exact kinds; `None` when any filter could match any kind.
+    pub fn possible_kinds(&self) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        for f in self
+            .any
+            .iter()
+            .chain(self.all.iter())
+            .chain(self.legacy.iter())
+        {
+            let d = f.resources.as_ref()?;
+            if d.kinds.is_empty() || d.kinds.iter().any(|k| k.kind.wildcard) {
+                return None;
+            }
+            out.extend(d.kinds.iter().map(|k| k.kind.text.clone()));
+        }
+        out.sort();
+        out.dedup();
+        (!out.is_empty()).then_some(out)
+    }
+
     /// All kind selectors named in this block (for webhook registration and filtering).
     pub fn kinds(&self) -> impl Iterator<Item = &KindSelector> {
         self.any

@@ -46,6 +46,13 @@ pub fn evaluate_policy_with(
         };
     }
     for rule in &policy.rules {
+        if rule
+            .kinds
+            .as_ref()
+            .is_some_and(|k| !k.iter().any(|k| k == input.kind))
+        {
+            continue;
+        }
         if !rule.match_resources.matches(input)
             || rule.exclude.as_ref().is_some_and(|e| e.excludes(input))
         {

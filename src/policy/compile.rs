@@ -266,6 +266,8 @@ pub enum RuleBody {
 #[derive(Debug, Clone)]
 pub struct CompiledRule {
     pub name: String,
+    /// Kinds the rule can match at all (from `match`); a cheap first filter.
+    pub kinds: Option<Vec<String>>,
     pub match_resources: CompiledMatch,
     pub exclude: Option<CompiledMatch>,
     pub context: Vec<ContextEntry>,
@@ -480,6 +482,7 @@ fn compile_rule(
         check_context_entry(c).map_err(|m| format!("context[{i}]: {m}"))?;
     }
     Ok(CompiledRule {
+        kinds: match_resources.possible_kinds(),
         name: rule.name.clone(),
         match_resources,
         exclude,
