@@ -7,7 +7,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
-use gavel::engine::{EvalEnv, Gvk, Request, evaluate};
+use gavel::engine::{EvalEnv, Request, evaluate};
 use gavel::policy::CompiledPolicy;
 use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
 use serde_json::Value;
@@ -67,15 +67,7 @@ fn pod(file: &str) -> Value {
 }
 
 fn request(object: Value) -> Request {
-    Request {
-        operation: "CREATE".into(),
-        gvk: Gvk::of(&object),
-        subresource: String::new(),
-        object,
-        old_object: Value::Null,
-        user: Default::default(),
-        namespace_labels: None,
-    }
+    Request::offline(&object, "CREATE", Default::default(), None)
 }
 
 fn bench(c: &mut Criterion) {

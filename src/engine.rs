@@ -120,6 +120,30 @@ pub struct Request {
 }
 
 impl Request {
+    /// The request an offline run makes for `resource`: CREATE has only the
+    /// object, UPDATE has it as object and oldObject, DELETE only as oldObject.
+    pub fn offline(
+        resource: &Value,
+        operation: &str,
+        user: UserInfo,
+        namespace_labels: Option<Map<String, Value>>,
+    ) -> Request {
+        let (object, old_object) = match operation {
+            "DELETE" => (Value::Null, resource.clone()),
+            "UPDATE" => (resource.clone(), resource.clone()),
+            _ => (resource.clone(), Value::Null),
+        };
+        Request {
+            operation: operation.to_string(),
+            gvk: Gvk::of(resource),
+            subresource: String::new(),
+            object,
+            old_object,
+            user,
+            namespace_labels,
+        }
+    }
+
     /// The object the request is about: the new one, or the old one on DELETE.
     pub fn resource(&self) -> &Value {
         if self.object.is_null() {

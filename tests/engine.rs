@@ -2,7 +2,7 @@
 //! statuses out. One case per line of the table.
 
 use gavel::context::NoResolver;
-use gavel::engine::{EvalEnv, Gvk, Request, RuleStatus, evaluate};
+use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate};
 use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
 use gavel::policy::{CompiledException, CompiledPolicy};
 use serde_json::Value;
@@ -25,23 +25,7 @@ fn load(text: &str) -> (Vec<CompiledPolicy>, Vec<CompiledException>) {
 fn statuses(policy: &str, resource: &str, operation: &str) -> Vec<(String, RuleStatus)> {
     let (policies, exceptions) = load(policy);
     let object: Value = parse_yaml_documents("r.yaml", resource).unwrap().remove(0);
-    let req = Request {
-        operation: operation.into(),
-        gvk: Gvk::of(&object),
-        subresource: String::new(),
-        old_object: if operation == "CREATE" {
-            Value::Null
-        } else {
-            object.clone()
-        },
-        object: if operation == "DELETE" {
-            Value::Null
-        } else {
-            object
-        },
-        user: Default::default(),
-        namespace_labels: None,
-    };
+    let req = Request::offline(&object, operation, Default::default(), None);
     let env = EvalEnv {
         resolver: &NoResolver,
         exceptions: &exceptions,

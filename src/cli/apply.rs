@@ -6,7 +6,7 @@ use super::resources::load_resources;
 use super::values::{PolicyRuleValues, Values};
 use crate::context::NoResolver;
 use crate::engine::validate::evaluate_policy;
-use crate::engine::{EvalEnv, Gvk, Request, RuleStatus};
+use crate::engine::{EvalEnv, Request, RuleStatus};
 use crate::policy::compile::FailureAction;
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy, RuleBody};
@@ -82,31 +82,12 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
     let mut report_results = Vec::new();
     for resource in &resources {
-        let req = Request {
-            operation: operation.clone(),
-            gvk: Gvk::of(resource),
-            subresource: String::new(),
-            object: if operation == "DELETE" {
-                Value::Null
-            } else {
-                resource.clone()
-            },
-            old_object: if operation == "CREATE" {
-                Value::Null
-            } else {
-                resource.clone()
-            },
-            user: Default::default(),
-            namespace_labels: values
-                .namespace_labels
-                .get(
-                    resource
-                        .pointer("/metadata/namespace")
-                        .and_then(Value::as_str)
-                        .unwrap_or_default(),
-                )
-                .cloned(),
-        };
+        let namespace = resource
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let labels = values.namespace_labels.get(namespace).cloned();
+        let req = Request::offline(resource, &operation, Default::default(), labels);
         let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
         for (k, v) in &values.global {
             ctx.set_path(k, v.clone());

@@ -9,7 +9,7 @@ use super::{OutputFormat, TestArgs};
 use crate::context::{ApiCallRequest, ResolveError, Resolver};
 use crate::engine::json_context::JsonContext;
 use crate::engine::validate::evaluate_policy;
-use crate::engine::{EvalEnv, Gvk, PolicyResponse, Request, RuleStatus};
+use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use crate::wildcard;
@@ -308,24 +308,12 @@ fn context_for(req: &Request, loaded: &Loaded) -> JsonContext {
 }
 
 fn build_request(resource: &Value, operation: &str, loaded: &Loaded) -> Request {
-    let (object, old_object) = match operation {
-        "DELETE" => (Value::Null, resource.clone()),
-        "UPDATE" => (resource.clone(), resource.clone()),
-        _ => (resource.clone(), Value::Null),
-    };
     let namespace = resource
         .pointer("/metadata/namespace")
         .and_then(Value::as_str)
         .unwrap_or_default();
-    Request {
-        operation: operation.to_string(),
-        gvk: Gvk::of(resource),
-        subresource: String::new(),
-        object,
-        old_object,
-        user: loaded.user.user.clone(),
-        namespace_labels: loaded.values.namespace_labels.get(namespace).cloned(),
-    }
+    let labels = loaded.values.namespace_labels.get(namespace).cloned();
+    Request::offline(resource, operation, loaded.user.user.clone(), labels)
 }
 
 fn display_resource(r: &Value) -> String {
