@@ -9,6 +9,7 @@ use crate::units::time::Instant;
 use crate::units::{Duration, Quantity};
 use base64::Engine as _;
 use serde_json::{Map, Value};
+use sha2::Digest as _;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
@@ -563,6 +564,19 @@ pub fn call<'a>(name: &str, args: &[Ast], cur: Val<'a>) -> R {
             crate::units::semver::matches(want_str(name, v(0))?, want_str(name, v(1))?)
                 .map(Value::Bool)
                 .map_err(JmesError::Runtime)
+        }
+        // ---- Kyverno: hashes (hex digests) ----
+        "md5" | "sha1" | "sha256" => {
+            check(1)?;
+            let input = want_str(name, v(0))?.as_bytes();
+            let digest: Vec<u8> = match name {
+                "md5" => md5::Md5::digest(input).to_vec(),
+                "sha1" => sha1::Sha1::digest(input).to_vec(),
+                _ => sha2::Sha256::digest(input).to_vec(),
+            };
+            Ok(Value::String(
+                digest.iter().map(|b| format!("{b:02x}")).collect(),
+            ))
         }
         // ---- Kyverno: time ----
         "time_now" | "time_now_utc" => {
