@@ -446,16 +446,6 @@ impl CompiledMatch {
         out.dedup();
         (!out.is_empty()).then_some(out)
     }
-
-    /// All kind selectors named in this block (for webhook registration and filtering).
-    pub fn kinds(&self) -> impl Iterator<Item = &KindSelector> {
-        self.any
-            .iter()
-            .chain(self.all.iter())
-            .chain(self.legacy.iter())
-            .filter_map(|f| f.resources.as_ref())
-            .flat_map(|d| d.kinds.iter())
-    }
 }
 
 /// The request side of matching.

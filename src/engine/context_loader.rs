@@ -5,23 +5,12 @@
 use super::json_context::JsonContext;
 use super::variables::{OnError, Substituter};
 use crate::context::{ApiCallRequest, Resolver};
-use crate::jmespath::Expression;
 use crate::policy::ExprCache;
 use crate::policy::types::ContextEntry;
 use serde_json::{Map, Value};
 
 fn query(exprs: &ExprCache, source: &str, data: &Value) -> Result<Value, String> {
-    let owned;
-    let expr = match exprs.get(source) {
-        Some(e) => e,
-        None => {
-            owned = Expression::parse(source).map_err(|e| e.to_string())?;
-            &owned
-        }
-    };
-    expr.resolve(data)
-        .map(|v| v.into_owned())
-        .map_err(|e| e.to_string())
+    exprs.resolve(source, data).map_err(|e| e.to_string())
 }
 
 fn substitute(ctx: &JsonContext, exprs: &ExprCache, v: &Value) -> Result<Value, String> {

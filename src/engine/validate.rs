@@ -116,13 +116,6 @@ fn evaluate_rule(
     }
     let v = match &rule.body {
         RuleBody::Validate(v) => v,
-        RuleBody::Unsupported(field) => {
-            return Some(RuleResponse::new(
-                name,
-                RuleStatus::Error,
-                format!("unsupported: {field}"),
-            ));
-        }
         other => {
             let (kind, rule_type) = match other {
                 RuleBody::Mutate(_) => ("mutate", RuleType::Mutation),
@@ -496,15 +489,7 @@ impl RuleValidator<'_> {
                 Ok(Value::String(s)) => s,
                 _ => continue,
             };
-            let items = match self
-                .exprs
-                .get(&source)
-                .map(|e| e.resolve(ctx.data()).map(|v| v.into_owned()))
-            {
-                Some(r) => r,
-                None => crate::jmespath::Expression::parse(&source)
-                    .and_then(|e| e.resolve(ctx.data()).map(|v| v.into_owned())),
-            };
+            let items = self.exprs.resolve(&source, ctx.data());
             // kyverno-compat: a list that fails to evaluate skips this foreach entry.
             let Ok(items) = items else { continue };
             let items = match items {

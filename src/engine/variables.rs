@@ -195,11 +195,7 @@ impl Substituter<'_> {
         } else {
             inner
         };
-        let result = match self.exprs.get(source) {
-            Some(e) => e.resolve(self.ctx.data()).map(|v| v.into_owned()),
-            None => Expression::parse(source)
-                .and_then(|e| e.resolve(self.ctx.data()).map(|v| v.into_owned())),
-        };
+        let result = self.exprs.resolve(source, self.ctx.data());
         match (result, self.on_error) {
             (Ok(v), _) => Ok(v),
             (Err(_), OnError::EmptyString) => Ok(Value::String(String::new())),

@@ -10,7 +10,7 @@ use super::types::{
 };
 use crate::engine::pattern::CompiledPattern;
 use crate::engine::variables::{self, Template};
-use crate::jmespath::Expression;
+use crate::jmespath::{Expression, JmesError};
 use crate::matching::CompiledMatch;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -57,6 +57,18 @@ pub struct ExprCache {
 impl ExprCache {
     pub fn get(&self, source: &str) -> Option<&Expression> {
         self.exprs.get(source)
+    }
+
+    /// Resolves `source` against `data` with Kyverno's variable semantics,
+    /// using the pre-parsed expression; text built at evaluation time (nested
+    /// variables) is parsed on the spot.
+    pub fn resolve(&self, source: &str, data: &Value) -> Result<Value, JmesError> {
+        match self.exprs.get(source) {
+            Some(e) => e.resolve(data).map(|v| v.into_owned()),
+            None => Expression::parse(source)?
+                .resolve(data)
+                .map(|v| v.into_owned()),
+        }
     }
 
     fn add(&mut self, source: &str) {
@@ -259,8 +271,6 @@ pub enum RuleBody {
     Mutate(Value),
     Generate(Value),
     VerifyImages(Vec<Value>),
-    /// Not evaluated yet: the field path of the unsupported part.
-    Unsupported(String),
 }
 
 #[derive(Debug, Clone)]
@@ -278,7 +288,7 @@ pub struct CompiledRule {
 
 impl CompiledRule {
     pub fn is_validate(&self) -> bool {
-        matches!(self.body, RuleBody::Validate(_)) || self.unsupported_kind() == Some("validate")
+        matches!(self.body, RuleBody::Validate(_))
     }
 
     pub fn is_mutate(&self) -> bool {
@@ -287,13 +297,6 @@ impl CompiledRule {
 
     pub fn is_generate(&self) -> bool {
         matches!(self.body, RuleBody::Generate(_))
-    }
-
-    fn unsupported_kind(&self) -> Option<&str> {
-        match &self.body {
-            RuleBody::Unsupported(f) => f.split('.').nth(2),
-            _ => None,
-        }
     }
 }
 
