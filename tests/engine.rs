@@ -143,3 +143,38 @@ fn delete_skips_patterns_and_exceptions_skip_rules() {
         vec![("r".to_string(), RuleStatus::Skip)]
     );
 }
+
+/// Foreach context entries reach the caller's resolver like rule context entries do.
+#[test]
+fn foreach_context_uses_the_resolver() {
+    use gavel::context::{ApiCallRequest, ResolveError, Resolver};
+    struct Registry;
+    impl Resolver for Registry {
+        fn config_map(&self, _: &str, _: &str) -> Result<Option<Value>, ResolveError> {
+            Ok(None)
+        }
+        fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+            Ok((call.url_path.as_deref() == Some("/allowed"))
+                .then(|| serde_json::json!(["nginx:1.0"])))
+        }
+        fn global_context(&self, _: &str) -> Result<Option<Value>, ResolveError> {
+            Ok(None)
+        }
+    }
+    let body = "    validate:\n      foreach:\n      - list: request.object.spec.containers\n        context: [{name: allowed, apiCall: {urlPath: /allowed}}]\n        deny: {conditions: {all: [{key: '{{ element.image }}', operator: AnyNotIn, value: '{{ allowed }}'}]}}\n";
+    let (policies, _) = load(&policy(body));
+    let object: Value = parse_yaml_documents("r.yaml", POD).unwrap().remove(0);
+    let req = Request::offline(&object, "CREATE", Default::default(), None);
+    let env = EvalEnv {
+        resolver: &Registry,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let got: Vec<RuleStatus> = evaluate(&policies, &req, &env)
+        .into_iter()
+        .flat_map(|r| r.rules)
+        .map(|r| r.status)
+        .collect();
+    // busybox:latest is not in the list the resolver returns.
+    assert_eq!(got, vec![RuleStatus::Fail]);
+}

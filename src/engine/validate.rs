@@ -173,6 +173,7 @@ fn evaluate_rule(
         nesting: 0,
         numbered_elements: policy.uses_numbered_elements,
         pss_excludes: &pss_excludes,
+        resolver: env.resolver,
     };
     let resp = rv.check(&v.check, req, ctx, None)?;
     Some(resp)
@@ -247,6 +248,8 @@ struct RuleValidator<'a> {
     numbered_elements: bool,
     /// Pod Security controls exempted by matching PolicyExceptions.
     pss_excludes: &'a [PodSecurityExclude],
+    /// Source of external data for foreach context entries.
+    resolver: &'a dyn crate::context::Resolver,
 }
 
 impl RuleValidator<'_> {
@@ -588,8 +591,7 @@ impl RuleValidator<'_> {
         req: &Request,
         ctx: &mut JsonContext,
     ) -> Option<RuleResponse> {
-        let resolver = crate::context::NoResolver;
-        if let Err(e) = context_loader::load(&fe.context, ctx, self.exprs, &resolver) {
+        if let Err(e) = context_loader::load(&fe.context, ctx, self.exprs, self.resolver) {
             return Some(self.respond(RuleStatus::Error, e));
         }
         if let Some(pre) = &fe.preconditions {
