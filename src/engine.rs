@@ -16,7 +16,7 @@ use crate::context::Resolver;
 use crate::matching::{MatchInput, UserInfo};
 use crate::policy::CompiledException;
 use json_context::JsonContext;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuleStatus {
@@ -188,66 +188,9 @@ impl Request {
         }
     }
 
-    /// Builds the JSON context with `request.*` and the builtin variables;
-    /// `images` only when a policy reads it (see [`CompiledPolicy::uses_images`]).
-    pub fn json_context(&self, with_images: bool) -> JsonContext {
-        let (sa_namespace, sa_name) = match self
-            .user
-            .username
-            .strip_prefix("system:serviceaccount:")
-            .and_then(|r| r.split_once(':'))
-        {
-            Some((ns, name)) => (ns.to_string(), name.to_string()),
-            None => (String::new(), String::new()),
-        };
-        // kyverno-compat: empty user fields are omitted (Go `omitempty`).
-        let mut user_info = Map::new();
-        if !self.user.username.is_empty() {
-            user_info.insert("username".into(), json!(self.user.username));
-        }
-        if !self.user.groups.is_empty() {
-            user_info.insert("groups".into(), json!(self.user.groups));
-        }
-        // Built field by field: `json!` would serialize the objects instead of cloning them.
-        let mut request = Map::with_capacity(12);
-        request.insert("operation".into(), Value::String(self.operation.clone()));
-        request.insert("object".into(), self.object.clone());
-        request.insert("oldObject".into(), self.old_object.clone());
-        request.insert("userInfo".into(), Value::Object(user_info));
-        request.insert(
-            "namespace".into(),
-            Value::String(self.namespace().to_string()),
-        );
-        request.insert("name".into(), Value::String(self.name().to_string()));
-        request.insert(
-            "kind".into(),
-            json!({"group": self.gvk.group, "version": self.gvk.version, "kind": self.gvk.kind}),
-        );
-        request.insert(
-            "subResource".into(),
-            Value::String(self.subresource.clone()),
-        );
-        if !self.user.roles.is_empty() {
-            request.insert("roles".into(), json!(self.user.roles));
-        }
-        if !self.user.cluster_roles.is_empty() {
-            request.insert("clusterRoles".into(), json!(self.user.cluster_roles));
-        }
-        let mut data = Map::with_capacity(4);
-        data.insert("request".into(), Value::Object(request));
-        data.insert("serviceAccountName".into(), Value::String(sa_name));
-        data.insert(
-            "serviceAccountNamespace".into(),
-            Value::String(sa_namespace),
-        );
-        let mut data = Value::Object(data);
-        if let Some(images) = with_images
-            .then(|| images::images_of(self.resource()))
-            .flatten()
-        {
-            data["images"] = images;
-        }
-        JsonContext::new(data)
+    /// The JSON context of this request (see [`JsonContext::for_request`]).
+    pub fn json_context(&self, with_images: bool) -> JsonContext<'_> {
+        JsonContext::for_request(self, with_images)
     }
 }
 
@@ -255,11 +198,11 @@ use crate::policy::CompiledPolicy;
 
 /// Evaluates every policy of a set against one request, sharing one JSON context.
 pub fn evaluate(policies: &[CompiledPolicy], req: &Request, env: &EvalEnv) -> Vec<PolicyResponse> {
-    let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
+    let ctx = req.json_context(policies.iter().any(|p| p.uses_images));
     let input = req.match_input();
     policies
         .iter()
-        .map(|p| validate::evaluate_policy_with(p, req, &input, &mut ctx, env))
+        .map(|p| validate::evaluate_policy_with(p, req, &input, &ctx, env))
         .collect()
 }
 

@@ -6,7 +6,7 @@ mod interpreter;
 mod parser;
 
 pub use functions::go_sprint;
-pub use interpreter::{NULL, is_truthy, json_equal, number};
+pub use interpreter::{NULL, Root, Val, is_truthy, json_equal, number};
 pub use parser::Ast;
 
 use serde_json::Value;
@@ -49,9 +49,15 @@ impl Expression {
     /// Evaluates as Kyverno resolves a `{{ }}` variable: a plain path through
     /// a key that does not exist is an error rather than null.
     pub fn resolve<'a>(&self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
-        let v = self.search(data)?;
+        self.resolve_val(Val::Ref(data)).map(Val::into_cow)
+    }
+
+    /// [`Expression::resolve`] over any input, keeping the result lazy
+    /// (borrowed parts stay borrowed).
+    pub fn resolve_val<'a>(&self, root: Val<'a>) -> Result<Val<'a>, JmesError> {
+        let v = interpreter::eval(&self.ast, root.clone())?;
         if v.is_null() {
-            if let Some(key) = interpreter::missing_key(&self.ast, data) {
+            if let Some(key) = interpreter::missing_key(&self.ast, root) {
                 return Err(JmesError::NotFound(key));
             }
         }

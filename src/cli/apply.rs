@@ -99,9 +99,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 exceptions: &exceptions,
                 rule_values: &rule_values,
             };
-            let cp = ctx.checkpoint();
-            let resp = evaluate_policy(policy, &req, &mut ctx, &env);
-            ctx.restore(cp);
+            let resp = evaluate_policy(policy, &req, &ctx, &env);
             let mut failures = Vec::new();
             for r in &resp.rules {
                 let audit = policy.rules.iter().find(|cr| cr.name == r.name).is_some_and(|cr| {

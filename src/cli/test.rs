@@ -259,7 +259,7 @@ fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
             .and_then(Value::as_str)
             .unwrap_or_default();
         let base = build_request(resource, &operation, loaded);
-        let mut base_ctx = context_for(&base, loaded);
+        let base_ctx = context_for(&base, loaded);
         let mut responses = Vec::new();
         for policy in &loaded.policies {
             let resource_values = loaded
@@ -271,16 +271,13 @@ fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
             let own_op = resource_values
                 .and_then(|v| v.get("request.operation"))
                 .and_then(Value::as_str);
-            let mut overridden = own_op.filter(|op| *op != operation).map(|op| {
-                let r = build_request(resource, op, loaded);
-                let c = context_for(&r, loaded);
-                (r, c)
-            });
-            let (req, ctx) = match overridden.as_mut() {
-                Some((r, c)) => (&*r, c),
-                None => (&base, &mut base_ctx),
+            let own_req = own_op
+                .filter(|op| *op != operation)
+                .map(|op| build_request(resource, op, loaded));
+            let (req, mut ctx) = match &own_req {
+                Some(r) => (r, context_for(r, loaded)),
+                None => (&base, base_ctx.child()),
             };
-            let cp = ctx.checkpoint();
             for (k, v) in resource_values.into_iter().flatten() {
                 ctx.set_path(k, v.clone());
             }
@@ -290,8 +287,7 @@ fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
                 exceptions: &loaded.exceptions,
                 rule_values: &rule_values,
             };
-            responses.push(evaluate_policy(policy, req, ctx, &env));
-            ctx.restore(cp);
+            responses.push(evaluate_policy(policy, req, &ctx, &env));
         }
         out.push(responses);
     }
@@ -299,7 +295,7 @@ fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
 }
 
 /// The request's JSON context with the values file's global values applied.
-fn context_for(req: &Request, loaded: &Loaded) -> JsonContext {
+fn context_for<'a>(req: &'a Request, loaded: &Loaded) -> JsonContext<'a> {
     let mut ctx = req.json_context(loaded.policies.iter().any(|p| p.uses_images));
     for (k, v) in &loaded.values.global {
         ctx.set_path(k, v.clone());

@@ -5,12 +5,16 @@
 use super::json_context::JsonContext;
 use super::variables::{OnError, Substituter};
 use crate::context::{ApiCallRequest, Resolver};
+use crate::jmespath::Val;
 use crate::policy::ExprCache;
 use crate::policy::types::ContextEntry;
 use serde_json::{Map, Value};
 
-fn query(exprs: &ExprCache, source: &str, data: &Value) -> Result<Value, String> {
-    exprs.resolve(source, data).map_err(|e| e.to_string())
+fn query(exprs: &ExprCache, source: &str, root: Val) -> Result<Value, String> {
+    exprs
+        .resolve(source, root)
+        .map(Val::into_owned)
+        .map_err(|e| e.to_string())
 }
 
 fn substitute(ctx: &JsonContext, exprs: &ExprCache, v: &Value) -> Result<Value, String> {
@@ -64,7 +68,7 @@ fn load_entry(
         let output = if let Some(value) = &var.value {
             let value = substitute(ctx, exprs, value)?;
             match &path {
-                Some(p) => match query(exprs, p, &value) {
+                Some(p) => match query(exprs, p, Val::Ref(&value)) {
                     Ok(v) if !v.is_null() => Some(v),
                     Ok(_) => default,
                     Err(e) => Some(default.ok_or(format!("failed to apply jmespath {p}: {e}"))?),
@@ -72,7 +76,7 @@ fn load_entry(
                 None => Some(value),
             }
         } else if let Some(p) = &path {
-            match query(exprs, p, ctx.data()) {
+            match query(exprs, p, ctx.root()) {
                 Ok(v) if !v.is_null() => Some(v),
                 Ok(_) => default,
                 Err(e) => {
@@ -151,7 +155,7 @@ fn load_entry(
         let value = match &call.jmes_path {
             Some(p) => {
                 let p = substitute_str(ctx, exprs, p)?;
-                match query(exprs, &p, &response) {
+                match query(exprs, &p, Val::Ref(&response)) {
                     Ok(v) => v,
                     Err(e) => default
                         .clone()
@@ -169,7 +173,7 @@ fn load_entry(
             return Ok(());
         };
         let value = match &global.jmes_path {
-            Some(p) => query(exprs, &substitute_str(ctx, exprs, p)?, &data)?,
+            Some(p) => query(exprs, &substitute_str(ctx, exprs, p)?, Val::Ref(&data))?,
             None => data,
         };
         ctx.set_path(&entry.name, value);

@@ -1,123 +1,291 @@
-//! The JSON context (§4.2): one JSON object holding `request`, builtin
-//! variables, context entries and foreach elements. Rules read it through
-//! JMESPath; it is checkpointed and restored around rules and loop bodies.
+//! The JSON context (§4.2): `request`, builtin variables, context entries
+//! and foreach elements, read by rules through JMESPath.
+//!
+//! It is layered rather than one JSON object: a rule or a foreach element
+//! gets a child scope over its parent, so leaving a scope is dropping it, and
+//! the request object and foreach elements are borrowed, never copied. The
+//! interpreter sees the layers as one object through [`Root`].
 
-use serde_json::{Map, Value};
+use super::Request;
+use crate::jmespath::{Root, Val};
+use serde_json::{Map, Value, json};
+use std::borrow::Cow;
 
-#[derive(Debug, Clone)]
-pub struct JsonContext {
-    data: Value,
-    /// Undo log: (top-level key, previous value) for restore().
-    undo: Vec<(String, Option<Value>)>,
+/// A value in the context: borrowed from the request (or an enclosing
+/// scope) or computed.
+#[derive(Debug)]
+pub enum Slot<'p> {
+    Ref(&'p Value),
+    Own(Value),
+}
+
+impl Slot<'_> {
+    pub fn get(&self) -> &Value {
+        match self {
+            Slot::Ref(v) => v,
+            Slot::Own(v) => v,
+        }
+    }
+}
+
+pub struct JsonContext<'p> {
+    parent: Option<&'p JsonContext<'p>>,
+    request: Option<RequestRoot<'p>>,
+    /// Top-level names in the order they were set; the last one wins.
+    vars: Vec<(Cow<'static, str>, Slot<'p>)>,
     delete: bool,
 }
 
-impl JsonContext {
-    pub fn new(data: Value) -> JsonContext {
+impl<'p> JsonContext<'p> {
+    /// The context of one request: `request.*` and the builtin variables;
+    /// `images` only when a policy reads it (see `CompiledPolicy::uses_images`).
+    pub fn for_request(req: &'p Request, with_images: bool) -> JsonContext<'p> {
+        let (sa_namespace, sa_name) = req
+            .user
+            .username
+            .strip_prefix("system:serviceaccount:")
+            .and_then(|r| r.split_once(':'))
+            .unwrap_or_default();
+        let mut ctx = JsonContext {
+            parent: None,
+            request: Some(RequestRoot::new(req)),
+            vars: Vec::with_capacity(4),
+            delete: req.operation == "DELETE",
+        };
+        ctx.set("serviceAccountName", Value::String(sa_name.to_string()));
+        ctx.set(
+            "serviceAccountNamespace",
+            Value::String(sa_namespace.to_string()),
+        );
+        if let Some(images) = with_images
+            .then(|| super::images::images_of(req.resource()))
+            .flatten()
+        {
+            ctx.set("images", images);
+        }
+        ctx
+    }
+
+    /// A context holding the top-level fields of `data` (tests, and callers
+    /// with no request).
+    pub fn from_value(data: Value) -> JsonContext<'static> {
         let delete = data.pointer("/request/operation").and_then(Value::as_str) == Some("DELETE");
-        let data = if data.is_object() {
-            data
-        } else {
-            Value::Object(Map::new())
+        let vars = match data {
+            Value::Object(m) => m
+                .into_iter()
+                .map(|(k, v)| (Cow::Owned(k), Slot::Own(v)))
+                .collect(),
+            _ => Vec::new(),
         };
         JsonContext {
-            data,
-            undo: Vec::new(),
+            parent: None,
+            request: None,
+            vars,
             delete,
         }
     }
 
-    pub fn data(&self) -> &Value {
-        &self.data
+    /// A scope over this one: what is set in it is gone when it is dropped.
+    pub fn child(&'p self) -> JsonContext<'p> {
+        JsonContext {
+            parent: Some(self),
+            request: None,
+            vars: Vec::new(),
+            delete: self.delete,
+        }
     }
 
     pub fn is_delete(&self) -> bool {
         self.delete
     }
 
-    fn root(&mut self) -> &mut Map<String, Value> {
-        self.data
-            .as_object_mut()
-            .expect("context root is an object")
+    /// The context as one JSON-like value for the JMESPath interpreter.
+    pub fn root(&self) -> Val<'_> {
+        Val::Root(self)
     }
 
     /// Sets a top-level name.
-    pub fn set(&mut self, name: &str, value: Value) {
-        let prev = self.root().insert(name.to_string(), value);
-        self.undo.push((name.to_string(), prev));
+    pub fn set(&mut self, name: impl Into<Cow<'static, str>>, value: Value) {
+        self.vars.push((name.into(), Slot::Own(value)));
     }
 
-    /// Sets a dotted path (`request.object.metadata.name`), creating objects on the way.
+    /// Sets a top-level name to a value borrowed from an enclosing scope.
+    pub fn set_ref(&mut self, name: impl Into<Cow<'static, str>>, value: &'p Value) {
+        self.vars.push((name.into(), Slot::Ref(value)));
+    }
+
+    /// Sets a dotted path (`request.object.metadata.name`), creating objects
+    /// on the way. The top-level value is copied once and shadowed.
     pub fn set_path(&mut self, path: &str, value: Value) {
-        let mut parts = path.split('.');
-        let Some(first) = parts.next() else { return };
-        let rest: Vec<&str> = parts.collect();
-        if rest.is_empty() {
-            self.set(first, value);
+        let Some((first, rest)) = path.split_once('.') else {
+            self.set(path.to_string(), value);
             return;
-        }
-        let prev = self.root().get(first).cloned();
-        self.undo.push((first.to_string(), prev));
-        let mut cur = self
-            .root()
-            .entry(first.to_string())
-            .or_insert_with(|| Value::Object(Map::new()));
-        for (i, part) in rest.iter().enumerate() {
+        };
+        let mut top = match self.field(first) {
+            Some(v) => v.into_owned(),
+            None => Value::Object(Map::new()),
+        };
+        let mut cur = &mut top;
+        for part in rest.split('.') {
             if !cur.is_object() {
                 *cur = Value::Object(Map::new());
             }
-            let m = cur.as_object_mut().expect("just made an object");
-            if i == rest.len() - 1 {
-                m.insert(part.to_string(), value);
-                return;
-            }
-            cur = m
+            cur = cur
+                .as_object_mut()
+                .expect("just made an object")
                 .entry(part.to_string())
-                .or_insert_with(|| Value::Object(Map::new()));
+                .or_insert(Value::Null);
         }
+        *cur = value;
+        self.set(first.to_string(), top);
     }
 
+    /// A top-level value that is plain JSON (not the request view).
     pub fn get(&self, name: &str) -> Option<&Value> {
-        self.data.get(name)
+        match self.vars.iter().rev().find(|(k, _)| k == name) {
+            Some((_, slot)) => Some(slot.get()),
+            None if self.request.is_some() && name == "request" => None,
+            None => self.parent.and_then(|p| p.get(name)),
+        }
     }
 
     pub fn checkpoint(&self) -> usize {
-        self.undo.len()
+        self.vars.len()
     }
 
-    /// Undoes every change made since `checkpoint`.
+    /// Undoes every change made to this scope since `checkpoint`.
     pub fn restore(&mut self, checkpoint: usize) {
-        while self.undo.len() > checkpoint {
-            let (k, prev) = self.undo.pop().expect("len checked");
-            let root = self.root();
-            match prev {
-                Some(v) => {
-                    root.insert(k, v);
-                }
-                None => {
-                    root.remove(&k);
-                }
+        self.vars.truncate(checkpoint);
+    }
+}
+
+impl Root for JsonContext<'_> {
+    fn field(&self, name: &str) -> Option<Val<'_>> {
+        if let Some((_, slot)) = self.vars.iter().rev().find(|(k, _)| k == name) {
+            return Some(Val::Ref(slot.get()));
+        }
+        if let Some(r) = &self.request {
+            if name == "request" {
+                return Some(Val::Root(r));
             }
         }
+        self.parent.and_then(|p| p.field(name))
+    }
+
+    fn to_value(&self) -> Value {
+        let mut out = match self.parent {
+            Some(p) => p.to_value(),
+            None => Value::Object(Map::new()),
+        };
+        let m = out.as_object_mut().expect("context is an object");
+        if let Some(r) = &self.request {
+            m.insert("request".into(), r.to_value());
+        }
+        for (k, slot) in &self.vars {
+            m.insert(k.to_string(), slot.get().clone());
+        }
+        out
+    }
+}
+
+/// `request.*` (§4.2): the admission request's object and oldObject are
+/// borrowed; the small fields are built once per request.
+struct RequestRoot<'r> {
+    req: &'r Request,
+    fields: Map<String, Value>,
+}
+
+impl<'r> RequestRoot<'r> {
+    fn new(req: &'r Request) -> RequestRoot<'r> {
+        // kyverno-compat: empty user fields are omitted (Go `omitempty`).
+        let mut user_info = Map::new();
+        if !req.user.username.is_empty() {
+            user_info.insert("username".into(), json!(req.user.username));
+        }
+        if !req.user.groups.is_empty() {
+            user_info.insert("groups".into(), json!(req.user.groups));
+        }
+        let mut fields = Map::new();
+        fields.insert("operation".into(), Value::String(req.operation.clone()));
+        fields.insert("userInfo".into(), Value::Object(user_info));
+        fields.insert("namespace".into(), Value::String(req.namespace().into()));
+        fields.insert("name".into(), Value::String(req.name().into()));
+        fields.insert(
+            "kind".into(),
+            json!({"group": req.gvk.group, "version": req.gvk.version, "kind": req.gvk.kind}),
+        );
+        fields.insert("subResource".into(), Value::String(req.subresource.clone()));
+        if !req.user.roles.is_empty() {
+            fields.insert("roles".into(), json!(req.user.roles));
+        }
+        if !req.user.cluster_roles.is_empty() {
+            fields.insert("clusterRoles".into(), json!(req.user.cluster_roles));
+        }
+        RequestRoot { req, fields }
+    }
+}
+
+impl Root for RequestRoot<'_> {
+    fn field(&self, name: &str) -> Option<Val<'_>> {
+        match name {
+            "object" => Some(Val::Ref(&self.req.object)),
+            "oldObject" => Some(Val::Ref(&self.req.old_object)),
+            _ => self.fields.get(name).map(Val::Ref),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        let mut m = self.fields.clone();
+        m.insert("object".into(), self.req.object.clone());
+        m.insert("oldObject".into(), self.req.old_object.clone());
+        Value::Object(m)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::jmespath::Expression;
     use serde_json::json;
 
+    fn search(ctx: &JsonContext, expr: &str) -> Value {
+        Expression::parse(expr)
+            .unwrap()
+            .resolve_val(ctx.root())
+            .map(Val::into_owned)
+            .unwrap_or(Value::String("<error>".into()))
+    }
+
     #[test]
-    fn checkpoint_and_restore() {
-        let mut c = JsonContext::new(json!({"request": {"operation": "CREATE"}}));
+    fn scopes_shadow_and_drop() {
+        let base = JsonContext::from_value(json!({"request": {"operation": "CREATE"}}));
+        {
+            let mut child = base.child();
+            child.set("element", json!(1));
+            child.set_path("request.object.metadata.name", json!("x"));
+            assert_eq!(search(&child, "request.object.metadata.name"), json!("x"));
+            assert_eq!(search(&child, "request.operation"), json!("CREATE"));
+            assert_eq!(search(&child, "element"), json!(1));
+        }
+        assert_eq!(search(&base, "element"), json!("<error>"));
+        assert_eq!(base.to_value(), json!({"request": {"operation": "CREATE"}}));
+    }
+
+    #[test]
+    fn request_view_matches_the_built_object() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}});
+        let req = Request::offline(&pod, "CREATE", Default::default(), None);
+        let ctx = JsonContext::for_request(&req, false);
+        assert_eq!(search(&ctx, "request.object.metadata.name"), json!("p"));
+        assert_eq!(search(&ctx, "request.namespace"), json!("ns"));
+        assert_eq!(search(&ctx, "request.kind.kind"), json!("Pod"));
+        assert_eq!(search(&ctx, "request.missing"), json!("<error>"));
+        assert_eq!(search(&ctx, "keys(request) | length(@)"), json!(8));
+        assert_eq!(search(&ctx, "serviceAccountName"), json!(""));
+        let mut c = ctx.child();
         let cp = c.checkpoint();
-        c.set("element", json!(1));
-        c.set_path("request.object.metadata.name", json!("x"));
-        assert_eq!(
-            c.data().pointer("/request/object/metadata/name"),
-            Some(&json!("x"))
-        );
+        c.set("x", json!(2));
         c.restore(cp);
-        assert_eq!(c.data(), &json!({"request": {"operation": "CREATE"}}));
+        assert_eq!(search(&c, "x"), json!("<error>"));
     }
 }

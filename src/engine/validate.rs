@@ -4,10 +4,11 @@
 
 use super::conditions;
 use super::context_loader;
-use super::json_context::JsonContext;
+use super::json_context::{JsonContext, Slot};
 use super::pattern::{self, ErrorKind, PatternError};
 use super::variables::{OnError, Substituter, VariableError};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::jmespath::Val;
 use crate::matching::MatchInput;
 use crate::policy::compile::{ForEach, Pattern, PolicyScope, ValidateRule};
 use crate::policy::types::PodSecurityExclude;
@@ -21,7 +22,7 @@ use serde_json::Value;
 pub fn evaluate_policy(
     policy: &CompiledPolicy,
     req: &Request,
-    ctx: &mut JsonContext,
+    ctx: &JsonContext,
     env: &EvalEnv,
 ) -> PolicyResponse {
     evaluate_policy_with(policy, req, &req.match_input(), ctx, env)
@@ -33,7 +34,7 @@ pub fn evaluate_policy_with(
     policy: &CompiledPolicy,
     req: &Request,
     input: &MatchInput,
-    ctx: &mut JsonContext,
+    ctx: &JsonContext,
     env: &EvalEnv,
 ) -> PolicyResponse {
     let mut rules = Vec::new();
@@ -58,9 +59,7 @@ pub fn evaluate_policy_with(
         {
             continue;
         }
-        let cp = ctx.checkpoint();
-        let response = evaluate_rule(policy, rule, req, ctx, env);
-        ctx.restore(cp);
+        let response = evaluate_rule(policy, rule, req, &mut ctx.child(), env);
         if let Some(r) = response {
             let applied = r.status != RuleStatus::Skip;
             rules.push(r);
@@ -479,7 +478,7 @@ impl RuleValidator<'_> {
         &mut self,
         list: &[ForEach],
         req: &Request,
-        ctx: &mut JsonContext,
+        ctx: &JsonContext,
     ) -> Option<RuleResponse> {
         let mut applied = 0;
         for fe in list {
@@ -492,13 +491,16 @@ impl RuleValidator<'_> {
                 Ok(Value::String(s)) => s,
                 _ => continue,
             };
-            let items = self.exprs.resolve(&source, ctx.data());
             // kyverno-compat: a list that fails to evaluate skips this foreach entry.
-            let Ok(items) = items else { continue };
-            let items = match items {
-                Value::Array(a) => a,
-                Value::Null => Vec::new(),
-                other => vec![other],
+            let Ok(items) = self.exprs.resolve(&source, ctx.root()) else {
+                continue;
+            };
+            let items = if items.is_null() {
+                Vec::new()
+            } else if items.is_array() {
+                items.into_elements().unwrap_or_default()
+            } else {
+                vec![items]
             };
             let (resp, count) = self.elements(fe, items, req, ctx);
             if resp.status != RuleStatus::Pass {
@@ -513,32 +515,38 @@ impl RuleValidator<'_> {
         })
     }
 
-    fn elements(
+    /// Runs the foreach body once per element, each in its own scope that
+    /// borrows the element.
+    fn elements<'c>(
         &mut self,
         fe: &ForEach,
-        items: Vec<Value>,
+        items: Vec<Val<'c>>,
         req: &Request,
-        ctx: &mut JsonContext,
+        ctx: &'c JsonContext<'c>,
     ) -> (RuleResponse, usize) {
         let mut applied = 0;
-        let cp = ctx.checkpoint();
         let count = items.len();
         for (index, item) in items.into_iter().enumerate() {
             if item.is_null() {
                 continue;
             }
-            ctx.restore(cp);
-            let is_object = item.is_object();
+            let mut scope = ctx.child();
+            let item = match item {
+                Val::Ref(v) => Slot::Ref(v),
+                other => Slot::Own(other.into_owned()),
+            };
+            let is_object = item.get().is_object();
             if self.numbered_elements {
-                ctx.set(&format!("element{}", self.nesting), item.clone());
-                ctx.set(&format!("elementIndex{}", self.nesting), Value::from(index));
+                scope.set(format!("element{}", self.nesting), item.get().clone());
+                scope.set(format!("elementIndex{}", self.nesting), Value::from(index));
             }
-            // The element lives in the context; checks borrow it from there.
-            ctx.set("element", item);
-            ctx.set("elementIndex", Value::from(index));
+            match item {
+                Slot::Ref(v) => scope.set_ref("element", v),
+                Slot::Own(v) => scope.set("element", v),
+            }
+            scope.set("elementIndex", Value::from(index));
             let scoped = match fe.element_scope {
                 Some(true) if !is_object => {
-                    ctx.restore(cp);
                     return (
                         self.respond(
                             RuleStatus::Error,
@@ -550,7 +558,7 @@ impl RuleValidator<'_> {
                 Some(false) => false,
                 _ => is_object,
             };
-            let result = self.element(fe, scoped, req, ctx);
+            let result = self.element(fe, scoped, req, &mut scope);
             match result {
                 None => continue,
                 Some(r) if r.status == RuleStatus::Skip => continue,
@@ -558,7 +566,6 @@ impl RuleValidator<'_> {
                     if index < count - 1 {
                         continue;
                     }
-                    ctx.restore(cp);
                     return (
                         self.respond(
                             RuleStatus::Error,
@@ -568,7 +575,6 @@ impl RuleValidator<'_> {
                     );
                 }
                 Some(r) if r.status != RuleStatus::Pass => {
-                    ctx.restore(cp);
                     return (
                         self.respond(
                             RuleStatus::Fail,
@@ -580,7 +586,6 @@ impl RuleValidator<'_> {
                 Some(_) => applied += 1,
             }
         }
-        ctx.restore(cp);
         (self.respond(RuleStatus::Pass, ""), applied)
     }
 

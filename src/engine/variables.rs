@@ -4,7 +4,7 @@
 //! in as text. `\{{` escapes a token. Nested tokens resolve inside-out.
 
 use super::json_context::JsonContext;
-use crate::jmespath::{Expression, JmesError};
+use crate::jmespath::{Expression, JmesError, Val};
 use crate::policy::ExprCache;
 use serde_json::Value;
 
@@ -136,7 +136,7 @@ impl Template {
 
     pub fn render<'t>(
         &'t self,
-        sub: &Substituter,
+        sub: &Substituter<'t>,
     ) -> Result<std::borrow::Cow<'t, Value>, VariableError> {
         use std::borrow::Cow;
         match self {
@@ -149,12 +149,15 @@ impl Template {
                 } else {
                     expr
                 };
-                match (expr.resolve(sub.ctx.data()), sub.on_error) {
+                match (expr.resolve_val(sub.ctx.root()), sub.on_error) {
                     // A string result may itself hold variables: substitute it fully.
-                    (Ok(v), _) if v.as_str().is_some_and(|s| s.contains("{{")) => {
+                    (Ok(Val::Ref(Value::String(s))), _) if s.contains("{{") => {
                         sub.value(raw).map(Cow::Owned)
                     }
-                    (Ok(v), _) => Ok(Cow::Owned(v.into_owned())),
+                    (Ok(Val::Own(Value::String(s))), _) if s.contains("{{") => {
+                        sub.value(raw).map(Cow::Owned)
+                    }
+                    (Ok(v), _) => Ok(v.into_cow()),
                     (Err(_), OnError::EmptyString) => Ok(Cow::Owned(Value::String(String::new()))),
                     (Err(source), OnError::Fail) => Err(VariableError::Resolve {
                         variable: raw.to_string(),
@@ -177,7 +180,7 @@ pub enum OnError {
 }
 
 pub struct Substituter<'c> {
-    pub ctx: &'c JsonContext,
+    pub ctx: &'c JsonContext<'c>,
     pub exprs: &'c ExprCache,
     pub on_error: OnError,
 }
@@ -195,7 +198,10 @@ impl Substituter<'_> {
         } else {
             inner
         };
-        let result = self.exprs.resolve(source, self.ctx.data());
+        let result = self
+            .exprs
+            .resolve(source, self.ctx.root())
+            .map(Val::into_owned);
         match (result, self.on_error) {
             (Ok(v), _) => Ok(v),
             (Err(_), OnError::EmptyString) => Ok(Value::String(String::new())),
@@ -267,8 +273,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn ctx() -> JsonContext {
-        let mut c = JsonContext::new(
+    fn ctx() -> JsonContext<'static> {
+        let mut c = JsonContext::from_value(
             json!({"request": {"operation": "CREATE", "object": {"metadata": {"name": "web", "labels": {"app": "a"}}, "spec": {"replicas": 3}}}}),
         );
         c.set("cm", json!({"data": {"a": "from-cm"}}));

@@ -18,6 +18,23 @@ pub enum Val<'a> {
     Ref(&'a Value),
     Own(Value),
     List(Vec<Val<'a>>),
+    /// An object whose fields are looked up on demand (the policy engine's
+    /// layered context); turned into JSON only when used as a whole.
+    Root(&'a (dyn Root + 'a)),
+}
+
+/// An object served field by field instead of as one JSON value, so that a
+/// context made of borrowed parts never has to be assembled.
+pub trait Root {
+    fn field(&self, name: &str) -> Option<Val<'_>>;
+    /// The whole object as JSON (for `@` and functions taking it as a value).
+    fn to_value(&self) -> Value;
+}
+
+impl std::fmt::Debug for dyn Root + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Root({})", self.to_value())
+    }
 }
 
 pub static NULL: Value = Value::Null;
@@ -31,8 +48,15 @@ impl<'a> Val<'a> {
         match self {
             Val::Ref(v) => v.is_null(),
             Val::Own(v) => v.is_null(),
-            Val::List(_) => false,
+            Val::List(_) | Val::Root(_) => false,
         }
+    }
+
+    pub fn is_array(&self) -> bool {
+        matches!(
+            self,
+            Val::Ref(Value::Array(_)) | Val::Own(Value::Array(_)) | Val::List(_)
+        )
     }
 
     fn truthy(&self) -> bool {
@@ -40,6 +64,7 @@ impl<'a> Val<'a> {
             Val::Ref(v) => is_truthy(v),
             Val::Own(v) => is_truthy(v),
             Val::List(items) => !items.is_empty(),
+            Val::Root(r) => is_truthy(&r.to_value()),
         }
     }
 
@@ -51,6 +76,7 @@ impl<'a> Val<'a> {
             Val::List(items) => Cow::Owned(Value::Array(
                 items.into_iter().map(Val::into_owned).collect(),
             )),
+            Val::Root(r) => Cow::Owned(r.to_value()),
         }
     }
 
@@ -59,7 +85,7 @@ impl<'a> Val<'a> {
     }
 
     /// The elements, when this is an array.
-    fn into_elements(self) -> Option<Vec<Val<'a>>> {
+    pub fn into_elements(self) -> Option<Vec<Val<'a>>> {
         match self {
             Val::Ref(Value::Array(a)) => Some(a.iter().map(Val::Ref).collect()),
             Val::Own(Value::Array(a)) => Some(a.into_iter().map(Val::Own).collect()),
@@ -73,6 +99,7 @@ impl<'a> Val<'a> {
         match self {
             Val::Ref(Value::Object(m)) => Some(m.values().map(Val::Ref).collect()),
             Val::Own(Value::Object(m)) => Some(m.into_iter().map(|(_, v)| Val::Own(v)).collect()),
+            Val::Root(r) => Val::Own(r.to_value()).into_values(),
             _ => None,
         }
     }
@@ -81,6 +108,7 @@ impl<'a> Val<'a> {
         match self {
             Val::Ref(Value::Object(m)) => m.get(key).map(Val::Ref).unwrap_or_else(null),
             Val::Own(Value::Object(mut m)) => m.remove(key).map(Val::Own).unwrap_or_else(null),
+            Val::Root(r) => r.field(key).unwrap_or_else(null),
             _ => null(),
         }
     }
@@ -307,23 +335,24 @@ fn slice(
 /// If `ast` is a plain field path (`a.b[0].c`) and it runs into a key that
 /// `root` lacks, names that key. Kyverno's JMESPath reports such lookups as
 /// `Unknown key "<key>" in path` instead of returning null.
-pub fn missing_key(ast: &Ast, root: &Value) -> Option<String> {
-    fn walk<'v>(ast: &Ast, cur: &'v Value) -> Result<&'v Value, String> {
+pub fn missing_key(ast: &Ast, root: Val) -> Option<String> {
+    fn walk<'v>(ast: &Ast, cur: Val<'v>) -> Result<Val<'v>, String> {
         match ast {
             Ast::Field(k) => match cur {
-                Value::Object(m) => m.get(k).ok_or_else(|| k.clone()),
-                _ => Ok(&NULL),
+                Val::Ref(Value::Object(m)) => m.get(k).map(Val::Ref).ok_or_else(|| k.clone()),
+                Val::Root(r) => r.field(k).ok_or_else(|| k.clone()),
+                _ => Ok(null()),
             },
             Ast::Subexpression(l, r) | Ast::IndexExpression(l, r) => {
                 let left = walk(l, cur)?;
                 walk(r, left)
             }
             Ast::Index(i) => Ok(match cur {
-                Value::Array(a) => {
+                Val::Ref(Value::Array(a)) => {
                     let idx = if *i < 0 { a.len() as i64 + i } else { *i };
-                    a.get(idx as usize).unwrap_or(&NULL)
+                    a.get(idx as usize).map(Val::Ref).unwrap_or_else(null)
                 }
-                _ => &NULL,
+                _ => null(),
             }),
             _ => Err(String::new()),
         }

@@ -10,7 +10,7 @@ use super::types::{
 };
 use crate::engine::pattern::CompiledPattern;
 use crate::engine::variables::{self, Template};
-use crate::jmespath::{Expression, JmesError};
+use crate::jmespath::{Expression, JmesError, Val};
 use crate::matching::CompiledMatch;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
@@ -62,12 +62,10 @@ impl ExprCache {
     /// Resolves `source` against `data` with Kyverno's variable semantics,
     /// using the pre-parsed expression; text built at evaluation time (nested
     /// variables) is parsed on the spot.
-    pub fn resolve(&self, source: &str, data: &Value) -> Result<Value, JmesError> {
+    pub fn resolve<'a>(&self, source: &str, root: Val<'a>) -> Result<Val<'a>, JmesError> {
         match self.exprs.get(source) {
-            Some(e) => e.resolve(data).map(|v| v.into_owned()),
-            None => Expression::parse(source)?
-                .resolve(data)
-                .map(|v| v.into_owned()),
+            Some(e) => e.resolve_val(root),
+            None => Expression::parse(source)?.resolve_val(root),
         }
     }
 
