@@ -7,11 +7,20 @@ use crate::units::semver::Version;
 use crate::units::{Duration, Quantity};
 use crate::wildcard;
 use serde_json::Value;
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 /// Go's `fmt.Sprint` of a decoded JSON value.
 pub fn sprint(v: &Value) -> String {
     crate::jmespath::go_sprint(v)
+}
+
+/// [`sprint`], borrowing strings (the common case in set operators).
+fn sprint_cow(v: &Value) -> Cow<'_, str> {
+    match v {
+        Value::String(s) => Cow::Borrowed(s),
+        other => Cow::Owned(sprint(other)),
+    }
 }
 
 /// Evaluates `key <operator> value`.
@@ -145,25 +154,30 @@ fn split_range(range: &str) -> Option<(&str, &str)> {
 }
 
 fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
-    let keys: Vec<String> = match key {
-        Value::Array(a) => a.iter().map(sprint).collect(),
-        Value::String(_) | Value::Number(_) | Value::Bool(_) => vec![sprint(key)],
+    let keys: Vec<Cow<str>> = match key {
+        Value::Array(a) => a.iter().map(sprint_cow).collect(),
+        Value::String(_) | Value::Number(_) | Value::Bool(_) => vec![sprint_cow(key)],
         _ => return false,
     };
-    let decide = |contained: &dyn Fn(&String) -> bool| match op {
-        SetOp::AnyIn => keys.iter().any(contained),
-        SetOp::AllIn => keys.iter().all(contained),
+    let decide = |contained: &dyn Fn(&str) -> bool| match op {
+        SetOp::AnyIn => keys.iter().any(|k| contained(k)),
+        SetOp::AllIn => keys.iter().all(|k| contained(k)),
         SetOp::AnyNotIn => keys.iter().any(|k| !contained(k)),
-        SetOp::AllNotIn => !keys.iter().any(contained),
+        SetOp::AllNotIn => !keys.iter().any(|k| contained(k)),
     };
+    let in_list = |values: &[Cow<str>], k: &str| {
+        values
+            .iter()
+            .any(|v| wildcard::matches(k, v) || wildcard::matches(v, k))
+    };
+    if keys.is_empty() {
+        // Decided without looking at the values.
+        return decide(&|_| false);
+    }
     match value {
         Value::Array(a) => {
-            let values: Vec<String> = a.iter().map(sprint).collect();
-            decide(&|k| {
-                values
-                    .iter()
-                    .any(|v| wildcard::matches(k, v) || wildcard::matches(v, k))
-            })
+            let values: Vec<Cow<str>> = a.iter().map(sprint_cow).collect();
+            decide(&|k| in_list(&values, k))
         }
         Value::String(s) => {
             // A string value is a range `a-b`, a JSON array (e.g. from a
@@ -171,15 +185,16 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
             if split_range(s).is_some() && keys.iter().all(|k| Quantity::parse(k).is_some()) {
                 return decide(&|k| in_range(k, s).unwrap_or(false));
             }
-            let values: Vec<String> = match serde_json::from_str::<Vec<Value>>(s) {
-                Ok(arr) => arr.iter().map(sprint).collect(),
-                Err(_) => vec![s.clone()],
+            let parsed = if s.trim_start().starts_with('[') {
+                serde_json::from_str::<Vec<Value>>(s).ok()
+            } else {
+                None
             };
-            decide(&|k| {
-                values
-                    .iter()
-                    .any(|v| wildcard::matches(k, v) || wildcard::matches(v, k))
-            })
+            let values: Vec<Cow<str>> = match &parsed {
+                Some(arr) => arr.iter().map(sprint_cow).collect(),
+                None => vec![Cow::Borrowed(s.as_str())],
+            };
+            decide(&|k| in_list(&values, k))
         }
         _ => false,
     }

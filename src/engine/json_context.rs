@@ -10,6 +10,7 @@ use super::Request;
 use crate::jmespath::{Root, Val};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
+use std::cell::OnceCell;
 
 /// A value in the context: borrowed from the request (or an enclosing
 /// scope) or computed.
@@ -189,53 +190,67 @@ impl Root for JsonContext<'_> {
 }
 
 /// `request.*` (§4.2): the admission request's object and oldObject are
-/// borrowed; the small fields are built once per request.
+/// borrowed; `operation` (read by nearly every policy) is built up front,
+/// the other small fields on first use.
 struct RequestRoot<'r> {
     req: &'r Request,
-    fields: Map<String, Value>,
+    operation: Value,
+    rest: OnceCell<Map<String, Value>>,
 }
 
 impl<'r> RequestRoot<'r> {
     fn new(req: &'r Request) -> RequestRoot<'r> {
-        // kyverno-compat: empty user fields are omitted (Go `omitempty`).
-        let mut user_info = Map::new();
-        if !req.user.username.is_empty() {
-            user_info.insert("username".into(), json!(req.user.username));
+        RequestRoot {
+            req,
+            operation: Value::String(req.operation.clone()),
+            rest: OnceCell::new(),
         }
-        if !req.user.groups.is_empty() {
-            user_info.insert("groups".into(), json!(req.user.groups));
-        }
-        let mut fields = Map::new();
-        fields.insert("operation".into(), Value::String(req.operation.clone()));
-        fields.insert("userInfo".into(), Value::Object(user_info));
-        fields.insert("namespace".into(), Value::String(req.namespace().into()));
-        fields.insert("name".into(), Value::String(req.name().into()));
-        fields.insert(
-            "kind".into(),
-            json!({"group": req.gvk.group, "version": req.gvk.version, "kind": req.gvk.kind}),
-        );
-        fields.insert("subResource".into(), Value::String(req.subresource.clone()));
-        if !req.user.roles.is_empty() {
-            fields.insert("roles".into(), json!(req.user.roles));
-        }
-        if !req.user.cluster_roles.is_empty() {
-            fields.insert("clusterRoles".into(), json!(req.user.cluster_roles));
-        }
-        RequestRoot { req, fields }
+    }
+
+    fn rest(&self) -> &Map<String, Value> {
+        self.rest.get_or_init(|| {
+            let req = self.req;
+            // kyverno-compat: empty user fields are omitted (Go `omitempty`).
+            let mut user_info = Map::new();
+            if !req.user.username.is_empty() {
+                user_info.insert("username".into(), json!(req.user.username));
+            }
+            if !req.user.groups.is_empty() {
+                user_info.insert("groups".into(), json!(req.user.groups));
+            }
+            let mut fields = Map::new();
+            fields.insert("userInfo".into(), Value::Object(user_info));
+            fields.insert("namespace".into(), Value::String(req.namespace().into()));
+            fields.insert("name".into(), Value::String(req.name().into()));
+            fields.insert(
+                "kind".into(),
+                json!({"group": req.gvk.group, "version": req.gvk.version, "kind": req.gvk.kind}),
+            );
+            fields.insert("subResource".into(), Value::String(req.subresource.clone()));
+            if !req.user.roles.is_empty() {
+                fields.insert("roles".into(), json!(req.user.roles));
+            }
+            if !req.user.cluster_roles.is_empty() {
+                fields.insert("clusterRoles".into(), json!(req.user.cluster_roles));
+            }
+            fields
+        })
     }
 }
 
 impl Root for RequestRoot<'_> {
     fn field(&self, name: &str) -> Option<Val<'_>> {
         match name {
+            "operation" => Some(Val::Ref(&self.operation)),
             "object" => Some(Val::Ref(&self.req.object)),
             "oldObject" => Some(Val::Ref(&self.req.old_object)),
-            _ => self.fields.get(name).map(Val::Ref),
+            _ => self.rest().get(name).map(Val::Ref),
         }
     }
 
     fn to_value(&self) -> Value {
-        let mut m = self.fields.clone();
+        let mut m = self.rest().clone();
+        m.insert("operation".into(), self.operation.clone());
         m.insert("object".into(), self.req.object.clone());
         m.insert("oldObject".into(), self.req.old_object.clone());
         Value::Object(m)

@@ -10,6 +10,7 @@ pub use scalar::Scalar;
 
 use crate::wildcard;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 use std::cmp::Ordering;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,7 +61,7 @@ impl PatternError {
     fn fail(path: &Path, message: String) -> PatternError {
         PatternError {
             kind: ErrorKind::Fail,
-            path: path.to_string(),
+            path: path.render(),
             message,
         }
     }
@@ -103,18 +104,44 @@ impl<'a> Path<'a> {
     }
 }
 
-impl std::fmt::Display for Path<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.parent {
-            Some(p) => write!(f, "{p}")?,
-            None => write!(f, "/")?,
+impl Path<'_> {
+    /// Renders `/spec/containers/0/image/`. Built by hand: errors are made
+    /// often on the hot path (failed conditions, anyPattern alternatives)
+    /// and `fmt` recursion costs several times more.
+    fn render(&self) -> String {
+        let mut segs: Vec<Seg> = Vec::with_capacity(8);
+        let mut cur = Some(self);
+        while let Some(p) = cur {
+            if let Some(seg) = p.seg {
+                segs.push(seg);
+            }
+            cur = p.parent;
         }
-        match self.seg {
-            Some(Seg::Key(k)) => write!(f, "{k}/"),
-            Some(Seg::Index(i)) => write!(f, "{i}/"),
-            None => Ok(()),
+        let mut out = String::with_capacity(32);
+        out.push('/');
+        let mut digits = [0u8; 20];
+        for seg in segs.iter().rev() {
+            match seg {
+                Seg::Key(k) => out.push_str(k),
+                Seg::Index(i) => out.push_str(format_index(*i, &mut digits)),
+            }
+            out.push('/');
+        }
+        out
+    }
+}
+
+fn format_index(mut i: usize, buf: &mut [u8; 20]) -> &str {
+    let mut pos = buf.len();
+    loop {
+        pos -= 1;
+        buf[pos] = b'0' + (i % 10) as u8;
+        i /= 10;
+        if i == 0 {
+            break;
         }
     }
+    std::str::from_utf8(&buf[pos..]).expect("ascii digits")
 }
 
 /// A map key of a pattern. Wildcard keys exist only directly under
@@ -359,10 +386,15 @@ fn show(v: &Value) -> String {
 }
 
 fn mismatch(path: &Path, value: &Value) -> PatternError {
-    PatternError::fail(
-        path,
-        format!("value '{}' does not match the pattern", show(value)),
-    )
+    let shown = match value {
+        Value::String(s) => Cow::Borrowed(s.as_str()),
+        other => Cow::Owned(show(other)),
+    };
+    let mut message = String::with_capacity(shown.len() + 32);
+    message.push_str("value '");
+    message.push_str(&shown);
+    message.push_str("' does not match the pattern");
+    PatternError::fail(path, message)
 }
 
 fn element(resource: &Value, node: &Node, path: &Path) -> Res {
@@ -406,7 +438,7 @@ fn map(resource: &Map<String, Value>, node: &MapNode, path: &Path) -> Res {
             let actual = resource.get(k);
             match body {
                 PlainBody::Required if actual.is_none_or(Value::is_null) => {
-                    Err(PatternError::fail(path, format!("{k} not found")))
+                    Err(PatternError::fail(path, [k, " not found"].concat()))
                 }
                 PlainBody::Required => Ok(()),
                 PlainBody::Node(n) => element(actual.unwrap_or(&Value::Null), n, &path.key(k)),
@@ -474,14 +506,14 @@ fn anchor_element(
                         PatternError {
                             kind: ErrorKind::Skip,
                             path: e.path,
-                            message: format!("{tag} mismatch: {}", e.message),
+                            message: [tag, " mismatch: ", &e.message].concat(),
                         }
                     }
                 }),
                 None => Err(PatternError {
                     kind: ErrorKind::Skip,
-                    path: child_path.to_string(),
-                    message: format!("{tag} key doesn't exist in the resource"),
+                    path: child_path.render(),
+                    message: [tag, " key doesn't exist in the resource"].concat(),
                 }),
             }
         }
@@ -491,10 +523,10 @@ fn anchor_element(
         },
         Anchor::Negation => match actual {
             Some(_) => {
-                let p = child_path.to_string();
+                let p = child_path.render();
                 Err(PatternError {
                     kind: ErrorKind::Negation,
-                    message: format!("{p} is not allowed"),
+                    message: [&p, " is not allowed"].concat(),
                     path: p,
                 })
             }
@@ -520,7 +552,7 @@ fn array(resource: &[Value], node: &ArrayNode, path: &Path) -> Res {
             match skipped {
                 Some(e) if applied == 0 => Err(PatternError {
                     kind: ErrorKind::Skip,
-                    path: path.to_string(),
+                    path: path.render(),
                     message: e.message,
                 }),
                 _ => Ok(()),

@@ -277,31 +277,30 @@ impl RuleValidator<'_> {
 
     fn error_message(&self, ctx: &JsonContext, detail: &str, path: &str) -> String {
         let msg = match self.message(ctx) {
-            Ok(Some(m)) if !m.is_empty() => m,
-            Ok(_) => String::new(),
+            Ok(Some(m)) => m,
+            Ok(None) => String::new(),
             Err(e) => return e,
         };
-        let msg = if msg.is_empty() || msg.ends_with('.') {
-            msg
-        } else {
-            format!("{msg}.")
-        };
-        let prefix = if msg.is_empty() {
-            String::new()
-        } else {
-            format!("{msg} ")
-        };
-        if path.is_empty() {
-            format!(
-                "validation error: {prefix}rule {} execution error: {detail}",
-                self.rule
-            )
-        } else {
-            format!(
-                "validation error: {prefix}rule {} failed at path {path}",
-                self.rule
-            )
+        // Built in one buffer: this runs for every failing rule.
+        let mut out = String::with_capacity(msg.len() + self.rule.len() + path.len() + 64);
+        out.push_str("validation error: ");
+        if !msg.is_empty() {
+            out.push_str(&msg);
+            if !msg.ends_with('.') {
+                out.push('.');
+            }
+            out.push(' ');
         }
+        out.push_str("rule ");
+        out.push_str(self.rule);
+        if path.is_empty() {
+            out.push_str(" execution error: ");
+            out.push_str(detail);
+        } else {
+            out.push_str(" failed at path ");
+            out.push_str(path);
+        }
+        out
     }
 
     /// Evaluates one check; `element` is the foreach element in scope, if any.
@@ -320,12 +319,12 @@ impl RuleValidator<'_> {
                 ),
                 Ok((false, _)) => self.respond(
                     RuleStatus::Pass,
-                    format!("validation rule '{}' passed.", self.rule),
+                    ["validation rule '", self.rule, "' passed."].concat(),
                 ),
                 Ok((true, _)) => {
                     let msg = match self.message(ctx) {
                         Ok(Some(m)) if !m.is_empty() => m,
-                        Ok(_) => format!("validation error: rule {} failed", self.rule),
+                        Ok(_) => ["validation error: rule ", self.rule, " failed"].concat(),
                         Err(e) => e,
                     };
                     self.respond(RuleStatus::Fail, msg)
@@ -365,7 +364,7 @@ impl RuleValidator<'_> {
                 Some(if violations.is_empty() {
                     self.respond(
                         RuleStatus::Pass,
-                        format!("validation rule '{}' passed.", self.rule),
+                        ["validation rule '", self.rule, "' passed."].concat(),
                     )
                 } else {
                     let details: Vec<String> = violations
@@ -410,7 +409,7 @@ impl RuleValidator<'_> {
                 match result {
                     Ok(()) => self.respond(
                         RuleStatus::Pass,
-                        format!("validation rule '{}' passed.", self.rule),
+                        ["validation rule '", self.rule, "' passed."].concat(),
                     ),
                     Err(e) if e.kind == ErrorKind::Skip => {
                         self.respond(RuleStatus::Skip, e.message)
@@ -569,7 +568,7 @@ impl RuleValidator<'_> {
                     return (
                         self.respond(
                             RuleStatus::Error,
-                            format!("validation failure: {}", r.message),
+                            ["validation failure: ", &r.message].concat(),
                         ),
                         applied,
                     );
@@ -578,7 +577,7 @@ impl RuleValidator<'_> {
                     return (
                         self.respond(
                             RuleStatus::Fail,
-                            format!("validation failure: {}", r.message),
+                            ["validation failure: ", &r.message].concat(),
                         ),
                         applied,
                     );
