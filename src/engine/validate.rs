@@ -481,17 +481,23 @@ impl RuleValidator<'_> {
     ) -> Option<RuleResponse> {
         let mut applied = 0;
         for fe in list {
-            let sub = Substituter {
-                ctx,
-                exprs: self.exprs,
-                on_error: OnError::Fail,
-            };
-            let source = match sub.string(&fe.list) {
-                Ok(Value::String(s)) => s,
-                _ => continue,
+            let items = match &fe.list_expr {
+                Some(e) => e.resolve_val(ctx.root()),
+                None => {
+                    let sub = Substituter {
+                        ctx,
+                        exprs: self.exprs,
+                        on_error: OnError::Fail,
+                    };
+                    let source = match sub.string(&fe.list) {
+                        Ok(Value::String(s)) => s,
+                        _ => continue,
+                    };
+                    self.exprs.resolve(&source, ctx.root())
+                }
             };
             // kyverno-compat: a list that fails to evaluate skips this foreach entry.
-            let Ok(items) = self.exprs.resolve(&source, ctx.root()) else {
+            let Ok(items) = items else {
                 continue;
             };
             let items = if items.is_null() {

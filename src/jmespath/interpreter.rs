@@ -142,6 +142,13 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
     Ok(match ast {
         Ast::Identity | Ast::Current => cur,
         Ast::Field(k) => cur.field(k),
+        Ast::FieldPath(keys) => {
+            let mut cur = cur;
+            for k in keys {
+                cur = cur.field(k);
+            }
+            cur
+        }
         Ast::Subexpression(l, r) | Ast::IndexExpression(l, r) => {
             let left = eval(l, cur)?;
             eval(r, left)?
@@ -336,13 +343,17 @@ fn slice(
 /// `root` lacks, names that key. Kyverno's JMESPath reports such lookups as
 /// `Unknown key "<key>" in path` instead of returning null.
 pub fn missing_key(ast: &Ast, root: Val) -> Option<String> {
+    fn step<'v>(k: &str, cur: Val<'v>) -> Result<Val<'v>, String> {
+        match cur {
+            Val::Ref(Value::Object(m)) => m.get(k).map(Val::Ref).ok_or_else(|| k.to_string()),
+            Val::Root(r) => r.field(k).ok_or_else(|| k.to_string()),
+            _ => Ok(null()),
+        }
+    }
     fn walk<'v>(ast: &Ast, cur: Val<'v>) -> Result<Val<'v>, String> {
         match ast {
-            Ast::Field(k) => match cur {
-                Val::Ref(Value::Object(m)) => m.get(k).map(Val::Ref).ok_or_else(|| k.clone()),
-                Val::Root(r) => r.field(k).ok_or_else(|| k.clone()),
-                _ => Ok(null()),
-            },
+            Ast::Field(k) => step(k, cur),
+            Ast::FieldPath(keys) => keys.iter().try_fold(cur, |cur, k| step(k, cur)),
             Ast::Subexpression(l, r) | Ast::IndexExpression(l, r) => {
                 let left = walk(l, cur)?;
                 walk(r, left)

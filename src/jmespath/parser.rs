@@ -12,6 +12,9 @@ pub enum Ast {
     Identity,
     Current,
     Field(String),
+    /// `a.b.c`: a chain of plain fields, walked in one loop (the most
+    /// common expression in policies). Made from nested subexpressions.
+    FieldPath(Vec<String>),
     Subexpression(Box<Ast>, Box<Ast>),
     Index(i64),
     Slice(Option<i64>, Option<i64>, Option<i64>),
@@ -278,6 +281,20 @@ pub fn parse(src: &str) -> Result<Ast, JmesError> {
     Ok(ast)
 }
 
+/// The fields of `ast` when it is a plain field chain.
+fn field_chain(ast: &Ast) -> Option<Vec<String>> {
+    match ast {
+        Ast::Field(k) => Some(vec![k.clone()]),
+        Ast::FieldPath(keys) => Some(keys.clone()),
+        Ast::Subexpression(l, r) => {
+            let mut keys = field_chain(l)?;
+            keys.extend(field_chain(r)?);
+            Some(keys)
+        }
+        _ => None,
+    }
+}
+
 struct Parser<'s> {
     toks: Vec<Tok>,
     pos: usize,
@@ -388,7 +405,11 @@ impl Parser<'_> {
                     Ast::ValueProjection(Box::new(left), Box::new(right))
                 } else {
                     let right = self.dot_rhs(binding_power(&Tok::Dot))?;
-                    Ast::Subexpression(Box::new(left), Box::new(right))
+                    let sub = Ast::Subexpression(Box::new(left), Box::new(right));
+                    match field_chain(&sub) {
+                        Some(keys) => Ast::FieldPath(keys),
+                        None => sub,
+                    }
                 }
             }
             Tok::Pipe => Ast::Pipe(Box::new(left), Box::new(self.expression(1)?)),

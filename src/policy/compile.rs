@@ -238,6 +238,8 @@ impl Pattern {
 #[derive(Debug, Clone)]
 pub struct ForEach {
     pub list: String,
+    /// `list` parsed, when it holds no `{{ }}` to substitute first.
+    pub list_expr: Option<Expression>,
     pub element_scope: Option<bool>,
     pub context: Vec<ContextEntry>,
     pub preconditions: Option<Conditions>,
@@ -614,6 +616,9 @@ fn compile_check(
             };
             out.push(ForEach {
                 list: f.list.clone(),
+                list_expr: (!f.list.contains("{{"))
+                    .then(|| Expression::parse(&f.list).ok())
+                    .flatten(),
                 element_scope: f.element_scope,
                 context: f.context.clone(),
                 preconditions,

@@ -261,6 +261,14 @@ fn number_compare(value: &Value, operand: &Operand, op: Op) -> bool {
     let owned;
     let text = match value {
         Value::Null => "0",
+        // An integer prints exactly as `%.6f` and such text never parses
+        // as a duration (no unit), so compare it as a quantity directly.
+        Value::Number(n) if n.is_i64() || n.is_u64() => {
+            let Some(p) = operand.quantity else {
+                return string_compare(value, &operand.text, op);
+            };
+            return order_holds(n.as_f64().unwrap_or(0.0).partial_cmp(&p.value), op);
+        }
         Value::Number(n) => {
             owned = format!("{:.6}", n.as_f64().unwrap_or(0.0));
             owned.as_str()
@@ -276,6 +284,10 @@ fn number_compare(value: &Value, operand: &Operand, op: Op) -> bool {
     } else {
         return string_compare(value, &operand.text, op);
     };
+    order_holds(ord, op)
+}
+
+fn order_holds(ord: Option<Ordering>, op: Op) -> bool {
     let Some(ord) = ord else { return false };
     match op {
         Op::Equal => ord == Ordering::Equal,
