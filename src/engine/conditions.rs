@@ -73,6 +73,12 @@ fn equals(key: &Value, value: &Value) -> bool {
                 _ => false,
             }
         }
+        // A key that cannot start a number is neither a duration nor a
+        // quantity; skip both parsers (most keys are plain words).
+        Value::String(k) if !starts_like_number(k) => match value {
+            Value::String(v) => wildcard::matches(v, k),
+            _ => false,
+        },
         Value::String(k) => {
             if let Some((a, b)) = durations(key, value) {
                 return a == b;
@@ -93,6 +99,13 @@ fn equals(key: &Value, value: &Value) -> bool {
         Value::Object(_) | Value::Array(_) => json_equal(key, value),
         Value::Null => false,
     }
+}
+
+fn starts_like_number(s: &str) -> bool {
+    matches!(
+        s.trim_start().bytes().next(),
+        Some(b'0'..=b'9' | b'+' | b'-' | b'.')
+    )
 }
 
 fn numeric(key: &Value, value: &Value) -> Option<Ordering> {
@@ -165,10 +178,17 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
         SetOp::AnyNotIn => keys.iter().any(|k| !contained(k)),
         SetOp::AllNotIn => !keys.iter().any(|k| contained(k)),
     };
+    // Either side may be the wildcard pattern; most hold none, so plain
+    // equality decides without the matcher.
     let in_list = |values: &[Cow<str>], k: &str| {
-        values
-            .iter()
-            .any(|v| wildcard::matches(k, v) || wildcard::matches(v, k))
+        let k_wild = wildcard::has_wildcard(k);
+        values.iter().any(|v| {
+            if k_wild || wildcard::has_wildcard(v) {
+                wildcard::matches(k, v) || wildcard::matches(v, k)
+            } else {
+                k == v.as_ref()
+            }
+        })
     };
     if keys.is_empty() {
         // Decided without looking at the values.

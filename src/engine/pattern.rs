@@ -117,7 +117,14 @@ impl Path<'_> {
             }
             cur = p.parent;
         }
-        let mut out = String::with_capacity(32);
+        let len = segs
+            .iter()
+            .map(|s| match s {
+                Seg::Key(k) => k.len() + 1,
+                Seg::Index(_) => 21,
+            })
+            .sum::<usize>();
+        let mut out = String::with_capacity(len + 1);
         out.push('/');
         let mut digits = [0u8; 20];
         for seg in segs.iter().rev() {
@@ -390,10 +397,12 @@ fn mismatch(path: &Path, value: &Value) -> PatternError {
         Value::String(s) => Cow::Borrowed(s.as_str()),
         other => Cow::Owned(show(other)),
     };
-    let mut message = String::with_capacity(shown.len() + 32);
-    message.push_str("value '");
+    const PREFIX: &str = "value '";
+    const SUFFIX: &str = "' does not match the pattern";
+    let mut message = String::with_capacity(PREFIX.len() + shown.len() + SUFFIX.len());
+    message.push_str(PREFIX);
     message.push_str(&shown);
-    message.push_str("' does not match the pattern");
+    message.push_str(SUFFIX);
     PatternError::fail(path, message)
 }
 
