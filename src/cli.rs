@@ -1,5 +1,6 @@
 //! Command line: `gavel test` and `gavel apply`, offline front ends to the
-//! engine. Raw flags become validated settings here, once.
+//! engine, and `gavel serve`, the admission server. Raw flags become
+//! validated settings here, once.
 
 pub mod apply;
 pub mod resources;
@@ -27,6 +28,46 @@ pub enum Command {
     Test(TestArgs),
     /// Apply policies to resource files and report the results.
     Apply(ApplyArgs),
+    /// Serve AdmissionReviews over HTTPS (standalone: policies from a directory).
+    Serve(ServeArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    #[arg(long, default_value = "0.0.0.0:9443")]
+    pub listen: std::net::SocketAddr,
+    /// Directory of ClusterPolicy, Policy and PolicyException YAML files, polled for changes.
+    #[arg(long, default_value = "examples/policies")]
+    pub policies: PathBuf,
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Subject alternative names of a generated certificate.
+    #[arg(long = "tls-san", default_values = ["localhost", "127.0.0.1"])]
+    pub tls_san: Vec<String>,
+    /// Where a generated CA certificate is written.
+    #[arg(long, default_value = "gavel-ca.pem")]
+    pub ca_out: PathBuf,
+    /// Seconds in-flight requests get to finish after SIGTERM.
+    #[arg(long, default_value_t = 15)]
+    pub grace_seconds: u64,
+    /// Seconds between scans of the policy directory and certificate files.
+    #[arg(long, default_value_t = 2)]
+    pub poll_seconds: u64,
+    #[arg(long, default_value_t = 4096)]
+    pub max_connections: usize,
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// error, warn, info, debug or trace.
+    #[arg(long, default_value = "info")]
+    pub log_level: tracing::Level,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -96,5 +137,26 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Test(args) => test::run(&args),
         Command::Apply(args) => apply::run(&args),
+        Command::Serve(args) => {
+            let logs = tracing_subscriber::fmt()
+                .with_max_level(args.log_level)
+                .with_writer(std::io::stderr);
+            match args.log_format {
+                LogFormat::Json => logs.json().init(),
+                LogFormat::Text => logs.init(),
+            }
+            crate::server::serve(crate::server::ServeOptions {
+                listen: args.listen,
+                policies: args.policies,
+                tls_cert: args.tls_cert,
+                tls_key: args.tls_key,
+                tls_san: args.tls_san,
+                ca_out: args.ca_out,
+                grace: std::time::Duration::from_secs(args.grace_seconds),
+                poll: std::time::Duration::from_secs(args.poll_seconds.max(1)),
+                max_connections: args.max_connections.max(1),
+            })?;
+            Ok(0)
+        }
     }
 }

@@ -10,7 +10,10 @@
 //!   deny, foreach, podSecurity) with variables, preconditions and context
 //!   entries; it reaches external objects only through a [`context::Resolver`].
 //! - [`jmespath`]: the JMESPath runtime with Kyverno's custom functions.
-//! - [`cli`]: `gavel test` and `gavel apply`, offline front ends to the engine.
+//! - [`server`]: `gavel serve`, the HTTPS admission webhook: AdmissionReview
+//!   in, the engine's verdict out, against a hot-swapped policy snapshot.
+//! - [`cli`]: `gavel test` and `gavel apply`, offline front ends to the
+//!   engine, and the `serve` command.
 //!
 //! Supporting modules: [`units`] (quantities, durations, semver) and
 //! [`wildcard`] (Kyverno's `*`/`?` matching).
@@ -23,5 +26,6 @@ pub mod engine;
 pub mod jmespath;
 pub mod matching;
 pub mod policy;
+pub mod server;
 pub mod units;
 pub mod wildcard;

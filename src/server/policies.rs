@@ -1,0 +1,213 @@
+//! The policy set the server evaluates: every ClusterPolicy, Policy and
+//! PolicyException in a directory, compiled into one immutable [`Snapshot`]
+//! published through arc-swap. A request loads the snapshot once and keeps
+//! it to the end, so it sees exactly one policy set.
+//!
+//! The directory is polled: a file whose modification time or size changed
+//! is loaded and compiled again. A file that fails keeps its last good
+//! version in force (or none, if it never loaded) and the failure is logged
+//! and counted.
+
+use crate::policy::load::{LoadedDocument, load_policy_text};
+use crate::policy::{CompiledException, CompiledPolicy};
+use arc_swap::ArcSwap;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::SystemTime;
+
+/// One compiled policy set.
+#[derive(Default)]
+pub struct Snapshot {
+    pub policies: Vec<CompiledPolicy>,
+    pub exceptions: Vec<CompiledException>,
+    /// Increases by one with every published snapshot.
+    pub generation: u64,
+}
+
+/// What one file contributed, and the stamp it was loaded at.
+struct FileEntry {
+    stamp: (Option<SystemTime>, u64),
+    policies: Vec<CompiledPolicy>,
+    exceptions: Vec<CompiledException>,
+}
+
+/// The directory, its last good per-file results and the published snapshot.
+pub struct PolicyStore {
+    dir: PathBuf,
+    files: BTreeMap<PathBuf, FileEntry>,
+    current: Arc<ArcSwap<Snapshot>>,
+    /// Files (or documents) rejected since start.
+    pub rejected: Arc<AtomicU64>,
+}
+
+/// A file that could not be used, with the reason.
+#[derive(Debug)]
+pub struct Rejected {
+    pub path: PathBuf,
+    pub reason: String,
+}
+
+impl PolicyStore {
+    pub fn new(dir: &Path) -> PolicyStore {
+        PolicyStore {
+            dir: dir.to_path_buf(),
+            files: BTreeMap::new(),
+            current: Arc::new(ArcSwap::from_pointee(Snapshot::default())),
+            rejected: Arc::new(AtomicU64::new(0)),
+        }
+    }
+
+    /// The handle requests read snapshots from.
+    pub fn handle(&self) -> Arc<ArcSwap<Snapshot>> {
+        self.current.clone()
+    }
+
+    /// Rescans the directory; publishes a new snapshot when anything changed.
+    /// Returns the files rejected in this scan.
+    pub fn refresh(&mut self) -> std::io::Result<Vec<Rejected>> {
+        let mut seen = Vec::new();
+        collect_yaml(&self.dir, &mut seen)?;
+        let mut changed = false;
+        let mut rejected = Vec::new();
+        let before = self.files.len();
+        self.files.retain(|p, _| seen.contains(p));
+        changed |= self.files.len() != before;
+        for path in seen {
+            let stamp = match std::fs::metadata(&path) {
+                Ok(m) => (m.modified().ok(), m.len()),
+                Err(_) => continue,
+            };
+            if self.files.get(&path).is_some_and(|f| f.stamp == stamp) {
+                continue;
+            }
+            match load_file(&path) {
+                Ok((policies, exceptions)) => {
+                    self.files.insert(
+                        path,
+                        FileEntry {
+                            stamp,
+                            policies,
+                            exceptions,
+                        },
+                    );
+                    changed = true;
+                }
+                Err(reason) => {
+                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    // Keep the last good version, but do not retry this
+                    // content on every scan.
+                    if let Some(f) = self.files.get_mut(&path) {
+                        f.stamp = stamp;
+                    } else {
+                        self.files.insert(
+                            path.clone(),
+                            FileEntry {
+                                stamp,
+                                policies: Vec::new(),
+                                exceptions: Vec::new(),
+                            },
+                        );
+                    }
+                    rejected.push(Rejected { path, reason });
+                }
+            }
+        }
+        if changed || self.current.load().generation == 0 {
+            self.publish();
+        }
+        Ok(rejected)
+    }
+
+    fn publish(&self) {
+        let generation = self.current.load().generation + 1;
+        let snapshot = Snapshot {
+            policies: self
+                .files
+                .values()
+                .flat_map(|f| f.policies.iter().cloned())
+                .collect(),
+            exceptions: self
+                .files
+                .values()
+                .flat_map(|f| f.exceptions.iter().cloned())
+                .collect(),
+            generation,
+        };
+        self.current.store(Arc::new(snapshot));
+    }
+}
+
+fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() {
+            collect_yaml(&path, out)?;
+        } else if path.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(path);
+        }
+    }
+    out.sort();
+    Ok(())
+}
+
+/// Loads and compiles one file; any bad document rejects the whole file, so
+/// a half-edited file never replaces its last good version.
+fn load_file(path: &Path) -> Result<(Vec<CompiledPolicy>, Vec<CompiledException>), String> {
+    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
+    let docs = load_policy_text(&path.display().to_string(), &text).map_err(|e| e.to_string())?;
+    let mut policies = Vec::new();
+    let mut exceptions = Vec::new();
+    for doc in docs {
+        match doc {
+            LoadedDocument::Policy(p) => {
+                policies.push(CompiledPolicy::compile(&p).map_err(|e| e.to_string())?)
+            }
+            LoadedDocument::Exception(e) => {
+                exceptions.push(CompiledException::compile(&e).map_err(|e| e.to_string())?)
+            }
+            LoadedDocument::Unsupported { kind, name, .. } => {
+                return Err(format!("unsupported: kind {kind} ({name})"));
+            }
+        }
+    }
+    Ok((policies, exceptions))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const GOOD: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: p\nspec:\n  rules:\n  - name: r\n    match:\n      any:\n      - resources:\n          kinds: [Pod]\n    validate:\n      pattern:\n        metadata:\n          name: \"?*\"\n";
+
+    #[test]
+    fn bad_file_keeps_last_good_version() {
+        let dir = std::env::temp_dir().join(format!("gavel-store-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("p.yaml");
+        std::fs::write(&file, GOOD).unwrap();
+        let mut store = PolicyStore::new(&dir);
+        let handle = store.handle();
+        assert!(store.refresh().unwrap().is_empty());
+        assert_eq!(handle.load().policies.len(), 1);
+        let generation = handle.load().generation;
+
+        // A broken edit (different size, so the stamp changes) is rejected.
+        std::fs::write(
+            &file,
+            "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nspec: {bogus: 1}\n",
+        )
+        .unwrap();
+        let rejected = store.refresh().unwrap();
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert_eq!(handle.load().policies.len(), 1);
+        assert_eq!(handle.load().generation, generation);
+        assert_eq!(store.rejected.load(Ordering::Relaxed), 1);
+
+        std::fs::remove_file(&file).unwrap();
+        store.refresh().unwrap();
+        assert_eq!(handle.load().policies.len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
