@@ -149,15 +149,6 @@ impl<'p> JsonContext<'p> {
             None => self.parent.and_then(|p| p.get(name)),
         }
     }
-
-    pub fn checkpoint(&self) -> usize {
-        self.vars.len()
-    }
-
-    /// Undoes every change made to this scope since `checkpoint`.
-    pub fn restore(&mut self, checkpoint: usize) {
-        self.vars.truncate(checkpoint);
-    }
 }
 
 impl Root for JsonContext<'_> {
@@ -297,10 +288,5 @@ mod tests {
         assert_eq!(search(&ctx, "request.missing"), json!("<error>"));
         assert_eq!(search(&ctx, "keys(request) | length(@)"), json!(8));
         assert_eq!(search(&ctx, "serviceAccountName"), json!(""));
-        let mut c = ctx.child();
-        let cp = c.checkpoint();
-        c.set("x", json!(2));
-        c.restore(cp);
-        assert_eq!(search(&c, "x"), json!("<error>"));
     }
 }

@@ -5,7 +5,6 @@ use super::policies::Snapshot;
 use super::review::{self, ReviewError, Verdict};
 use crate::context::NoResolver;
 use crate::engine::{EvalEnv, validate};
-use crate::policy::CompiledPolicy;
 use crate::policy::compile::FailurePolicy;
 
 /// Largest AdmissionReview body accepted (the API server's own limit is 3 MiB).
@@ -63,12 +62,7 @@ pub fn admit(route: Route, body: &[u8], snapshot: &Snapshot) -> Result<Outcome, 
     let req = &review.request;
     let verdict = match route {
         Route::Validate(failure_policy) => {
-            let selected: Vec<&CompiledPolicy> = snapshot
-                .policies
-                .iter()
-                .filter(|p| p.admission && p.has_validate())
-                .filter(|p| failure_policy.is_none_or(|f| p.failure_policy == f))
-                .collect();
+            let selected = snapshot.validate_policies(failure_policy);
             let env = EvalEnv {
                 resolver: &NoResolver,
                 exceptions: &snapshot.exceptions,

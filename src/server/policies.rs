@@ -8,6 +8,7 @@
 //! version in force (or none, if it never loaded) and the failure is logged
 //! and counted.
 
+use crate::policy::compile::FailurePolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text};
 use crate::policy::{CompiledException, CompiledPolicy};
 use arc_swap::ArcSwap;
@@ -22,8 +23,54 @@ use std::time::SystemTime;
 pub struct Snapshot {
     pub policies: Vec<CompiledPolicy>,
     pub exceptions: Vec<CompiledException>,
+    /// Indexes into `policies` of the admission validate policies, per
+    /// route: all, failurePolicy Fail, failurePolicy Ignore. Chosen once
+    /// here rather than on every request.
+    pub validate: [Vec<usize>; 3],
     /// Increases by one with every published snapshot.
     pub generation: u64,
+}
+
+impl Snapshot {
+    pub fn new(
+        policies: Vec<CompiledPolicy>,
+        exceptions: Vec<CompiledException>,
+        generation: u64,
+    ) -> Snapshot {
+        let select = |f: Option<FailurePolicy>| -> Vec<usize> {
+            policies
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.admission && p.has_validate())
+                .filter(|(_, p)| f.is_none_or(|f| p.failure_policy == f))
+                .map(|(i, _)| i)
+                .collect()
+        };
+        let validate = [
+            select(None),
+            select(Some(FailurePolicy::Fail)),
+            select(Some(FailurePolicy::Ignore)),
+        ];
+        Snapshot {
+            policies,
+            exceptions,
+            validate,
+            generation,
+        }
+    }
+
+    /// The validate policies a route evaluates.
+    pub fn validate_policies(&self, f: Option<FailurePolicy>) -> Vec<&CompiledPolicy> {
+        let i = match f {
+            None => 0,
+            Some(FailurePolicy::Fail) => 1,
+            Some(FailurePolicy::Ignore) => 2,
+        };
+        self.validate[i]
+            .iter()
+            .map(|&i| &self.policies[i])
+            .collect()
+    }
 }
 
 /// What one file contributed, and the stamp it was loaded at.
@@ -122,19 +169,17 @@ impl PolicyStore {
 
     fn publish(&self) {
         let generation = self.current.load().generation + 1;
-        let snapshot = Snapshot {
-            policies: self
-                .files
+        let snapshot = Snapshot::new(
+            self.files
                 .values()
                 .flat_map(|f| f.policies.iter().cloned())
                 .collect(),
-            exceptions: self
-                .files
+            self.files
                 .values()
                 .flat_map(|f| f.exceptions.iter().cloned())
                 .collect(),
             generation,
-        };
+        );
         self.current.store(Arc::new(snapshot));
     }
 }
