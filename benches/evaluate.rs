@@ -8,55 +8,17 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
 use gavel::engine::{EvalEnv, Request, evaluate};
-use gavel::policy::CompiledPolicy;
-use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
+use gavel::policy::load::parse_yaml_documents;
 use serde_json::Value;
 use std::hint::black_box;
 use std::path::Path;
 
+mod support;
+use support::pss_policies;
+
 // The same allocator as the gavel binary.
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-const PSS_DIRS: &[&str] = &[
-    "baseline/disallow-capabilities",
-    "baseline/disallow-host-namespaces",
-    "baseline/disallow-host-path",
-    "baseline/disallow-host-ports",
-    "baseline/disallow-host-process",
-    "baseline/disallow-privileged-containers",
-    "baseline/disallow-proc-mount",
-    "baseline/disallow-selinux",
-    "baseline/restrict-apparmor-profiles",
-    "baseline/restrict-seccomp",
-    "baseline/restrict-sysctls",
-    "restricted/disallow-capabilities-strict",
-    "restricted/disallow-privilege-escalation",
-    "restricted/require-run-as-non-root-user",
-    "restricted/require-run-as-nonroot",
-    "restricted/restrict-seccomp-strict",
-    "restricted/restrict-volume-types",
-];
-
-fn pss_policies() -> Vec<CompiledPolicy> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../shared/conformance/kyverno-policies/pod-security");
-    let mut out = Vec::new();
-    for dir in PSS_DIRS {
-        let name = dir.rsplit('/').next().unwrap();
-        let path = root.join(dir).join(format!("{name}.yaml"));
-        let text =
-            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-        for doc in load_policy_text(&path.display().to_string(), &text).unwrap() {
-            if let LoadedDocument::Policy(mut p) = doc {
-                p.spec.validation_failure_action = Some("Enforce".into());
-                out.push(CompiledPolicy::compile(&p).unwrap());
-            }
-        }
-    }
-    assert_eq!(out.len(), 17);
-    out
-}
 
 fn pod(file: &str) -> Value {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

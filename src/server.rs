@@ -11,6 +11,7 @@ pub mod handler;
 pub mod policies;
 pub mod review;
 pub mod tls;
+pub mod yaml_text;
 
 use anyhow::{Context, Result};
 use arc_swap::ArcSwap;

@@ -1,13 +1,13 @@
 //! `admission.k8s.io/v1` AdmissionReview: decoding a request into the
 //! engine's [`Request`], and the verdict back into a response review.
 
+use super::yaml_text;
 use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus};
 use crate::matching::UserInfo;
 use crate::policy::compile::{FailureAction, FailurePolicy};
 use crate::policy::{CompiledPolicy, RuleBody};
 use serde::Deserialize;
-use serde_json::{Value, json};
-use std::collections::BTreeMap;
+use serde_json::Value;
 
 /// Why a body is not a usable AdmissionReview; the text goes back as a 400.
 #[derive(Debug, thiserror::Error)]
@@ -22,9 +22,12 @@ pub enum ReviewError {
     NoRequest,
 }
 
+/// An AdmissionReview as it arrives on the wire: only the fields the engine
+/// reads. Public so that `benches/decode.rs` can decode into exactly this
+/// with other JSON parsers.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct ReviewIn {
+pub struct ReviewIn {
     #[serde(default)]
     api_version: String,
     #[serde(default)]
@@ -34,7 +37,7 @@ struct ReviewIn {
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct RequestIn {
+pub struct RequestIn {
     uid: String,
     kind: GvkIn,
     #[serde(default)]
@@ -49,7 +52,7 @@ struct RequestIn {
 }
 
 #[derive(Deserialize)]
-struct GvkIn {
+pub struct GvkIn {
     #[serde(default)]
     group: String,
     version: String,
@@ -57,7 +60,7 @@ struct GvkIn {
 }
 
 #[derive(Deserialize, Default)]
-struct UserInfoIn {
+pub struct UserInfoIn {
     #[serde(default)]
     username: String,
     #[serde(default)]
@@ -77,41 +80,65 @@ pub fn decode(body: &[u8]) -> Result<Review, ReviewError> {
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ReviewError::Json("expected a JSON object".into()));
     }
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    let review: ReviewIn = serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let inner = e.into_inner();
-        if path == "." || path == "?" {
-            ReviewError::Json(inner.to_string())
-        } else {
-            ReviewError::Json(format!("{path}: {inner}"))
+    // The plain parse is the fast path; only a failed body is parsed again
+    // with path tracking, to say where it went wrong.
+    // One UTF-8 check of the whole body is cheaper than serde_json's check
+    // of every string it reads from a byte slice (benches/decode.rs).
+    let text = std::str::from_utf8(body)
+        .map_err(|e| ReviewError::Json(format!("body is not UTF-8: {e}")))?;
+    let review: ReviewIn = match serde_json::from_str(text) {
+        Ok(r) => r,
+        Err(_) => return Err(explain(text)),
+    };
+    Review::from_wire(review)
+}
+
+/// The error of a body that failed to decode, with the path where it failed.
+fn explain(body: &str) -> ReviewError {
+    let de = &mut serde_json::Deserializer::from_str(body);
+    match serde_path_to_error::deserialize::<_, ReviewIn>(de) {
+        Ok(_) => ReviewError::Json("undecodable body".into()),
+        Err(e) => {
+            let path = e.path().to_string();
+            let inner = e.into_inner();
+            if path == "." || path == "?" {
+                ReviewError::Json(inner.to_string())
+            } else {
+                ReviewError::Json(format!("{path}: {inner}"))
+            }
         }
-    })?;
-    if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
-        return Err(ReviewError::Version(review.api_version, review.kind));
     }
-    let r = review.request.ok_or(ReviewError::NoRequest)?;
-    Ok(Review {
-        uid: r.uid,
-        request: Request {
-            operation: r.operation,
-            gvk: Gvk {
-                group: r.kind.group,
-                version: r.kind.version,
-                kind: r.kind.kind,
+}
+
+impl Review {
+    /// Checks the version and kind of a decoded review and takes its request.
+    pub fn from_wire(review: ReviewIn) -> Result<Review, ReviewError> {
+        if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
+            return Err(ReviewError::Version(review.api_version, review.kind));
+        }
+        let r = review.request.ok_or(ReviewError::NoRequest)?;
+        Ok(Review {
+            uid: r.uid,
+            request: Request {
+                operation: r.operation,
+                gvk: Gvk {
+                    group: r.kind.group,
+                    version: r.kind.version,
+                    kind: r.kind.kind,
+                },
+                subresource: r.sub_resource,
+                object: r.object,
+                old_object: r.old_object,
+                user: UserInfo {
+                    username: r.user_info.username,
+                    groups: r.user_info.groups,
+                    roles: Vec::new(),
+                    cluster_roles: Vec::new(),
+                },
+                namespace_labels: None,
             },
-            subresource: r.sub_resource,
-            object: r.object,
-            old_object: r.old_object,
-            user: UserInfo {
-                username: r.user_info.username,
-                groups: r.user_info.groups,
-                roles: Vec::new(),
-                cluster_roles: Vec::new(),
-            },
-            namespace_labels: None,
-        },
-    })
+        })
+    }
 }
 
 /// The admission decision for one request.
@@ -132,8 +159,7 @@ pub fn decide(
     responses: &[PolicyResponse],
     req: &Request,
 ) -> Verdict {
-    // policy -> rule -> message, sorted as Kyverno's YAML output is.
-    let mut blocked: BTreeMap<&str, BTreeMap<&str, &str>> = BTreeMap::new();
+    let mut blocked: Vec<(&str, &str, &str)> = Vec::new();
     let mut warnings = Vec::new();
     for (policy, resp) in policies.iter().zip(responses) {
         for rule in &resp.rules {
@@ -146,10 +172,7 @@ pub fn decide(
                 _ => false,
             };
             if blocks {
-                blocked
-                    .entry(resp.policy.as_str())
-                    .or_default()
-                    .insert(rule.name.as_str(), rule.message.as_str());
+                blocked.push((&resp.policy, &rule.name, &rule.message));
             } else if rule.status == RuleStatus::Fail && policy.emit_warning {
                 warnings.push(format!(
                     "policy {}.{}: {}",
@@ -165,80 +188,183 @@ pub fn decide(
             warnings,
         };
     }
-    let mut message = format!(
-        "\n\nresource {} was blocked due to the following policies \n\n",
-        resource_name(req)
-    );
-    for (policy, rules) in &blocked {
-        message.push_str(policy);
-        message.push_str(":\n");
-        for (rule, text) in rules {
-            message.push_str("  ");
-            message.push_str(rule);
-            message.push_str(": ");
-            message.push_str(&yaml_scalar(text));
-            message.push('\n');
-        }
-    }
     Verdict {
         allowed: false,
-        message: Some(message),
+        message: Some(blocked_message(req, blocked)),
         warnings,
     }
 }
 
-/// `Kind/namespace/name`, or `Kind/name` for cluster-scoped resources.
-fn resource_name(req: &Request) -> String {
+/// Kyverno's denial text: a header naming the resource, then the failed
+/// rules as the YAML map policy -> rule -> message that Go's yaml.Marshal
+/// writes (keys sorted, long messages folded).
+fn blocked_message(req: &Request, mut blocked: Vec<(&str, &str, &str)>) -> String {
+    blocked.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    // A map keeps the last message of a repeated policy and rule.
+    blocked.reverse();
+    blocked.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
+    blocked.reverse();
+    let text_len: usize = blocked
+        .iter()
+        .map(|b| b.0.len() + b.1.len() + b.2.len())
+        .sum();
+    let mut message = String::with_capacity(96 + text_len + text_len / 8);
+    message.push_str("\n\nresource ");
+    message.push_str(&req.gvk.kind);
+    message.push('/');
     let ns = req.namespace();
-    if ns.is_empty() {
-        format!("{}/{}", req.gvk.kind, req.name())
-    } else {
-        format!("{}/{}/{}", req.gvk.kind, ns, req.name())
+    if !ns.is_empty() {
+        message.push_str(ns);
+        message.push('/');
     }
+    message.push_str(req.name());
+    message.push_str(" was blocked due to the following policies \n\n");
+    let mut previous_policy = None;
+    for (policy, rule, text) in blocked {
+        if previous_policy != Some(policy) {
+            yaml_text::push_key(&mut message, policy, 0);
+            message.push_str(":\n");
+            previous_policy = Some(policy);
+        }
+        message.push_str("  ");
+        let column = yaml_text::push_key(&mut message, rule, 2);
+        message.push_str(": ");
+        yaml_text::push_value(&mut message, text, column + 2, 4);
+        message.push('\n');
+    }
+    message
 }
 
-/// A YAML scalar as Go's yaml.Marshal writes a message: single-quoted when
-/// it holds characters YAML would read differently.
-fn yaml_scalar(s: &str) -> String {
-    let plain = !s.is_empty()
-        && !s.starts_with([
-            ' ', '\'', '"', '&', '*', '!', '|', '>', '%', '@', '`', '-', '?', '[', '{',
-        ])
-        && !s.ends_with(' ')
-        && !s.contains(": ")
-        && !s.contains(" #")
-        && !s.contains(['\n', '\t']);
-    if plain {
-        s.to_string()
-    } else {
-        format!("'{}'", s.replace('\'', "''"))
-    }
-}
-
-/// The response review for `uid`.
+/// The response review for `uid`, written directly: it is on every
+/// request's path and a `serde_json::Value` tree costs more than the text.
 pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
-    let mut response = json!({"uid": uid, "allowed": verdict.allowed});
+    let extra = verdict
+        .message
+        .as_ref()
+        .map_or(0, |m| m.len() + m.len() / 16 + 64)
+        + verdict.warnings.iter().map(|w| w.len() + 8).sum::<usize>();
+    let mut out = Vec::with_capacity(128 + uid.len() + extra);
+    out.extend_from_slice(
+        br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"#,
+    );
+    push_json_str(&mut out, uid);
+    out.extend_from_slice(if verdict.allowed {
+        br#","allowed":true"#
+    } else {
+        br#","allowed":false"#
+    });
     if let Some(message) = &verdict.message {
-        response["status"] = json!({"status": "Failure", "code": 400, "message": message});
+        out.extend_from_slice(br#","status":{"status":"Failure","code":400,"message":"#);
+        push_json_str(&mut out, message);
+        out.push(b'}');
     }
     if !verdict.warnings.is_empty() {
-        response["warnings"] = json!(verdict.warnings);
+        out.extend_from_slice(br#","warnings":["#);
+        for (i, w) in verdict.warnings.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            push_json_str(&mut out, w);
+        }
+        out.push(b']');
     }
-    serde_json::to_vec(&json!({
-        "apiVersion": "admission.k8s.io/v1",
-        "kind": "AdmissionReview",
-        "response": response,
-    }))
-    .expect("a JSON value always serializes")
+    out.extend_from_slice(b"}}");
+    out
+}
+
+/// Appends `s` as a JSON string. Eight bytes are checked at a time (a
+/// denial message is kilobytes of text with few characters to escape).
+fn push_json_str(out: &mut Vec<u8>, s: &str) {
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    const HIGHS: u64 = 0x8080_8080_8080_8080;
+    // The high bit of a byte is set where `x` has a byte below 0x20, a
+    // quote or a backslash. Bytes >= 0x80 (UTF-8) are never flagged. A
+    // borrow can flag a byte above a real hit, never below one, so the
+    // lowest flag is exact.
+    let escapes = |x: u64| {
+        let zeros = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
+        (x.wrapping_sub(ONES * 0x20) & !x & HIGHS)
+            | zeros(x ^ (ONES * u64::from(b'"')))
+            | zeros(x ^ (ONES * u64::from(b'\\')))
+    };
+    let bytes = s.as_bytes();
+    out.reserve(bytes.len() + 2);
+    out.push(b'"');
+    let mut start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(chunk) = bytes.get(i..i + 8) {
+            let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+            match escapes(word) {
+                0 => {
+                    i += 8;
+                    continue;
+                }
+                flags => i += flags.trailing_zeros() as usize / 8,
+            }
+        }
+        let escape: &[u8] = match bytes[i] {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            b if b < 0x20 => {
+                out.extend_from_slice(&bytes[start..i]);
+                out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
+                i += 1;
+                start = i;
+                continue;
+            }
+            _ => {
+                i += 1;
+                continue;
+            }
+        };
+        out.extend_from_slice(&bytes[start..i]);
+        out.extend_from_slice(escape);
+        i += 1;
+        start = i;
+    }
+    out.extend_from_slice(&bytes[start..]);
+    out.push(b'"');
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn review(request: Value) -> Vec<u8> {
         serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}))
             .unwrap()
+    }
+
+    #[test]
+    fn json_strings_escape_like_serde_json() {
+        let mut cases: Vec<String> = vec![
+            String::new(),
+            "plain".into(),
+            "quote \" backslash \\ newline \n tab \t cr \r".into(),
+            "\u{1} \u{8} \u{c} \u{1f} \u{7f} é ü 日本 🎉".into(),
+        ];
+        // Every control and special character at every offset within a chunk.
+        for c in (0u8..0x80).map(char::from) {
+            for offset in 0..9 {
+                cases.push(format!("{}{c}{}", "x".repeat(offset), "y".repeat(9)));
+            }
+        }
+        for s in cases {
+            let mut ours = Vec::new();
+            push_json_str(&mut ours, &s);
+            assert_eq!(
+                String::from_utf8(ours).unwrap(),
+                serde_json::to_string(&s).unwrap(),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]
@@ -298,14 +424,5 @@ mod tests {
         );
         let err = decode(deep.as_bytes()).err().unwrap().to_string();
         assert!(err.contains("recursion limit"), "{err}");
-    }
-
-    #[test]
-    fn quotes_messages_like_go_yaml() {
-        assert_eq!(yaml_scalar("plain words"), "plain words");
-        assert_eq!(
-            yaml_scalar("validation error: it's bad"),
-            "'validation error: it''s bad'"
-        );
     }
 }

@@ -1,0 +1,49 @@
+//! The whole admission handler without TLS: decode the AdmissionReview,
+//! evaluate the 17 Pod Security Standard policies (Enforce), encode the
+//! response. A compliant and a violating Pod (`examples/reviews/`), and
+//! the same bodies against an empty policy set as the baseline measured in
+//! the same run.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gavel::server::handler::{Route, admit};
+use gavel::server::policies::Snapshot;
+use std::hint::black_box;
+use std::path::Path;
+
+mod support;
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+fn review(name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("examples/reviews")
+        .join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn handler(c: &mut Criterion) {
+    let pss = Snapshot::new(support::pss_policies(), Vec::new(), 1);
+    let empty = Snapshot::new(Vec::new(), Vec::new(), 1);
+    let route = Route::Validate(None);
+    let mut group = c.benchmark_group("handler");
+    for (id, file) in [
+        ("compliant", "pod-compliant.json"),
+        ("violating", "pod-violating.json"),
+    ] {
+        let body = review(file);
+        let outcome = admit(route, &body, &pss).unwrap();
+        assert_eq!(outcome.allowed, id == "compliant", "{id}");
+        assert!(admit(route, &body, &empty).unwrap().allowed);
+        group.bench_function(format!("pss17/{id}"), |b| {
+            b.iter(|| admit(route, black_box(&body), &pss).unwrap())
+        });
+        group.bench_function(format!("empty/{id}"), |b| {
+            b.iter(|| admit(route, black_box(&body), &empty).unwrap())
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, handler);
+criterion_main!(benches);

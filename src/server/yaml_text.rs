@@ -1,0 +1,630 @@
+//! Scalars written as Go's `yaml.Marshal` (go-yaml v2, which Kyverno's
+//! denial message goes through) writes them: the same choice of plain,
+//! single-quoted or double-quoted style, and the same folding of long
+//! values at the first space past column 80, continued on a line indented
+//! by the value's indent. Users grep and parse these messages, so the text
+//! matches Kyverno's byte for byte rather than approximately.
+
+/// go-yaml's preferred line width.
+const BEST_WIDTH: usize = 80;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Style {
+    Plain,
+    SingleQuoted,
+    DoubleQuoted,
+}
+
+/// Appends `s` as a block mapping value. `column` is where the value
+/// starts (after `key: `); folded lines are indented by `indent`.
+/// Returns the column after the value.
+pub fn push_value(out: &mut String, s: &str, column: usize, indent: usize) -> usize {
+    let mut w = Writer {
+        out,
+        column,
+        indent,
+        allow_breaks: true,
+    };
+    w.write(s);
+    w.column
+}
+
+/// Appends `s` as a mapping key (never folded). Returns the column after it.
+pub fn push_key(out: &mut String, s: &str, column: usize) -> usize {
+    let mut w = Writer {
+        out,
+        column,
+        indent: 0,
+        allow_breaks: false,
+    };
+    w.write(s);
+    w.column
+}
+
+fn is_break(c: char) -> bool {
+    matches!(c, '\r' | '\n' | '\u{85}' | '\u{2028}' | '\u{2029}')
+}
+
+fn is_blank(c: char) -> bool {
+    matches!(c, ' ' | '\t')
+}
+
+fn is_printable(c: char) -> bool {
+    matches!(c, '\t' | '\n' | '\r' | '\x20'..='\x7e' | '\u{85}' | '\u{a0}'..='\u{d7ff}' | '\u{e000}'..='\u{fffd}' | '\u{10000}'..)
+        && c != '\u{feff}'
+}
+
+/// The character at byte `i` and its width; `s[i..]` starts a character.
+fn char_at(s: &str, i: usize) -> (char, usize) {
+    let b = s.as_bytes()[i];
+    if b < 0x80 {
+        return (b as char, 1);
+    }
+    let c = s[i..].chars().next().expect("i starts a character");
+    (c, c.len_utf8())
+}
+
+/// The style go-yaml picks for a string value in block context. Works on
+/// bytes: the message text is ASCII almost always, and only the rare
+/// non-ASCII character is decoded.
+fn style(s: &str) -> Style {
+    if resolves_to_non_string(s) {
+        return Style::DoubleQuoted;
+    }
+    let bytes = s.as_bytes();
+    let block_indicators = s.starts_with("---") || s.starts_with("...");
+    // Printable ASCII without tabs, the usual message: the same rules in
+    // one tight pass over the bytes.
+    if let Some(plain) = ascii_plain_allowed(bytes) {
+        return if plain && !block_indicators {
+            Style::Plain
+        } else {
+            Style::SingleQuoted
+        };
+    }
+    style_walk(s)
+}
+
+/// [`style`] for any text, a character at a time.
+fn style_walk(s: &str) -> Style {
+    let bytes = s.as_bytes();
+    let mut block_indicators = s.starts_with("---") || s.starts_with("...");
+    let (mut leading_space, mut leading_break) = (false, false);
+    let (mut trailing_space, mut trailing_break) = (false, false);
+    let (mut break_space, mut space_break) = (false, false);
+    let (mut line_breaks, mut special) = (false, false);
+    let (mut previous_space, mut previous_break) = (false, false);
+    let mut preceded_by_whitespace = true;
+    let mut i = 0;
+    while i < bytes.len() {
+        let (c, width) = char_at(s, i);
+        let last = i + width == bytes.len();
+        let followed_by_whitespace = last || {
+            let (n, _) = char_at(s, i + width);
+            is_blank(n) || is_break(n)
+        };
+        if i == 0 {
+            match c {
+                '#' | ',' | '[' | ']' | '{' | '}' | '&' | '*' | '!' | '|' | '>' | '\'' | '"'
+                | '%' | '@' | '`' => block_indicators = true,
+                '?' | ':' | '-' if followed_by_whitespace => block_indicators = true,
+                _ => {}
+            }
+        } else {
+            match c {
+                ':' if followed_by_whitespace => block_indicators = true,
+                '#' if preceded_by_whitespace => block_indicators = true,
+                _ => {}
+            }
+        }
+        if !is_printable(c) {
+            special = true;
+        }
+        if c == ' ' {
+            leading_space |= i == 0;
+            trailing_space |= last;
+            break_space |= previous_break;
+            (previous_space, previous_break) = (true, false);
+        } else if is_break(c) {
+            line_breaks = true;
+            leading_break |= i == 0;
+            trailing_break |= last;
+            space_break |= previous_space;
+            (previous_space, previous_break) = (false, true);
+        } else {
+            (previous_space, previous_break) = (false, false);
+        }
+        preceded_by_whitespace = is_blank(c) || is_break(c);
+        i += width;
+    }
+    let single_quoted_allowed = !(break_space || space_break || special);
+    let plain_blocked = leading_space
+        || leading_break
+        || trailing_space
+        || trailing_break
+        || line_breaks
+        || block_indicators;
+    let plain_allowed = single_quoted_allowed && !plain_blocked;
+    if plain_allowed {
+        Style::Plain
+    } else if single_quoted_allowed {
+        Style::SingleQuoted
+    } else {
+        Style::DoubleQuoted
+    }
+}
+
+/// Whether every byte is printable ASCII (no tabs, no breaks). Written as
+/// a fold so that it vectorizes.
+fn printable_ascii(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .fold(true, |ok, &b| ok & (b.wrapping_sub(0x20) < 0x5f))
+}
+
+/// For printable ASCII without tabs (else `None`): whether go-yaml would
+/// write it plain, leaving out the `---`/`...` prefixes that [`style`]
+/// checks.
+fn ascii_plain_allowed(bytes: &[u8]) -> Option<bool> {
+    let first = *bytes.first()?;
+    if !printable_ascii(bytes) {
+        return None;
+    }
+    let indicator_first = matches!(
+        first,
+        b'#' | b','
+            | b'['
+            | b']'
+            | b'{'
+            | b'}'
+            | b'&'
+            | b'*'
+            | b'!'
+            | b'|'
+            | b'>'
+            | b'\''
+            | b'"'
+            | b'%'
+            | b'@'
+            | b'`'
+            | b' '
+    ) || (matches!(first, b'?' | b':' | b'-')
+        && bytes.get(1).is_none_or(|&b| b == b' '));
+    if indicator_first || bytes[bytes.len() - 1] == b' ' {
+        return Some(false);
+    }
+    // `: ` or a final `:`, and ` #`, past the first character.
+    let indicator = memchr::memchr2_iter(b':', b'#', &bytes[1..]).any(|i| {
+        let i = i + 1;
+        if bytes[i] == b':' {
+            bytes.get(i + 1).is_none_or(|&n| n == b' ')
+        } else {
+            bytes[i - 1] == b' '
+        }
+    });
+    Some(!indicator)
+}
+
+/// Whether go-yaml v2 would read `s`, written plain, as something other
+/// than a string (null, a YAML 1.1 bool, a number), so it must quote it.
+fn resolves_to_non_string(s: &str) -> bool {
+    const WORDS: &[&str] = &[
+        "", "~", "null", "Null", "NULL", "y", "Y", "yes", "Yes", "YES", "n", "N", "no", "No", "NO",
+        "true", "True", "TRUE", "false", "False", "FALSE", "on", "On", "ON", "off", "Off", "OFF",
+        ".inf", ".Inf", ".INF", "+.inf", "+.Inf", "+.INF", "-.inf", "-.Inf", "-.INF", ".nan",
+        ".NaN", ".NAN",
+    ];
+    if s.len() <= 6 && WORDS.contains(&s) {
+        return true;
+    }
+    let first = s.as_bytes()[0];
+    if !(first.is_ascii_digit() || matches!(first, b'+' | b'-' | b'.')) {
+        return false;
+    }
+    let plain: String = s.chars().filter(|&c| c != '_').collect();
+    let unsigned = plain.trim_start_matches(['+', '-']);
+    let radix = |prefix: &str, radix: u32| {
+        unsigned
+            .strip_prefix(prefix)
+            .is_some_and(|d| !d.is_empty() && u64::from_str_radix(d, radix).is_ok())
+    };
+    !unsigned.is_empty()
+        && (unsigned.bytes().all(|b| b.is_ascii_digit())
+            || radix("0x", 16)
+            || radix("0b", 2)
+            || (plain.parse::<f64>().is_ok() && !unsigned.starts_with(['i', 'I', 'n', 'N'])))
+}
+
+struct Writer<'a> {
+    out: &'a mut String,
+    column: usize,
+    indent: usize,
+    allow_breaks: bool,
+}
+
+impl Writer<'_> {
+    fn write(&mut self, s: &str) {
+        let style = style(s);
+        let ascii = printable_ascii(s.as_bytes());
+        match style {
+            Style::Plain if ascii => self.ascii_words(s, false),
+            Style::SingleQuoted if ascii && memchr::memchr(b'\'', s.as_bytes()).is_none() => {
+                self.put('\'');
+                self.ascii_words(s, true);
+                self.put('\'');
+            }
+            Style::Plain => self.plain(s),
+            Style::SingleQuoted => self.single_quoted(s),
+            Style::DoubleQuoted => self.double_quoted(s),
+        }
+    }
+
+    /// Plain or single-quoted printable ASCII with no quote in it: a
+    /// column per byte, so the text is copied a line at a time, looking
+    /// only at the spaces past column 80 where a fold can happen.
+    fn ascii_words(&mut self, s: &str, quoted: bool) {
+        let bytes = s.as_bytes();
+        let mut pos = 0;
+        loop {
+            // The column at byte j is self.column + (j - pos); a fold needs
+            // it past BEST_WIDTH.
+            let from = pos + (BEST_WIDTH + 1).saturating_sub(self.column);
+            let fold = (from < bytes.len())
+                .then(|| {
+                    memchr::memchr_iter(b' ', &bytes[from..])
+                        .map(|j| j + from)
+                        .find(|&j| {
+                            let previous_space = j > 0 && bytes[j - 1] == b' ';
+                            let next_space = bytes.get(j + 1) == Some(&b' ');
+                            // Quoted scalars never fold at their first or last character.
+                            let inside = !quoted || (j > 0 && j + 1 < bytes.len());
+                            !previous_space && !next_space && inside
+                        })
+                })
+                .flatten()
+                .filter(|_| self.allow_breaks);
+            match fold {
+                Some(j) => {
+                    self.out.push_str(&s[pos..j]);
+                    self.column += j - pos;
+                    self.write_indent();
+                    pos = j + 1;
+                }
+                None => {
+                    self.out.push_str(&s[pos..]);
+                    self.column += bytes.len() - pos;
+                    return;
+                }
+            }
+        }
+    }
+
+    fn put(&mut self, c: char) {
+        self.out.push(c);
+        self.column += 1;
+    }
+
+    /// A line break and the continuation indent.
+    fn write_indent(&mut self) {
+        self.out.push('\n');
+        for _ in 0..self.indent {
+            self.out.push(' ');
+        }
+        self.column = self.indent;
+    }
+
+    /// Appends a run of characters with no space, break or quote in it.
+    fn run(&mut self, run: &str) {
+        self.out.push_str(run);
+        self.column += run.bytes().filter(|b| b & 0xc0 != 0x80).count();
+    }
+
+    /// Where the run starting at `i` ends: at a space, a line break, a
+    /// single quote (when `quote`), or the end.
+    fn run_end(s: &str, mut i: usize, quote: bool) -> usize {
+        let bytes = s.as_bytes();
+        while i < bytes.len() {
+            match bytes[i] {
+                b' ' | b'\r' | b'\n' => break,
+                b'\'' if quote => break,
+                // NEL (C2 85), LS and PS (E2 80 A8/A9), matched as bytes.
+                0xc2 if bytes.get(i + 1) == Some(&0x85) => break,
+                0xe2 if bytes.get(i + 1) == Some(&0x80)
+                    && matches!(bytes.get(i + 2), Some(0xa8 | 0xa9)) =>
+                {
+                    break;
+                }
+                _ => i += 1,
+            }
+        }
+        i
+    }
+
+    fn plain(&mut self, s: &str) {
+        let bytes = s.as_bytes();
+        let mut spaces = false;
+        let mut i = 0;
+        while i < bytes.len() {
+            if bytes[i] == b' ' {
+                let next_space = bytes.get(i + 1) == Some(&b' ');
+                if self.allow_breaks && !spaces && self.column > BEST_WIDTH && !next_space {
+                    self.write_indent();
+                } else {
+                    self.put(' ');
+                }
+                spaces = true;
+                i += 1;
+            } else {
+                // Plain scalars hold no line breaks (style() saw to it).
+                let end = match Self::run_end(s, i, false) {
+                    end if end > i => end,
+                    _ => i + char_at(s, i).1,
+                };
+                self.run(&s[i..end]);
+                spaces = false;
+                i = end;
+            }
+        }
+    }
+
+    fn single_quoted(&mut self, s: &str) {
+        self.put('\'');
+        let bytes = s.as_bytes();
+        let (mut spaces, mut breaks) = (false, false);
+        let mut i = 0;
+        while i < bytes.len() {
+            let (c, width) = char_at(s, i);
+            if c == ' ' {
+                let next_space = bytes.get(i + 1) == Some(&b' ');
+                if self.allow_breaks
+                    && !spaces
+                    && self.column > BEST_WIDTH
+                    && i > 0
+                    && i + 1 < bytes.len()
+                    && !next_space
+                {
+                    self.write_indent();
+                } else {
+                    self.put(' ');
+                }
+                spaces = true;
+                i += 1;
+            } else if is_break(c) {
+                // A line break in a quoted scalar is written twice (the
+                // first only ends the line), then the text resumes indented.
+                if !breaks && c == '\n' {
+                    self.out.push('\n');
+                }
+                self.out.push(c);
+                self.column = 0;
+                breaks = true;
+                i += width;
+            } else {
+                if breaks {
+                    self.write_indent_after_break();
+                }
+                if c == '\'' {
+                    self.out.push_str("''");
+                    self.column += 2;
+                    i += 1;
+                } else {
+                    let end = Self::run_end(s, i, true);
+                    self.run(&s[i..end]);
+                    i = end;
+                }
+                spaces = false;
+                breaks = false;
+            }
+        }
+        if breaks {
+            self.write_indent_after_break();
+        }
+        self.put('\'');
+    }
+
+    /// The indent at the start of a line that a break already began.
+    fn write_indent_after_break(&mut self) {
+        for _ in 0..self.indent {
+            self.out.push(' ');
+        }
+        self.column = self.indent;
+    }
+
+    fn double_quoted(&mut self, s: &str) {
+        self.put('"');
+        let mut spaces = false;
+        let count = s.chars().count();
+        let mut chars = s.chars().enumerate().peekable();
+        while let Some((i, c)) = chars.next() {
+            if !is_printable(c) || is_break(c) || c == '"' || c == '\\' || c == '\u{feff}' {
+                self.put('\\');
+                match c {
+                    '\0' => self.put('0'),
+                    '\x07' => self.put('a'),
+                    '\x08' => self.put('b'),
+                    '\t' => self.put('t'),
+                    '\n' => self.put('n'),
+                    '\x0b' => self.put('v'),
+                    '\x0c' => self.put('f'),
+                    '\r' => self.put('r'),
+                    '\x1b' => self.put('e'),
+                    '"' => self.put('"'),
+                    '\\' => self.put('\\'),
+                    '\u{85}' => self.put('N'),
+                    '\u{a0}' => self.put('_'),
+                    '\u{2028}' => self.put('L'),
+                    '\u{2029}' => self.put('P'),
+                    c => {
+                        let code = c as u32;
+                        let escaped = if code <= 0xff {
+                            format!("x{code:02X}")
+                        } else if code <= 0xffff {
+                            format!("u{code:04X}")
+                        } else {
+                            format!("U{code:08X}")
+                        };
+                        for e in escaped.chars() {
+                            self.put(e);
+                        }
+                    }
+                }
+                spaces = false;
+            } else if c == ' ' {
+                if self.allow_breaks
+                    && !spaces
+                    && self.column > BEST_WIDTH
+                    && i > 0
+                    && i + 1 < count
+                {
+                    self.write_indent();
+                    if chars.peek().is_some_and(|&(_, n)| n == ' ') {
+                        self.put('\\');
+                    }
+                } else {
+                    self.put(c);
+                }
+                spaces = true;
+            } else {
+                self.put(c);
+                spaces = false;
+            }
+        }
+        self.put('"');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn value(key: &str, s: &str) -> String {
+        let mut out = format!("  {key}: ");
+        push_value(&mut out, s, key.chars().count() + 4, 4);
+        out
+    }
+
+    #[test]
+    fn picks_go_yaml_styles() {
+        assert_eq!(style("plain words"), Style::Plain);
+        assert_eq!(style("validation error: it's bad"), Style::SingleQuoted);
+        assert_eq!(style("-leading dash is fine"), Style::Plain);
+        assert_eq!(style("- a list marker is not"), Style::SingleQuoted);
+        assert_eq!(style("ends with a colon:"), Style::SingleQuoted);
+        assert_eq!(style("a#b is fine, a #b is not"), Style::SingleQuoted);
+        assert_eq!(style("tabs\tare plain"), Style::Plain);
+        assert_eq!(style("two\nlines"), Style::SingleQuoted);
+        assert_eq!(style("bell\x07"), Style::DoubleQuoted);
+        assert_eq!(style("true"), Style::DoubleQuoted);
+        assert_eq!(style("yes"), Style::DoubleQuoted);
+        assert_eq!(style("1.5"), Style::DoubleQuoted);
+        assert_eq!(style("0x1F"), Style::DoubleQuoted);
+        assert_eq!(style(""), Style::DoubleQuoted);
+        assert_eq!(style("1.5 cores"), Style::Plain);
+        assert_eq!(style("infinity"), Style::Plain);
+        assert_eq!(style(" leading space"), Style::SingleQuoted);
+        assert_eq!(style("trailing space "), Style::SingleQuoted);
+        assert_eq!(style("- "), Style::SingleQuoted);
+        assert_eq!(style("-"), Style::SingleQuoted);
+        assert_eq!(style("a:b"), Style::Plain);
+        assert_eq!(style("a:\tb"), Style::SingleQuoted);
+        assert_eq!(style("a\t#b"), Style::SingleQuoted);
+        assert_eq!(style("...dots"), Style::SingleQuoted);
+        assert_eq!(style("né: x"), Style::SingleQuoted);
+        assert_eq!(style("né x"), Style::Plain);
+    }
+
+    #[test]
+    fn folds_like_kyverno_denials() {
+        // As Kyverno prints a denial (go-yaml v2 through sigs.k8s.io/yaml).
+        assert_eq!(
+            value(
+                "check-required-labels-james-1",
+                "validation error: Required labels (app, version, environment) must be present. rule check-required-labels-james-1 failed at path /metadata/labels/environment/"
+            ),
+            "  check-required-labels-james-1: 'validation error: Required labels (app, version,\n    environment) must be present. rule check-required-labels-james-1 failed at path\n    /metadata/labels/environment/'"
+        );
+        assert_eq!(
+            value(
+                "autogen-check-for-labels",
+                "validation error: The label `app.kubernetes.io/name` is required. Rule autogen-check-for-labels failed at path /spec/template/metadata/labels/app.kubernetes.io/name/"
+            ),
+            "  autogen-check-for-labels: 'validation error: The label `app.kubernetes.io/name`\n    is required. Rule autogen-check-for-labels failed at path /spec/template/metadata/labels/app.kubernetes.io/name/'"
+        );
+        // Short values stay on one line; quotes double inside single quotes.
+        assert_eq!(value("r", "it's: short"), "  r: 'it''s: short'");
+    }
+
+    #[test]
+    fn folds_plain_and_double_quoted_values() {
+        let long = "word ".repeat(30);
+        let long = long.trim_end();
+        let plain = value("rule", long);
+        assert!(plain.lines().count() > 1, "{plain}");
+        assert!(plain.lines().skip(1).all(|l| l.starts_with("    word")));
+        let double = value("rule", &format!("{long}\x07"));
+        assert!(double.starts_with("  rule: \"word"), "{double}");
+        assert!(double.ends_with("word\\a\""), "{double}");
+        assert!(double.lines().count() > 1);
+    }
+
+    /// The ASCII fast paths agree with the character walk on many strings
+    /// made of the characters that matter.
+    #[test]
+    fn ascii_fast_paths_match_the_walk() {
+        let alphabet = [b'a', b' ', b':', b'#', b'\'', b'-', b'?', b'b'];
+        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
+        for n in 0..20_000 {
+            let len = 1 + n % 130;
+            let text: String = (0..len)
+                .map(|_| {
+                    seed ^= seed << 13;
+                    seed ^= seed >> 7;
+                    seed ^= seed << 17;
+                    alphabet[(seed % alphabet.len() as u64) as usize] as char
+                })
+                .collect();
+            let fast = style(&text);
+            if fast == Style::DoubleQuoted {
+                continue;
+            }
+            assert_eq!(fast, style_walk(&text), "{text:?}");
+            for column in [0, 40, 79, 81] {
+                let (mut a, mut b) = (String::new(), String::new());
+                let mut w = Writer {
+                    out: &mut a,
+                    column,
+                    indent: 4,
+                    allow_breaks: true,
+                };
+                w.write(&text);
+                let end_a = w.column;
+                let mut w = Writer {
+                    out: &mut b,
+                    column,
+                    indent: 4,
+                    allow_breaks: true,
+                };
+                match fast {
+                    Style::Plain => w.plain(&text),
+                    _ => w.single_quoted(&text),
+                }
+                let end_b = w.column;
+                assert_eq!((a, end_a), (b, end_b), "{text:?} at {column}");
+            }
+        }
+    }
+
+    #[test]
+    fn columns_count_characters_not_bytes() {
+        // 74 two-byte characters end at column 79, so the first space does
+        // not fold (counting bytes, it would).
+        let wide = format!("{} tail end", "é".repeat(74));
+        let folded = value("r", &wide);
+        assert_eq!(folded, format!("  r: {} tail\n    end", "é".repeat(74)));
+    }
+
+    #[test]
+    fn line_breaks_in_quoted_values() {
+        assert_eq!(value("r", "a: b\nc"), "  r: 'a: b\n\n    c'");
+    }
+}
