@@ -32,14 +32,14 @@ fn handler(c: &mut Criterion) {
         ("violating", "pod-violating.json"),
     ] {
         let body = review(file);
-        let outcome = admit(route, &body, &pss).unwrap();
+        let outcome = admit(route, &body, &pss, None).unwrap();
         assert_eq!(outcome.allowed, id == "compliant", "{id}");
-        assert!(admit(route, &body, &empty).unwrap().allowed);
+        assert!(admit(route, &body, &empty, None).unwrap().allowed);
         group.bench_function(format!("pss17/{id}"), |b| {
-            b.iter(|| admit(route, black_box(&body), &pss).unwrap())
+            b.iter(|| admit(route, black_box(&body), &pss, None).unwrap())
         });
         group.bench_function(format!("empty/{id}"), |b| {
-            b.iter(|| admit(route, black_box(&body), &empty).unwrap())
+            b.iter(|| admit(route, black_box(&body), &empty, None).unwrap())
         });
     }
     group.finish();

@@ -63,6 +63,10 @@ pub struct ServeArgs {
     pub poll_seconds: u64,
     #[arg(long, default_value_t = 4096)]
     pub max_connections: usize,
+    /// Seconds a review may take before its failurePolicy decides it;
+    /// keep it a little under the webhook's timeoutSeconds.
+    #[arg(long, default_value_t = 10.0)]
+    pub deadline_seconds: f64,
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
     /// error, warn, info, debug or trace.
@@ -155,6 +159,12 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 grace: std::time::Duration::from_secs(args.grace_seconds),
                 poll: std::time::Duration::from_secs(args.poll_seconds.max(1)),
                 max_connections: args.max_connections.max(1),
+                deadline: std::time::Duration::try_from_secs_f64(args.deadline_seconds)
+                    .ok()
+                    .filter(|d| !d.is_zero())
+                    .ok_or_else(|| {
+                        anyhow::anyhow!("--deadline-seconds must be a positive number")
+                    })?,
             })?;
             Ok(0)
         }

@@ -8,6 +8,7 @@
 //! server gracefully.
 
 pub mod handler;
+pub mod metrics;
 pub mod policies;
 pub mod review;
 pub mod tls;
@@ -22,11 +23,12 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use hyper_util::server::conn::auto;
+use metrics::{AdmissionLabels, Metrics};
 use policies::{PolicyStore, Snapshot};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
@@ -45,15 +47,8 @@ pub struct ServeOptions {
     pub grace: Duration,
     pub poll: Duration,
     pub max_connections: usize,
-}
-
-/// Counters exposed on `/metrics`.
-#[derive(Default)]
-pub struct Metrics {
-    allowed: AtomicU64,
-    denied: AtomicU64,
-    malformed: AtomicU64,
-    review_nanos: AtomicU64,
+    /// Per-request deadline; set a little under the webhook's timeoutSeconds.
+    pub deadline: Duration,
 }
 
 /// What every connection shares.
@@ -61,40 +56,8 @@ pub struct State {
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     pub ready: AtomicBool,
     pub metrics: Metrics,
-    pub policies_rejected: Arc<AtomicU64>,
-}
-
-impl State {
-    fn render_metrics(&self) -> String {
-        let m = &self.metrics;
-        let (allowed, denied) = (
-            m.allowed.load(Ordering::Relaxed),
-            m.denied.load(Ordering::Relaxed),
-        );
-        let snapshot = self.snapshot.load();
-        format!(
-            "# TYPE kyverno_admission_requests_total counter\n\
-             kyverno_admission_requests_total{{request_allowed=\"true\"}} {allowed}\n\
-             kyverno_admission_requests_total{{request_allowed=\"false\"}} {denied}\n\
-             # TYPE kyverno_admission_review_duration_seconds summary\n\
-             kyverno_admission_review_duration_seconds_sum {}\n\
-             kyverno_admission_review_duration_seconds_count {}\n\
-             # TYPE gavel_requests_malformed_total counter\n\
-             gavel_requests_malformed_total {}\n\
-             # TYPE gavel_policies_rejected_total counter\n\
-             gavel_policies_rejected_total {}\n\
-             # TYPE gavel_policy_snapshot_generation gauge\n\
-             gavel_policy_snapshot_generation {}\n\
-             # TYPE gavel_policies gauge\n\
-             gavel_policies {}\n",
-            m.review_nanos.load(Ordering::Relaxed) as f64 / 1e9,
-            allowed + denied,
-            m.malformed.load(Ordering::Relaxed),
-            self.policies_rejected.load(Ordering::Relaxed),
-            snapshot.generation,
-            snapshot.policies.len(),
-        )
-    }
+    /// How long a review may take, from the first byte of its body.
+    pub deadline: Duration,
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -117,7 +80,16 @@ pub async fn serve_request(
         Route::Liveness => text(StatusCode::OK, "ok"),
         Route::Readiness if state.ready.load(Ordering::Relaxed) => text(StatusCode::OK, "ready"),
         Route::Readiness => text(StatusCode::SERVICE_UNAVAILABLE, "not ready"),
-        Route::Metrics => text(StatusCode::OK, state.render_metrics()),
+        Route::Metrics => {
+            let mut r = text(StatusCode::OK, state.metrics.render());
+            r.headers_mut().insert(
+                hyper::header::CONTENT_TYPE,
+                hyper::header::HeaderValue::from_static(
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                ),
+            );
+            r
+        }
         Route::NotFound => text(StatusCode::NOT_FOUND, "not found"),
         Route::Validate(_) | Route::Mutate(_) => {
             if req.method() != Method::POST {
@@ -148,38 +120,50 @@ async fn review_request(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|n| n > MAX_BODY) {
-        state.metrics.malformed.fetch_add(1, Ordering::Relaxed);
+        state.metrics.malformed.inc();
         return too_large();
     }
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            state.metrics.malformed.fetch_add(1, Ordering::Relaxed);
+    let deadline = tokio::time::Instant::now() + state.deadline;
+    let body = Limited::new(req.into_body(), MAX_BODY).collect();
+    let body = match tokio::time::timeout_at(deadline, body).await {
+        Ok(Ok(b)) => b.to_bytes(),
+        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+            state.metrics.malformed.inc();
             return too_large();
         }
-        Err(e) => return text(StatusCode::BAD_REQUEST, format!("reading body: {e}")),
+        Ok(Err(e)) => return text(StatusCode::BAD_REQUEST, format!("reading body: {e}")),
+        Err(_) => {
+            return text(
+                StatusCode::REQUEST_TIMEOUT,
+                "the body did not arrive before the request deadline",
+            );
+        }
     };
     let started = Instant::now();
     // One snapshot for the whole request, however the set changes meanwhile.
     let snapshot = state.snapshot.load_full();
-    match handler::admit(route, &body, &snapshot) {
+    match handler::admit(route, &body, &snapshot, Some(deadline.into_std())) {
         Ok(outcome) => {
-            let counter = if outcome.allowed {
-                &state.metrics.allowed
-            } else {
-                &state.metrics.denied
-            };
-            counter.fetch_add(1, Ordering::Relaxed);
-            state
-                .metrics
-                .review_nanos
-                .fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
             tracing::debug!(
                 kind = outcome.kind,
                 namespace = outcome.namespace,
                 operation = outcome.operation,
                 allowed = outcome.allowed,
                 "review"
+            );
+            let operation = metrics::operation_label(&outcome.operation);
+            state.metrics.admission(
+                AdmissionLabels {
+                    request_allowed: if outcome.allowed { "true" } else { "false" },
+                    request_webhook: match route {
+                        Route::Mutate(_) => "MutatingWebhookConfiguration",
+                        _ => "ValidatingWebhookConfiguration",
+                    },
+                    resource_kind: outcome.kind,
+                    resource_namespace: outcome.namespace,
+                    resource_request_operation: operation,
+                },
+                started.elapsed(),
             );
             let mut r = Response::new(Full::new(Bytes::from(outcome.body)));
             r.headers_mut().insert(
@@ -189,7 +173,7 @@ async fn review_request(
             r
         }
         Err(e) => {
-            state.metrics.malformed.fetch_add(1, Ordering::Relaxed);
+            state.metrics.malformed.inc();
             tracing::warn!(error = %e, "rejected review");
             text(StatusCode::BAD_REQUEST, e.to_string())
         }
@@ -207,6 +191,8 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
 
 async fn run(opts: ServeOptions) -> Result<()> {
     let mut store = PolicyStore::new(&opts.policies);
+    let metrics = Metrics::new(store.handle());
+    store.report_to(&metrics);
     for r in store
         .refresh()
         .with_context(|| format!("reading policies from {}", opts.policies.display()))?
@@ -216,8 +202,8 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let state = Arc::new(State {
         snapshot: store.handle(),
         ready: AtomicBool::new(false),
-        metrics: Metrics::default(),
-        policies_rejected: store.rejected.clone(),
+        metrics,
+        deadline: opts.deadline,
     });
     {
         let s = state.snapshot.load();
@@ -295,11 +281,46 @@ async fn run(opts: ServeOptions) -> Result<()> {
     tracing::info!(listen = %listener.local_addr()?, "serving");
     state.ready.store(true, Ordering::Relaxed);
 
-    let connections = Arc::new(Semaphore::new(opts.max_connections));
+    let service_state = state.clone();
+    let handle = move |req| serve_request(req, service_state.clone());
+    let stopping = state.clone();
+    accept_loop(
+        listener,
+        acceptor,
+        opts.max_connections,
+        handle,
+        shutdown_signal(),
+        move || stopping.ready.store(false, Ordering::Relaxed),
+        opts.grace,
+    )
+    .await;
+    Ok(())
+}
+
+/// Serves TLS connections from `listener` with `handle` (HTTP/2 or
+/// HTTP/1.1 by ALPN, at most `max_connections` at once) until `shutdown`
+/// completes; then calls `on_shutdown` (readiness goes false), stops
+/// accepting and gives in-flight requests `grace` to finish. Shared with
+/// `examples/baseline_server.rs`, so that the transport ceiling it measures
+/// is this very loop.
+pub async fn accept_loop<H, F>(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    max_connections: usize,
+    handle: H,
+    shutdown: impl std::future::Future<Output = ()>,
+    on_shutdown: impl FnOnce(),
+    grace: Duration,
+) where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<Response<Full<Bytes>>, std::convert::Infallible>>
+        + Send
+        + 'static,
+{
+    let connections = Arc::new(Semaphore::new(max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder.http2().max_concurrent_streams(256);
-    let shutdown = shutdown_signal();
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
@@ -314,7 +335,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 let Ok(permit) = connections.clone().acquire_owned().await else { break };
                 let _ = tcp.set_nodelay(true);
                 let acceptor = acceptor.clone();
-                let state = state.clone();
+                let handle = handle.clone();
                 let builder = builder.clone();
                 let watcher = graceful.watcher();
                 tokio::spawn(async move {
@@ -326,7 +347,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                         }
                         Err(_) => return,
                     };
-                    let service = hyper::service::service_fn(move |req| serve_request(req, state.clone()));
+                    let service = hyper::service::service_fn(handle);
                     let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
                     if let Err(e) = watcher.watch(conn).await {
                         tracing::debug!(error = %e, "connection ended with an error");
@@ -338,17 +359,17 @@ async fn run(opts: ServeOptions) -> Result<()> {
         }
     }
     // Readiness goes false first, then in-flight requests get the grace period.
-    state.ready.store(false, Ordering::Relaxed);
+    on_shutdown();
     drop(listener);
-    tracing::info!(grace = ?opts.grace, "shutting down");
-    match tokio::time::timeout(opts.grace, graceful.shutdown()).await {
+    tracing::info!(grace = ?grace, "shutting down");
+    match tokio::time::timeout(grace, graceful.shutdown()).await {
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing remaining connections"),
     }
-    Ok(())
 }
 
-async fn shutdown_signal() {
+/// Resolves on SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
     #[cfg(unix)]
     {
         use tokio::signal::unix::{SignalKind, signal};

@@ -14,6 +14,10 @@ struct Server {
 
 impl Server {
     fn start(policies: &Path, dir: &Path) -> Server {
+        Server::start_with(policies, dir, &[])
+    }
+
+    fn start_with(policies: &Path, dir: &Path, extra: &[&str]) -> Server {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -27,6 +31,7 @@ impl Server {
             .arg("--ca-out")
             .arg(&ca)
             .args(["--poll-seconds", "1", "--grace-seconds", "5"])
+            .args(extra)
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -71,6 +76,17 @@ impl Server {
         let file = self.dir.join("body.json");
         std::fs::write(&file, body).unwrap();
         self.post(path, &file)
+    }
+
+    /// The value of the series of `name` whose labels include all of `labels`
+    /// (each as `key="value"`).
+    fn series(&self, name: &str, labels: &[&str]) -> f64 {
+        let (_, body) = self.curl(&["/metrics"]);
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter(|l| labels.iter().all(|want| l.contains(want)))
+            .find_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+            .unwrap_or(-1.0)
     }
 
     fn metric(&self, name: &str) -> f64 {
@@ -181,6 +197,64 @@ fn verdicts_bad_input_and_shutdown() {
     assert_eq!(server.curl(&["/nope"]).0, 404);
     assert_eq!(server.metric("gavel_requests_malformed_total"), 6.0);
 
+    // Kyverno's metric names and labels.
+    let pod = [
+        "resource_kind=\"Pod\"",
+        "resource_namespace=\"default\"",
+        "resource_request_operation=\"create\"",
+    ];
+    let denied = [&pod[..], &["request_allowed=\"false\""]].concat();
+    assert_eq!(
+        server.series("kyverno_admission_requests_total", &denied),
+        1.0
+    );
+    let allowed = [&pod[..], &["request_allowed=\"true\""]].concat();
+    let validating = [
+        &allowed[..],
+        &["request_webhook=\"ValidatingWebhookConfiguration\""],
+    ]
+    .concat();
+    assert_eq!(
+        server.series("kyverno_admission_requests_total", &validating),
+        2.0,
+        "the compliant Pod and /validate/ignore"
+    );
+    let mutating = [
+        &allowed[..],
+        &["request_webhook=\"MutatingWebhookConfiguration\""],
+    ]
+    .concat();
+    assert_eq!(
+        server.series("kyverno_admission_requests_total", &mutating),
+        1.0
+    );
+    let host_namespaces = [
+        "policy_name=\"disallow-host-namespaces\"",
+        "rule_name=\"host-namespaces\"",
+        "policy_type=\"cluster\"",
+        "policy_namespace=\"-\"",
+        "policy_validation_mode=\"enforce\"",
+        "rule_type=\"validate\"",
+        "rule_execution_cause=\"admission_request\"",
+    ];
+    let failed = [&host_namespaces[..], &pod[..], &["rule_result=\"fail\""]].concat();
+    assert_eq!(server.series("kyverno_policy_results_total", &failed), 1.0);
+    let passed = [&host_namespaces[..], &["rule_result=\"pass\""]].concat();
+    assert_eq!(server.series("kyverno_policy_results_total", &passed), 1.0);
+    assert_eq!(
+        server.series("kyverno_policy_execution_duration_seconds_count", &failed),
+        1.0
+    );
+    let inf = [&failed[..], &["le=\"+Inf\""]].concat();
+    assert_eq!(
+        server.series("kyverno_policy_execution_duration_seconds_bucket", &inf),
+        1.0
+    );
+    assert_eq!(
+        server.series("kyverno_policy_rule_info_total", &host_namespaces[..2]),
+        1.0
+    );
+
     // The server is still up after all of that, and drains on SIGTERM.
     assert_eq!(server.curl(&["/health/liveness"]).0, 200);
     let pid = server.child.id().to_string();
@@ -241,4 +315,34 @@ fn policy_directory_is_hot_reloaded_and_bad_files_are_contained() {
         .to_string();
     assert!(message.contains("disallow-host-path:"), "{message}");
     assert!(message.contains("disallow-host-namespaces:"), "{message}");
+    // The counters of the replaced snapshot carry over: two failures of the
+    // same rule across two snapshots.
+    assert_eq!(
+        server.series(
+            "kyverno_policy_results_total",
+            &["rule_name=\"host-namespaces\"", "rule_result=\"fail\""]
+        ),
+        2.0
+    );
+}
+
+#[test]
+fn deadline_expiry_follows_the_failure_policy() {
+    let dir = temp_dir("deadline");
+    // Every policy is reached after a deadline of one microsecond.
+    let server = Server::start_with(
+        &examples().join("policies"),
+        &dir,
+        &["--deadline-seconds", "0.000001"],
+    );
+    let compliant = examples().join("reviews/pod-compliant.json");
+    // failurePolicy Fail (the default): denied, naming the deadline.
+    let (_, body) = server.post("/validate/fail", &compliant);
+    let r = response(&body);
+    assert_eq!(r["allowed"], false, "{body}");
+    let message = r["status"]["message"].as_str().unwrap();
+    assert!(message.contains("request deadline passed"), "{message}");
+    // The Ignore route has no policies here; nothing to deny.
+    let (_, body) = server.post("/validate/ignore", &compliant);
+    assert_eq!(response(&body)["allowed"], true, "{body}");
 }

@@ -37,6 +37,20 @@ pub fn evaluate_policy_with(
     ctx: &JsonContext,
     env: &EvalEnv,
 ) -> PolicyResponse {
+    evaluate_policy_observed(policy, req, input, ctx, env, None)
+}
+
+/// [`evaluate_policy_with`], also telling `observe` the index in
+/// `policy.rules` and the evaluation time of each rule it responds for, in
+/// the order of the responses (the server's per-rule metrics).
+pub fn evaluate_policy_observed(
+    policy: &CompiledPolicy,
+    req: &Request,
+    input: &MatchInput,
+    ctx: &JsonContext,
+    env: &EvalEnv,
+    mut observe: Option<&mut dyn FnMut(usize, std::time::Duration)>,
+) -> PolicyResponse {
     let mut rules = Vec::new();
     if policy.scope == PolicyScope::Namespaced
         && policy.namespace.as_deref() != Some(req.namespace())
@@ -46,7 +60,8 @@ pub fn evaluate_policy_with(
             rules,
         };
     }
-    for rule in &policy.rules {
+    let mut last: Option<std::time::Instant> = None;
+    for (index, rule) in policy.rules.iter().enumerate() {
         if rule
             .kinds
             .as_ref()
@@ -59,8 +74,18 @@ pub fn evaluate_policy_with(
         {
             continue;
         }
+        // One clock read per rule: a rule's start is the previous one's end
+        // (the match checks between them are part of the rule's time).
+        if observe.is_some() && last.is_none() {
+            last = Some(std::time::Instant::now());
+        }
         let response = evaluate_rule(policy, rule, req, &mut ctx.child(), env);
         if let Some(r) = response {
+            if let (Some(observe), Some(started)) = (observe.as_mut(), last) {
+                let now = std::time::Instant::now();
+                observe(index, now - started);
+                last = Some(now);
+            }
             let applied = r.status != RuleStatus::Skip;
             rules.push(r);
             if policy.apply_one && applied {

@@ -1,11 +1,14 @@
 //! Routes and the admission handler, independent of the transport so that
 //! benches and tests can drive it without TLS.
 
+use super::metrics::operation_label;
 use super::policies::Snapshot;
 use super::review::{self, ReviewError, Verdict};
 use crate::context::NoResolver;
-use crate::engine::{EvalEnv, validate};
+use crate::engine::{EvalEnv, PolicyResponse, RuleResponse, RuleStatus, validate};
 use crate::policy::compile::FailurePolicy;
+use crate::policy::{CompiledPolicy, RuleBody};
+use std::time::{Duration, Instant};
 
 /// Largest AdmissionReview body accepted (the API server's own limit is 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
@@ -56,25 +59,58 @@ pub struct Outcome {
 }
 
 /// Answers one review on `route` (a Validate or Mutate route) with the
-/// policies of `snapshot`.
-pub fn admit(route: Route, body: &[u8], snapshot: &Snapshot) -> Result<Outcome, ReviewError> {
+/// policies of `snapshot`, recording each rule result in the snapshot's
+/// rule table. A policy reached after `deadline` is not evaluated: it
+/// answers an error, which its failurePolicy turns into a denial (Fail) or
+/// nothing (Ignore).
+pub fn admit(
+    route: Route,
+    body: &[u8],
+    snapshot: &Snapshot,
+    deadline: Option<Instant>,
+) -> Result<Outcome, ReviewError> {
     let review = review::decode(body)?;
     let req = &review.request;
     let verdict = match route {
         Route::Validate(failure_policy) => {
-            let selected = snapshot.validate_policies(failure_policy);
+            let selected = snapshot.validate_indexes(failure_policy);
             let env = EvalEnv {
                 resolver: &NoResolver,
                 exceptions: &snapshot.exceptions,
                 rule_values: &(),
             };
-            let ctx = req.json_context(selected.iter().any(|p| p.uses_images));
+            let policies: Vec<&CompiledPolicy> =
+                selected.iter().map(|&i| &snapshot.policies[i]).collect();
+            let ctx = req.json_context(policies.iter().any(|p| p.uses_images));
             let input = req.match_input();
-            let responses: Vec<_> = selected
-                .iter()
-                .map(|p| validate::evaluate_policy_with(p, req, &input, &ctx, &env))
-                .collect();
-            review::decide(&selected, &responses, req)
+            let cells = snapshot.rule_table.resource(
+                &req.gvk.kind,
+                req.namespace(),
+                operation_label(&req.operation),
+            );
+            let mut observed: Vec<(usize, Duration)> = Vec::new();
+            let mut responses = Vec::with_capacity(policies.len());
+            for (&index, policy) in selected.iter().zip(&policies) {
+                if deadline.is_some_and(|d| Instant::now() >= d) {
+                    responses.push(not_evaluated(policy));
+                    continue;
+                }
+                observed.clear();
+                let mut observe = |rule: usize, elapsed: Duration| observed.push((rule, elapsed));
+                let response = validate::evaluate_policy_observed(
+                    policy,
+                    req,
+                    &input,
+                    &ctx,
+                    &env,
+                    Some(&mut observe),
+                );
+                for (r, &(rule, elapsed)) in response.rules.iter().zip(&observed) {
+                    cells.record(index, rule, r.status, elapsed);
+                }
+                responses.push(response);
+            }
+            review::decide(&policies, &responses, req)
         }
         // The mutate engine does not exist yet: allowed, no patch (logged at start).
         _ => Verdict {
@@ -89,6 +125,26 @@ pub fn admit(route: Route, body: &[u8], snapshot: &Snapshot) -> Result<Outcome, 
         operation: req.operation.clone(),
         allowed: verdict.allowed,
     })
+}
+
+/// The response of a policy the deadline left unevaluated: an error for
+/// each of its validate rules.
+fn not_evaluated(policy: &CompiledPolicy) -> PolicyResponse {
+    PolicyResponse {
+        policy: policy.qualified_name(),
+        rules: policy
+            .rules
+            .iter()
+            .filter(|r| matches!(r.body, RuleBody::Validate(_)))
+            .map(|r| {
+                RuleResponse::new(
+                    &r.name,
+                    RuleStatus::Error,
+                    "not evaluated: the request deadline passed",
+                )
+            })
+            .collect(),
+    }
 }
 
 #[cfg(test)]

@@ -8,14 +8,15 @@
 //! version in force (or none, if it never loaded) and the failure is logged
 //! and counted.
 
+use super::metrics::{Metrics, RuleMetrics, RuleTable};
 use crate::policy::compile::FailurePolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text};
 use crate::policy::{CompiledException, CompiledPolicy};
 use arc_swap::ArcSwap;
+use prometheus_client::metrics::counter::Counter;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::SystemTime;
 
 /// One compiled policy set.
@@ -29,6 +30,8 @@ pub struct Snapshot {
     pub validate: [Vec<usize>; 3],
     /// Increases by one with every published snapshot.
     pub generation: u64,
+    /// Per-rule result counters of this snapshot's policies.
+    pub rule_table: Arc<RuleTable>,
 }
 
 impl Snapshot {
@@ -52,6 +55,7 @@ impl Snapshot {
             select(Some(FailurePolicy::Ignore)),
         ];
         Snapshot {
+            rule_table: Arc::new(RuleTable::new(&policies)),
             policies,
             exceptions,
             validate,
@@ -59,17 +63,14 @@ impl Snapshot {
         }
     }
 
-    /// The validate policies a route evaluates.
-    pub fn validate_policies(&self, f: Option<FailurePolicy>) -> Vec<&CompiledPolicy> {
+    /// Indexes into `policies` of the validate policies a route evaluates.
+    pub fn validate_indexes(&self, f: Option<FailurePolicy>) -> &[usize] {
         let i = match f {
             None => 0,
             Some(FailurePolicy::Fail) => 1,
             Some(FailurePolicy::Ignore) => 2,
         };
-        self.validate[i]
-            .iter()
-            .map(|&i| &self.policies[i])
-            .collect()
+        &self.validate[i]
     }
 }
 
@@ -86,7 +87,9 @@ pub struct PolicyStore {
     files: BTreeMap<PathBuf, FileEntry>,
     current: Arc<ArcSwap<Snapshot>>,
     /// Files (or documents) rejected since start.
-    pub rejected: Arc<AtomicU64>,
+    pub rejected: Counter,
+    /// Told about every published snapshot's rule table.
+    rule_metrics: Option<Arc<RuleMetrics>>,
 }
 
 /// A file that could not be used, with the reason.
@@ -102,8 +105,17 @@ impl PolicyStore {
             dir: dir.to_path_buf(),
             files: BTreeMap::new(),
             current: Arc::new(ArcSwap::from_pointee(Snapshot::default())),
-            rejected: Arc::new(AtomicU64::new(0)),
+            rejected: Counter::default(),
+            rule_metrics: None,
         }
+    }
+
+    /// Counts rejections in `metrics` and registers every published
+    /// snapshot's rule table with it.
+    pub fn report_to(&mut self, metrics: &Metrics) {
+        self.rejected = metrics.policies_rejected.clone();
+        metrics.rules.track(self.current.load().rule_table.clone());
+        self.rule_metrics = Some(metrics.rules.clone());
     }
 
     /// The handle requests read snapshots from.
@@ -142,7 +154,7 @@ impl PolicyStore {
                     changed = true;
                 }
                 Err(reason) => {
-                    self.rejected.fetch_add(1, Ordering::Relaxed);
+                    self.rejected.inc();
                     // Keep the last good version, but do not retry this
                     // content on every scan.
                     if let Some(f) = self.files.get_mut(&path) {
@@ -180,6 +192,9 @@ impl PolicyStore {
                 .collect(),
             generation,
         );
+        if let Some(metrics) = &self.rule_metrics {
+            metrics.track(snapshot.rule_table.clone());
+        }
         self.current.store(Arc::new(snapshot));
     }
 }
@@ -248,7 +263,7 @@ mod tests {
         assert_eq!(rejected.len(), 1, "{rejected:?}");
         assert_eq!(handle.load().policies.len(), 1);
         assert_eq!(handle.load().generation, generation);
-        assert_eq!(store.rejected.load(Ordering::Relaxed), 1);
+        assert_eq!(store.rejected.get(), 1);
 
         std::fs::remove_file(&file).unwrap();
         store.refresh().unwrap();

@@ -1,0 +1,31 @@
+-- wrk script: POST AdmissionReviews, alternating between the files named in
+-- the REVIEWS environment variable (colon separated).
+local bodies = {}
+for path in string.gmatch(os.getenv("REVIEWS") or "", "[^:]+") do
+  local f = assert(io.open(path, "rb"))
+  bodies[#bodies + 1] = f:read("*a")
+  f:close()
+end
+assert(#bodies > 0, "set REVIEWS to one or more AdmissionReview files")
+
+local requests = {}
+function init(args)
+  for i, body in ipairs(bodies) do
+    requests[i] = wrk.format("POST", nil, { ["Content-Type"] = "application/json" }, body)
+  end
+end
+
+local n = 0
+function request()
+  n = n + 1
+  return requests[(n % #requests) + 1]
+end
+
+local bad = 0
+function response(status, headers, body)
+  if status ~= 200 then bad = bad + 1 end
+end
+
+function done(summary, latency, requests)
+  io.write(string.format("non_200 %d\n", summary.errors.status))
+end
