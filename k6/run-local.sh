@@ -44,11 +44,16 @@ if [ "$cpus" -ge 2 ]; then
 fi
 
 start_gavel() {
+  if (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "port $port is already in use; stop what listens there" >&2
+    exit 1
+  fi
   "${pin_gavel[@]}" ./target/release/gavel serve --listen "127.0.0.1:$port" \
     --policies examples/policies/pod-security --ca-out "$work/ca.pem" --log-level warn &
   gavel_pid=$!
   for _ in $(seq 100); do
-    curl -s --cacert "$work/ca.pem" -o /dev/null "https://127.0.0.1:$port/health/readiness" && return
+    curl -s --cacert "$work/ca.pem" -o /dev/null "https://127.0.0.1:$port/health/readiness" \
+      && kill -0 "$gavel_pid" && return
     sleep 0.1
   done
   echo "gavel did not start" >&2

@@ -21,12 +21,21 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2
 cargo build --release --quiet --bin gavel --example baseline_server
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+for port in "$GAVEL_PORT" "$BASE_PORT" "$EMPTY_PORT"; do
+  if (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    echo "port $port is already in use; stop what listens there" >&2
+    exit 1
+  fi
+done
 ./target/release/gavel serve --listen "127.0.0.1:$GAVEL_PORT" --policies examples/policies/pod-security \
   --ca-out "$work/ca.pem" --log-level warn &
+pids=($!)
 mkdir "$work/no-policies"
 ./target/release/gavel serve --listen "127.0.0.1:$EMPTY_PORT" --policies "$work/no-policies" \
   --ca-out "$work/ca-empty.pem" --log-level warn &
+pids+=($!)
 ./target/release/examples/baseline_server --listen "127.0.0.1:$BASE_PORT" 2>/dev/null &
+pids+=($!)
 for port in "$GAVEL_PORT" "$BASE_PORT" "$EMPTY_PORT"; do
   for _ in $(seq 50); do
     curl -sk -o /dev/null "https://127.0.0.1:$port/health/liveness" && break
@@ -34,6 +43,9 @@ for port in "$GAVEL_PORT" "$BASE_PORT" "$EMPTY_PORT"; do
     curl -sk -o /dev/null -X POST "https://127.0.0.1:$port/" && break
     sleep 0.2
   done
+done
+for pid in "${pids[@]}"; do
+  kill -0 "$pid" 2>/dev/null || { echo "a server exited at start" >&2; exit 1; }
 done
 export REVIEWS="${REVIEWS:-$PWD/examples/reviews/pod-compliant.json:$PWD/examples/reviews/pod-violating.json}"
 rps() {
