@@ -21,7 +21,7 @@ use handler::{MAX_BODY, Route};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use metrics::{AdmissionLabels, Metrics};
 use policies::{PolicyStore, Snapshot};
@@ -320,7 +320,16 @@ pub async fn accept_loop<H, F>(
     let connections = Arc::new(Semaphore::new(max_connections));
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder.http2().max_concurrent_streams(256);
+    // A client that opens a connection and trickles its headers would hold
+    // a connection slot forever without a header timeout.
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(10));
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256);
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
