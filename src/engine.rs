@@ -17,6 +17,7 @@ use crate::matching::{MatchInput, UserInfo};
 use crate::policy::CompiledException;
 use json_context::JsonContext;
 use serde_json::{Map, Value};
+use std::borrow::Cow;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RuleStatus {
@@ -47,18 +48,24 @@ pub enum RuleType {
     ImageVerify,
 }
 
+/// One rule's result. Borrows from the compiled policy (`'p`), so that a
+/// passing rule costs no allocation.
 #[derive(Debug, Clone, PartialEq)]
-pub struct RuleResponse {
-    pub name: String,
+pub struct RuleResponse<'p> {
+    pub name: &'p str,
     pub rule_type: RuleType,
     pub status: RuleStatus,
-    pub message: String,
+    pub message: Cow<'p, str>,
 }
 
-impl RuleResponse {
-    pub fn new(name: &str, status: RuleStatus, message: impl Into<String>) -> RuleResponse {
+impl<'p> RuleResponse<'p> {
+    pub fn new(
+        name: &'p str,
+        status: RuleStatus,
+        message: impl Into<Cow<'p, str>>,
+    ) -> RuleResponse<'p> {
         RuleResponse {
-            name: name.to_string(),
+            name,
             rule_type: RuleType::Validation,
             status,
             message: message.into(),
@@ -68,9 +75,9 @@ impl RuleResponse {
 
 /// The responses of one policy for one resource.
 #[derive(Debug, Clone)]
-pub struct PolicyResponse {
-    pub policy: String,
-    pub rules: Vec<RuleResponse>,
+pub struct PolicyResponse<'p> {
+    pub policy: &'p str,
+    pub rules: Vec<RuleResponse<'p>>,
 }
 
 /// Group, version and kind of the request's resource.
@@ -197,7 +204,11 @@ impl Request {
 use crate::policy::CompiledPolicy;
 
 /// Evaluates every policy of a set against one request, sharing one JSON context.
-pub fn evaluate(policies: &[CompiledPolicy], req: &Request, env: &EvalEnv) -> Vec<PolicyResponse> {
+pub fn evaluate<'p>(
+    policies: &'p [CompiledPolicy],
+    req: &Request,
+    env: &EvalEnv,
+) -> Vec<PolicyResponse<'p>> {
     let ctx = req.json_context(policies.iter().any(|p| p.uses_images));
     let input = req.match_input();
     policies

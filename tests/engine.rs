@@ -34,7 +34,7 @@ fn statuses(policy: &str, resource: &str, operation: &str) -> Vec<(String, RuleS
     evaluate(&policies, &req, &env)
         .into_iter()
         .flat_map(|r| r.rules)
-        .map(|r| (r.name, r.status))
+        .map(|r| (r.name.to_string(), r.status))
         .collect()
 }
 

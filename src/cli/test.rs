@@ -246,7 +246,7 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
 }
 
 /// Engine responses keyed by resource index.
-fn evaluate(doc: &TestDoc, loaded: &Loaded) -> Vec<Vec<PolicyResponse>> {
+fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Vec<PolicyResponse<'l>>> {
     let resolver = MockResolver {
         api_calls: &doc.api_calls,
         globals: &doc.global_context,
@@ -453,13 +453,13 @@ fn check_results(
                         } else {
                             Outcome::Pass
                         };
-                        row(&r.name, "Pass", "Ok".into(), r.message.clone(), outcome)
+                        row(r.name, "Pass", "Ok".into(), r.message.to_string(), outcome)
                     } else {
                         row(
-                            &r.name,
+                            r.name,
                             "Fail",
                             format!("Want {}, got {actual}", expected.result),
-                            r.message.clone(),
+                            r.message.to_string(),
                             Outcome::Fail,
                         )
                     };

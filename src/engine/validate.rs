@@ -16,41 +16,42 @@ use crate::policy::{
     CompiledException, CompiledPolicy, CompiledRule, Conditions, ExprCache, RuleBody, ValidateCheck,
 };
 use serde_json::Value;
+use std::borrow::Cow;
 
 /// Evaluates the rules of `policy` against `req`. Validate rules are
 /// evaluated; other rule types give an `unsupported` error when they match.
-pub fn evaluate_policy(
-    policy: &CompiledPolicy,
+pub fn evaluate_policy<'p>(
+    policy: &'p CompiledPolicy,
     req: &Request,
     ctx: &JsonContext,
     env: &EvalEnv,
-) -> PolicyResponse {
+) -> PolicyResponse<'p> {
     evaluate_policy_with(policy, req, &req.match_input(), ctx, env)
 }
 
 /// [`evaluate_policy`] with the request's match input computed by the caller,
 /// once for a whole policy set.
-pub fn evaluate_policy_with(
-    policy: &CompiledPolicy,
+pub fn evaluate_policy_with<'p>(
+    policy: &'p CompiledPolicy,
     req: &Request,
     input: &MatchInput,
     ctx: &JsonContext,
     env: &EvalEnv,
-) -> PolicyResponse {
+) -> PolicyResponse<'p> {
     evaluate_policy_observed(policy, req, input, ctx, env, None)
 }
 
 /// [`evaluate_policy_with`], also telling `observe` the index in
 /// `policy.rules` and the evaluation time of each rule it responds for, in
 /// the order of the responses (the server's per-rule metrics).
-pub fn evaluate_policy_observed(
-    policy: &CompiledPolicy,
+pub fn evaluate_policy_observed<'p>(
+    policy: &'p CompiledPolicy,
     req: &Request,
     input: &MatchInput,
     ctx: &JsonContext,
     env: &EvalEnv,
     mut observe: Option<&mut dyn FnMut(usize, std::time::Duration)>,
-) -> PolicyResponse {
+) -> PolicyResponse<'p> {
     let mut rules = Vec::new();
     if policy.scope == PolicyScope::Namespaced
         && policy.namespace.as_deref() != Some(req.namespace())
@@ -99,20 +100,20 @@ pub fn evaluate_policy_observed(
     }
 }
 
-fn evaluate_rule(
-    policy: &CompiledPolicy,
-    rule: &CompiledRule,
+fn evaluate_rule<'p>(
+    policy: &'p CompiledPolicy,
+    rule: &'p CompiledRule,
     req: &Request,
     ctx: &mut JsonContext,
     env: &EvalEnv,
-) -> Option<RuleResponse> {
+) -> Option<RuleResponse<'p>> {
     let name = rule.name.as_str();
     let exprs = &policy.exprs;
     let applicable: Vec<&CompiledException> = env
         .exceptions
         .iter()
         .filter(|ex| {
-            ex.covers(&policy.qualified_name(), name)
+            ex.covers(policy.qualified_name(), name)
                 && ex.match_resources.matches(&req.match_input())
                 && ex
                     .conditions
@@ -192,6 +193,7 @@ fn evaluate_rule(
     }
     let mut rv = RuleValidator {
         rule: name,
+        pass: &rule.pass_message,
         v,
         exprs,
         nesting: 0,
@@ -263,8 +265,10 @@ fn check_pattern(
     }
 }
 
-struct RuleValidator<'a> {
-    rule: &'a str,
+struct RuleValidator<'a, 'p> {
+    /// The rule's name and pass message, which responses borrow.
+    rule: &'p str,
+    pass: &'p str,
     v: &'a ValidateRule,
     exprs: &'a ExprCache,
     nesting: usize,
@@ -276,8 +280,8 @@ struct RuleValidator<'a> {
     resolver: &'a dyn crate::context::Resolver,
 }
 
-impl RuleValidator<'_> {
-    fn respond(&self, status: RuleStatus, message: impl Into<String>) -> RuleResponse {
+impl<'p> RuleValidator<'_, 'p> {
+    fn respond(&self, status: RuleStatus, message: impl Into<Cow<'p, str>>) -> RuleResponse<'p> {
         RuleResponse::new(self.rule, status, message)
     }
 
@@ -335,17 +339,14 @@ impl RuleValidator<'_> {
         req: &Request,
         ctx: &mut JsonContext,
         element: Option<&Value>,
-    ) -> Option<RuleResponse> {
+    ) -> Option<RuleResponse<'p>> {
         match check {
             ValidateCheck::Deny(conds) => Some(match eval_conditions(conds, ctx, self.exprs) {
                 Err(e) => self.respond(
                     RuleStatus::Error,
                     format!("failed to evaluate deny conditions: {e}"),
                 ),
-                Ok((false, _)) => self.respond(
-                    RuleStatus::Pass,
-                    ["validation rule '", self.rule, "' passed."].concat(),
-                ),
+                Ok((false, _)) => self.respond(RuleStatus::Pass, self.pass),
                 Ok((true, _)) => {
                     let msg = match self.message(ctx) {
                         Ok(Some(m)) if !m.is_empty() => m,
@@ -387,10 +388,7 @@ impl RuleValidator<'_> {
                     self.pss_excludes,
                 );
                 Some(if violations.is_empty() {
-                    self.respond(
-                        RuleStatus::Pass,
-                        ["validation rule '", self.rule, "' passed."].concat(),
-                    )
+                    self.respond(RuleStatus::Pass, self.pass)
                 } else {
                     let details: Vec<String> = violations
                         .iter()
@@ -414,7 +412,12 @@ impl RuleValidator<'_> {
         }
     }
 
-    fn patterns(&self, check: &ValidateCheck, resource: &Value, ctx: &JsonContext) -> RuleResponse {
+    fn patterns(
+        &self,
+        check: &ValidateCheck,
+        resource: &Value,
+        ctx: &JsonContext,
+    ) -> RuleResponse<'p> {
         let sub = Substituter {
             ctx,
             exprs: self.exprs,
@@ -432,10 +435,7 @@ impl RuleValidator<'_> {
                     }
                 };
                 match result {
-                    Ok(()) => self.respond(
-                        RuleStatus::Pass,
-                        ["validation rule '", self.rule, "' passed."].concat(),
-                    ),
+                    Ok(()) => self.respond(RuleStatus::Pass, self.pass),
                     Err(e) if e.kind == ErrorKind::Skip => {
                         self.respond(RuleStatus::Skip, e.message)
                     }
@@ -503,7 +503,7 @@ impl RuleValidator<'_> {
         list: &[ForEach],
         req: &Request,
         ctx: &JsonContext,
-    ) -> Option<RuleResponse> {
+    ) -> Option<RuleResponse<'p>> {
         let mut applied = 0;
         for fe in list {
             let items = match &fe.list_expr {
@@ -553,7 +553,7 @@ impl RuleValidator<'_> {
         items: Vec<Val<'c>>,
         req: &Request,
         ctx: &'c JsonContext<'c>,
-    ) -> (RuleResponse, usize) {
+    ) -> (RuleResponse<'p>, usize) {
         let mut applied = 0;
         let count = items.len();
         for (index, item) in items.into_iter().enumerate() {
@@ -625,7 +625,7 @@ impl RuleValidator<'_> {
         scoped: bool,
         req: &Request,
         ctx: &mut JsonContext,
-    ) -> Option<RuleResponse> {
+    ) -> Option<RuleResponse<'p>> {
         if let Err(e) = context_loader::load(&fe.context, ctx, self.exprs, self.resolver) {
             return Some(self.respond(RuleStatus::Error, e));
         }

@@ -276,6 +276,9 @@ pub enum RuleBody {
 #[derive(Debug, Clone)]
 pub struct CompiledRule {
     pub name: String,
+    /// "validation rule '<name>' passed.", built once here rather than for
+    /// every passing request.
+    pub pass_message: String,
     /// Kinds the rule can match at all (from `match`); a cheap first filter.
     pub kinds: Option<Vec<String>>,
     pub match_resources: CompiledMatch,
@@ -312,6 +315,8 @@ pub struct CompiledPolicy {
     pub name: String,
     /// The namespace of a namespaced `Policy`; `None` for a ClusterPolicy.
     pub namespace: Option<String>,
+    /// What [`CompiledPolicy::qualified_name`] returns, built once.
+    qualified: String,
     pub scope: PolicyScope,
     pub annotations: BTreeMap<String, String>,
     /// `policies.kyverno.io/scored: "false"` turns fail results into warn.
@@ -334,11 +339,8 @@ pub struct CompiledPolicy {
 
 impl CompiledPolicy {
     /// `ns/name` for a namespaced Policy, `name` otherwise, as Kyverno reports it.
-    pub fn qualified_name(&self) -> String {
-        match &self.namespace {
-            Some(ns) => format!("{ns}/{}", self.name),
-            None => self.name.clone(),
-        }
+    pub fn qualified_name(&self) -> &str {
+        &self.qualified
     }
 
     pub fn has_validate(&self) -> bool {
@@ -422,14 +424,19 @@ impl CompiledPolicy {
                     .map_err(|m| invalid(field.clone(), m))?,
             );
         }
+        let namespace = (scope == PolicyScope::Namespaced).then(|| {
+            doc.metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into())
+        });
         Ok(CompiledPolicy {
             name: doc.metadata.name.clone(),
-            namespace: (scope == PolicyScope::Namespaced).then(|| {
-                doc.metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into())
-            }),
+            qualified: match &namespace {
+                Some(ns) => format!("{ns}/{}", doc.metadata.name),
+                None => doc.metadata.name.clone(),
+            },
+            namespace,
             scope,
             scored: doc
                 .metadata
@@ -487,6 +494,7 @@ fn compile_rule(
     Ok(CompiledRule {
         kinds: match_resources.possible_kinds(),
         name: rule.name.clone(),
+        pass_message: format!("validation rule '{}' passed.", rule.name),
         match_resources,
         exclude,
         context: rule.context.clone(),

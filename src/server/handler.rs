@@ -134,7 +134,7 @@ pub fn admit(
 
 /// The response of a policy the deadline left unevaluated: an error for
 /// each of its validate rules.
-fn not_evaluated(policy: &CompiledPolicy) -> PolicyResponse {
+fn not_evaluated(policy: &CompiledPolicy) -> PolicyResponse<'_> {
     PolicyResponse {
         policy: policy.qualified_name(),
         rules: policy

@@ -172,7 +172,7 @@ pub fn decide(
                 _ => false,
             };
             if blocks {
-                blocked.push((&resp.policy, &rule.name, &rule.message));
+                blocked.push((resp.policy, rule.name, &rule.message));
             } else if rule.status == RuleStatus::Fail && policy.emit_warning {
                 warnings.push(format!(
                     "policy {}.{}: {}",
