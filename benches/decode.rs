@@ -15,17 +15,11 @@
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use gavel::server::review::{self, Review, ReviewIn};
 use std::hint::black_box;
-use std::path::Path;
+
+mod support;
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-fn body(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("benches/data")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 #[inline(never)]
 fn with_serde_json(body: &[u8]) -> Review {
@@ -43,7 +37,7 @@ fn with_simd_json(body: &[u8]) -> Review {
 fn decode(c: &mut Criterion) {
     let mut group = c.benchmark_group("decode");
     for name in ["pod-review-3k.json", "pod-review-20k.json"] {
-        let body = body(name);
+        let body = support::read("benches/data", name);
         // All three must agree before their speed means anything.
         let reference = with_serde_json(&body);
         for other in [with_simd_json(&body), review::decode(&body).unwrap()] {

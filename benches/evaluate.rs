@@ -11,7 +11,6 @@ use gavel::engine::{EvalEnv, Request, evaluate};
 use gavel::policy::load::parse_yaml_documents;
 use serde_json::Value;
 use std::hint::black_box;
-use std::path::Path;
 
 mod support;
 use support::pss_policies;
@@ -21,10 +20,7 @@ use support::pss_policies;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn pod(file: &str) -> Value {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("benches/data")
-        .join(file);
-    let text = std::fs::read_to_string(&path).unwrap();
+    let text = String::from_utf8(support::read("benches/data", file)).unwrap();
     parse_yaml_documents(file, &text).unwrap().remove(0)
 }
 

@@ -13,19 +13,11 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::server::handler::{Route, admit};
 use gavel::server::policies::Snapshot;
 use std::hint::black_box;
-use std::path::Path;
 
 mod support;
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-fn review(name: &str) -> Vec<u8> {
-    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("examples/reviews")
-        .join(name);
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
 
 fn handler(c: &mut Criterion) {
     let pss = Snapshot::new(support::pss_policies(), Vec::new(), 1);
@@ -36,7 +28,7 @@ fn handler(c: &mut Criterion) {
         ("compliant", "pod-compliant.json"),
         ("violating", "pod-violating.json"),
     ] {
-        let body = review(file);
+        let body = support::read("examples/reviews", file);
         let outcome = admit(route, &body, &pss, None).unwrap();
         assert_eq!(outcome.allowed, id == "compliant", "{id}");
         assert!(admit(route, &body, &empty, None).unwrap().allowed);

@@ -1,4 +1,8 @@
-//! What several benches share: the 17 Pod Security Standard policies.
+//! What several benches share: the 17 Pod Security Standard policies and
+//! reading their input files.
+
+// Each bench compiles this module on its own and uses only part of it.
+#![allow(dead_code)]
 
 use gavel::policy::CompiledPolicy;
 use gavel::policy::load::{LoadedDocument, load_policy_text};
@@ -44,4 +48,10 @@ pub fn pss_policies() -> Vec<CompiledPolicy> {
     }
     assert_eq!(out.len(), 17);
     out
+}
+
+/// The bytes of `dir/name`, `dir` relative to the repository root.
+pub fn read(dir: &str, name: &str) -> Vec<u8> {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(dir).join(name);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }

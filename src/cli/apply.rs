@@ -7,9 +7,8 @@ use super::values::{PolicyRuleValues, Values};
 use crate::context::NoResolver;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, Request, RuleStatus};
-use crate::policy::compile::FailureAction;
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
-use crate::policy::{CompiledException, CompiledPolicy, RuleBody};
+use crate::policy::{CompiledException, CompiledPolicy};
 use serde_json::{Value, json};
 
 fn policy_files(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
@@ -102,9 +101,11 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             let resp = evaluate_policy(policy, &req, &ctx, &env);
             let mut failures = Vec::new();
             for r in &resp.rules {
-                let audit = policy.rules.iter().find(|cr| cr.name == r.name).is_some_and(|cr| {
-                    matches!(&cr.body, RuleBody::Validate(v) if v.failure_action == FailureAction::Audit)
-                });
+                let audit = policy
+                    .rules
+                    .iter()
+                    .find(|cr| cr.name == r.name)
+                    .is_some_and(|cr| cr.is_audit());
                 let mut status = r.status;
                 if status == RuleStatus::Fail && (!policy.scored || (args.audit_warn && audit)) {
                     status = RuleStatus::Warn;

@@ -301,6 +301,11 @@ impl CompiledRule {
     pub fn is_generate(&self) -> bool {
         matches!(self.body, RuleBody::Generate(_))
     }
+
+    /// A validate rule whose failures are reported, not enforced.
+    pub fn is_audit(&self) -> bool {
+        matches!(&self.body, RuleBody::Validate(v) if v.failure_action == FailureAction::Audit)
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,6 @@
 //! Routes and the admission handler, independent of the transport so that
 //! benches and tests can drive it without TLS.
 
-use super::metrics::operation_label;
 use super::policies::Snapshot;
 use super::review::{self, ReviewError, Verdict};
 use crate::context::NoResolver;
@@ -83,11 +82,10 @@ pub fn admit(
                 selected.iter().map(|&i| &snapshot.policies[i]).collect();
             let ctx = req.json_context(policies.iter().any(|p| p.uses_images));
             let input = req.match_input();
-            let cells = snapshot.rule_table.resource(
-                &req.gvk.kind,
-                req.namespace(),
-                operation_label(&req.operation),
-            );
+            let cells =
+                snapshot
+                    .rule_table
+                    .resource(&req.gvk.kind, req.namespace(), &req.operation);
             let mut observed: Vec<(usize, Duration)> = Vec::new();
             let mut responses = Vec::with_capacity(policies.len());
             // Advanced by the rule times the engine reports, rather than

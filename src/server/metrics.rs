@@ -10,7 +10,7 @@
 
 use super::policies::Snapshot;
 use crate::engine::RuleStatus;
-use crate::policy::compile::{FailureAction, PolicyScope};
+use crate::policy::compile::PolicyScope;
 use crate::policy::{CompiledPolicy, RuleBody};
 use arc_swap::ArcSwap;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -115,16 +115,27 @@ fn histogram() -> Histogram {
     Histogram::new(BUCKETS)
 }
 
-/// `create`, `update`, `delete` or `connect`, as Kyverno labels operations.
-pub fn operation_label(operation: &str) -> &'static str {
+/// Kyverno's `resource_request_operation` values.
+const OPERATIONS: [&str; 5] = ["create", "update", "delete", "connect", "unknown"];
+
+/// The index into [`OPERATIONS`] of an admission operation.
+fn operation_index(operation: &str) -> usize {
     match operation {
-        "CREATE" => "create",
-        "UPDATE" => "update",
-        "DELETE" => "delete",
-        "CONNECT" => "connect",
-        _ => "unknown",
+        "CREATE" => 0,
+        "UPDATE" => 1,
+        "DELETE" => 2,
+        "CONNECT" => 3,
+        _ => 4,
     }
 }
+
+/// `create`, `update`, `delete` or `connect`, as Kyverno labels operations.
+pub fn operation_label(operation: &str) -> &'static str {
+    OPERATIONS[operation_index(operation)]
+}
+
+/// The rule cells of one kind and namespace, per operation.
+type ByOperation = [Option<Arc<[RuleCell]>>; OPERATIONS.len()];
 
 /// The label values that describe one rule of one policy.
 #[derive(Debug, Clone)]
@@ -150,10 +161,7 @@ impl RuleLabels {
                     RuleBody::Generate(_) => "generate",
                     RuleBody::VerifyImages(_) => "verifyImages",
                 },
-                validation_mode: match &rule.body {
-                    RuleBody::Validate(v) if v.failure_action == FailureAction::Audit => "audit",
-                    _ => "enforce",
-                },
+                validation_mode: if rule.is_audit() { "audit" } else { "enforce" },
                 policy_type: match policy.scope {
                     PolicyScope::Cluster => "cluster",
                     PolicyScope::Namespaced => "namespaced",
@@ -200,8 +208,9 @@ pub struct RuleTable {
     labels: Vec<RuleLabels>,
     /// Where each policy's rules start in `labels`.
     offsets: Vec<usize>,
-    /// Keyed by `kind \0 namespace \0 operation`.
-    by_resource: RwLock<HashMap<String, Arc<[RuleCell]>>>,
+    /// Kind, then namespace, then operation (an index into [`OPERATIONS`]).
+    /// Nested so that a request looks up with the strings it has.
+    by_resource: RwLock<HashMap<String, HashMap<String, ByOperation>>>,
 }
 
 impl RuleTable {
@@ -219,24 +228,24 @@ impl RuleTable {
         }
     }
 
-    /// The counters for requests on one kind, namespace and operation.
-    pub fn resource(
-        &self,
-        kind: &str,
-        namespace: &str,
-        operation: &'static str,
-    ) -> ResourceCells<'_> {
-        let key = format!("{kind}\0{namespace}\0{operation}");
+    /// The counters for requests on one kind, namespace and admission
+    /// operation (`CREATE`, ...). Allocates only for a new combination.
+    pub fn resource(&self, kind: &str, namespace: &str, operation: &str) -> ResourceCells<'_> {
+        let op = operation_index(operation);
         let found = self
             .by_resource
             .read()
             .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
+            .get(kind)
+            .and_then(|by_ns| by_ns.get(namespace))
+            .and_then(|by_op| by_op[op].clone());
         let cells = found.unwrap_or_else(|| {
             let mut map = self.by_resource.write().unwrap_or_else(|e| e.into_inner());
-            map.entry(key)
-                .or_insert_with(|| {
+            map.entry(kind.to_string())
+                .or_default()
+                .entry(namespace.to_string())
+                .or_default()[op]
+                .get_or_insert_with(|| {
                     (0..self.labels.len())
                         .map(|_| RuleCell::default())
                         .collect()
@@ -330,11 +339,14 @@ impl RuleMetrics {
 
     fn add(totals: &mut BTreeMap<SeriesKey, Totals>, table: &RuleTable) {
         let map = table.by_resource.read().unwrap_or_else(|e| e.into_inner());
-        for (key, cells) in map.iter() {
-            let mut parts = key.split('\0');
-            let kind = parts.next().unwrap_or_default();
-            let namespace = parts.next().unwrap_or_default();
-            let operation = parts.next().unwrap_or_default();
+        let resources = map.iter().flat_map(|(kind, by_ns)| {
+            by_ns.iter().flat_map(move |(namespace, by_op)| {
+                by_op.iter().enumerate().filter_map(move |(op, cells)| {
+                    Some((kind, namespace, OPERATIONS[op], cells.as_ref()?))
+                })
+            })
+        });
+        for (kind, namespace, operation, cells) in resources {
             for (labels, cell) in table.labels.iter().zip(cells.iter()) {
                 for (r, result) in cell.results.iter().enumerate() {
                     let Some(result) = result.get() else { continue };
@@ -448,20 +460,19 @@ impl prometheus_client::collector::Collector for RuleMetrics {
                 None,
                 MetricType::Gauge,
             )?;
-            for policy in &snapshot.policies {
-                for l in RuleLabels::of(policy) {
-                    let labels = [
-                        ("policy_validation_mode", l.validation_mode),
-                        ("policy_type", l.policy_type),
-                        ("policy_background_mode", l.background),
-                        ("policy_namespace", l.policy_namespace.as_str()),
-                        ("policy_name", l.policy_name.as_str()),
-                        ("rule_name", l.rule_name.as_str()),
-                        ("rule_type", l.rule_type),
-                        ("status_ready", "true"),
-                    ];
-                    ConstGauge::new(1_i64).encode(family.encode_family(&labels.as_slice())?)?;
-                }
+            // The snapshot's rule table already holds every rule's labels.
+            for l in &snapshot.rule_table.labels {
+                let labels = [
+                    ("policy_validation_mode", l.validation_mode),
+                    ("policy_type", l.policy_type),
+                    ("policy_background_mode", l.background),
+                    ("policy_namespace", l.policy_namespace.as_str()),
+                    ("policy_name", l.policy_name.as_str()),
+                    ("rule_name", l.rule_name.as_str()),
+                    ("rule_type", l.rule_type),
+                    ("status_ready", "true"),
+                ];
+                ConstGauge::new(1_i64).encode(family.encode_family(&labels.as_slice())?)?;
             }
         }
         ConstGauge::new(snapshot.generation as i64).encode(encoder.encode_descriptor(

@@ -4,8 +4,8 @@
 use super::yaml_text;
 use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus};
 use crate::matching::UserInfo;
-use crate::policy::compile::{FailureAction, FailurePolicy};
-use crate::policy::{CompiledPolicy, RuleBody};
+use crate::policy::CompiledPolicy;
+use crate::policy::compile::FailurePolicy;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -163,9 +163,11 @@ pub fn decide(
     let mut warnings = Vec::new();
     for (policy, resp) in policies.iter().zip(responses) {
         for rule in &resp.rules {
-            let enforce = policy.rules.iter().find(|r| r.name == rule.name).is_none_or(|r| {
-                !matches!(&r.body, RuleBody::Validate(v) if v.failure_action == FailureAction::Audit)
-            });
+            let enforce = policy
+                .rules
+                .iter()
+                .find(|r| r.name == rule.name)
+                .is_none_or(|r| !r.is_audit());
             let blocks = match rule.status {
                 RuleStatus::Fail => enforce,
                 RuleStatus::Error => policy.failure_policy == FailurePolicy::Fail,
