@@ -67,6 +67,27 @@ pub struct ServeArgs {
     /// keep it a little under the webhook's timeoutSeconds.
     #[arg(long, default_value_t = 10.0)]
     pub deadline_seconds: f64,
+    /// Cluster mode with this kubeconfig. Without it, cluster mode uses the
+    /// in-cluster service account when KUBERNETES_SERVICE_HOST is set.
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Serve the policy directory even inside a cluster.
+    #[arg(long, conflicts_with = "kubeconfig")]
+    pub standalone: bool,
+    /// Sustained API requests per second of the client feeding the stores.
+    #[arg(long, alias = "clientRateLimitQPS", default_value_t = 50.0)]
+    pub client_qps: f64,
+    /// Requests the store client may make at once above its rate.
+    #[arg(long, alias = "clientRateLimitBurst", default_value_t = 100)]
+    pub client_burst: u32,
+    /// Sustained API requests per second of the fallback client that serves store misses.
+    #[arg(long, default_value_t = 20.0)]
+    pub fallback_client_qps: f64,
+    #[arg(long, default_value_t = 50)]
+    pub fallback_client_burst: u32,
+    /// Cache every ConfigMap, not only those labelled cache.kyverno.io/enabled=true.
+    #[arg(long)]
+    pub cache_all_configmaps: bool,
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
     /// error, warn, info, debug or trace.
@@ -149,6 +170,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 LogFormat::Json => logs.json().init(),
                 LogFormat::Text => logs.init(),
             }
+            let cluster = cluster_options(&args);
             crate::server::serve(crate::server::ServeOptions {
                 listen: args.listen,
                 policies: args.policies,
@@ -165,8 +187,31 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     .ok_or_else(|| {
                         anyhow::anyhow!("--deadline-seconds must be a positive number")
                     })?,
+                cluster,
             })?;
             Ok(0)
         }
     }
+}
+
+/// Cluster mode when a kubeconfig is given, or inside a cluster unless
+/// `--standalone`; standalone otherwise.
+fn cluster_options(args: &ServeArgs) -> Option<crate::server::ClusterOptions> {
+    let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
+    if args.standalone || (args.kubeconfig.is_none() && !in_cluster) {
+        return None;
+    }
+    Some(crate::server::ClusterOptions {
+        client: crate::cluster::client::ClientOptions {
+            kubeconfig: args.kubeconfig.clone(),
+            qps: args.client_qps,
+            burst: args.client_burst,
+            fallback_qps: args.fallback_client_qps,
+            fallback_burst: args.fallback_client_burst,
+        },
+        stores: crate::cluster::stores::StoreOptions {
+            cache_all_config_maps: args.cache_all_configmaps,
+        },
+        debounce: std::time::Duration::from_millis(200),
+    })
 }

@@ -21,6 +21,7 @@
 #![forbid(unsafe_code)]
 
 pub mod cli;
+pub mod cluster;
 pub mod context;
 pub mod engine;
 pub mod jmespath;

@@ -49,6 +49,18 @@ pub struct ServeOptions {
     pub max_connections: usize,
     /// Per-request deadline; set a little under the webhook's timeoutSeconds.
     pub deadline: Duration,
+    /// Cluster mode: policies and context from the API server's stores
+    /// instead of `policies`.
+    pub cluster: Option<ClusterOptions>,
+}
+
+/// How cluster mode reaches and caches the cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    pub client: crate::cluster::client::ClientOptions,
+    pub stores: crate::cluster::stores::StoreOptions,
+    /// How long policy changes gather before a snapshot is rebuilt.
+    pub debounce: Duration,
 }
 
 /// What every connection shares.
@@ -190,40 +202,82 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
 }
 
 async fn run(opts: ServeOptions) -> Result<()> {
-    let mut store = PolicyStore::new(&opts.policies);
-    let metrics = Metrics::new(store.handle());
-    store.report_to(&metrics);
-    for r in store
-        .refresh()
-        .with_context(|| format!("reading policies from {}", opts.policies.display()))?
-    {
-        tracing::error!(path = %r.path.display(), reason = r.reason, "policy rejected");
-    }
+    let mut publisher = policies::Publisher::default();
+    let metrics = Metrics::new(publisher.handle());
+    publisher.report_to(&metrics);
+    let snapshot = publisher.handle();
+    let queries = metrics.client_queries.clone();
     let state = Arc::new(State {
-        snapshot: store.handle(),
+        snapshot,
         ready: AtomicBool::new(false),
         metrics,
         deadline: opts.deadline,
     });
-    {
-        let s = state.snapshot.load();
-        tracing::info!(
-            policies = s.policies.len(),
-            exceptions = s.exceptions.len(),
-            dir = %opts.policies.display(),
-            "policies loaded"
-        );
-    }
-    if state
-        .snapshot
-        .load()
-        .policies
-        .iter()
-        .any(|p| !p.has_validate())
-    {
-        tracing::warn!(
-            "mutate is not implemented yet: /mutate answers allowed with no patch, and non-validate rules are not evaluated"
-        );
+    // Standalone: a polled directory. Cluster: the stores, and readiness
+    // only once every store has synced.
+    let mut store = None;
+    let mut synced = None;
+    match &opts.cluster {
+        None => {
+            let mut dir = PolicyStore::new(&opts.policies);
+            dir.publisher = publisher;
+            for r in dir
+                .refresh()
+                .with_context(|| format!("reading policies from {}", opts.policies.display()))?
+            {
+                tracing::error!(path = %r.path.display(), reason = r.reason, "policy rejected");
+            }
+            let s = state.snapshot.load();
+            tracing::info!(
+                policies = s.policies.len(),
+                exceptions = s.exceptions.len(),
+                dir = %opts.policies.display(),
+                "policies loaded"
+            );
+            if s.policies.iter().any(|p| !p.has_validate()) {
+                tracing::warn!(
+                    "mutate is not implemented yet: /mutate answers allowed with no patch, and non-validate rules are not evaluated"
+                );
+            }
+            store = Some(dir);
+        }
+        Some(cluster) => {
+            use crate::cluster::{client, policy_sync::PolicySync, stores::Stores};
+            let informers = client::client(
+                &cluster.client,
+                "informers",
+                cluster.client.qps,
+                cluster.client.burst,
+                queries,
+            )
+            .await?;
+            let stores = Stores::start(informers, &cluster.stores);
+            let sync = PolicySync::new(publisher);
+            let debounce = cluster.debounce;
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            tokio::spawn(async move {
+                let mut sync = sync;
+                stores.synced().await;
+                for r in sync.refresh(&stores) {
+                    tracing::error!(
+                        kind = r.kind,
+                        namespace = r.namespace,
+                        name = r.name,
+                        reason = r.reason,
+                        "policy rejected"
+                    );
+                }
+                let s = sync.publisher.handle().load();
+                tracing::info!(
+                    policies = s.policies.len(),
+                    exceptions = s.exceptions.len(),
+                    "stores synced; policies loaded"
+                );
+                let _ = tx.send(());
+                sync.run(stores, debounce).await;
+            });
+            synced = Some(rx);
+        }
     }
 
     let (cert, mut cert_files) = match (&opts.tls_cert, &opts.tls_key) {
@@ -252,13 +306,14 @@ async fn run(opts: ServeOptions) -> Result<()> {
         let mut tick = tokio::time::interval(poll);
         loop {
             tick.tick().await;
-            match store.refresh() {
-                Ok(rejected) => {
+            match store.as_mut().map(PolicyStore::refresh) {
+                Some(Ok(rejected)) => {
                     for r in rejected {
                         tracing::error!(path = %r.path.display(), reason = r.reason, "policy rejected; its last good version stays in force");
                     }
                 }
-                Err(e) => tracing::error!(error = %e, "rescanning policies"),
+                Some(Err(e)) => tracing::error!(error = %e, "rescanning policies"),
+                None => {}
             }
             if let Some(files) = cert_files.as_mut() {
                 match files.reload_if_changed() {
@@ -279,7 +334,17 @@ async fn run(opts: ServeOptions) -> Result<()> {
         .await
         .with_context(|| format!("binding {}", opts.listen))?;
     tracing::info!(listen = %listener.local_addr()?, "serving");
-    state.ready.store(true, Ordering::Relaxed);
+    match synced {
+        None => state.ready.store(true, Ordering::Relaxed),
+        Some(synced) => {
+            let ready = state.clone();
+            tokio::spawn(async move {
+                if synced.await.is_ok() {
+                    ready.ready.store(true, Ordering::Relaxed);
+                }
+            });
+        }
+    }
 
     let service_state = state.clone();
     let handle = move |req| serve_request(req, service_state.clone());

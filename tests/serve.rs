@@ -1,129 +1,16 @@
 //! `gavel serve` end to end: the real binary over real TLS, driven by the
 //! real `curl` client with the generated CA.
 
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+mod support;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
-
-struct Server {
-    child: Child,
-    port: u16,
-    ca: PathBuf,
-    dir: PathBuf,
-}
-
-impl Server {
-    fn start(policies: &Path, dir: &Path) -> Server {
-        Server::start_with(policies, dir, &[])
-    }
-
-    fn start_with(policies: &Path, dir: &Path, extra: &[&str]) -> Server {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let ca = dir.join("ca.pem");
-        let child = Command::new(env!("CARGO_BIN_EXE_gavel"))
-            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
-            .arg("--policies")
-            .arg(policies)
-            .arg("--ca-out")
-            .arg(&ca)
-            .args(["--poll-seconds", "1", "--grace-seconds", "5"])
-            .args(extra)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("starting gavel serve");
-        let server = Server {
-            child,
-            port,
-            ca,
-            dir: dir.to_path_buf(),
-        };
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if server.curl(&["/health/readiness"]).0 == 200 {
-                return server;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        panic!("gavel serve did not become ready");
-    }
-
-    /// (HTTP status, body) of a curl call; the first arg is the path.
-    fn curl(&self, args: &[&str]) -> (u16, String) {
-        let url = format!("https://localhost:{}{}", self.port, args[0]);
-        let out = Command::new("curl")
-            .args(["-s", "--cacert"])
-            .arg(&self.ca)
-            .args(["-w", "\n%{http_code}", &url])
-            .args(&args[1..])
-            .output()
-            .expect("curl must be installed");
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.trim().parse().unwrap_or(0), body.to_string())
-    }
-
-    fn post(&self, path: &str, file: &Path) -> (u16, String) {
-        let data = format!("@{}", file.display());
-        self.curl(&[path, "--http1.1", "--data-binary", &data])
-    }
-
-    fn post_text(&self, path: &str, body: &str) -> (u16, String) {
-        let file = self.dir.join("body.json");
-        std::fs::write(&file, body).unwrap();
-        self.post(path, &file)
-    }
-
-    /// The value of the series of `name` whose labels include all of `labels`
-    /// (each as `key="value"`).
-    fn series(&self, name: &str, labels: &[&str]) -> f64 {
-        let (_, body) = self.curl(&["/metrics"]);
-        body.lines()
-            .filter(|l| l.starts_with(&format!("{name}{{")))
-            .filter(|l| labels.iter().all(|want| l.contains(want)))
-            .find_map(|l| l.rsplit_once(' ')?.1.parse().ok())
-            .unwrap_or(-1.0)
-    }
-
-    fn metric(&self, name: &str) -> f64 {
-        let (_, body) = self.curl(&["/metrics"]);
-        body.lines()
-            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
-            .unwrap_or(-1.0)
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn temp_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("gavel-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn examples() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
-}
-
-fn response(body: &str) -> serde_json::Value {
-    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
-    v["response"].clone()
-}
+use support::gavel::{Gavel, examples, response, temp_dir};
 
 #[test]
 fn verdicts_bad_input_and_shutdown() {
     let dir = temp_dir("serve");
-    let mut server = Server::start(&examples().join("policies"), &dir);
+    let mut server = Gavel::start(&examples().join("policies"), &dir);
     let reviews = examples().join("reviews");
 
     let (code, body) = server.post("/validate", &reviews.join("pod-compliant.json"));
@@ -280,7 +167,7 @@ fn policy_directory_is_hot_reloaded_and_bad_files_are_contained() {
         policies.join("a.yaml"),
     )
     .unwrap();
-    let server = Server::start(&policies, &dir);
+    let server = Gavel::start(&policies, &dir);
     let violating = examples().join("reviews/pod-violating.json");
     assert_eq!(server.metric("gavel_policies"), 1.0);
     let (_, body) = server.post("/validate", &violating);
@@ -330,7 +217,7 @@ fn policy_directory_is_hot_reloaded_and_bad_files_are_contained() {
 fn deadline_expiry_follows_the_failure_policy() {
     let dir = temp_dir("deadline");
     // Every policy is reached after a deadline of one microsecond.
-    let server = Server::start_with(
+    let server = Gavel::start_with(
         &examples().join("policies"),
         &dir,
         &["--deadline-seconds", "0.000001"],

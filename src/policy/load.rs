@@ -82,7 +82,7 @@ pub fn load_policy_text(file: &str, text: &str) -> Result<Vec<LoadedDocument>, L
     Ok(out)
 }
 
-fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, LoadError> {
+pub fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, LoadError> {
     let str_field = |k: &str| {
         doc.get(k)
             .and_then(Value::as_str)

@@ -49,6 +49,8 @@ pub struct Metrics {
     /// Policy files that failed to load or compile (shared with the store).
     pub policies_rejected: Counter,
     pub rules: Arc<RuleMetrics>,
+    /// Every request to the API server, by client (cluster mode).
+    pub client_queries: crate::cluster::client::QueryCounter,
 }
 
 impl Metrics {
@@ -79,6 +81,12 @@ impl Metrics {
             "Policy files that failed to load or compile; the last good version stayed in force",
             policies_rejected.clone(),
         );
+        let client_queries = crate::cluster::client::QueryCounter::default();
+        registry.register(
+            "kyverno_client_queries",
+            "Requests to the Kubernetes API server, by client, operation and resource",
+            client_queries.clone(),
+        );
         let rules = Arc::new(RuleMetrics {
             snapshot,
             tables: Mutex::new(Vec::new()),
@@ -91,6 +99,7 @@ impl Metrics {
             review_duration,
             malformed,
             policies_rejected,
+            client_queries,
             rules,
         }
     }

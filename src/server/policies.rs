@@ -74,6 +74,54 @@ impl Snapshot {
     }
 }
 
+/// Publishes snapshots: numbers them and registers each one's rule table
+/// with the metrics. Shared by the directory store and the cluster's
+/// policy sync.
+pub struct Publisher {
+    current: Arc<ArcSwap<Snapshot>>,
+    /// Policies (files or objects) rejected since start.
+    pub rejected: Counter,
+    /// Told about every published snapshot's rule table.
+    rule_metrics: Option<Arc<RuleMetrics>>,
+}
+
+impl Default for Publisher {
+    fn default() -> Publisher {
+        Publisher {
+            current: Arc::new(ArcSwap::from_pointee(Snapshot::default())),
+            rejected: Counter::default(),
+            rule_metrics: None,
+        }
+    }
+}
+
+impl Publisher {
+    /// Counts rejections in `metrics` and registers every published
+    /// snapshot's rule table with it.
+    pub fn report_to(&mut self, metrics: &Metrics) {
+        self.rejected = metrics.policies_rejected.clone();
+        metrics.rules.track(self.current.load().rule_table.clone());
+        self.rule_metrics = Some(metrics.rules.clone());
+    }
+
+    /// The handle requests read snapshots from.
+    pub fn handle(&self) -> Arc<ArcSwap<Snapshot>> {
+        self.current.clone()
+    }
+
+    pub fn generation(&self) -> u64 {
+        self.current.load().generation
+    }
+
+    pub fn publish(&self, policies: Vec<CompiledPolicy>, exceptions: Vec<CompiledException>) {
+        let snapshot = Snapshot::new(policies, exceptions, self.generation() + 1);
+        if let Some(metrics) = &self.rule_metrics {
+            metrics.track(snapshot.rule_table.clone());
+        }
+        self.current.store(Arc::new(snapshot));
+    }
+}
+
 /// What one file contributed, and the stamp it was loaded at.
 struct FileEntry {
     stamp: (Option<SystemTime>, u64),
@@ -85,11 +133,7 @@ struct FileEntry {
 pub struct PolicyStore {
     dir: PathBuf,
     files: BTreeMap<PathBuf, FileEntry>,
-    current: Arc<ArcSwap<Snapshot>>,
-    /// Files (or documents) rejected since start.
-    pub rejected: Counter,
-    /// Told about every published snapshot's rule table.
-    rule_metrics: Option<Arc<RuleMetrics>>,
+    pub publisher: Publisher,
 }
 
 /// A file that could not be used, with the reason.
@@ -104,23 +148,8 @@ impl PolicyStore {
         PolicyStore {
             dir: dir.to_path_buf(),
             files: BTreeMap::new(),
-            current: Arc::new(ArcSwap::from_pointee(Snapshot::default())),
-            rejected: Counter::default(),
-            rule_metrics: None,
+            publisher: Publisher::default(),
         }
-    }
-
-    /// Counts rejections in `metrics` and registers every published
-    /// snapshot's rule table with it.
-    pub fn report_to(&mut self, metrics: &Metrics) {
-        self.rejected = metrics.policies_rejected.clone();
-        metrics.rules.track(self.current.load().rule_table.clone());
-        self.rule_metrics = Some(metrics.rules.clone());
-    }
-
-    /// The handle requests read snapshots from.
-    pub fn handle(&self) -> Arc<ArcSwap<Snapshot>> {
-        self.current.clone()
     }
 
     /// Rescans the directory; publishes a new snapshot when anything changed.
@@ -154,7 +183,7 @@ impl PolicyStore {
                     changed = true;
                 }
                 Err(reason) => {
-                    self.rejected.inc();
+                    self.publisher.rejected.inc();
                     // Keep the last good version, but do not retry this
                     // content on every scan.
                     if let Some(f) = self.files.get_mut(&path) {
@@ -173,29 +202,19 @@ impl PolicyStore {
                 }
             }
         }
-        if changed || self.current.load().generation == 0 {
-            self.publish();
+        if changed || self.publisher.generation() == 0 {
+            self.publisher.publish(
+                self.files
+                    .values()
+                    .flat_map(|f| f.policies.iter().cloned())
+                    .collect(),
+                self.files
+                    .values()
+                    .flat_map(|f| f.exceptions.iter().cloned())
+                    .collect(),
+            );
         }
         Ok(rejected)
-    }
-
-    fn publish(&self) {
-        let generation = self.current.load().generation + 1;
-        let snapshot = Snapshot::new(
-            self.files
-                .values()
-                .flat_map(|f| f.policies.iter().cloned())
-                .collect(),
-            self.files
-                .values()
-                .flat_map(|f| f.exceptions.iter().cloned())
-                .collect(),
-            generation,
-        );
-        if let Some(metrics) = &self.rule_metrics {
-            metrics.track(snapshot.rule_table.clone());
-        }
-        self.current.store(Arc::new(snapshot));
     }
 }
 
@@ -248,7 +267,7 @@ mod tests {
         let file = dir.join("p.yaml");
         std::fs::write(&file, GOOD).unwrap();
         let mut store = PolicyStore::new(&dir);
-        let handle = store.handle();
+        let handle = store.publisher.handle();
         assert!(store.refresh().unwrap().is_empty());
         assert_eq!(handle.load().policies.len(), 1);
         let generation = handle.load().generation;
@@ -263,7 +282,7 @@ mod tests {
         assert_eq!(rejected.len(), 1, "{rejected:?}");
         assert_eq!(handle.load().policies.len(), 1);
         assert_eq!(handle.load().generation, generation);
-        assert_eq!(store.rejected.get(), 1);
+        assert_eq!(store.publisher.rejected.get(), 1);
 
         std::fs::remove_file(&file).unwrap();
         store.refresh().unwrap();

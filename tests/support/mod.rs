@@ -8,3 +8,4 @@
 #![allow(clippy::result_large_err)]
 
 pub mod apiserver;
+pub mod gavel;

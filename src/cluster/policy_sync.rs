@@ -1,0 +1,209 @@
+//! Keeps the published policy snapshot in step with the policy stores:
+//! on every change (debounced) the changed objects are compiled again and a
+//! new snapshot is published. An object that fails to load or compile keeps
+//! its previous compiled version in force; it is counted, logged and
+//! remembered until its next change.
+
+use super::stores::Stores;
+use crate::policy::load::{LoadedDocument, classify};
+use crate::policy::{CompiledException, CompiledPolicy};
+use crate::server::policies::Publisher;
+use kube::api::DynamicObject;
+use kube::core::ApiResource;
+use kube::runtime::reflector::Store;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+/// (kind, namespace, name) of a policy object.
+type Key = (String, String, String);
+
+/// What one object contributed: its compiled form at the last
+/// resourceVersion that compiled, and the last failure, if newer.
+struct Entry {
+    resource_version: String,
+    compiled: Compiled,
+    failed: Option<(String, String)>,
+}
+
+#[derive(Clone)]
+enum Compiled {
+    None,
+    Policy(Box<CompiledPolicy>),
+    Exception(Box<CompiledException>),
+}
+
+/// A policy object that could not be used, with the reason.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rejected {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    pub reason: String,
+}
+
+pub struct PolicySync {
+    entries: BTreeMap<Key, Entry>,
+    pub publisher: Publisher,
+}
+
+impl PolicySync {
+    pub fn new(publisher: Publisher) -> PolicySync {
+        PolicySync {
+            entries: BTreeMap::new(),
+            publisher,
+        }
+    }
+
+    /// Compiles what changed in `stores` and publishes a new snapshot if
+    /// anything did. Returns the objects rejected in this pass.
+    pub fn refresh(&mut self, stores: &Stores) -> Vec<Rejected> {
+        let mut seen: Vec<Key> = Vec::new();
+        let mut changed = false;
+        let mut rejected = Vec::new();
+        for (store, resource) in [
+            (
+                &stores.cluster_policies,
+                super::stores::cluster_policy_resource(),
+            ),
+            (&stores.policies, super::stores::policy_resource()),
+            (&stores.exceptions, super::stores::exception_resource()),
+        ] {
+            changed |= self.refresh_kind(store, &resource, &mut seen, &mut rejected);
+        }
+        let before = self.entries.len();
+        self.entries.retain(|k, _| seen.contains(k));
+        changed |= self.entries.len() != before;
+        if changed || self.publisher.generation() == 0 {
+            let mut policies = Vec::new();
+            let mut exceptions = Vec::new();
+            for e in self.entries.values() {
+                match &e.compiled {
+                    Compiled::Policy(p) => policies.push((**p).clone()),
+                    Compiled::Exception(x) => exceptions.push((**x).clone()),
+                    Compiled::None => {}
+                }
+            }
+            self.publisher.publish(policies, exceptions);
+        }
+        rejected
+    }
+
+    fn refresh_kind(
+        &mut self,
+        store: &Store<DynamicObject>,
+        resource: &ApiResource,
+        seen: &mut Vec<Key>,
+        rejected: &mut Vec<Rejected>,
+    ) -> bool {
+        let mut changed = false;
+        for object in store.state() {
+            let namespace = object.metadata.namespace.clone().unwrap_or_default();
+            let name = object.metadata.name.clone().unwrap_or_default();
+            let rv = object.metadata.resource_version.clone().unwrap_or_default();
+            let key = (resource.kind.clone(), namespace.clone(), name.clone());
+            seen.push(key.clone());
+            let known = self.entries.get(&key);
+            if known.is_some_and(|e| {
+                e.resource_version == rv || e.failed.as_ref().is_some_and(|(f, _)| *f == rv)
+            }) {
+                continue;
+            }
+            match compile(&object, resource) {
+                Ok(compiled) => {
+                    self.entries.insert(
+                        key,
+                        Entry {
+                            resource_version: rv,
+                            compiled,
+                            failed: None,
+                        },
+                    );
+                    changed = true;
+                }
+                Err(reason) => {
+                    self.publisher.rejected.inc();
+                    rejected.push(Rejected {
+                        kind: resource.kind.clone(),
+                        namespace,
+                        name,
+                        reason: reason.clone(),
+                    });
+                    let entry = self.entries.entry(key).or_insert(Entry {
+                        resource_version: String::new(),
+                        compiled: Compiled::None,
+                        failed: None,
+                    });
+                    entry.failed = Some((rv, reason));
+                }
+            }
+        }
+        changed
+    }
+
+    /// Objects whose latest version failed, with the reason: (kind,
+    /// namespace, name) → reason. The leader writes these as status
+    /// conditions.
+    pub fn failures(&self) -> Vec<Rejected> {
+        self.entries
+            .iter()
+            .filter_map(|((kind, namespace, name), e)| {
+                e.failed.as_ref().map(|(_, reason)| Rejected {
+                    kind: kind.clone(),
+                    namespace: namespace.clone(),
+                    name: name.clone(),
+                    reason: reason.clone(),
+                })
+            })
+            .collect()
+    }
+
+    /// Refreshes on every store change, at most once per `debounce`, for
+    /// as long as the stores run.
+    pub async fn run(mut self, stores: Stores, debounce: Duration) {
+        let mut changes = stores.policies_changed.clone();
+        loop {
+            for r in self.refresh(&stores) {
+                tracing::error!(
+                    kind = r.kind,
+                    namespace = r.namespace,
+                    name = r.name,
+                    reason = r.reason,
+                    "policy rejected; its previous version stays in force"
+                );
+            }
+            if changes.changed().await.is_err() {
+                return;
+            }
+            tokio::time::sleep(debounce).await;
+            changes.borrow_and_update();
+        }
+    }
+}
+
+/// Loads and compiles one stored object.
+fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, String> {
+    let mut value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+    // Items of a list may come without their type.
+    value["apiVersion"] = Value::String(resource.api_version.clone());
+    value["kind"] = Value::String(resource.kind.clone());
+    let source = format!(
+        "{}/{}",
+        resource.plural,
+        match &object.metadata.namespace {
+            Some(ns) => format!("{ns}/{}", object.metadata.name.as_deref().unwrap_or("")),
+            None => object.metadata.name.clone().unwrap_or_default(),
+        }
+    );
+    match classify(&source, 0, value).map_err(|e| e.to_string())? {
+        LoadedDocument::Policy(p) => CompiledPolicy::compile(&p)
+            .map(|p| Compiled::Policy(Box::new(p)))
+            .map_err(|e| e.to_string()),
+        LoadedDocument::Exception(e) => CompiledException::compile(&e)
+            .map(|e| Compiled::Exception(Box::new(e)))
+            .map_err(|e| e.to_string()),
+        LoadedDocument::Unsupported { kind, name, .. } => {
+            Err(format!("unsupported: kind {kind} ({name})"))
+        }
+    }
+}

@@ -1,0 +1,143 @@
+//! Informer-backed stores (kube-runtime reflectors) of everything the
+//! admission path reads: policies, exceptions, Namespace metadata and
+//! cached ConfigMaps. managedFields and the last-applied annotation are
+//! stripped before storing: they are most of an object's bytes and no
+//! policy reads them.
+
+use futures_util::StreamExt;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
+use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use tokio::sync::watch;
+
+/// Kyverno's label for ConfigMaps that its informer caches.
+pub const CACHE_LABEL: &str = "cache.kyverno.io/enabled=true";
+
+/// Which objects the stores hold.
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    /// Cache every ConfigMap, not only those labelled [`CACHE_LABEL`].
+    pub cache_all_config_maps: bool,
+}
+
+/// The readers of every store, and a signal for policy changes.
+#[derive(Clone)]
+pub struct Stores {
+    pub cluster_policies: Store<DynamicObject>,
+    pub policies: Store<DynamicObject>,
+    pub exceptions: Store<DynamicObject>,
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
+    pub config_maps: Store<ConfigMap>,
+    /// Bumped whenever a policy or exception store changes.
+    pub policies_changed: watch::Receiver<u64>,
+}
+
+pub fn resource(group: &str, version: &str, kind: &str, plural: &str) -> ApiResource {
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, kind), plural)
+}
+
+pub fn cluster_policy_resource() -> ApiResource {
+    resource("kyverno.io", "v1", "ClusterPolicy", "clusterpolicies")
+}
+
+pub fn policy_resource() -> ApiResource {
+    resource("kyverno.io", "v1", "Policy", "policies")
+}
+
+pub fn exception_resource() -> ApiResource {
+    resource("kyverno.io", "v2", "PolicyException", "policyexceptions")
+}
+
+/// Removes what no policy reads and what makes up most of an object's size.
+fn strip<K: Resource>(object: &mut K) {
+    let meta = object.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+impl Stores {
+    /// Starts a reflector per store on the current runtime. Each keeps
+    /// itself up to date (relisting after a 410 or a lost watch, with
+    /// backoff) for as long as the runtime runs.
+    pub fn start(client: Client, opts: &StoreOptions) -> Stores {
+        let (changed_tx, policies_changed) = watch::channel(0u64);
+        let dynamic = |ar: ApiResource| -> Store<DynamicObject> {
+            let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+            let writer = reflector::store::Writer::new(ar);
+            let reader = writer.as_reader();
+            let changed = changed_tx.clone();
+            let stream = watcher(api, watcher::Config::default())
+                .default_backoff()
+                .modify(strip);
+            tokio::spawn(reflector::reflector(writer, stream).for_each(move |event| {
+                match event {
+                    Ok(_) => changed.send_modify(|n| *n += 1),
+                    Err(e) => tracing::warn!(error = %e, "policy watch failed; retrying"),
+                }
+                std::future::ready(())
+            }));
+            reader
+        };
+        let cluster_policies = dynamic(cluster_policy_resource());
+        let policies = dynamic(policy_resource());
+        let exceptions = dynamic(exception_resource());
+
+        let (namespaces, writer) = reflector::store();
+        // Metadata only: namespaceSelector and namespace labels need no more.
+        let stream = watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .modify(strip);
+        tokio::spawn(drive("namespaces", reflector::reflector(writer, stream)));
+
+        let (config_maps, writer) = reflector::store();
+        let config = if opts.cache_all_config_maps {
+            watcher::Config::default()
+        } else {
+            watcher::Config::default().labels(CACHE_LABEL)
+        };
+        let stream = watcher(Api::<ConfigMap>::all(client), config)
+            .default_backoff()
+            .modify(strip);
+        tokio::spawn(drive("configmaps", reflector::reflector(writer, stream)));
+
+        Stores {
+            cluster_policies,
+            policies,
+            exceptions,
+            namespaces,
+            config_maps,
+            policies_changed,
+        }
+    }
+
+    /// Resolves once every store has completed its first list.
+    pub async fn synced(&self) {
+        let _ = self.cluster_policies.wait_until_ready().await;
+        let _ = self.policies.wait_until_ready().await;
+        let _ = self.exceptions.wait_until_ready().await;
+        let _ = self.namespaces.wait_until_ready().await;
+        let _ = self.config_maps.wait_until_ready().await;
+    }
+}
+
+async fn drive<S, T>(what: &'static str, stream: S)
+where
+    S: futures_util::Stream<Item = Result<T, watcher::Error>>,
+{
+    stream
+        .for_each(|event| {
+            if let Err(e) = event {
+                tracing::warn!(store = what, error = %e, "watch failed; retrying");
+            }
+            std::future::ready(())
+        })
+        .await
+}

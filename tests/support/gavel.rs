@@ -1,0 +1,122 @@
+//! `gavel serve` as a child process: the real binary over real TLS, driven
+//! by the real `curl` client with the generated CA.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// A running `gavel serve`. Dropping it kills it.
+pub struct Gavel {
+    pub child: Child,
+    pub port: u16,
+    pub ca: PathBuf,
+    pub dir: PathBuf,
+}
+
+impl Gavel {
+    pub fn start(policies: &Path, dir: &Path) -> Gavel {
+        Gavel::start_with(policies, dir, &[])
+    }
+
+    pub fn start_with(policies: &Path, dir: &Path, extra: &[&str]) -> Gavel {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let ca = dir.join("ca.pem");
+        let child = Command::new(env!("CARGO_BIN_EXE_gavel"))
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}")])
+            .arg("--policies")
+            .arg(policies)
+            .arg("--ca-out")
+            .arg(&ca)
+            .args(["--poll-seconds", "1", "--grace-seconds", "5"])
+            .args(extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("starting gavel serve");
+        let server = Gavel {
+            child,
+            port,
+            ca,
+            dir: dir.to_path_buf(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if server.curl(&["/health/readiness"]).0 == 200 {
+                return server;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("gavel serve did not become ready");
+    }
+
+    /// (HTTP status, body) of a curl call; the first arg is the path.
+    pub fn curl(&self, args: &[&str]) -> (u16, String) {
+        let url = format!("https://localhost:{}{}", self.port, args[0]);
+        let out = Command::new("curl")
+            .args(["-s", "--cacert"])
+            .arg(&self.ca)
+            .args(["-w", "\n%{http_code}", &url])
+            .args(&args[1..])
+            .output()
+            .expect("curl must be installed");
+        let text = String::from_utf8_lossy(&out.stdout).to_string();
+        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+        (code.trim().parse().unwrap_or(0), body.to_string())
+    }
+
+    pub fn post(&self, path: &str, file: &Path) -> (u16, String) {
+        let data = format!("@{}", file.display());
+        self.curl(&[path, "--http1.1", "--data-binary", &data])
+    }
+
+    pub fn post_text(&self, path: &str, body: &str) -> (u16, String) {
+        let file = self.dir.join("body.json");
+        std::fs::write(&file, body).unwrap();
+        self.post(path, &file)
+    }
+
+    /// The value of the series of `name` whose labels include all of `labels`
+    /// (each as `key="value"`).
+    pub fn series(&self, name: &str, labels: &[&str]) -> f64 {
+        let (_, body) = self.curl(&["/metrics"]);
+        body.lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter(|l| labels.iter().all(|want| l.contains(want)))
+            .find_map(|l| l.rsplit_once(' ')?.1.parse().ok())
+            .unwrap_or(-1.0)
+    }
+
+    pub fn metric(&self, name: &str) -> f64 {
+        let (_, body) = self.curl(&["/metrics"]);
+        body.lines()
+            .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+            .unwrap_or(-1.0)
+    }
+}
+
+impl Drop for Gavel {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("gavel-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples")
+}
+
+pub fn response(body: &str) -> serde_json::Value {
+    let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    v["response"].clone()
+}
