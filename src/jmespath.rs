@@ -56,10 +56,10 @@ impl Expression {
     /// (borrowed parts stay borrowed).
     pub fn resolve_val<'a>(&self, root: Val<'a>) -> Result<Val<'a>, JmesError> {
         let v = interpreter::eval(&self.ast, root.clone())?;
-        if v.is_null() {
-            if let Some(key) = interpreter::missing_key(&self.ast, root) {
-                return Err(JmesError::NotFound(key));
-            }
+        if v.is_null()
+            && let Some(key) = interpreter::missing_key(&self.ast, root)
+        {
+            return Err(JmesError::NotFound(key));
         }
         Ok(v)
     }

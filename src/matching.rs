@@ -217,10 +217,10 @@ impl CompiledDescription {
                 return false;
             }
         }
-        if let Some(sel) = &self.selector {
-            if !selector_matches(&expand_wildcards(sel, input.labels), input.labels) {
-                return false;
-            }
+        if let Some(sel) = &self.selector
+            && !selector_matches(&expand_wildcards(sel, input.labels), input.labels)
+        {
+            return false;
         }
         if let Some(sel) = &self.namespace_selector {
             if input.kind == "Namespace" {
@@ -326,10 +326,10 @@ impl CompiledFilter {
             // kyverno-compat: "match cannot be empty" never matches.
             return false;
         }
-        if let Some(r) = &self.resources {
-            if !r.matches(input) {
-                return false;
-            }
+        if let Some(r) = &self.resources
+            && !r.matches(input)
+        {
+            return false;
         }
         let user = input.user;
         if !self.roles.is_empty() && !self.roles.iter().any(|r| user.roles.contains(r)) {

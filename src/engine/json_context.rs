@@ -156,10 +156,10 @@ impl Root for JsonContext<'_> {
         if let Some((_, slot)) = self.vars.iter().rev().find(|(k, _)| k == name) {
             return Some(Val::Ref(slot.get()));
         }
-        if let Some(r) = &self.request {
-            if name == "request" {
-                return Some(Val::Root(r));
-            }
+        if let Some(r) = &self.request
+            && name == "request"
+        {
+            return Some(Val::Root(r));
         }
         self.parent.and_then(|p| p.field(name))
     }

@@ -341,21 +341,19 @@ impl Node {
         };
         let wants = |k: &str| matches!(bare(k), "labels" | "annotations");
         for (_, key, body) in node.anchored.iter_mut() {
-            if let (Key::Exact(k), AnchorBody::Node(n)) = (&*key, body) {
-                if wants(k) {
-                    if let Some(x) = m.iter().find(|(rk, _)| bare(rk) == k).map(|(_, x)| x) {
-                        *n = compile_node(x, true);
-                    }
-                }
+            if let (Key::Exact(k), AnchorBody::Node(n)) = (&*key, body)
+                && wants(k)
+                && let Some(x) = m.iter().find(|(rk, _)| bare(rk) == k).map(|(_, x)| x)
+            {
+                *n = compile_node(x, true);
             }
         }
         for (key, body) in node.plain.iter_mut() {
-            if let (Key::Exact(k), PlainBody::Node(n)) = (&*key, body) {
-                if wants(k) {
-                    if let Some(x) = m.get(k) {
-                        *n = compile_node(x, true);
-                    }
-                }
+            if let (Key::Exact(k), PlainBody::Node(n)) = (&*key, body)
+                && wants(k)
+                && let Some(x) = m.get(k)
+            {
+                *n = compile_node(x, true);
             }
         }
         Node::Map(node)

@@ -29,14 +29,16 @@ fn first_token(s: &str) -> Option<Token> {
     let b = s.as_bytes();
     let mut i = 0;
     while i + 1 < b.len() {
-        if b[i] == b'{' && b[i + 1] == b'{' && (i == 0 || b[i - 1] != b'\\') {
-            if let Some(end) = token_end(b, i + 2) {
-                return Some(Token {
-                    start: i,
-                    end,
-                    inner: s[i + 2..end - 2].trim().to_string(),
-                });
-            }
+        if b[i] == b'{'
+            && b[i + 1] == b'{'
+            && (i == 0 || b[i - 1] != b'\\')
+            && let Some(end) = token_end(b, i + 2)
+        {
+            return Some(Token {
+                start: i,
+                end,
+                inner: s[i + 2..end - 2].trim().to_string(),
+            });
         }
         i += 1;
     }
@@ -99,30 +101,24 @@ impl Template {
         if !has_variables(&v) {
             return Template::Literal(v);
         }
-        if let Value::String(s) = &v {
-            if let Some(t) = first_token(s) {
-                if t.start == 0
-                    && t.end == s.len()
-                    && !t.inner.contains("{{")
-                    && !t.inner.starts_with('-')
-                    && t.inner != "@"
-                    && !s.contains("$(")
-                {
-                    if let Ok(e) = Expression::parse(&t.inner) {
-                        let delete = t
-                            .inner
-                            .contains("request.object")
-                            .then(|| {
-                                Expression::parse(
-                                    &t.inner.replace("request.object", "request.oldObject"),
-                                )
-                                .ok()
-                            })
-                            .flatten();
-                        return Template::Whole(Box::new((e, delete)), v);
-                    }
-                }
-            }
+        if let Value::String(s) = &v
+            && let Some(t) = first_token(s)
+            && t.start == 0
+            && t.end == s.len()
+            && !t.inner.contains("{{")
+            && !t.inner.starts_with('-')
+            && t.inner != "@"
+            && !s.contains("$(")
+            && let Ok(e) = Expression::parse(&t.inner)
+        {
+            let delete = t
+                .inner
+                .contains("request.object")
+                .then(|| {
+                    Expression::parse(&t.inner.replace("request.object", "request.oldObject")).ok()
+                })
+                .flatten();
+            return Template::Whole(Box::new((e, delete)), v);
         }
         Template::Mixed(v)
     }
@@ -220,11 +216,11 @@ impl Substituter<'_> {
         while let Some(t) = first_token(&text) {
             let value = self.resolve(&t.inner)?;
             if t.start == 0 && t.end == text.len() {
-                if let Value::String(inner) = &value {
-                    if first_token(inner).is_some() {
-                        text = inner.clone();
-                        continue;
-                    }
+                if let Value::String(inner) = &value
+                    && first_token(inner).is_some()
+                {
+                    text = inner.clone();
+                    continue;
                 }
                 return Ok(match value {
                     Value::String(v) => Value::String(v.replace("\\{{", "{{")),

@@ -113,27 +113,27 @@ pub fn generate(policy: &PolicyDoc) -> Vec<Rule> {
         {
             continue;
         }
-        if !others.is_empty() {
-            if let Some(r) = rewrite(
+        if !others.is_empty()
+            && let Some(r) = rewrite(
                 rule,
                 &others,
                 &["spec", "template"],
                 "spec.template",
                 format!("autogen-{}", rule.name),
-            ) {
-                out.push(r);
-            }
+            )
+        {
+            out.push(r);
         }
-        if !cron.is_empty() {
-            if let Some(r) = rewrite(
+        if !cron.is_empty()
+            && let Some(r) = rewrite(
                 rule,
                 &cron,
                 &["spec", "jobTemplate", "spec", "template"],
                 "spec.jobTemplate.spec.template",
                 format!("autogen-cronjob-{}", rule.name),
-            ) {
-                out.push(r);
-            }
+            )
+        {
+            out.push(r);
         }
     }
     out
@@ -152,10 +152,10 @@ fn descriptions_of(
 
 fn replace_kinds(filters: &mut [ResourceFilter], kinds: &[String]) {
     for f in filters {
-        if let Some(d) = &mut f.resources {
-            if contains_pod(&d.kinds) {
-                d.kinds = kinds.to_vec();
-            }
+        if let Some(d) = &mut f.resources
+            && contains_pod(&d.kinds)
+        {
+            d.kinds = kinds.to_vec();
         }
     }
 }
@@ -176,10 +176,10 @@ fn rewrite(
     let mut r = rule.clone();
     r.name = truncate(name);
     for m in std::iter::once(&mut r.match_resources).chain(r.exclude.iter_mut()) {
-        if let Some(d) = &mut m.resources {
-            if contains_pod(&d.kinds) {
-                d.kinds = kinds.to_vec();
-            }
+        if let Some(d) = &mut m.resources
+            && contains_pod(&d.kinds)
+        {
+            d.kinds = kinds.to_vec();
         }
         replace_kinds(&mut m.any, kinds);
         replace_kinds(&mut m.all, kinds);
@@ -194,10 +194,10 @@ fn rewrite(
             ));
         }
     }
-    if let Some(m) = &mut r.mutate {
-        if let Some(p) = m.get_mut("patchStrategicMerge") {
-            *p = wrap(p.take(), template_path);
-        }
+    if let Some(m) = &mut r.mutate
+        && let Some(p) = m.get_mut("patchStrategicMerge")
+    {
+        *p = wrap(p.take(), template_path);
     }
     // Textual rewrite of variable paths, as Kyverno does on the marshalled rule.
     let text = serde_json::to_string(&r).ok()?;

@@ -30,15 +30,15 @@ pub fn route(path: &str) -> Route {
         "/ignore" => Some(Some(FailurePolicy::Ignore)),
         _ => None,
     };
-    if let Some(rest) = path.strip_prefix("/validate") {
-        if let Some(p) = with_policy(rest) {
-            return Route::Validate(p);
-        }
+    if let Some(rest) = path.strip_prefix("/validate")
+        && let Some(p) = with_policy(rest)
+    {
+        return Route::Validate(p);
     }
-    if let Some(rest) = path.strip_prefix("/mutate") {
-        if let Some(p) = with_policy(rest) {
-            return Route::Mutate(p);
-        }
+    if let Some(rest) = path.strip_prefix("/mutate")
+        && let Some(p) = with_policy(rest)
+    {
+        return Route::Mutate(p);
     }
     match path {
         "/health/liveness" => Route::Liveness,

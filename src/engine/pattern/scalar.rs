@@ -165,14 +165,14 @@ impl Atom {
         } else {
             (Op::Equal, atom)
         };
-        if op == Op::Equal {
-            if let Some((negated, lo, hi)) = parse_range(atom) {
-                return Atom::Range {
-                    negated,
-                    lo: Operand::new(lo),
-                    hi: Operand::new(hi),
-                };
-            }
+        if op == Op::Equal
+            && let Some((negated, lo, hi)) = parse_range(atom)
+        {
+            return Atom::Range {
+                negated,
+                lo: Operand::new(lo),
+                hi: Operand::new(hi),
+            };
         }
         Atom::Compare(op, Operand::new(operand))
     }

@@ -74,15 +74,17 @@ pub(super) fn create(shared: &Shared, target: &Target, mut object: Value) -> Res
         return r;
     }
     let ns = target.namespace.clone().unwrap_or_default();
-    if let Some(body_ns) = meta_str(&object, "namespace") {
-        if target.rt.namespaced && body_ns != ns {
-            return status(
-                400,
-                "BadRequest",
-                "the namespace of the provided object does not match the namespace sent on the request".into(),
-                None,
-            );
-        }
+    if let Some(body_ns) = meta_str(&object, "namespace")
+        && target.rt.namespaced
+        && body_ns != ns
+    {
+        return status(
+            400,
+            "BadRequest",
+            "the namespace of the provided object does not match the namespace sent on the request"
+                .into(),
+            None,
+        );
     }
     let mut store = shared.store.lock().unwrap();
     if target.rt.namespaced
@@ -208,10 +210,10 @@ pub(super) fn update(shared: &Shared, target: &Target, object: Value) -> Respons
     let Some(old) = store.get(&target.type_key(), &target.key()).cloned() else {
         return not_found(target);
     };
-    if let Some(rv) = meta_str(&object, "resourceVersion") {
-        if rv != meta_str(&old, "resourceVersion").unwrap_or_default() {
-            return conflict(target);
-        }
+    if let Some(rv) = meta_str(&object, "resourceVersion")
+        && rv != meta_str(&old, "resourceVersion").unwrap_or_default()
+    {
+        return conflict(target);
     }
     let new = merge_update(&old, object, target);
     let stored = store.write(&target.type_key(), target.key(), new);
@@ -334,10 +336,9 @@ pub(super) fn patch(
         .get("metadata")
         .and_then(|m| m.get("resourceVersion"))
         .and_then(Value::as_str)
+        && rv != meta_str(&old, "resourceVersion").unwrap_or_default()
     {
-        if rv != meta_str(&old, "resourceVersion").unwrap_or_default() {
-            return conflict(target);
-        }
+        return conflict(target);
     }
     if meta_str(&new, "name") != target.name.as_deref() {
         return status(
@@ -348,13 +349,12 @@ pub(super) fn patch(
         );
     }
     let mut stored_new = merge_update(&old, new, target);
-    if mime == "application/apply-patch+yaml" {
-        if let Some(entries) = stored_new["metadata"]["managedFields"].as_array_mut() {
-            if let Some(last) = entries.last_mut() {
-                last["operation"] = "Apply".into();
-                last["manager"] = manager.into();
-            }
-        }
+    if mime == "application/apply-patch+yaml"
+        && let Some(entries) = stored_new["metadata"]["managedFields"].as_array_mut()
+        && let Some(last) = entries.last_mut()
+    {
+        last["operation"] = "Apply".into();
+        last["manager"] = manager.into();
     }
     if stored_new == old {
         return ok(present(&old, target));
@@ -387,15 +387,15 @@ pub(super) fn delete(shared: &Shared, target: &Target, options: &Value) -> Respo
         return not_found(target);
     };
     let preconditions = &options["preconditions"];
-    if let Some(rv) = preconditions["resourceVersion"].as_str() {
-        if Some(rv) != meta_str(old, "resourceVersion") {
-            return conflict(target);
-        }
+    if let Some(rv) = preconditions["resourceVersion"].as_str()
+        && Some(rv) != meta_str(old, "resourceVersion")
+    {
+        return conflict(target);
     }
-    if let Some(uid) = preconditions["uid"].as_str() {
-        if Some(uid) != meta_str(old, "uid") {
-            return conflict(target);
-        }
+    if let Some(uid) = preconditions["uid"].as_str()
+        && Some(uid) != meta_str(old, "uid")
+    {
+        return conflict(target);
     }
     let gone = store
         .remove(&target.type_key(), &target.key())

@@ -12,18 +12,18 @@ pub(super) fn check_identity(object: &Value, target: &Target) -> Result<(), Resp
             None,
         ));
     }
-    if let Some(kind) = object.get("kind").and_then(Value::as_str) {
-        if kind != target.rt.kind {
-            return Err(status(
-                400,
-                "BadRequest",
-                format!(
-                    "the kind of the object ({kind}) does not match the kind on the URL ({})",
-                    target.rt.kind
-                ),
-                None,
-            ));
-        }
+    if let Some(kind) = object.get("kind").and_then(Value::as_str)
+        && kind != target.rt.kind
+    {
+        return Err(status(
+            400,
+            "BadRequest",
+            format!(
+                "the kind of the object ({kind}) does not match the kind on the URL ({})",
+                target.rt.kind
+            ),
+            None,
+        ));
     }
     if let Some(av) = object.get("apiVersion").and_then(Value::as_str) {
         let group = av.rsplit_once('/').map_or("", |(g, _)| g);

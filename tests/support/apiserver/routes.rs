@@ -179,10 +179,10 @@ pub(super) fn resource_request(
         name: rest.get(1).map(|s| s.to_string()),
         subresource: rest.get(2).map(|s| s.to_string()),
     };
-    if let Some(sub) = &target.subresource {
-        if sub != "status" || !target.rt.status {
-            return not_found_path();
-        }
+    if let Some(sub) = &target.subresource
+        && (sub != "status" || !target.rt.status)
+    {
+        return not_found_path();
     }
     let param = |k: &str| query.get(k).and_then(Value::as_str).unwrap_or_default();
     let filter = match (
