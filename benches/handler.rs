@@ -10,6 +10,7 @@
 //! the closer estimate of in-server cost.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use gavel::context::NoResolver;
 use gavel::server::handler::{Route, admit};
 use gavel::server::policies::Snapshot;
 use std::hint::black_box;
@@ -29,11 +30,15 @@ fn handler(c: &mut Criterion) {
         ("violating", "pod-violating.json"),
     ] {
         let body = support::read("examples/reviews", file);
-        let outcome = admit(route, &body, &pss, None).unwrap();
+        let outcome = admit(route, &body, &pss, None, &NoResolver).unwrap();
         assert_eq!(outcome.allowed, id == "compliant", "{id}");
-        assert!(admit(route, &body, &empty, None).unwrap().allowed);
+        assert!(
+            admit(route, &body, &empty, None, &NoResolver)
+                .unwrap()
+                .allowed
+        );
         group.bench_function(format!("pss17/{id}"), |b| {
-            b.iter(|| admit(route, black_box(&body), &pss, None).unwrap())
+            b.iter(|| admit(route, black_box(&body), &pss, None, &NoResolver).unwrap())
         });
         let mut junk = vec![0u64; 1 << 20]; // 8 MiB
         group.bench_function(format!("pss17-cold/{id}"), |b| {
@@ -43,12 +48,12 @@ fn handler(c: &mut Criterion) {
                         *x = x.wrapping_add(i as u64);
                     }
                 },
-                |_| admit(route, black_box(&body), &pss, None).unwrap(),
+                |_| admit(route, black_box(&body), &pss, None, &NoResolver).unwrap(),
                 criterion::BatchSize::PerIteration,
             )
         });
         group.bench_function(format!("empty/{id}"), |b| {
-            b.iter(|| admit(route, black_box(&body), &empty, None).unwrap())
+            b.iter(|| admit(route, black_box(&body), &empty, None, &NoResolver).unwrap())
         });
     }
     group.finish();

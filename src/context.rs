@@ -3,7 +3,9 @@
 //! no I/O itself; `gavel test` serves these from values files and mocks, and
 //! the server will serve them from informer-backed stores.
 
-use serde_json::Value;
+pub mod informer;
+
+use serde_json::{Map, Value};
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ResolveError {
@@ -45,5 +47,19 @@ impl Resolver for NoResolver {
     }
     fn global_context(&self, _: &str) -> Result<Option<Value>, ResolveError> {
         Ok(None)
+    }
+}
+
+/// What admission reads about the cluster besides the request: context
+/// sources, and the labels of the request's namespace (for
+/// namespaceSelector).
+pub trait ClusterView: Resolver {
+    fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>>;
+}
+
+/// Standalone: no cluster to read.
+impl ClusterView for NoResolver {
+    fn namespace_labels(&self, _: &str) -> Option<Map<String, Value>> {
+        None
     }
 }

@@ -14,6 +14,7 @@ pub mod review;
 pub mod tls;
 pub mod yaml_text;
 
+use crate::context::{ClusterView, NoResolver};
 use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
@@ -70,6 +71,9 @@ pub struct State {
     pub metrics: Metrics,
     /// How long a review may take, from the first byte of its body.
     pub deadline: Duration,
+    /// Context sources and namespace labels: the informer stores in
+    /// cluster mode, nothing standalone.
+    pub view: Arc<dyn ClusterView>,
 }
 
 fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Full<Bytes>> {
@@ -154,7 +158,13 @@ async fn review_request(
     let started = Instant::now();
     // One snapshot for the whole request, however the set changes meanwhile.
     let snapshot = state.snapshot.load_full();
-    match handler::admit(route, &body, &snapshot, Some(deadline.into_std())) {
+    match handler::admit(
+        route,
+        &body,
+        &snapshot,
+        Some(deadline.into_std()),
+        &*state.view,
+    ) {
         Ok(outcome) => {
             tracing::debug!(
                 kind = outcome.kind,
@@ -207,17 +217,11 @@ async fn run(opts: ServeOptions) -> Result<()> {
     publisher.report_to(&metrics);
     let snapshot = publisher.handle();
     let queries = metrics.client_queries.clone();
-    let state = Arc::new(State {
-        snapshot,
-        ready: AtomicBool::new(false),
-        metrics,
-        deadline: opts.deadline,
-    });
     // Standalone: a polled directory. Cluster: the stores, and readiness
     // only once every store has synced.
     let mut store = None;
     let mut synced = None;
-    match &opts.cluster {
+    let view: Arc<dyn ClusterView> = match &opts.cluster {
         None => {
             let mut dir = PolicyStore::new(&opts.policies);
             dir.publisher = publisher;
@@ -227,7 +231,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             {
                 tracing::error!(path = %r.path.display(), reason = r.reason, "policy rejected");
             }
-            let s = state.snapshot.load();
+            let s = dir.publisher.handle().load();
             tracing::info!(
                 policies = s.policies.len(),
                 exceptions = s.exceptions.len(),
@@ -240,9 +244,11 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 );
             }
             store = Some(dir);
+            Arc::new(NoResolver)
         }
         Some(cluster) => {
             use crate::cluster::{client, policy_sync::PolicySync, stores::Stores};
+            use crate::context::informer::InformerResolver;
             let informers = client::client(
                 &cluster.client,
                 "informers",
@@ -252,6 +258,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             )
             .await?;
             let stores = Stores::start(informers, &cluster.stores);
+            let view = Arc::new(InformerResolver::new(stores.clone()));
             let sync = PolicySync::new(publisher);
             let debounce = cluster.debounce;
             let (tx, rx) = tokio::sync::oneshot::channel();
@@ -277,8 +284,16 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 sync.run(stores, debounce).await;
             });
             synced = Some(rx);
+            view
         }
-    }
+    };
+    let state = Arc::new(State {
+        snapshot,
+        ready: AtomicBool::new(false),
+        metrics,
+        deadline: opts.deadline,
+        view,
+    });
 
     let (cert, mut cert_files) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => {

@@ -93,6 +93,126 @@ fn invalid_policy_keeps_previous_version() {
     });
 }
 
+/// A policy that denies Pods when a cached ConfigMap says so, and one that
+/// requires a label only in namespaces labelled `env=prod`.
+fn context_policies() -> [Value; 2] {
+    [
+        json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "freeze"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{
+                "name": "deploy-freeze",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "context": [{"name": "settings", "configMap": {"name": "freeze", "namespace": "default"}}],
+                "validate": {
+                    "message": "deployments are frozen",
+                    "deny": {"conditions": {"any": [
+                        {"key": "{{ settings.data.frozen }}", "operator": "Equals", "value": "yes"},
+                    ]}},
+                },
+            }]},
+        }),
+        json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "prod-owner"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{
+                "name": "owner-label",
+                "match": {"any": [{"resources": {
+                    "kinds": ["Pod"],
+                    "namespaceSelector": {"matchLabels": {"env": "prod"}},
+                }}]},
+                "validate": {
+                    "message": "pods in prod need an owner label",
+                    "pattern": {"metadata": {"labels": {"owner": "?*"}}},
+                },
+            }]},
+        }),
+    ]
+}
+
+fn freeze_config_map(frozen: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "freeze", "namespace": "default",
+                     "labels": {"cache.kyverno.io/enabled": "true"}},
+        "data": {"frozen": frozen},
+    })
+}
+
+/// The verdict on the compliant example Pod, and the denial message.
+fn verdict(gavel: &Gavel) -> (bool, String) {
+    let (code, body) = gavel.post("/validate", &examples().join("reviews/pod-compliant.json"));
+    assert_eq!(code, 200, "{body}");
+    let r = response(&body);
+    (
+        r["allowed"] == true,
+        r["status"]["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string(),
+    )
+}
+
+/// Sum of every `kyverno_client_queries_total` series.
+fn client_queries(gavel: &Gavel) -> f64 {
+    let (_, body) = gavel.curl(&["/metrics"]);
+    body.lines()
+        .filter(|l| l.starts_with("kyverno_client_queries_total{"))
+        .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
+#[test]
+fn hot_path_makes_no_api_calls() {
+    let server = TestApiServer::start();
+    let dir = temp_dir("cluster-hot-path");
+    for p in context_policies() {
+        server.put(p);
+    }
+    server.put(freeze_config_map("no"));
+    let gavel = gavel_in_cluster(&server, &dir);
+    assert_eq!(verdict(&gavel), (true, String::new()));
+
+    // Store changes reach the admission path without a request of its own.
+    server.put(freeze_config_map("yes"));
+    eventually("the ConfigMap change", Duration::from_secs(10), || {
+        !verdict(&gavel).0
+    });
+    assert!(
+        verdict(&gavel).1.contains("deployments are frozen"),
+        "{:?}",
+        verdict(&gavel)
+    );
+    server.put(freeze_config_map("no"));
+    let mut ns = server.get("v1", "Namespace", "", "default").unwrap();
+    ns["metadata"]["labels"] = json!({"env": "prod"});
+    server.put(ns);
+    eventually("the namespace label", Duration::from_secs(10), || {
+        verdict(&gavel).1.contains("need an owner label")
+    });
+
+    // A burst of reviews with synced stores: not one API request.
+    let api_before = server.request_count();
+    let counted_before = client_queries(&gavel);
+    assert!(
+        counted_before > 0.0,
+        "the stores' lists and watches are counted"
+    );
+    for _ in 0..200 {
+        let (allowed, message) = verdict(&gavel);
+        assert!(
+            !allowed && message.contains("need an owner label"),
+            "{message}"
+        );
+    }
+    assert_eq!(
+        server.request_count(),
+        api_before,
+        "requests reached the API server"
+    );
+    assert_eq!(client_queries(&gavel), counted_before);
+}
+
 #[test]
 fn admission_survives_apiserver_outage() {
     let server = TestApiServer::start();

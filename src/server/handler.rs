@@ -3,7 +3,7 @@
 
 use super::policies::Snapshot;
 use super::review::{self, ReviewError, Verdict};
-use crate::context::NoResolver;
+use crate::context::ClusterView;
 use crate::engine::{EvalEnv, PolicyResponse, RuleResponse, RuleStatus, validate};
 use crate::policy::compile::FailurePolicy;
 use crate::policy::{CompiledPolicy, RuleBody};
@@ -67,14 +67,19 @@ pub fn admit(
     body: &[u8],
     snapshot: &Snapshot,
     deadline: Option<Instant>,
+    view: &dyn ClusterView,
 ) -> Result<Outcome, ReviewError> {
-    let review = review::decode(body)?;
+    let mut review = review::decode(body)?;
+    review.request.namespace_labels = match review.request.namespace() {
+        "" => None,
+        ns => view.namespace_labels(ns),
+    };
     let req = &review.request;
     let verdict = match route {
         Route::Validate(failure_policy) => {
             let selected = snapshot.validate_indexes(failure_policy);
             let env = EvalEnv {
-                resolver: &NoResolver,
+                resolver: view,
                 exceptions: &snapshot.exceptions,
                 rule_values: &(),
             };

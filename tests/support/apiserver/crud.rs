@@ -43,8 +43,8 @@ pub(super) fn list(
         metadata["remainingItemCount"] = remaining.into();
     }
     ok(json!({
-        "kind": format!("{}List", target.rt.kind),
-        "apiVersion": target.api_version(),
+        "kind": list_kind(target),
+        "apiVersion": list_api_version(target),
         "metadata": metadata,
         "items": items,
     }))
@@ -465,9 +465,25 @@ pub(super) fn delete_collection(
         .collect();
     shared.changed.send_replace(store.rv);
     ok(json!({
-        "kind": format!("{}List", target.rt.kind),
-        "apiVersion": target.api_version(),
+        "kind": list_kind(target),
+        "apiVersion": list_api_version(target),
         "metadata": {"resourceVersion": store.rv.to_string()},
         "items": items,
     }))
+}
+
+fn list_kind(target: &Target) -> String {
+    if target.metadata_only {
+        "PartialObjectMetadataList".into()
+    } else {
+        format!("{}List", target.rt.kind)
+    }
+}
+
+fn list_api_version(target: &Target) -> String {
+    if target.metadata_only {
+        "meta.k8s.io/v1".into()
+    } else {
+        target.api_version()
+    }
 }

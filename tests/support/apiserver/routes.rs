@@ -5,12 +5,15 @@
 use super::*;
 
 /// What a request asks of a resource type.
+#[derive(Clone)]
 pub(super) struct Target {
     pub(super) rt: ResourceType,
     pub(super) version: String,
     pub(super) namespace: Option<String>,
     pub(super) name: Option<String>,
     pub(super) subresource: Option<String>,
+    /// The client asked for metadata only (`as=PartialObjectMetadata`).
+    pub(super) metadata_only: bool,
 }
 
 impl Target {
@@ -69,11 +72,24 @@ pub(super) async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Resp
         .and_then(|v| v.to_str().ok())
         .unwrap_or("application/json")
         .to_string();
+    let accept = req
+        .headers()
+        .get(hyper::header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string();
     let body = match Limited::new(req.into_body(), 16 << 20).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) => return status(413, "RequestEntityTooLarge", e.to_string(), None),
     };
     let segs: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let call = Call {
+        method: method.clone(),
+        query,
+        content_type,
+        accept,
+        body,
+    };
     match (&method, segs.as_slice()) {
         (&Method::GET, ["version"]) => ok(json!({
             "major": "1", "minor": "33", "gitVersion": "v1.33.0-gavel-test",
@@ -103,41 +119,37 @@ pub(super) async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Resp
                 None => not_found_path(),
             }
         }
-        (_, ["api", version, rest @ ..]) => resource_request(
-            shared,
-            &method,
-            "",
-            version,
-            rest,
-            &query,
-            &content_type,
-            &body,
-        ),
-        (_, ["apis", group, version, rest @ ..]) => resource_request(
-            shared,
-            &method,
-            group,
-            version,
-            rest,
-            &query,
-            &content_type,
-            &body,
-        ),
+        (_, ["api", version, rest @ ..]) => resource_request(shared, &call, "", version, rest),
+        (_, ["apis", group, version, rest @ ..]) => {
+            resource_request(shared, &call, group, version, rest)
+        }
         _ => not_found_path(),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
+/// A request's method, query, headers and body.
+pub(super) struct Call {
+    pub(super) method: Method,
+    pub(super) query: Map<String, Value>,
+    pub(super) content_type: String,
+    pub(super) accept: String,
+    pub(super) body: Bytes,
+}
+
 pub(super) fn resource_request(
     shared: &Arc<Shared>,
-    method: &Method,
+    call: &Call,
     group: &str,
     version: &str,
     rest: &[&str],
-    query: &Map<String, Value>,
-    content_type: &str,
-    body: &Bytes,
 ) -> Response<Body> {
+    let (method, query, content_type, accept, body) = (
+        &call.method,
+        &call.query,
+        call.content_type.as_str(),
+        call.accept.as_str(),
+        &call.body,
+    );
     if rest.is_empty() || rest == [""] {
         if method != Method::GET {
             return status(405, "MethodNotAllowed", "method not allowed".into(), None);
@@ -178,6 +190,7 @@ pub(super) fn resource_request(
         namespace,
         name: rest.get(1).map(|s| s.to_string()),
         subresource: rest.get(2).map(|s| s.to_string()),
+        metadata_only: accept.contains("as=PartialObjectMetadata"),
     };
     if let Some(sub) = &target.subresource
         && (sub != "status" || !target.rt.status)
@@ -253,6 +266,13 @@ pub(super) fn resource_request(
 
 /// The object as served at the requested version.
 pub(super) fn present(object: &Value, target: &Target) -> Value {
+    if target.metadata_only {
+        return json!({
+            "apiVersion": "meta.k8s.io/v1",
+            "kind": "PartialObjectMetadata",
+            "metadata": object.get("metadata").cloned().unwrap_or_default(),
+        });
+    }
     let mut o = object.clone();
     o["apiVersion"] = target.api_version().into();
     o["kind"] = target.rt.kind.clone().into();

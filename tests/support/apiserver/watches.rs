@@ -38,14 +38,8 @@ pub(super) fn watch_response(
     let mut up = shared.up.subscribe();
     let interval = shared.config.bookmark_interval;
     let ty = target.type_key();
-    let api_version = target.api_version();
-    let kind = target.rt.kind.clone();
-    let present = move |o: &Value| {
-        let mut o = o.clone();
-        o["apiVersion"] = api_version.clone().into();
-        o["kind"] = kind.clone().into();
-        o
-    };
+    let shown = target.clone();
+    let present = move |o: &Value| present(o, &shown);
     let line = |kind: &str, object: Value| {
         let mut bytes = serde_json::to_vec(&json!({"type": kind, "object": object})).expect("JSON");
         bytes.push(b'\n');
