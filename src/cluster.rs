@@ -4,5 +4,6 @@
 //! with them ([`policy_sync`]).
 
 pub mod client;
+pub mod config_maps;
 pub mod policy_sync;
 pub mod stores;

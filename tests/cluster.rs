@@ -391,3 +391,80 @@ fn kubectl_speaks_to_test_server() {
             .is_none()
     );
 }
+
+/// The store scale measurement of the cluster issue: 100,000 ConfigMaps of
+/// about 1 KiB of data and 10,000 Namespaces, synced through the test
+/// server. Prints gavel's RSS against the raw JSON size of the cached
+/// objects, and the time to sync. Run with
+/// `cargo test --release --test cluster stores_at_scale -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn stores_at_scale() {
+    const NAMESPACES: usize = 10_000;
+    const CONFIG_MAPS: usize = 100_000;
+    let server = TestApiServer::with_config(support::apiserver::Config {
+        history_limit: 1_000,
+        ..Default::default()
+    });
+    let dir = temp_dir("cluster-scale");
+
+    // Baseline in the same run: gavel with empty stores.
+    let empty = gavel_in_cluster(&server, &dir);
+    std::thread::sleep(Duration::from_secs(1));
+    let (baseline_rss, _) = empty.rss();
+    drop(empty);
+
+    let mut raw = 0usize;
+    for i in 0..NAMESPACES {
+        let ns = server.put(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": format!("team-{i:05}"), "labels": {"team": format!("t{}", i % 97)}},
+        }));
+        raw += serde_json::to_vec(&ns).unwrap().len();
+    }
+    let value: String = "x".repeat(64);
+    for i in 0..CONFIG_MAPS {
+        let data: serde_json::Map<String, Value> =
+            (0..16).map(|k| (format!("key-{k:02}"), Value::String(value.clone()))).collect();
+        let cm = server.put(json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {
+                "name": format!("settings-{i:06}"),
+                "namespace": format!("team-{:05}", i % NAMESPACES),
+                "labels": {"cache.kyverno.io/enabled": "true", "app": "scale"},
+            },
+            "data": data,
+        }));
+        raw += serde_json::to_vec(&cm).unwrap().len();
+    }
+
+    let started = Instant::now();
+    let kubeconfig = server.write_kubeconfig(&dir);
+    let gavel = Gavel::start_waiting(
+        &dir.join("no-policy-directory"),
+        &dir,
+        &["--kubeconfig", kubeconfig.to_str().unwrap(), "--client-qps", "0"],
+        Duration::from_secs(120),
+    );
+    let sync = started.elapsed();
+    std::thread::sleep(Duration::from_secs(2));
+    let (rss, peak) = gavel.rss();
+    let stores = rss.saturating_sub(baseline_rss);
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    println!(
+        "objects: {NAMESPACES} namespaces + {CONFIG_MAPS} configmaps, raw JSON {:.1} MiB\n\
+         sync (spawn to ready): {:.2} s\n\
+         gavel RSS {:.1} MiB (peak {:.1} MiB); empty-store baseline {:.1} MiB; stores' share {:.1} MiB\n\
+         RSS / raw = {:.2}; (RSS - baseline) / raw = {:.2}",
+        mib(raw as u64),
+        sync.as_secs_f64(),
+        mib(rss),
+        mib(peak),
+        mib(baseline_rss),
+        mib(stores),
+        rss as f64 / raw as f64,
+        stores as f64 / raw as f64,
+    );
+    assert!(sync < Duration::from_secs(30), "sync took {sync:?}");
+    assert!((rss as f64) <= 1.5 * raw as f64, "RSS {rss} > 1.5 x raw {raw}");
+}

@@ -5,7 +5,9 @@
 //! policy reads them.
 
 use futures_util::StreamExt;
+use super::config_maps::ConfigMapStore;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use std::sync::Arc;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
@@ -30,7 +32,7 @@ pub struct Stores {
     pub policies: Store<DynamicObject>,
     pub exceptions: Store<DynamicObject>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
-    pub config_maps: Store<ConfigMap>,
+    pub config_maps: Arc<ConfigMapStore>,
     /// Bumped whenever a policy or exception store changes.
     pub policies_changed: watch::Receiver<u64>,
 }
@@ -97,16 +99,14 @@ impl Stores {
         .modify(strip);
         tokio::spawn(drive("namespaces", reflector::reflector(writer, stream)));
 
-        let (config_maps, writer) = reflector::store();
+        let config_maps = Arc::new(ConfigMapStore::default());
         let config = if opts.cache_all_config_maps {
             watcher::Config::default()
         } else {
             watcher::Config::default().labels(CACHE_LABEL)
         };
-        let stream = watcher(Api::<ConfigMap>::all(client), config)
-            .default_backoff()
-            .modify(strip);
-        tokio::spawn(drive("configmaps", reflector::reflector(writer, stream)));
+        let stream = watcher(Api::<ConfigMap>::all(client), config).default_backoff();
+        tokio::spawn(config_maps.clone().run(stream));
 
         Stores {
             cluster_policies,
@@ -124,7 +124,7 @@ impl Stores {
         let _ = self.policies.wait_until_ready().await;
         let _ = self.exceptions.wait_until_ready().await;
         let _ = self.namespaces.wait_until_ready().await;
-        let _ = self.config_maps.wait_until_ready().await;
+        self.config_maps.wait_until_ready().await;
     }
 }
 

@@ -5,7 +5,7 @@
 
 use super::{ApiCallRequest, ClusterView, ResolveError, Resolver};
 use crate::cluster::stores::Stores;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value};
@@ -22,15 +22,8 @@ impl InformerResolver {
 
 impl Resolver for InformerResolver {
     fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
-        let key = ObjectRef::<ConfigMap>::new(name).within(namespace);
-        match self.stores.config_maps.get(&key) {
-            Some(cm) => {
-                let mut value =
-                    serde_json::to_value(&*cm).map_err(|e| ResolveError::Failed(e.to_string()))?;
-                value["apiVersion"] = "v1".into();
-                value["kind"] = "ConfigMap".into();
-                Ok(Some(value))
-            }
+        match self.stores.config_maps.get(namespace, name) {
+            Some(cm) => Ok(Some(cm.to_value())),
             None => Err(ResolveError::Failed(format!(
                 "unsupported: configMap {namespace}/{name} is not in the informer cache \
                  (label it cache.kyverno.io/enabled=true, or serve with --cache-all-configmaps); \

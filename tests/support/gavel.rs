@@ -19,6 +19,11 @@ impl Gavel {
     }
 
     pub fn start_with(policies: &Path, dir: &Path, extra: &[&str]) -> Gavel {
+        Gavel::start_waiting(policies, dir, extra, Duration::from_secs(20))
+    }
+
+    /// Starts gavel and waits up to `timeout` for it to be ready.
+    pub fn start_waiting(policies: &Path, dir: &Path, extra: &[&str], timeout: Duration) -> Gavel {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
             .local_addr()
@@ -43,7 +48,7 @@ impl Gavel {
             ca,
             dir: dir.to_path_buf(),
         };
-        let deadline = Instant::now() + Duration::from_secs(20);
+        let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
             if server.curl(&["/health/readiness"]).0 == 200 {
                 return server;
@@ -95,6 +100,22 @@ impl Gavel {
         body.lines()
             .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
             .unwrap_or(-1.0)
+    }
+}
+
+impl Gavel {
+    /// (current, peak) resident set size in bytes, from /proc.
+    pub fn rss(&self) -> (u64, u64) {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let field = |name: &str| -> u64 {
+            status
+                .lines()
+                .find_map(|l| l.strip_prefix(name))
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+                .unwrap_or(0)
+                * 1024
+        };
+        (field("VmRSS:"), field("VmHWM:"))
     }
 }
 
