@@ -85,6 +85,12 @@ pub struct ServeArgs {
     pub fallback_client_qps: f64,
     #[arg(long, default_value_t = 50)]
     pub fallback_client_burst: u32,
+    /// Seconds an object fetched by the API fallback stays cached.
+    #[arg(long, default_value_t = 30)]
+    pub fallback_cache_ttl_seconds: u64,
+    /// Objects the API fallback cache holds at most.
+    #[arg(long, default_value_t = 10_000)]
+    pub fallback_cache_capacity: u64,
     /// Cache every ConfigMap, not only those labelled cache.kyverno.io/enabled=true.
     #[arg(long)]
     pub cache_all_configmaps: bool,
@@ -213,5 +219,9 @@ fn cluster_options(args: &ServeArgs) -> Option<crate::server::ClusterOptions> {
             cache_all_config_maps: args.cache_all_configmaps,
         },
         debounce: std::time::Duration::from_millis(200),
+        fallback_cache: crate::context::api::CacheOptions {
+            ttl: std::time::Duration::from_secs(args.fallback_cache_ttl_seconds.max(1)),
+            capacity: args.fallback_cache_capacity,
+        },
     })
 }

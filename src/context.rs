@@ -3,6 +3,7 @@
 //! no I/O itself; `gavel test` serves these from values files and mocks, and
 //! the server will serve them from informer-backed stores.
 
+pub mod api;
 pub mod informer;
 
 use serde_json::{Map, Value};

@@ -62,6 +62,7 @@ pub struct ClusterOptions {
     pub stores: crate::cluster::stores::StoreOptions,
     /// How long policy changes gather before a snapshot is rebuilt.
     pub debounce: Duration,
+    pub fallback_cache: crate::context::api::CacheOptions,
 }
 
 /// What every connection shares.
@@ -217,6 +218,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
     publisher.report_to(&metrics);
     let snapshot = publisher.handle();
     let queries = metrics.client_queries.clone();
+    let lookups = metrics.lookups.clone();
     // Standalone: a polled directory. Cluster: the stores, and readiness
     // only once every store has synced.
     let mut store = None;
@@ -248,17 +250,30 @@ async fn run(opts: ServeOptions) -> Result<()> {
         }
         Some(cluster) => {
             use crate::cluster::{client, policy_sync::PolicySync, stores::Stores};
-            use crate::context::informer::InformerResolver;
+            use crate::context::api::ApiResolver;
+            use crate::context::informer::{InformerResolver, ResolverChain};
             let informers = client::client(
                 &cluster.client,
                 "informers",
                 cluster.client.qps,
                 cluster.client.burst,
-                queries,
+                queries.clone(),
+            )
+            .await?;
+            let fallback = client::client(
+                &cluster.client,
+                "fallback",
+                cluster.client.fallback_qps,
+                cluster.client.fallback_burst,
+                queries.clone(),
             )
             .await?;
             let stores = Stores::start(informers, &cluster.stores);
-            let view = Arc::new(InformerResolver::new(stores.clone()));
+            let view = Arc::new(ResolverChain {
+                informer: InformerResolver::new(stores.clone()),
+                api: ApiResolver::new(fallback, &cluster.fallback_cache, lookups.clone()),
+                metrics: lookups,
+            });
             let sync = PolicySync::new(publisher);
             let debounce = cluster.debounce;
             let (tx, rx) = tokio::sync::oneshot::channel();

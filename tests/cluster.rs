@@ -214,6 +214,56 @@ fn hot_path_makes_no_api_calls() {
 }
 
 #[test]
+fn resolver_falls_back_to_api() {
+    let server = TestApiServer::start();
+    let dir = temp_dir("cluster-fallback");
+    server.put(context_policies()[0].clone());
+    // Not labelled for the informer cache: only the fallback can see it.
+    let mut cm = freeze_config_map("yes");
+    cm["metadata"]["labels"] = json!({});
+    server.put(cm);
+    let gavel = gavel_in_cluster(&server, &dir);
+    let path = "/api/v1/namespaces/default/configmaps/freeze";
+    let fetches = || server.requests().iter().filter(|r| r.uri == path).count();
+    assert_eq!(fetches(), 0);
+
+    // Concurrent misses for one key make one call.
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..8).map(|_| s.spawn(|| verdict(&gavel))).collect();
+        for h in handles {
+            let (allowed, message) = h.join().unwrap();
+            assert!(
+                !allowed && message.contains("deployments are frozen"),
+                "{message}"
+            );
+        }
+    });
+    for _ in 0..20 {
+        assert!(!verdict(&gavel).0);
+    }
+    assert_eq!(fetches(), 1, "fetched once, then served from the cache");
+    assert_eq!(
+        gavel.series("gavel_context_lookups_total", &["source=\"api\""]),
+        1.0
+    );
+    assert_eq!(
+        gavel.series("gavel_context_lookups_total", &["source=\"cache\""]),
+        27.0
+    );
+    assert_eq!(
+        gavel.series(
+            "kyverno_client_queries_total",
+            &[
+                "client_type=\"fallback\"",
+                "operation=\"get\"",
+                "resource_kind=\"configmaps\""
+            ],
+        ),
+        1.0
+    );
+}
+
+#[test]
 fn admission_survives_apiserver_outage() {
     let server = TestApiServer::start();
     let dir = temp_dir("cluster-outage");
@@ -424,8 +474,9 @@ fn stores_at_scale() {
     }
     let value: String = "x".repeat(64);
     for i in 0..CONFIG_MAPS {
-        let data: serde_json::Map<String, Value> =
-            (0..16).map(|k| (format!("key-{k:02}"), Value::String(value.clone()))).collect();
+        let data: serde_json::Map<String, Value> = (0..16)
+            .map(|k| (format!("key-{k:02}"), Value::String(value.clone())))
+            .collect();
         let cm = server.put(json!({
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {
@@ -443,7 +494,12 @@ fn stores_at_scale() {
     let gavel = Gavel::start_waiting(
         &dir.join("no-policy-directory"),
         &dir,
-        &["--kubeconfig", kubeconfig.to_str().unwrap(), "--client-qps", "0"],
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--client-qps",
+            "0",
+        ],
         Duration::from_secs(120),
     );
     let sync = started.elapsed();
@@ -466,5 +522,8 @@ fn stores_at_scale() {
         stores as f64 / raw as f64,
     );
     assert!(sync < Duration::from_secs(30), "sync took {sync:?}");
-    assert!((rss as f64) <= 1.5 * raw as f64, "RSS {rss} > 1.5 x raw {raw}");
+    assert!(
+        (rss as f64) <= 1.5 * raw as f64,
+        "RSS {rss} > 1.5 x raw {raw}"
+    );
 }

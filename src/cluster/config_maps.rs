@@ -142,7 +142,12 @@ impl CachedConfigMap {
         Value::Object(
             pairs
                 .iter()
-                .map(|&(k, v)| (self.str(k).to_string(), Value::String(self.str(v).to_string())))
+                .map(|&(k, v)| {
+                    (
+                        self.str(k).to_string(),
+                        Value::String(self.str(v).to_string()),
+                    )
+                })
                 .collect(),
         )
     }
@@ -261,9 +266,10 @@ impl ConfigMapStore {
                     }
                     self.ready.send_replace(true);
                 }
-                Ok(watcher::Event::Apply(cm)) => {
-                    Self::insert(&mut self.map.write().unwrap_or_else(|e| e.into_inner()), &cm)
-                }
+                Ok(watcher::Event::Apply(cm)) => Self::insert(
+                    &mut self.map.write().unwrap_or_else(|e| e.into_inner()),
+                    &cm,
+                ),
                 Ok(watcher::Event::Delete(cm)) => {
                     let k = key(
                         cm.metadata.namespace.as_deref().unwrap_or_default(),
@@ -274,7 +280,9 @@ impl ConfigMapStore {
                         .unwrap_or_else(|e| e.into_inner())
                         .remove(k.as_str());
                 }
-                Err(e) => tracing::warn!(store = "configmaps", error = %e, "watch failed; retrying"),
+                Err(e) => {
+                    tracing::warn!(store = "configmaps", error = %e, "watch failed; retrying")
+                }
             }
         }
     }
@@ -302,7 +310,10 @@ mod tests {
         let cm: ConfigMap = serde_json::from_value(original.clone()).unwrap();
         let cached = CachedConfigMap::new(&cm);
         let mut want = original;
-        want["metadata"].as_object_mut().unwrap().remove("managedFields");
+        want["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("managedFields");
         want["metadata"]["annotations"]
             .as_object_mut()
             .unwrap()

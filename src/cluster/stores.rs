@@ -4,15 +4,15 @@
 //! stripped before storing: they are most of an object's bytes and no
 //! policy reads them.
 
-use futures_util::StreamExt;
 use super::config_maps::ConfigMapStore;
+use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
-use std::sync::Arc;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
+use std::sync::Arc;
 use tokio::sync::watch;
 
 /// Kyverno's label for ConfigMaps that its informer caches.

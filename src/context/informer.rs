@@ -1,8 +1,8 @@
-//! Context sources served from the informer stores: ConfigMaps cached by
-//! the reflector and the labels of Namespaces. Nothing here calls the API
-//! server; what the stores do not hold fails loudly until the API fallback
-//! exists.
+//! Context sources served from the informer stores, and the chain that
+//! puts them in front of the API fallback: the store first; on a miss, the
+//! API client behind its cache ([`super::api`]).
 
+use super::api::{ApiResolver, LookupMetrics};
 use super::{ApiCallRequest, ClusterView, ResolveError, Resolver};
 use crate::cluster::stores::Stores;
 use k8s_openapi::api::core::v1::Namespace;
@@ -10,6 +10,7 @@ use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value};
 
+/// Reads the informer stores; never calls the API server.
 pub struct InformerResolver {
     stores: Stores,
 }
@@ -18,39 +19,16 @@ impl InformerResolver {
     pub fn new(stores: Stores) -> InformerResolver {
         InformerResolver { stores }
     }
-}
 
-impl Resolver for InformerResolver {
-    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
-        match self.stores.config_maps.get(namespace, name) {
-            Some(cm) => Ok(Some(cm.to_value())),
-            None => Err(ResolveError::Failed(format!(
-                "unsupported: configMap {namespace}/{name} is not in the informer cache \
-                 (label it cache.kyverno.io/enabled=true, or serve with --cache-all-configmaps); \
-                 the API fallback is not implemented yet"
-            ))),
-        }
+    /// A cached ConfigMap, or `None` when the cache does not hold it.
+    pub fn config_map(&self, namespace: &str, name: &str) -> Option<Value> {
+        self.stores
+            .config_maps
+            .get(namespace, name)
+            .map(|cm| cm.to_value())
     }
 
-    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
-        Err(ResolveError::Failed(format!(
-            "unsupported: apiCall context ({}) in cluster mode is not implemented yet",
-            call.url_path
-                .as_deref()
-                .or(call.url.as_deref())
-                .unwrap_or("")
-        )))
-    }
-
-    fn global_context(&self, name: &str) -> Result<Option<Value>, ResolveError> {
-        Err(ResolveError::Failed(format!(
-            "unsupported: globalReference {name} in cluster mode is not implemented yet"
-        )))
-    }
-}
-
-impl ClusterView for InformerResolver {
-    fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>> {
+    pub fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>> {
         let key = ObjectRef::<PartialObjectMeta<Namespace>>::new(namespace);
         let ns = self.stores.namespaces.get(&key)?;
         Some(
@@ -61,5 +39,38 @@ impl ClusterView for InformerResolver {
                 .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                 .collect(),
         )
+    }
+}
+
+/// The admission path's resolver in cluster mode.
+pub struct ResolverChain {
+    pub informer: InformerResolver,
+    pub api: ApiResolver,
+    pub metrics: LookupMetrics,
+}
+
+impl Resolver for ResolverChain {
+    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
+        if let Some(cm) = self.informer.config_map(namespace, name) {
+            self.metrics.count("informer");
+            return Ok(Some(cm));
+        }
+        self.api.config_map(namespace, name).map(Some)
+    }
+
+    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        self.api.api_call(call).map(Some)
+    }
+
+    fn global_context(&self, name: &str) -> Result<Option<Value>, ResolveError> {
+        Err(ResolveError::Failed(format!(
+            "unsupported: globalReference {name} in cluster mode is not implemented yet"
+        )))
+    }
+}
+
+impl ClusterView for ResolverChain {
+    fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>> {
+        self.informer.namespace_labels(namespace)
     }
 }

@@ -51,6 +51,8 @@ pub struct Metrics {
     pub rules: Arc<RuleMetrics>,
     /// Every request to the API server, by client (cluster mode).
     pub client_queries: crate::cluster::client::QueryCounter,
+    /// Context lookups by source and API fallback latency (cluster mode).
+    pub lookups: crate::context::api::LookupMetrics,
 }
 
 impl Metrics {
@@ -87,6 +89,17 @@ impl Metrics {
             "Requests to the Kubernetes API server, by client, operation and resource",
             client_queries.clone(),
         );
+        let lookups = crate::context::api::LookupMetrics::default();
+        registry.register(
+            "gavel_context_lookups",
+            "Context entry lookups by source: informer store, fallback cache or API server",
+            lookups.lookups.clone(),
+        );
+        registry.register(
+            "gavel_context_fallback_duration_seconds",
+            "Latency of context lookups that reached the API server",
+            lookups.fallback_seconds.clone(),
+        );
         let rules = Arc::new(RuleMetrics {
             snapshot,
             tables: Mutex::new(Vec::new()),
@@ -100,6 +113,7 @@ impl Metrics {
             malformed,
             policies_rejected,
             client_queries,
+            lookups,
             rules,
         }
     }

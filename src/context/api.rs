@@ -1,0 +1,167 @@
+//! The API fallback: what the informer stores do not hold is fetched from
+//! the API server by a client with its own rate limit, behind a moka cache
+//! (bounded, with a TTL; concurrent misses for one key make one call).
+//! The engine asks synchronously, so a miss blocks its worker thread for
+//! the call (`block_in_place` on the multi-threaded runtime); hits never
+//! wait.
+
+use super::{ApiCallRequest, ResolveError};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use serde_json::Value;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LookupLabels {
+    /// informer, cache or api.
+    pub source: &'static str,
+}
+
+/// Context lookups by where they were served from, and the latency of
+/// the calls that reached the API server.
+#[derive(Clone)]
+pub struct LookupMetrics {
+    pub lookups: Family<LookupLabels, Counter>,
+    pub fallback_seconds: Histogram,
+}
+
+impl Default for LookupMetrics {
+    fn default() -> LookupMetrics {
+        LookupMetrics {
+            lookups: Family::default(),
+            fallback_seconds: Histogram::new([
+                0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+            ]),
+        }
+    }
+}
+
+impl LookupMetrics {
+    pub fn count(&self, source: &'static str) {
+        self.lookups.get_or_create(&LookupLabels { source }).inc();
+    }
+}
+
+/// How the fallback cache is bounded.
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    pub ttl: Duration,
+    pub capacity: u64,
+}
+
+pub struct ApiResolver {
+    client: kube::Client,
+    cache: moka::future::Cache<String, Arc<Value>>,
+    metrics: LookupMetrics,
+}
+
+impl ApiResolver {
+    pub fn new(client: kube::Client, opts: &CacheOptions, metrics: LookupMetrics) -> ApiResolver {
+        ApiResolver {
+            client,
+            cache: moka::future::Cache::builder()
+                .max_capacity(opts.capacity)
+                .time_to_live(opts.ttl)
+                .build(),
+            metrics,
+        }
+    }
+
+    /// A ConfigMap by namespace and name.
+    pub fn config_map(&self, namespace: &str, name: &str) -> Result<Value, ResolveError> {
+        let path = format!("/api/v1/namespaces/{namespace}/configmaps/{name}");
+        self.cached_get(&path)
+    }
+
+    /// An `apiCall` entry's `urlPath`: GET through the cache, POST straight through.
+    pub fn api_call(&self, call: &ApiCallRequest) -> Result<Value, ResolveError> {
+        let Some(path) = call.url_path.as_deref() else {
+            return Err(ResolveError::Failed(
+                "unsupported: apiCall.service (calls to services outside the API server)".into(),
+            ));
+        };
+        match call.method.as_str() {
+            "GET" => self.cached_get(path),
+            "POST" => {
+                let body = serde_json::to_vec(call.body.as_ref().unwrap_or(&Value::Null))
+                    .map_err(|e| ResolveError::Failed(e.to_string()))?;
+                let request = http::Request::post(path)
+                    .header(http::header::CONTENT_TYPE, "application/json")
+                    .body(body)
+                    .map_err(|e| ResolveError::Failed(e.to_string()))?;
+                self.metrics.count("api");
+                block_on(self.fetch(request)).and_then(|r| r)
+            }
+            other => Err(ResolveError::Failed(format!(
+                "apiCall: unsupported method {other:?}"
+            ))),
+        }
+    }
+
+    fn cached_get(&self, path: &str) -> Result<Value, ResolveError> {
+        let loaded = Arc::new(AtomicBool::new(false));
+        let init = {
+            let loaded = loaded.clone();
+            let request = http::Request::get(path)
+                .body(Vec::new())
+                .map_err(|e| ResolveError::Failed(e.to_string()))?;
+            let fetch = self.fetch(request);
+            async move {
+                loaded.store(true, Ordering::Relaxed);
+                fetch.await.map(Arc::new)
+            }
+        };
+        let result = block_on(self.cache.try_get_with(path.to_string(), init))?;
+        let source = if loaded.load(Ordering::Relaxed) {
+            "api"
+        } else {
+            "cache"
+        };
+        self.metrics.count(source);
+        result
+            .map(|v| (*v).clone())
+            .map_err(|e: Arc<ResolveError>| (*e).clone())
+    }
+
+    fn fetch(
+        &self,
+        request: http::Request<Vec<u8>>,
+    ) -> impl std::future::Future<Output = Result<Value, ResolveError>> + Send + 'static {
+        let client = self.client.clone();
+        let histogram = self.metrics.fallback_seconds.clone();
+        async move {
+            let started = Instant::now();
+            let path = request.uri().path().to_string();
+            let result = client.request::<Value>(request).await;
+            histogram.observe(started.elapsed().as_secs_f64());
+            let mut value = result.map_err(|e| match e {
+                kube::Error::Api(s) if s.code == 404 => {
+                    ResolveError::Failed(format!("{path}: not found"))
+                }
+                e => ResolveError::Failed(format!("{path}: {e}")),
+            })?;
+            if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+                meta.remove("managedFields");
+            }
+            Ok(value)
+        }
+    }
+}
+
+/// Runs `fut` to completion from synchronous engine code. Only a
+/// multi-threaded runtime can lend its worker; anywhere else the lookup
+/// fails with a clear error rather than deadlocking.
+fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output, ResolveError> {
+    match tokio::runtime::Handle::try_current() {
+        Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
+            Ok(tokio::task::block_in_place(|| handle.block_on(fut)))
+        }
+        _ => Err(ResolveError::Failed(
+            "the API fallback needs the server's multi-threaded runtime".into(),
+        )),
+    }
+}
