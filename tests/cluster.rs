@@ -51,6 +51,8 @@ fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
 fn invalid_policy_keeps_previous_version() {
     let server = TestApiServer::start();
     let dir = temp_dir("cluster-invalid-policy");
+    // The first requests fail: the stores retry with backoff and still sync.
+    server.fail_next(3);
     let gavel = gavel_in_cluster(&server, &dir);
     assert!(!denies_violating_pod(&gavel), "no policies yet");
 
@@ -261,6 +263,42 @@ fn resolver_falls_back_to_api() {
         ),
         1.0
     );
+}
+
+#[test]
+fn client_rate_limit_spaces_requests() {
+    let server = TestApiServer::start();
+    let dir = temp_dir("cluster-rate-limit");
+    let kubeconfig = server.write_kubeconfig(&dir);
+    let started = Instant::now();
+    let gavel = Gavel::start_waiting(
+        &dir.join("no-policy-directory"),
+        &dir,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--client-qps",
+            "2",
+            "--client-burst",
+            "1",
+        ],
+        Duration::from_secs(60),
+    );
+    // Ready after the five lists: 2 s at least at this rate.
+    assert!(started.elapsed() >= Duration::from_millis(2000));
+    eventually("the watches", Duration::from_secs(20), || {
+        server.request_count() >= 10
+    });
+    // Five stores, each a list and a watch: at 2 per second after a burst
+    // of 1, the tenth request cannot come before 4.5 s (unlimited, they
+    // all go out within milliseconds).
+    let requests = server.requests();
+    let span = requests[9].at - requests[0].at;
+    assert!(
+        span >= Duration::from_millis(4400),
+        "10 requests in {span:?}"
+    );
+    assert!(gavel.series("kyverno_client_queries_total", &["operation=\"watch\""]) >= 1.0);
 }
 
 #[test]

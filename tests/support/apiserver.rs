@@ -82,6 +82,7 @@ pub struct Logged {
     /// Path and query.
     pub uri: String,
     pub user_agent: String,
+    pub at: std::time::Instant,
 }
 
 struct Shared {

@@ -43,6 +43,7 @@ pub(super) async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Resp
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_string(),
+        at: std::time::Instant::now(),
     });
     let delay = shared.delay_ms.load(Ordering::Relaxed);
     if delay > 0 {
