@@ -29,7 +29,7 @@ pub enum Command {
     /// Apply policies to resource files and report the results.
     Apply(ApplyArgs),
     /// Serve AdmissionReviews over HTTPS (standalone: policies from a directory).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -91,6 +91,39 @@ pub struct ServeArgs {
     /// Objects the API fallback cache holds at most.
     #[arg(long, default_value_t = 10_000)]
     pub fallback_cache_capacity: u64,
+    /// Namespace gavel runs in: its Leases live there, and its webhooks skip it.
+    #[arg(long, env = "POD_NAMESPACE", default_value = "gavel")]
+    pub namespace: String,
+    /// This replica's identity in leader election.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    #[arg(long, default_value_t = 15.0)]
+    pub lease_duration_seconds: f64,
+    #[arg(long, default_value_t = 10.0)]
+    pub renew_deadline_seconds: f64,
+    #[arg(long, alias = "leaderElectionRetryPeriod", default_value_t = 2.0)]
+    pub retry_period_seconds: f64,
+    /// Name of the ValidatingWebhookConfiguration the leader maintains.
+    #[arg(long, default_value = "gavel-resource-validating-webhook-cfg")]
+    pub webhook_config_name: String,
+    /// The Service the API server calls (in gavel's namespace).
+    #[arg(long, default_value = "gavel-svc")]
+    pub service_name: String,
+    #[arg(long, default_value_t = 443)]
+    pub service_port: i32,
+    /// Call gavel at this base URL (`https://host:port`) instead of the
+    /// Service: gavel running outside the cluster.
+    #[arg(long, alias = "serverIP")]
+    pub webhook_url: Option<String>,
+    /// timeoutSeconds of the webhooks (1 to 30).
+    #[arg(long, alias = "webhookTimeout", default_value_t = 10)]
+    pub webhook_timeout: i32,
+    /// Seconds between checks of the webhook configuration by the leader.
+    #[arg(long, default_value_t = 10.0)]
+    pub webhook_resync_seconds: f64,
+    /// CA of operator-provided serving certificates, for the caBundle.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
     /// Cache every ConfigMap, not only those labelled cache.kyverno.io/enabled=true.
     #[arg(long)]
     pub cache_all_configmaps: bool,
@@ -219,9 +252,46 @@ fn cluster_options(args: &ServeArgs) -> Option<crate::server::ClusterOptions> {
             cache_all_config_maps: args.cache_all_configmaps,
         },
         debounce: std::time::Duration::from_millis(200),
+        lease: crate::controllers::leader::LeaseOptions {
+            namespace: args.namespace.clone(),
+            identity: args.identity.clone().unwrap_or_else(default_identity),
+            lease_duration: seconds(args.lease_duration_seconds),
+            renew_deadline: seconds(args.renew_deadline_seconds),
+            retry_period: seconds(args.retry_period_seconds),
+        },
+        webhook: crate::server::WebhookSettings {
+            name: args.webhook_config_name.clone(),
+            target: match &args.webhook_url {
+                Some(url) => crate::controllers::webhooks::WebhookTarget::Url(
+                    url.trim_end_matches('/').to_string(),
+                ),
+                None => crate::controllers::webhooks::WebhookTarget::Service {
+                    namespace: args.namespace.clone(),
+                    name: args.service_name.clone(),
+                    port: args.service_port,
+                },
+            },
+            timeout_seconds: args.webhook_timeout,
+            excluded_namespaces: vec![args.namespace.clone(), "kube-system".into()],
+            resync: seconds(args.webhook_resync_seconds),
+            ca_file: args.tls_ca.clone(),
+        },
         fallback_cache: crate::context::api::CacheOptions {
             ttl: std::time::Duration::from_secs(args.fallback_cache_ttl_seconds.max(1)),
             capacity: args.fallback_cache_capacity,
         },
     })
+}
+
+fn seconds(s: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(s.max(0.1)).unwrap_or(std::time::Duration::from_secs(1))
+}
+
+/// The host name, or a random suffix: identities must differ between replicas.
+fn default_identity() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| format!("gavel-{}", std::process::id()))
 }

@@ -23,6 +23,7 @@
 pub mod cli;
 pub mod cluster;
 pub mod context;
+pub mod controllers;
 pub mod engine;
 pub mod jmespath;
 pub mod matching;

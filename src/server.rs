@@ -63,6 +63,23 @@ pub struct ClusterOptions {
     /// How long policy changes gather before a snapshot is rebuilt.
     pub debounce: Duration,
     pub fallback_cache: crate::context::api::CacheOptions,
+    /// Leader election timing and identity.
+    pub lease: crate::controllers::leader::LeaseOptions,
+    /// The webhook configuration the leader maintains.
+    pub webhook: WebhookSettings,
+}
+
+/// What the leader needs to register gavel's webhooks; the CA bundle is
+/// known only once the serving certificate is.
+#[derive(Debug, Clone)]
+pub struct WebhookSettings {
+    pub name: String,
+    pub target: crate::controllers::webhooks::WebhookTarget,
+    pub timeout_seconds: i32,
+    pub excluded_namespaces: Vec<String>,
+    pub resync: Duration,
+    /// PEM file of the CA of operator-provided certificates.
+    pub ca_file: Option<PathBuf>,
 }
 
 /// What every connection shares.
@@ -223,6 +240,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
     // only once every store has synced.
     let mut store = None;
     let mut synced = None;
+    let mut cluster_client = None;
     let view: Arc<dyn ClusterView> = match &opts.cluster {
         None => {
             let mut dir = PolicyStore::new(&opts.policies);
@@ -268,6 +286,18 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 queries.clone(),
             )
             .await?;
+            // Leader duties get their own client and token bucket, so they
+            // never eat into the stores' budget (nor the other way round).
+            cluster_client = Some(
+                client::client(
+                    &cluster.client,
+                    "controllers",
+                    cluster.client.qps,
+                    cluster.client.burst,
+                    queries.clone(),
+                )
+                .await?,
+            );
             let stores = Stores::start(informers, &cluster.stores);
             let view = Arc::new(ResolverChain {
                 informer: InformerResolver::new(stores.clone()),
@@ -276,7 +306,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             });
             let sync = PolicySync::new(publisher);
             let debounce = cluster.debounce;
-            let (tx, rx) = tokio::sync::oneshot::channel();
+            let (tx, rx) = tokio::sync::watch::channel(false);
             tokio::spawn(async move {
                 let mut sync = sync;
                 stores.synced().await;
@@ -295,7 +325,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                     exceptions = s.exceptions.len(),
                     "stores synced; policies loaded"
                 );
-                let _ = tx.send(());
+                tx.send_replace(true);
                 sync.run(stores, debounce).await;
             });
             synced = Some(rx);
@@ -310,15 +340,23 @@ async fn run(opts: ServeOptions) -> Result<()> {
         view,
     });
 
+    let ca_pem: String;
     let (cert, mut cert_files) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => {
             let mut files = tls::CertFiles::new(c.clone(), k.clone());
+            let ca_file = opts
+                .cluster
+                .as_ref()
+                .and_then(|c| c.webhook.ca_file.clone())
+                .unwrap_or_else(|| c.clone());
+            ca_pem = std::fs::read_to_string(&ca_file).unwrap_or_default();
             (files.load()?, Some(files))
         }
         (None, None) => {
             let g = tls::generate(&opts.tls_san)?;
             std::fs::write(&opts.ca_out, &g.ca_pem)
                 .with_context(|| format!("writing the CA to {}", opts.ca_out.display()))?;
+            ca_pem = g.ca_pem.clone();
             tracing::info!(ca = %opts.ca_out.display(), sans = ?opts.tls_san, "generated a self-signed CA and serving certificate");
             (
                 tls::certified_key(g.cert_pem.as_bytes(), g.key_pem.as_bytes())?,
@@ -328,6 +366,32 @@ async fn run(opts: ServeOptions) -> Result<()> {
         _ => anyhow::bail!("--tls-cert and --tls-key go together"),
     };
     let resolver = Arc::new(tls::SwappableCert(ArcSwap::from_pointee(cert)));
+
+    // Leader-only duties.
+    if let (Some(client), Some(cluster), Some(synced)) =
+        (cluster_client, &opts.cluster, synced.clone())
+    {
+        use crate::controllers::{leader, webhooks};
+        let leading = leader::elect(client.clone(), "gavel-webhooks", cluster.lease.clone());
+        let snapshot_handle = state.snapshot.clone();
+        let w = &cluster.webhook;
+        let webhook = webhooks::WebhookOptions {
+            name: w.name.clone(),
+            target: w.target.clone(),
+            ca_bundle: ca_pem,
+            timeout_seconds: w.timeout_seconds,
+            excluded_namespaces: w.excluded_namespaces.clone(),
+            resync: w.resync,
+        };
+        // Registered from the synced policy set only, never from an empty
+        // one that merely has not loaded yet.
+        tokio::spawn(async move {
+            let mut synced = synced;
+            if synced.wait_for(|s| *s).await.is_ok() {
+                webhooks::run(client, webhook, snapshot_handle, leading).await;
+            }
+        });
+    }
     let acceptor = TlsAcceptor::from(Arc::new(tls::server_config(resolver.clone())?));
 
     // Background: policy directory and certificate files.
@@ -366,10 +430,10 @@ async fn run(opts: ServeOptions) -> Result<()> {
     tracing::info!(listen = %listener.local_addr()?, "serving");
     match synced {
         None => state.ready.store(true, Ordering::Relaxed),
-        Some(synced) => {
+        Some(mut synced) => {
             let ready = state.clone();
             tokio::spawn(async move {
-                if synced.await.is_ok() {
+                if synced.wait_for(|s| *s).await.is_ok() {
                     ready.ready.store(true, Ordering::Relaxed);
                 }
             });

@@ -155,11 +155,13 @@ fn verdict(gavel: &Gavel) -> (bool, String) {
     )
 }
 
-/// Sum of every `kyverno_client_queries_total` series.
+/// Sum of the `kyverno_client_queries_total` series of the stores and the
+/// fallback (the leader's duties have a client of their own).
 fn client_queries(gavel: &Gavel) -> f64 {
     let (_, body) = gavel.curl(&["/metrics"]);
     body.lines()
         .filter(|l| l.starts_with("kyverno_client_queries_total{"))
+        .filter(|l| !l.contains("client_type=\"controllers\""))
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum()
 }
@@ -193,8 +195,19 @@ fn hot_path_makes_no_api_calls() {
         verdict(&gavel).1.contains("need an owner label")
     });
 
-    // A burst of reviews with synced stores: not one API request.
-    let api_before = server.request_count();
+    // A burst of reviews with synced stores: not one API request (the
+    // leader's Lease renewals and webhook checks go on beside them).
+    let admission_requests = || {
+        server
+            .requests()
+            .iter()
+            .filter(|r| {
+                !r.uri.starts_with("/apis/coordination.k8s.io/")
+                    && !r.uri.starts_with("/apis/admissionregistration.k8s.io/")
+            })
+            .count()
+    };
+    let api_before = admission_requests();
     let counted_before = client_queries(&gavel);
     assert!(
         counted_before > 0.0,
@@ -208,7 +221,7 @@ fn hot_path_makes_no_api_calls() {
         );
     }
     assert_eq!(
-        server.request_count(),
+        admission_requests(),
         api_before,
         "requests reached the API server"
     );
@@ -286,19 +299,221 @@ fn client_rate_limit_spaces_requests() {
     );
     // Ready after the five lists: 2 s at least at this rate.
     assert!(started.elapsed() >= Duration::from_millis(2000));
+    // The stores' requests (the leader's duties have their own bucket).
+    let store_requests = || {
+        server
+            .requests()
+            .into_iter()
+            .filter(|r| {
+                !r.uri.starts_with("/apis/coordination.k8s.io/")
+                    && !r.uri.starts_with("/apis/admissionregistration.k8s.io/")
+            })
+            .collect::<Vec<_>>()
+    };
     eventually("the watches", Duration::from_secs(20), || {
-        server.request_count() >= 10
+        store_requests().len() >= 10
     });
     // Five stores, each a list and a watch: at 2 per second after a burst
     // of 1, the tenth request cannot come before 4.5 s (unlimited, they
     // all go out within milliseconds).
-    let requests = server.requests();
+    let requests = store_requests();
     let span = requests[9].at - requests[0].at;
     assert!(
         span >= Duration::from_millis(4400),
         "10 requests in {span:?}"
     );
     assert!(gavel.series("kyverno_client_queries_total", &["operation=\"watch\""]) >= 1.0);
+}
+
+const WEBHOOK_CONFIG: &str = "gavel-resource-validating-webhook-cfg";
+
+/// A replica with fast leader election (3 s leases) and webhook checks.
+fn replica(server: &TestApiServer, dir: &Path, identity: &str) -> Gavel {
+    let dir = dir.join(identity);
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = server.write_kubeconfig(&dir);
+    Gavel::start_with(
+        &dir.join("no-policy-directory"),
+        &dir,
+        &[
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--namespace",
+            "gavel",
+            "--identity",
+            identity,
+            "--lease-duration-seconds",
+            "3",
+            "--renew-deadline-seconds",
+            "2",
+            "--retry-period-seconds",
+            "0.5",
+            "--webhook-url",
+            "https://127.0.0.1:{port}",
+            "--webhook-resync-seconds",
+            "0.5",
+        ],
+    )
+}
+
+fn cluster_with_gavel_namespace() -> TestApiServer {
+    let server = TestApiServer::start();
+    server.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gavel"}}));
+    server.put(example_policy("disallow-privileged-containers"));
+    server
+}
+
+fn holder(server: &TestApiServer) -> Option<String> {
+    let lease = server.get("coordination.k8s.io/v1", "Lease", "gavel", "gavel-webhooks")?;
+    lease["spec"]["holderIdentity"].as_str().map(str::to_string)
+}
+
+fn webhook_config(server: &TestApiServer) -> Option<Value> {
+    server.get(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+        "",
+        WEBHOOK_CONFIG,
+    )
+}
+
+fn creates_of_webhook_config(server: &TestApiServer) -> usize {
+    server
+        .requests()
+        .iter()
+        .filter(|r| {
+            r.method == "POST"
+                && r.uri.starts_with(
+                    "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations",
+                )
+        })
+        .count()
+}
+
+#[test]
+fn webhook_config_restored() {
+    let server = cluster_with_gavel_namespace();
+    let dir = temp_dir("cluster-webhooks");
+    let gavel = replica(&server, &dir, "gavel-a");
+    eventually("the webhook configuration", Duration::from_secs(15), || {
+        webhook_config(&server).is_some()
+    });
+    let config = webhook_config(&server).unwrap();
+    let hooks = config["webhooks"].as_array().unwrap();
+    assert_eq!(hooks.len(), 1, "only Fail policies: {config}");
+    let hook = &hooks[0];
+    assert_eq!(hook["name"], "validate.gavel.svc-fail");
+    assert_eq!(hook["failurePolicy"], "Fail");
+    assert_eq!(
+        hook["clientConfig"]["url"],
+        format!("https://127.0.0.1:{}/validate/fail", gavel.port)
+    );
+    use base64::Engine;
+    let ca = base64::engine::general_purpose::STANDARD
+        .decode(hook["clientConfig"]["caBundle"].as_str().unwrap())
+        .unwrap();
+    assert_eq!(
+        ca,
+        std::fs::read(&gavel.ca).unwrap(),
+        "caBundle is gavel's CA"
+    );
+    assert_eq!(
+        hook["rules"],
+        json!([{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"],
+                "resources": ["pods", "pods/ephemeralcontainers"], "scope": "*"},
+               {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE", "DELETE", "CONNECT"],
+                "resources": ["deployments"], "scope": "*"}]),
+        "Pods plus the autogen controllers the test server serves"
+    );
+    assert_eq!(
+        hook["namespaceSelector"]["matchExpressions"][0]["values"],
+        json!(["gavel", "kube-system"])
+    );
+
+    // Deleted: re-created. Edited: put back.
+    assert!(server.delete(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+        "",
+        WEBHOOK_CONFIG
+    ));
+    eventually("re-creation", Duration::from_secs(10), || {
+        webhook_config(&server).is_some()
+    });
+    let mut edited = webhook_config(&server).unwrap();
+    edited["webhooks"][0]["failurePolicy"] = json!("Ignore");
+    server.put(edited);
+    eventually("the edit to be undone", Duration::from_secs(10), || {
+        webhook_config(&server).is_some_and(|c| c["webhooks"][0]["failurePolicy"] == "Fail")
+    });
+    // Idempotent: once in shape, no more writes.
+    std::thread::sleep(Duration::from_secs(2));
+    let rv = webhook_config(&server).unwrap()["metadata"]["resourceVersion"].clone();
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        webhook_config(&server).unwrap()["metadata"]["resourceVersion"],
+        rv
+    );
+}
+
+#[test]
+fn leader_failover() {
+    let server = cluster_with_gavel_namespace();
+    let dir = temp_dir("cluster-leader");
+    let mut a = Some(replica(&server, &dir, "gavel-a"));
+    let b = replica(&server, &dir, "gavel-b");
+    eventually("a leader and its webhooks", Duration::from_secs(15), || {
+        holder(&server).is_some() && webhook_config(&server).is_some()
+    });
+    let first = holder(&server).unwrap();
+    // One leader, holding steadily; one create, no duplicates.
+    for _ in 0..10 {
+        assert_eq!(holder(&server).as_deref(), Some(first.as_str()));
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(creates_of_webhook_config(&server), 1);
+    // Both replicas serve admission.
+    assert!(denies_violating_pod(a.as_ref().unwrap()) && denies_violating_pod(&b));
+
+    // Kill the leader: the other takes over within the lease duration.
+    let transitions = |s: &TestApiServer| {
+        s.get("coordination.k8s.io/v1", "Lease", "gavel", "gavel-webhooks")
+            .unwrap()["spec"]["leaseTransitions"]
+            .as_i64()
+            .unwrap_or(0)
+    };
+    let before = transitions(&server);
+    let (survivor, survivor_name) = if first == "gavel-a" {
+        a.take();
+        (&b, "gavel-b")
+    } else {
+        drop(b);
+        (a.as_ref().unwrap(), "gavel-a")
+    };
+    let killed = Instant::now();
+    eventually("the handover", Duration::from_secs(10), || {
+        holder(&server).as_deref() == Some(survivor_name)
+    });
+    let handover = killed.elapsed();
+    assert!(
+        handover < Duration::from_secs(3) + Duration::from_millis(1500),
+        "handover took {handover:?}"
+    );
+    assert_eq!(transitions(&server), before + 1);
+
+    // The new leader completes the duties.
+    server.delete(
+        "admissionregistration.k8s.io/v1",
+        "ValidatingWebhookConfiguration",
+        "",
+        WEBHOOK_CONFIG,
+    );
+    eventually(
+        "the new leader to restore the webhooks",
+        Duration::from_secs(10),
+        || webhook_config(&server).is_some(),
+    );
+    assert!(denies_violating_pod(survivor));
 }
 
 #[test]

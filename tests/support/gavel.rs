@@ -22,7 +22,8 @@ impl Gavel {
         Gavel::start_waiting(policies, dir, extra, Duration::from_secs(20))
     }
 
-    /// Starts gavel and waits up to `timeout` for it to be ready.
+    /// Starts gavel and waits up to `timeout` for it to be ready. `{port}`
+    /// in `extra` stands for the port it listens on.
     pub fn start_waiting(policies: &Path, dir: &Path, extra: &[&str], timeout: Duration) -> Gavel {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -37,7 +38,7 @@ impl Gavel {
             .arg("--ca-out")
             .arg(&ca)
             .args(["--poll-seconds", "1", "--grace-seconds", "5"])
-            .args(extra)
+            .args(extra.iter().map(|a| a.replace("{port}", &port.to_string())))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()

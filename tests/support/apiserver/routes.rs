@@ -34,6 +34,16 @@ impl Target {
 }
 
 pub(super) async fn handle(shared: &Arc<Shared>, req: Request<Incoming>) -> Response<Body> {
+    // A request that raced a stop (its connection not yet cut) is not
+    // served: the server is down.
+    if !*shared.up.borrow() {
+        return status(
+            503,
+            "ServiceUnavailable",
+            "the server is stopped".into(),
+            None,
+        );
+    }
     shared.log.lock().unwrap().push(Logged {
         method: req.method().to_string(),
         uri: req.uri().to_string(),

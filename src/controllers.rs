@@ -1,0 +1,7 @@
+//! Work that must run once per cluster rather than once per replica: it
+//! runs on the leader of a Lease ([`leader`]), one Lease per duty as in
+//! Kyverno, and every action is idempotent because leader election gives
+//! no fencing.
+
+pub mod leader;
+pub mod webhooks;

@@ -1,0 +1,185 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease, as client-go does
+//! it: every `retry_period` the candidate reads the Lease and either renews
+//! it (when it holds it), takes it over (when its holder has not renewed
+//! for `lease_duration`, measured on this replica's clock from when the
+//! record last changed, so clock skew between replicas does not matter), or
+//! waits. Every write carries the resourceVersion it read, so two
+//! candidates cannot both win a round: one gets 409 Conflict.
+//!
+//! A leader that cannot renew within `renew_deadline` steps down. Leader
+//! election gives no fencing: a deposed leader may still finish an action,
+//! so every duty run under a lease is idempotent.
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use kube::Client;
+use kube::api::{Api, ObjectMeta, PostParams};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+/// Timing of an election (Kyverno's and client-go's defaults).
+#[derive(Debug, Clone)]
+pub struct LeaseOptions {
+    /// Where the Leases live (gavel's namespace).
+    pub namespace: String,
+    /// This replica's identity (the pod name).
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl LeaseOptions {
+    pub fn new(namespace: &str, identity: &str) -> LeaseOptions {
+        LeaseOptions {
+            namespace: namespace.into(),
+            identity: identity.into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The Lease record as last seen, and when this replica saw it change.
+struct Observed {
+    holder: String,
+    renew_time: Option<MicroTime>,
+    at: Instant,
+}
+
+struct Elector {
+    api: Api<Lease>,
+    name: String,
+    opts: LeaseOptions,
+    observed: Option<Observed>,
+    /// When this replica last renewed successfully, while leading.
+    renewed: Option<Instant>,
+}
+
+/// Starts an election for `name`; the receiver says whether this replica
+/// leads. The election runs until the runtime stops.
+pub fn elect(client: Client, name: &str, opts: LeaseOptions) -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    let elector = Elector {
+        api: Api::namespaced(client, &opts.namespace),
+        name: name.into(),
+        opts,
+        observed: None,
+        renewed: None,
+    };
+    tokio::spawn(elector.run(tx));
+    rx
+}
+
+fn now() -> MicroTime {
+    MicroTime(k8s_openapi::jiff::Timestamp::now())
+}
+
+impl Elector {
+    async fn run(mut self, leading: watch::Sender<bool>) {
+        loop {
+            let lead = match self.round().await {
+                Ok(lead) => {
+                    if lead {
+                        self.renewed = Some(Instant::now());
+                    }
+                    lead
+                }
+                Err(e) => {
+                    tracing::debug!(lease = self.name, error = %e, "lease round failed");
+                    // Still the leader until the renew deadline passes.
+                    *leading.borrow()
+                        && self
+                            .renewed
+                            .is_some_and(|r| r.elapsed() < self.opts.renew_deadline)
+                }
+            };
+            if lead != *leading.borrow() {
+                tracing::info!(
+                    lease = self.name,
+                    identity = self.opts.identity,
+                    leading = lead,
+                    "leadership changed"
+                );
+                leading.send_replace(lead);
+            }
+            if !lead {
+                self.renewed = None;
+            }
+            if leading.is_closed() {
+                return;
+            }
+            tokio::time::sleep(self.opts.retry_period).await;
+        }
+    }
+
+    /// One read-and-write round: Ok(true) when this replica holds the Lease
+    /// after it.
+    async fn round(&mut self) -> Result<bool, kube::Error> {
+        let me = self.opts.identity.clone();
+        let duration = self.opts.lease_duration.as_secs() as i32;
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let lease = Lease {
+                metadata: ObjectMeta {
+                    name: Some(self.name.clone()),
+                    namespace: Some(self.opts.namespace.clone()),
+                    ..Default::default()
+                },
+                spec: Some(LeaseSpec {
+                    holder_identity: Some(me),
+                    lease_duration_seconds: Some(duration),
+                    acquire_time: Some(now()),
+                    renew_time: Some(now()),
+                    lease_transitions: Some(0),
+                    ..Default::default()
+                }),
+            };
+            return match self.api.create(&PostParams::default(), &lease).await {
+                Ok(_) => Ok(true),
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+                Err(e) => Err(e),
+            };
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        let holder = spec.holder_identity.clone().unwrap_or_default();
+        let changed = self
+            .observed
+            .as_ref()
+            .is_none_or(|o| o.holder != holder || o.renew_time != spec.renew_time);
+        if changed {
+            self.observed = Some(Observed {
+                holder: holder.clone(),
+                renew_time: spec.renew_time.clone(),
+                at: Instant::now(),
+            });
+        }
+        let held_for =
+            Duration::from_secs(spec.lease_duration_seconds.unwrap_or(duration).max(1) as u64);
+        let expired = holder.is_empty()
+            || self
+                .observed
+                .as_ref()
+                .is_some_and(|o| o.at.elapsed() > held_for);
+        if holder != me && !expired {
+            return Ok(false);
+        }
+        if holder != me {
+            spec.holder_identity = Some(me);
+            spec.acquire_time = Some(now());
+            spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+        }
+        spec.renew_time = Some(now());
+        spec.lease_duration_seconds = Some(duration);
+        // The resourceVersion read above makes this a compare-and-swap.
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+}
