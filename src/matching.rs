@@ -428,6 +428,18 @@ impl CompiledMatch {
 
     /// The kinds a request must have to possibly match, when every filter
     /// names exact kinds; `None` when any filter could match any kind.
+    pub fn uses_namespace_selector(&self) -> bool {
+        self.any
+            .iter()
+            .chain(self.all.iter())
+            .chain(self.legacy.iter())
+            .any(|f| {
+                f.resources
+                    .as_ref()
+                    .is_some_and(|d| d.namespace_selector.is_some())
+            })
+    }
+
     pub fn possible_kinds(&self) -> Option<Vec<String>> {
         let mut out = Vec::new();
         for f in self

@@ -310,15 +310,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             tokio::spawn(async move {
                 let mut sync = sync;
                 stores.synced().await;
-                for r in sync.refresh(&stores) {
-                    tracing::error!(
-                        kind = r.kind,
-                        namespace = r.namespace,
-                        name = r.name,
-                        reason = r.reason,
-                        "policy rejected"
-                    );
-                }
+                sync.refresh_and_log(&stores);
                 let s = sync.publisher.handle().load();
                 tracing::info!(
                     policies = s.policies.len(),

@@ -155,6 +155,18 @@ fn verdict(gavel: &Gavel) -> (bool, String) {
     )
 }
 
+/// Requests other than the leader's (Leases, webhook configurations).
+fn store_and_fallback_requests(server: &TestApiServer) -> Vec<support::apiserver::Logged> {
+    server
+        .requests()
+        .into_iter()
+        .filter(|r| {
+            !r.uri.starts_with("/apis/coordination.k8s.io/")
+                && !r.uri.starts_with("/apis/admissionregistration.k8s.io/")
+        })
+        .collect()
+}
+
 /// Sum of the `kyverno_client_queries_total` series of the stores and the
 /// fallback (the leader's duties have a client of their own).
 fn client_queries(gavel: &Gavel) -> f64 {
@@ -197,16 +209,7 @@ fn hot_path_makes_no_api_calls() {
 
     // A burst of reviews with synced stores: not one API request (the
     // leader's Lease renewals and webhook checks go on beside them).
-    let admission_requests = || {
-        server
-            .requests()
-            .iter()
-            .filter(|r| {
-                !r.uri.starts_with("/apis/coordination.k8s.io/")
-                    && !r.uri.starts_with("/apis/admissionregistration.k8s.io/")
-            })
-            .count()
-    };
+    let admission_requests = || store_and_fallback_requests(&server).len();
     let api_before = admission_requests();
     let counted_before = client_queries(&gavel);
     assert!(
@@ -300,16 +303,7 @@ fn client_rate_limit_spaces_requests() {
     // Ready after the five lists: 2 s at least at this rate.
     assert!(started.elapsed() >= Duration::from_millis(2000));
     // The stores' requests (the leader's duties have their own bucket).
-    let store_requests = || {
-        server
-            .requests()
-            .into_iter()
-            .filter(|r| {
-                !r.uri.starts_with("/apis/coordination.k8s.io/")
-                    && !r.uri.starts_with("/apis/admissionregistration.k8s.io/")
-            })
-            .collect::<Vec<_>>()
-    };
+    let store_requests = || store_and_fallback_requests(&server);
     eventually("the watches", Duration::from_secs(20), || {
         store_requests().len() >= 10
     });

@@ -158,20 +158,25 @@ impl PolicySync {
             .collect()
     }
 
+    /// [`PolicySync::refresh`], logging each rejection.
+    pub fn refresh_and_log(&mut self, stores: &Stores) {
+        for r in self.refresh(stores) {
+            tracing::error!(
+                kind = r.kind,
+                namespace = r.namespace,
+                name = r.name,
+                reason = r.reason,
+                "policy rejected; its previous version, if any, stays in force"
+            );
+        }
+    }
+
     /// Refreshes on every store change, at most once per `debounce`, for
     /// as long as the stores run.
     pub async fn run(mut self, stores: Stores, debounce: Duration) {
         let mut changes = stores.policies_changed.clone();
         loop {
-            for r in self.refresh(&stores) {
-                tracing::error!(
-                    kind = r.kind,
-                    namespace = r.namespace,
-                    name = r.name,
-                    reason = r.reason,
-                    "policy rejected; its previous version stays in force"
-                );
-            }
+            self.refresh_and_log(&stores);
             if changes.changed().await.is_err() {
                 return;
             }

@@ -70,10 +70,12 @@ pub fn admit(
     view: &dyn ClusterView,
 ) -> Result<Outcome, ReviewError> {
     let mut review = review::decode(body)?;
-    review.request.namespace_labels = match review.request.namespace() {
-        "" => None,
-        ns => view.namespace_labels(ns),
-    };
+    if snapshot.needs_namespace_labels {
+        review.request.namespace_labels = match review.request.namespace() {
+            "" => None,
+            ns => view.namespace_labels(ns),
+        };
+    }
     let req = &review.request;
     let verdict = match route {
         Route::Validate(failure_policy) => {

@@ -32,6 +32,9 @@ pub struct Snapshot {
     pub generation: u64,
     /// Per-rule result counters of this snapshot's policies.
     pub rule_table: Arc<RuleTable>,
+    /// Some policy or exception matches on namespaceSelector, so requests
+    /// need their namespace's labels; looked up only then.
+    pub needs_namespace_labels: bool,
 }
 
 impl Snapshot {
@@ -54,7 +57,14 @@ impl Snapshot {
             select(Some(FailurePolicy::Fail)),
             select(Some(FailurePolicy::Ignore)),
         ];
+        let needs_namespace_labels = policies
+            .iter()
+            .flat_map(|p| &p.rules)
+            .flat_map(|r| std::iter::once(&r.match_resources).chain(r.exclude.as_ref()))
+            .chain(exceptions.iter().map(|e| &e.match_resources))
+            .any(|m| m.uses_namespace_selector());
         Snapshot {
+            needs_namespace_labels,
             rule_table: Arc::new(RuleTable::new(&policies)),
             policies,
             exceptions,

@@ -272,12 +272,7 @@ pub(super) fn patch(
         if mime == "application/apply-patch+yaml" {
             drop(store);
             if manager.is_empty() {
-                return status(
-                    422,
-                    "Invalid",
-                    "fieldManager is required for apply requests".into(),
-                    None,
-                );
+                return no_field_manager();
             }
             return create(shared, target, body);
         }
@@ -303,12 +298,7 @@ pub(super) fn patch(
         }
         "application/apply-patch+yaml" => {
             if manager.is_empty() {
-                return status(
-                    422,
-                    "Invalid",
-                    "fieldManager is required for apply requests".into(),
-                    None,
-                );
+                return no_field_manager();
             }
             // Simplified server-side apply: the applied fields win; no
             // field ownership is tracked, so nothing is removed.
@@ -486,4 +476,13 @@ fn list_api_version(target: &Target) -> String {
     } else {
         target.api_version()
     }
+}
+
+fn no_field_manager() -> Response<Body> {
+    status(
+        422,
+        "Invalid",
+        "fieldManager is required for apply requests".into(),
+        None,
+    )
 }
