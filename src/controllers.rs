@@ -4,4 +4,5 @@
 //! no fencing.
 
 pub mod leader;
+pub mod policy_status;
 pub mod webhooks;

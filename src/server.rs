@@ -241,6 +241,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let mut store = None;
     let mut synced = None;
     let mut cluster_client = None;
+    let mut policy_statuses = None;
     let view: Arc<dyn ClusterView> = match &opts.cluster {
         None => {
             let mut dir = PolicyStore::new(&opts.policies);
@@ -305,6 +306,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 metrics: lookups,
             });
             let sync = PolicySync::new(publisher);
+            policy_statuses = Some(sync.statuses());
             let debounce = cluster.debounce;
             let (tx, rx) = tokio::sync::watch::channel(false);
             tokio::spawn(async move {
@@ -363,7 +365,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
     if let (Some(client), Some(cluster), Some(synced)) =
         (cluster_client, &opts.cluster, synced.clone())
     {
-        use crate::controllers::{leader, webhooks};
+        use crate::controllers::{leader, policy_status, webhooks};
         let leading = leader::elect(client.clone(), "gavel-webhooks", cluster.lease.clone());
         let snapshot_handle = state.snapshot.clone();
         let w = &cluster.webhook;
@@ -375,6 +377,16 @@ async fn run(opts: ServeOptions) -> Result<()> {
             excluded_namespaces: w.excluded_namespaces.clone(),
             resync: w.resync,
         };
+        if let Some(statuses) = policy_statuses {
+            let leading =
+                leader::elect(client.clone(), "gavel-policy-status", cluster.lease.clone());
+            tokio::spawn(policy_status::run(
+                client.clone(),
+                statuses,
+                leading,
+                Duration::from_secs(60),
+            ));
+        }
         // Registered from the synced policy set only, never from an empty
         // one that merely has not loaded yet.
         tokio::spawn(async move {

@@ -50,6 +50,7 @@ fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
 #[test]
 fn invalid_policy_keeps_previous_version() {
     let server = TestApiServer::start();
+    server.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gavel"}}));
     let dir = temp_dir("cluster-invalid-policy");
     // The first requests fail: the stores retry with backoff and still sync.
     server.fail_next(3);
@@ -76,6 +77,36 @@ fn invalid_policy_keeps_previous_version() {
         denies_violating_pod(&gavel),
         "the previous version stays in force"
     );
+    // The leader writes the reason into the policy's status.
+    let ready = |server: &TestApiServer| {
+        server
+            .get(
+                "kyverno.io/v1",
+                "ClusterPolicy",
+                "",
+                "disallow-privileged-containers",
+            )
+            .map(|p| p["status"]["conditions"][0].clone())
+            .unwrap_or_default()
+    };
+    eventually("the Ready=False condition", Duration::from_secs(10), || {
+        ready(&server)["status"] == "False"
+    });
+    let condition = ready(&server);
+    assert_eq!(condition["reason"], "Failed");
+    assert!(
+        condition["message"]
+            .as_str()
+            .unwrap()
+            .contains("bogusField"),
+        "{condition}"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        gavel.metric("gavel_policies_rejected_total"),
+        1.0,
+        "the status write does not make the policy fail again"
+    );
     assert_eq!(gavel.metric("gavel_policy_snapshot_generation"), generation);
 
     // Fixed again: a new snapshot; deleted: nothing denies any more.
@@ -84,6 +115,9 @@ fn invalid_policy_keeps_previous_version() {
         gavel.metric("gavel_policy_snapshot_generation") > generation
     });
     assert!(denies_violating_pod(&gavel));
+    eventually("Ready=True again", Duration::from_secs(10), || {
+        ready(&server)["status"] == "True"
+    });
     server.delete(
         "kyverno.io/v1",
         "ClusterPolicy",

@@ -16,7 +16,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// (kind, namespace, name) of a policy object.
-type Key = (String, String, String);
+pub type Key = (String, String, String);
 
 /// What one object contributed: its compiled form at the last
 /// resourceVersion that compiled, and the last failure, if newer.
@@ -42,9 +42,15 @@ pub struct Rejected {
     pub reason: String,
 }
 
+/// Per policy object: Ok when its latest version is in force, or the
+/// reason its latest version was rejected.
+pub type Statuses = BTreeMap<Key, Result<(), String>>;
+
 pub struct PolicySync {
     entries: BTreeMap<Key, Entry>,
     pub publisher: Publisher,
+    /// What the leader's status duty writes back to the objects.
+    statuses: tokio::sync::watch::Sender<std::sync::Arc<Statuses>>,
 }
 
 impl PolicySync {
@@ -52,7 +58,13 @@ impl PolicySync {
         PolicySync {
             entries: BTreeMap::new(),
             publisher,
+            statuses: tokio::sync::watch::channel(Default::default()).0,
         }
+    }
+
+    /// Follows the status of every policy object.
+    pub fn statuses(&self) -> tokio::sync::watch::Receiver<std::sync::Arc<Statuses>> {
+        self.statuses.subscribe()
     }
 
     /// Compiles what changed in `stores` and publishes a new snapshot if
@@ -100,7 +112,12 @@ impl PolicySync {
         for object in store.state() {
             let namespace = object.metadata.namespace.clone().unwrap_or_default();
             let name = object.metadata.name.clone().unwrap_or_default();
-            let rv = object.metadata.resource_version.clone().unwrap_or_default();
+            // The generation moves only with the spec: a status write (ours
+            // included) must not make an object compile, or fail, again.
+            let rv = match object.metadata.generation {
+                Some(g) => format!("generation {g}"),
+                None => object.metadata.resource_version.clone().unwrap_or_default(),
+            };
             let key = (resource.kind.clone(), namespace.clone(), name.clone());
             seen.push(key.clone());
             let known = self.entries.get(&key);
@@ -160,7 +177,22 @@ impl PolicySync {
 
     /// [`PolicySync::refresh`], logging each rejection.
     pub fn refresh_and_log(&mut self, stores: &Stores) {
-        for r in self.refresh(stores) {
+        let rejected = self.refresh(stores);
+        let statuses: Statuses = self
+            .entries
+            .iter()
+            .map(|(k, e)| {
+                let status = match &e.failed {
+                    Some((_, reason)) => Err(reason.clone()),
+                    None => Ok(()),
+                };
+                (k.clone(), status)
+            })
+            .collect();
+        if **self.statuses.borrow() != statuses {
+            self.statuses.send_replace(std::sync::Arc::new(statuses));
+        }
+        for r in rejected {
             tracing::error!(
                 kind = r.kind,
                 namespace = r.namespace,

@@ -261,6 +261,10 @@ impl TestApiServer {
             Some(old) => {
                 let mut object = object;
                 keep_server_fields(&mut object, &old);
+                if object.get("spec") != old.get("spec") {
+                    let generation = old["metadata"]["generation"].as_i64().unwrap_or(0) + 1;
+                    set_meta(&mut object, "generation", generation.into());
+                }
                 object
             }
             None => {
