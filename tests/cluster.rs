@@ -11,13 +11,20 @@ use support::gavel::{Gavel, examples, response, temp_dir};
 
 /// `gavel serve` in cluster mode against `server`.
 fn gavel_in_cluster(server: &TestApiServer, dir: &Path) -> Gavel {
+    gavel_in_cluster_with(server, dir, &[], Duration::from_secs(20))
+}
+
+/// The same with more flags, waiting up to `timeout` for readiness.
+fn gavel_in_cluster_with(
+    server: &TestApiServer,
+    dir: &Path,
+    extra: &[&str],
+    timeout: Duration,
+) -> Gavel {
     let kubeconfig = server.write_kubeconfig(dir);
-    let kubeconfig = kubeconfig.to_str().unwrap();
-    Gavel::start_with(
-        &dir.join("no-policy-directory"),
-        dir,
-        &["--kubeconfig", kubeconfig],
-    )
+    let mut args = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    Gavel::start_waiting(&dir.join("no-policy-directory"), dir, &args, timeout)
 }
 
 /// An example PSS policy as the ClusterPolicy object a user would apply.
@@ -319,19 +326,11 @@ fn resolver_falls_back_to_api() {
 fn client_rate_limit_spaces_requests() {
     let server = TestApiServer::start();
     let dir = temp_dir("cluster-rate-limit");
-    let kubeconfig = server.write_kubeconfig(&dir);
     let started = Instant::now();
-    let gavel = Gavel::start_waiting(
-        &dir.join("no-policy-directory"),
+    let gavel = gavel_in_cluster_with(
+        &server,
         &dir,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--client-qps",
-            "2",
-            "--client-burst",
-            "1",
-        ],
+        &["--client-qps", "2", "--client-burst", "1"],
         Duration::from_secs(60),
     );
     // Ready after the five lists: 2 s at least at this rate.
@@ -771,16 +770,10 @@ fn stores_at_scale() {
     }
 
     let started = Instant::now();
-    let kubeconfig = server.write_kubeconfig(&dir);
-    let gavel = Gavel::start_waiting(
-        &dir.join("no-policy-directory"),
+    let gavel = gavel_in_cluster_with(
+        &server,
         &dir,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--client-qps",
-            "0",
-        ],
+        &["--client-qps", "0"],
         Duration::from_secs(120),
     );
     let sync = started.elapsed();
