@@ -12,7 +12,7 @@ use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::Store;
 use serde_json::Value;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 /// (kind, namespace, name) of a policy object.
@@ -70,7 +70,7 @@ impl PolicySync {
     /// Compiles what changed in `stores` and publishes a new snapshot if
     /// anything did. Returns the objects rejected in this pass.
     pub fn refresh(&mut self, stores: &Stores) -> Vec<Rejected> {
-        let mut seen: Vec<Key> = Vec::new();
+        let mut seen: BTreeSet<Key> = BTreeSet::new();
         let mut changed = false;
         let mut rejected = Vec::new();
         for (store, resource) in [
@@ -105,7 +105,7 @@ impl PolicySync {
         &mut self,
         store: &Store<DynamicObject>,
         resource: &ApiResource,
-        seen: &mut Vec<Key>,
+        seen: &mut BTreeSet<Key>,
         rejected: &mut Vec<Rejected>,
     ) -> bool {
         let mut changed = false;
@@ -119,7 +119,7 @@ impl PolicySync {
                 None => object.metadata.resource_version.clone().unwrap_or_default(),
             };
             let key = (resource.kind.clone(), namespace.clone(), name.clone());
-            seen.push(key.clone());
+            seen.insert(key.clone());
             let known = self.entries.get(&key);
             if known.is_some_and(|e| {
                 e.resource_version == rv || e.failed.as_ref().is_some_and(|(f, _)| *f == rv)
@@ -156,23 +156,6 @@ impl PolicySync {
             }
         }
         changed
-    }
-
-    /// Objects whose latest version failed, with the reason: (kind,
-    /// namespace, name) → reason. The leader writes these as status
-    /// conditions.
-    pub fn failures(&self) -> Vec<Rejected> {
-        self.entries
-            .iter()
-            .filter_map(|((kind, namespace, name), e)| {
-                e.failed.as_ref().map(|(_, reason)| Rejected {
-                    kind: kind.clone(),
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    reason: reason.clone(),
-                })
-            })
-            .collect()
     }
 
     /// [`PolicySync::refresh`], logging each rejection.
