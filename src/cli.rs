@@ -124,6 +124,24 @@ pub struct ServeArgs {
     /// CA of operator-provided serving certificates, for the caBundle.
     #[arg(long)]
     pub tls_ca: Option<PathBuf>,
+    /// Secret of the CA the leader maintains (default `<service>.<namespace>.svc.gavel-tls-ca`).
+    #[arg(long, alias = "caSecretName")]
+    pub ca_secret_name: Option<String>,
+    /// Secret of the serving pair (default `<service>.<namespace>.svc.gavel-tls-pair`).
+    #[arg(long, alias = "tlsSecretName")]
+    pub tls_secret_name: Option<String>,
+    /// Lifetime of a CA the leader creates (default one year).
+    #[arg(long, default_value_t = 365.0 * 86400.0)]
+    pub ca_validity_seconds: f64,
+    /// Lifetime of a serving certificate the leader issues (default 150 days).
+    #[arg(long, default_value_t = 150.0 * 86400.0)]
+    pub cert_validity_seconds: f64,
+    /// Renew certificates this long before they expire (default 15 days).
+    #[arg(long, default_value_t = 15.0 * 86400.0)]
+    pub renew_before_seconds: f64,
+    /// Seconds between expiry checks by the leader (Secret changes also trigger one).
+    #[arg(long, default_value_t = 12.0 * 3600.0)]
+    pub cert_resync_seconds: f64,
     /// Cache every ConfigMap, not only those labelled cache.kyverno.io/enabled=true.
     #[arg(long)]
     pub cache_all_configmaps: bool,
@@ -209,7 +227,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 LogFormat::Json => logs.json().init(),
                 LogFormat::Text => logs.init(),
             }
-            let cluster = cluster_options(&args);
+            let cluster = cluster_options(&args)?;
             crate::server::serve(crate::server::ServeOptions {
                 listen: args.listen,
                 policies: args.policies,
@@ -235,12 +253,40 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// Cluster mode when a kubeconfig is given, or inside a cluster unless
 /// `--standalone`; standalone otherwise.
-fn cluster_options(args: &ServeArgs) -> Option<crate::server::ClusterOptions> {
+fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<crate::server::ClusterOptions>> {
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     if args.standalone || (args.kubeconfig.is_none() && !in_cluster) {
-        return None;
+        return Ok(None);
     }
-    Some(crate::server::ClusterOptions {
+    let (renew_before, ca_validity, cert_validity) = (
+        seconds(args.renew_before_seconds),
+        seconds(args.ca_validity_seconds),
+        seconds(args.cert_validity_seconds),
+    );
+    anyhow::ensure!(
+        renew_before < ca_validity && renew_before < cert_validity,
+        "--renew-before-seconds must be shorter than both validities"
+    );
+    let (ca_secret, pair_secret) = crate::controllers::certificates::CertOptions::secret_names(
+        &args.service_name,
+        &args.namespace,
+    );
+    let svc = &args.service_name;
+    let ns = &args.namespace;
+    let mut sans = vec![
+        svc.clone(),
+        format!("{svc}.{ns}"),
+        format!("{svc}.{ns}.svc"),
+    ];
+    if let Some(host) = args.webhook_url.as_deref().and_then(url_host) {
+        sans.push(host);
+    }
+    for san in &args.tls_san {
+        if !sans.contains(san) {
+            sans.push(san.clone());
+        }
+    }
+    Ok(Some(crate::server::ClusterOptions {
         client: crate::cluster::client::ClientOptions {
             kubeconfig: args.kubeconfig.clone(),
             qps: args.client_qps,
@@ -280,7 +326,28 @@ fn cluster_options(args: &ServeArgs) -> Option<crate::server::ClusterOptions> {
             ttl: std::time::Duration::from_secs(args.fallback_cache_ttl_seconds.max(1)),
             capacity: args.fallback_cache_capacity,
         },
-    })
+        certificates: crate::controllers::certificates::CertOptions {
+            namespace: args.namespace.clone(),
+            ca_secret: args.ca_secret_name.clone().unwrap_or(ca_secret),
+            pair_secret: args.tls_secret_name.clone().unwrap_or(pair_secret),
+            sans,
+            ca_validity,
+            cert_validity,
+            renew_before,
+            resync: seconds(args.cert_resync_seconds),
+        },
+    }))
+}
+
+/// The host of `https://host:port/...` (brackets of an IPv6 literal removed).
+fn url_host(url: &str) -> Option<String> {
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let authority = rest.split('/').next()?;
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next()?,
+        None => authority.rsplit_once(':').map_or(authority, |(h, _)| h),
+    };
+    (!host.is_empty()).then(|| host.to_string())
 }
 
 fn seconds(s: f64) -> std::time::Duration {

@@ -67,6 +67,8 @@ pub struct ClusterOptions {
     pub lease: crate::controllers::leader::LeaseOptions,
     /// The webhook configuration the leader maintains.
     pub webhook: WebhookSettings,
+    /// The certificate Secrets (used when no certificate files are given).
+    pub certificates: crate::controllers::certificates::CertOptions,
 }
 
 /// What the leader needs to register gavel's webhooks; the CA bundle is
@@ -334,7 +336,12 @@ async fn run(opts: ServeOptions) -> Result<()> {
         view,
     });
 
-    let ca_pem: String;
+    // The serving certificate: the operator's files; in cluster mode
+    // without them, the Secrets the leader maintains (a throwaway
+    // certificate until the first is loaded, and not ready before);
+    // standalone, one generated now.
+    let (ca_tx, ca_bundle) = tokio::sync::watch::channel(String::new());
+    let mut serving = None;
     let (cert, mut cert_files) = match (&opts.tls_cert, &opts.tls_key) {
         (Some(c), Some(k)) => {
             let mut files = tls::CertFiles::new(c.clone(), k.clone());
@@ -343,15 +350,16 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 .as_ref()
                 .and_then(|c| c.webhook.ca_file.clone())
                 .unwrap_or_else(|| c.clone());
-            ca_pem = std::fs::read_to_string(&ca_file).unwrap_or_default();
+            ca_tx.send_replace(std::fs::read_to_string(&ca_file).unwrap_or_default());
             (files.load()?, Some(files))
         }
         (None, None) => {
             let g = tls::generate(&opts.tls_san)?;
-            std::fs::write(&opts.ca_out, &g.ca_pem)
-                .with_context(|| format!("writing the CA to {}", opts.ca_out.display()))?;
-            ca_pem = g.ca_pem.clone();
-            tracing::info!(ca = %opts.ca_out.display(), sans = ?opts.tls_san, "generated a self-signed CA and serving certificate");
+            if opts.cluster.is_none() {
+                std::fs::write(&opts.ca_out, &g.ca_pem)
+                    .with_context(|| format!("writing the CA to {}", opts.ca_out.display()))?;
+                tracing::info!(ca = %opts.ca_out.display(), sans = ?opts.tls_san, "generated a self-signed CA and serving certificate");
+            }
             (
                 tls::certified_key(g.cert_pem.as_bytes(), g.key_pem.as_bytes())?,
                 None,
@@ -365,14 +373,51 @@ async fn run(opts: ServeOptions) -> Result<()> {
     if let (Some(client), Some(cluster), Some(synced)) =
         (cluster_client, &opts.cluster, synced.clone())
     {
-        use crate::controllers::{leader, policy_status, webhooks};
+        use crate::controllers::{certificates, leader, policy_status, webhooks};
+        let mut ca_bundle = ca_bundle;
+        if cert_files.is_none() {
+            let watched = certificates::watch_secrets(
+                client.clone(),
+                &cluster.certificates,
+                resolver.clone(),
+            );
+            ca_bundle = watched.ca_bundle;
+            serving = Some(watched.serving);
+            // Clients outside the cluster (and probes) find the current
+            // bundle where the log says.
+            let mut bundle = ca_bundle.clone();
+            let ca_out = opts.ca_out.clone();
+            tokio::spawn(async move {
+                while bundle.changed().await.is_ok() {
+                    let pem = bundle.borrow_and_update().clone();
+                    let staged = ca_out.with_extension("tmp");
+                    let written = std::fs::write(&staged, pem)
+                        .and_then(|()| std::fs::rename(&staged, &ca_out));
+                    match written {
+                        Ok(()) => {
+                            tracing::info!(ca = %ca_out.display(), "CA bundle from its Secret written")
+                        }
+                        Err(e) => {
+                            tracing::warn!(ca = %ca_out.display(), error = %e, "writing the CA bundle")
+                        }
+                    }
+                }
+            });
+            let leading = leader::elect(client.clone(), "gavel-certs", cluster.lease.clone());
+            tokio::spawn(certificates::run(
+                client.clone(),
+                cluster.certificates.clone(),
+                leading,
+                watched.changed,
+            ));
+        }
         let leading = leader::elect(client.clone(), "gavel-webhooks", cluster.lease.clone());
         let snapshot_handle = state.snapshot.clone();
         let w = &cluster.webhook;
         let webhook = webhooks::WebhookOptions {
             name: w.name.clone(),
             target: w.target.clone(),
-            ca_bundle: ca_pem,
+            ca_bundle,
             timeout_seconds: w.timeout_seconds,
             excluded_namespaces: w.excluded_namespaces.clone(),
             resync: w.resync,
@@ -437,7 +482,11 @@ async fn run(opts: ServeOptions) -> Result<()> {
         Some(mut synced) => {
             let ready = state.clone();
             tokio::spawn(async move {
-                if synced.wait_for(|s| *s).await.is_ok() {
+                let serving_ok = match serving {
+                    Some(mut s) => s.wait_for(|s| *s).await.is_ok(),
+                    None => true,
+                };
+                if serving_ok && synced.wait_for(|s| *s).await.is_ok() {
                     ready.ready.store(true, Ordering::Relaxed);
                 }
             });

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 use support::apiserver::TestApiServer;
-use support::gavel::{Gavel, examples, response, temp_dir};
+use support::gavel::{Gavel, TlsConnection, examples, response, temp_dir};
 
 /// `gavel serve` in cluster mode against `server`.
 fn gavel_in_cluster(server: &TestApiServer, dir: &Path) -> Gavel {
@@ -21,6 +21,8 @@ fn gavel_in_cluster_with(
     extra: &[&str],
     timeout: Duration,
 ) -> Gavel {
+    // Its namespace holds its Leases and certificate Secrets.
+    server.put(json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gavel"}}));
     let kubeconfig = server.write_kubeconfig(dir);
     let mut args = vec!["--kubeconfig", kubeconfig.to_str().unwrap()];
     args.extend_from_slice(extra);
@@ -204,6 +206,7 @@ fn store_and_fallback_requests(server: &TestApiServer) -> Vec<support::apiserver
         .filter(|r| {
             !r.uri.starts_with("/apis/coordination.k8s.io/")
                 && !r.uri.starts_with("/apis/admissionregistration.k8s.io/")
+                && !r.uri.starts_with("/api/v1/namespaces/gavel/secrets")
         })
         .collect()
 }
@@ -356,31 +359,33 @@ const WEBHOOK_CONFIG: &str = "gavel-resource-validating-webhook-cfg";
 
 /// A replica with fast leader election (3 s leases) and webhook checks.
 fn replica(server: &TestApiServer, dir: &Path, identity: &str) -> Gavel {
+    replica_with(server, dir, identity, &[])
+}
+
+fn replica_with(server: &TestApiServer, dir: &Path, identity: &str, extra: &[&str]) -> Gavel {
     let dir = dir.join(identity);
     std::fs::create_dir_all(&dir).unwrap();
     let kubeconfig = server.write_kubeconfig(&dir);
-    Gavel::start_with(
-        &dir.join("no-policy-directory"),
-        &dir,
-        &[
-            "--kubeconfig",
-            kubeconfig.to_str().unwrap(),
-            "--namespace",
-            "gavel",
-            "--identity",
-            identity,
-            "--lease-duration-seconds",
-            "3",
-            "--renew-deadline-seconds",
-            "2",
-            "--retry-period-seconds",
-            "0.5",
-            "--webhook-url",
-            "https://127.0.0.1:{port}",
-            "--webhook-resync-seconds",
-            "0.5",
-        ],
-    )
+    let mut args = vec![
+        "--kubeconfig",
+        kubeconfig.to_str().unwrap(),
+        "--namespace",
+        "gavel",
+        "--identity",
+        identity,
+        "--lease-duration-seconds",
+        "3",
+        "--renew-deadline-seconds",
+        "2",
+        "--retry-period-seconds",
+        "0.5",
+        "--webhook-url",
+        "https://127.0.0.1:{port}",
+        "--webhook-resync-seconds",
+        "0.5",
+    ];
+    args.extend_from_slice(extra);
+    Gavel::start_with(&dir.join("no-policy-directory"), &dir, &args)
 }
 
 fn cluster_with_gavel_namespace() -> TestApiServer {
@@ -481,6 +486,152 @@ fn webhook_config_restored() {
         webhook_config(&server).unwrap()["metadata"]["resourceVersion"],
         rv
     );
+}
+
+const CA_SECRET: &str = "gavel-svc.gavel.svc.gavel-tls-ca";
+const PAIR_SECRET: &str = "gavel-svc.gavel.svc.gavel-tls-pair";
+
+/// `tls.crt` of a Secret, as PEM.
+fn secret_cert(server: &TestApiServer, name: &str) -> Option<String> {
+    use base64::Engine;
+    let secret = server.get("v1", "Secret", "gavel", name)?;
+    let b64 = secret["data"]["tls.crt"].as_str()?;
+    let pem = base64::engine::general_purpose::STANDARD.decode(b64).ok()?;
+    String::from_utf8(pem).ok()
+}
+
+fn pem_to_der(pem: &str) -> Vec<u8> {
+    use rustls::pki_types::{CertificateDer, pem::PemObject};
+    CertificateDer::from_pem_slice(pem.as_bytes())
+        .unwrap()
+        .to_vec()
+}
+
+/// The certificate a replica presents to a client trusting `ca`, if the
+/// handshake succeeds.
+fn served(gavel: &Gavel, ca: &str) -> Option<Vec<u8>> {
+    TlsConnection::open(gavel.port, ca)
+        .ok()
+        .map(|c| c.peer_certificate())
+}
+
+/// Creates of any Secret (a POST does not name its object in the path),
+/// plus updates of Secret `name`, that the server has seen.
+fn secret_writes(server: &TestApiServer, name: &str) -> usize {
+    let collection = "/api/v1/namespaces/gavel/secrets";
+    let object = format!("{collection}/{name}");
+    server
+        .requests()
+        .iter()
+        .filter(|r| {
+            (r.method == "POST" && r.uri.starts_with(collection))
+                || (r.method == "PUT" && r.uri.starts_with(&object))
+        })
+        .count()
+}
+
+fn ca_bundle_registered(server: &TestApiServer) -> Option<String> {
+    use base64::Engine;
+    let config = webhook_config(server)?;
+    let b64 = config["webhooks"][0]["clientConfig"]["caBundle"].as_str()?;
+    String::from_utf8(base64::engine::general_purpose::STANDARD.decode(b64).ok()?).ok()
+}
+
+#[test]
+fn certificate_rotation_without_restart() {
+    let server = cluster_with_gavel_namespace();
+    let dir = temp_dir("cluster-cert-rotation");
+    // Short-lived serving certificates, so the leader renews every few seconds.
+    let flags = [
+        "--cert-validity-seconds",
+        "20",
+        "--renew-before-seconds",
+        "10",
+        "--cert-resync-seconds",
+        "0.5",
+    ];
+    let mut a = replica_with(&server, &dir, "gavel-a", &flags);
+    let mut b = replica_with(&server, &dir, "gavel-b", &flags);
+
+    // The leader created both Secrets, labelled, of type kubernetes.io/tls.
+    for name in [CA_SECRET, PAIR_SECRET] {
+        let secret = server.get("v1", "Secret", "gavel", name).unwrap();
+        assert_eq!(secret["type"], "kubernetes.io/tls", "{name}");
+        assert_eq!(
+            secret["metadata"]["labels"]["cert.gavel.dev/managed-by"],
+            "gavel"
+        );
+    }
+    let ca = secret_cert(&server, CA_SECRET).unwrap();
+    // Both replicas serve the pair from the Secret, and it verifies against
+    // the CA from the other Secret (name `localhost` checked too).
+    eventually(
+        "both replicas serve the Secret's pair",
+        Duration::from_secs(10),
+        || {
+            let pair = secret_cert(&server, PAIR_SECRET).map(|p| pem_to_der(&p));
+            pair.is_some() && served(&a, &ca) == pair && served(&b, &ca) == pair
+        },
+    );
+    eventually(
+        "caBundle from the CA Secret",
+        Duration::from_secs(10),
+        || ca_bundle_registered(&server).as_deref() == Some(ca.as_str()),
+    );
+
+    // A connection opened now must survive the rotation.
+    let mut kept = TlsConnection::open(a.port, &ca).unwrap();
+    assert_eq!(kept.get("/health/liveness").unwrap(), (200, "ok".into()));
+    let first = kept.peer_certificate();
+    let writes_before = secret_writes(&server, PAIR_SECRET);
+
+    // Renewal: the leader writes a new pair before the old one expires;
+    // both replicas pick it up without a restart.
+    eventually("the pair renewed", Duration::from_secs(20), || {
+        secret_cert(&server, PAIR_SECRET).is_some_and(|p| pem_to_der(&p) != first)
+    });
+    eventually(
+        "both replicas serve a renewed pair",
+        Duration::from_secs(10),
+        || {
+            let now = served(&a, &ca);
+            now.is_some()
+                && now != Some(first.clone())
+                && served(&b, &ca).is_some_and(|c| c != first)
+        },
+    );
+    assert_eq!(kept.get("/health/liveness").unwrap(), (200, "ok".into()));
+    assert!(a.child.try_wait().unwrap().is_none() && b.child.try_wait().unwrap().is_none());
+    assert_eq!(
+        secret_cert(&server, CA_SECRET).as_deref(),
+        Some(ca.as_str()),
+        "a pair renewal keeps the CA"
+    );
+    // Renewed once, by one leader: no churn, no duplicate writes.
+    assert_eq!(secret_writes(&server, PAIR_SECRET) - writes_before, 1);
+
+    // CA rotation: the CA Secret is lost; the leader makes a new CA, issues a
+    // pair under it and registers the new caBundle; both replicas serve it.
+    assert!(server.delete("v1", "Secret", "gavel", CA_SECRET));
+    eventually("a new CA", Duration::from_secs(10), || {
+        secret_cert(&server, CA_SECRET).is_some_and(|c| c != ca)
+    });
+    let new_ca = secret_cert(&server, CA_SECRET).unwrap();
+    eventually(
+        "replicas serve a pair of the new CA",
+        Duration::from_secs(15),
+        || served(&a, &new_ca).is_some() && served(&b, &new_ca).is_some(),
+    );
+    assert!(served(&a, &ca).is_none(), "the old CA no longer verifies");
+    eventually("caBundle rotated", Duration::from_secs(10), || {
+        ca_bundle_registered(&server).as_deref() == Some(new_ca.as_str())
+    });
+    // Admission through the bundle gavel writes for clients.
+    eventually("admission with the new CA", Duration::from_secs(10), || {
+        std::fs::read_to_string(&a.ca).is_ok_and(|c| c == new_ca) && denies_violating_pod(&a)
+    });
+    assert_eq!(kept.get("/health/liveness").unwrap(), (200, "ok".into()));
+    assert!(a.child.try_wait().unwrap().is_none() && b.child.try_wait().unwrap().is_none());
 }
 
 #[test]

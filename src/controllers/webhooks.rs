@@ -40,8 +40,9 @@ pub enum WebhookTarget {
 pub struct WebhookOptions {
     pub name: String,
     pub target: WebhookTarget,
-    /// PEM of the CA that signed gavel's serving certificate.
-    pub ca_bundle: String,
+    /// PEM of the CAs that sign gavel's serving certificate; empty until
+    /// known, and nothing is registered before.
+    pub ca_bundle: watch::Receiver<String>,
     pub timeout_seconds: i32,
     /// Namespaces never sent to gavel (its own and kube-system), so that a
     /// broken gavel cannot block its own recovery.
@@ -70,7 +71,12 @@ async fn discover(client: &Client) -> Result<KindMap, kube::Error> {
 }
 
 /// The webhooks the policies of `snapshot` need.
-fn desired(snapshot: &Snapshot, kinds: &KindMap, opts: &WebhookOptions) -> Vec<ValidatingWebhook> {
+fn desired(
+    snapshot: &Snapshot,
+    kinds: &KindMap,
+    opts: &WebhookOptions,
+    ca_bundle: &str,
+) -> Vec<ValidatingWebhook> {
     let mut hooks = Vec::new();
     for (policy, suffix, path) in [
         (FailurePolicy::Fail, "fail", "/validate/fail"),
@@ -141,12 +147,12 @@ fn desired(snapshot: &Snapshot, kinds: &KindMap, opts: &WebhookOptions) -> Vec<V
                     path: Some(path.into()),
                     port: Some(*port),
                 }),
-                ca_bundle: Some(ByteString(opts.ca_bundle.as_bytes().to_vec())),
+                ca_bundle: Some(ByteString(ca_bundle.as_bytes().to_vec())),
                 url: None,
             },
             WebhookTarget::Url(base) => WebhookClientConfig {
                 url: Some(format!("{base}{path}")),
-                ca_bundle: Some(ByteString(opts.ca_bundle.as_bytes().to_vec())),
+                ca_bundle: Some(ByteString(ca_bundle.as_bytes().to_vec())),
                 service: None,
             },
         };
@@ -235,7 +241,7 @@ async fn reconcile(
 /// Runs the duty while `leading` says this replica leads.
 pub async fn run(
     client: Client,
-    opts: WebhookOptions,
+    mut opts: WebhookOptions,
     snapshot: Arc<ArcSwap<Snapshot>>,
     mut leading: watch::Receiver<bool>,
 ) {
@@ -245,6 +251,10 @@ pub async fn run(
         if leading.wait_for(|l| *l).await.is_err() {
             return;
         }
+        if opts.ca_bundle.wait_for(|b| !b.is_empty()).await.is_err() {
+            return;
+        }
+        let ca_bundle = opts.ca_bundle.borrow_and_update().clone();
         let current = snapshot.load_full();
         // Discovery again when the policies change (a new kind may be needed).
         if kinds.as_ref().is_none_or(|(g, _)| *g != current.generation) {
@@ -256,7 +266,7 @@ pub async fn run(
             }
         }
         if let Some((_, map)) = &kinds {
-            let hooks = desired(&current, map, &opts);
+            let hooks = desired(&current, map, &opts, &ca_bundle);
             match reconcile(&api, &opts, hooks).await {
                 Ok(true) => tracing::info!(name = opts.name, "webhook configuration written"),
                 Ok(false) => {}
@@ -266,6 +276,7 @@ pub async fn run(
         tokio::select! {
             _ = tokio::time::sleep(opts.resync) => {}
             _ = leading.changed() => {}
+            _ = opts.ca_bundle.changed() => {}
         }
     }
 }

@@ -15,7 +15,7 @@ use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::SystemTime;
+use std::time::{Duration, SystemTime};
 
 /// Hands rustls whatever certificate is current.
 #[derive(Debug)]
@@ -41,10 +41,7 @@ pub fn server_config(cert: Arc<SwappableCert>) -> Result<rustls::ServerConfig> {
 
 /// A certificate chain and key in PEM, turned into what rustls serves.
 pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey> {
-    let chain = CertificateDer::pem_slice_iter(cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .context("reading certificate PEM")?;
-    anyhow::ensure!(!chain.is_empty(), "no certificate in the PEM data");
+    let chain = certificates(std::str::from_utf8(cert_pem).context("certificate PEM")?)?;
     let key = PrivateKeyDer::from_pem_slice(key_pem).context("reading private key PEM")?;
     let signing_key = any_supported_type(&key).context("unsupported private key type")?;
     Ok(CertifiedKey::new(chain, signing_key))
@@ -57,22 +54,46 @@ pub struct Generated {
     pub key_pem: String,
 }
 
-/// Generates a CA and a serving certificate for `sans` (DNS names or IPs).
-pub fn generate(sans: &[String]) -> Result<Generated> {
-    let ca_key = KeyPair::generate().context("generating the CA key")?;
-    let mut ca_params = CertificateParams::new(Vec::<String>::new())?;
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params
-        .distinguished_name
-        .push(DnType::CommonName, "gavel self-signed CA");
-    ca_params.key_usages = vec![
+/// A certificate and its private key, in PEM.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyedCert {
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+const CA_NAME: &str = "gavel self-signed CA";
+
+/// Backdated a little, so replicas whose clocks lag still accept it.
+fn validity(params: &mut CertificateParams, valid_for: Duration) {
+    let now = time::OffsetDateTime::now_utc();
+    params.not_before = now - time::Duration::minutes(5);
+    params.not_after = now + valid_for;
+}
+
+/// A self-signed CA valid for `valid_for`.
+pub fn generate_ca(valid_for: Duration) -> Result<KeyedCert> {
+    let key = KeyPair::generate().context("generating the CA key")?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.distinguished_name.push(DnType::CommonName, CA_NAME);
+    params.key_usages = vec![
         KeyUsagePurpose::KeyCertSign,
         KeyUsagePurpose::CrlSign,
         KeyUsagePurpose::DigitalSignature,
     ];
-    let ca_cert = ca_params.self_signed(&ca_key).context("signing the CA")?;
-    let issuer = Issuer::from_params(&ca_params, &ca_key);
+    validity(&mut params, valid_for);
+    let cert = params.self_signed(&key).context("signing the CA")?;
+    Ok(KeyedCert {
+        cert_pem: cert.pem(),
+        key_pem: key.serialize_pem(),
+    })
+}
 
+/// A serving certificate for `sans` (DNS names or IPs), signed by `ca` (the
+/// first certificate of its PEM is the signer).
+pub fn issue(ca: &KeyedCert, sans: &[String], valid_for: Duration) -> Result<KeyedCert> {
+    let ca_key = KeyPair::from_pem(&ca.key_pem).context("reading the CA key")?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key).context("reading the CA")?;
     let key = KeyPair::generate().context("generating the serving key")?;
     let mut params = CertificateParams::new(sans.to_vec()).context("certificate SANs")?;
     params.distinguished_name.push(
@@ -85,14 +106,54 @@ pub fn generate(sans: &[String]) -> Result<Generated> {
     ];
     params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
     params.use_authority_key_identifier_extension = true;
+    validity(&mut params, valid_for);
     let cert = params
         .signed_by(&key, &issuer)
         .context("signing the serving certificate")?;
-    Ok(Generated {
-        ca_pem: ca_cert.pem(),
+    Ok(KeyedCert {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
     })
+}
+
+/// Generates a CA and a serving certificate for `sans` (DNS names or IPs),
+/// valid for ten years: standalone mode has nobody to renew them.
+pub fn generate(sans: &[String]) -> Result<Generated> {
+    let ten_years = Duration::from_secs(10 * 365 * 24 * 3600);
+    let ca = generate_ca(ten_years)?;
+    let pair = issue(&ca, sans, ten_years)?;
+    Ok(Generated {
+        ca_pem: ca.cert_pem,
+        cert_pem: pair.cert_pem,
+        key_pem: pair.key_pem,
+    })
+}
+
+/// The DER certificates of a PEM bundle, in order.
+pub fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
+    let chain = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .context("reading certificate PEM")?;
+    anyhow::ensure!(!chain.is_empty(), "no certificate in the PEM data");
+    Ok(chain)
+}
+
+/// When a DER certificate stops being valid.
+pub fn not_after(der: &[u8]) -> Result<SystemTime> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der).context("parsing a certificate")?;
+    let secs = cert.validity().not_after.timestamp();
+    Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64))
+}
+
+/// Whether DER certificate `cert` carries a signature by `ca`'s key.
+pub fn signed_by(cert: &[u8], ca: &[u8]) -> bool {
+    let (Ok((_, cert)), Ok((_, ca))) = (
+        x509_parser::parse_x509_certificate(cert),
+        x509_parser::parse_x509_certificate(ca),
+    ) else {
+        return false;
+    };
+    cert.verify_signature(Some(ca.public_key())).is_ok()
 }
 
 /// Certificate and key files given by the operator, with the modification
@@ -145,5 +206,28 @@ mod tests {
         let key = certified_key(g.cert_pem.as_bytes(), g.key_pem.as_bytes()).unwrap();
         assert_eq!(key.cert.len(), 1);
         assert!(certified_key(b"not pem", g.key_pem.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn issued_certificates_expire_and_chain_to_their_ca() {
+        let day = Duration::from_secs(24 * 3600);
+        let ca = generate_ca(365 * day).unwrap();
+        let other = generate_ca(365 * day).unwrap();
+        let pair = issue(&ca, &["gavel-svc.gavel.svc".into()], 10 * day).unwrap();
+        let cert = &certificates(&pair.cert_pem).unwrap()[0];
+        let ca_der = &certificates(&ca.cert_pem).unwrap()[0];
+        let other_der = &certificates(&other.cert_pem).unwrap()[0];
+        assert!(signed_by(cert, ca_der));
+        assert!(!signed_by(cert, other_der));
+        let left = not_after(cert)
+            .unwrap()
+            .duration_since(SystemTime::now())
+            .unwrap();
+        assert!(left > 9 * day && left <= 10 * day, "{left:?}");
+        let ca_left = not_after(ca_der)
+            .unwrap()
+            .duration_since(SystemTime::now())
+            .unwrap();
+        assert!(ca_left > 364 * day, "{ca_left:?}");
     }
 }

@@ -142,3 +142,84 @@ pub fn response(body: &str) -> serde_json::Value {
     let v: serde_json::Value = serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"));
     v["response"].clone()
 }
+
+/// A kept-alive HTTP/1.1 connection over real TLS that trusts only `ca_pem`
+/// and checks the certificate for `localhost`.
+pub struct TlsConnection {
+    stream: rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
+}
+
+impl TlsConnection {
+    pub fn open(port: u16, ca_pem: &str) -> Result<TlsConnection, String> {
+        use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+            roots
+                .add(cert.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let mut config = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let name = ServerName::try_from("localhost").unwrap();
+        let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+            .map_err(|e| e.to_string())?;
+        let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        let mut stream = rustls::StreamOwned::new(conn, tcp);
+        while stream.conn.is_handshaking() {
+            stream
+                .conn
+                .complete_io(&mut stream.sock)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(TlsConnection { stream })
+    }
+
+    /// The DER of the certificate the server presented.
+    pub fn peer_certificate(&self) -> Vec<u8> {
+        self.stream.conn.peer_certificates().unwrap()[0].to_vec()
+    }
+
+    /// (status, body) of a GET on this connection.
+    pub fn get(&mut self, path: &str) -> Result<(u16, String), String> {
+        use std::io::{Read, Write};
+        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
+        self.stream
+            .write_all(request.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = self.stream.read(&mut chunk).map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("connection closed".into());
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf).to_string();
+            let Some((head, body)) = text.split_once("\r\n\r\n") else {
+                continue;
+            };
+            let length: usize = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse().ok())?
+                })
+                .unwrap_or(0);
+            if body.len() >= length {
+                let status = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
+                return Ok((status, body[..length].to_string()));
+            }
+        }
+    }
+}
