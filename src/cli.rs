@@ -91,6 +91,10 @@ pub struct ServeArgs {
     /// Objects the API fallback cache holds at most.
     #[arg(long, default_value_t = 10_000)]
     pub fallback_cache_capacity: u64,
+    /// Largest apiCall response (bytes) accepted, for context entries and
+    /// GlobalContextEntries alike.
+    #[arg(long, alias = "maxAPICallResponseLength", default_value_t = 10_000_000)]
+    pub max_api_call_response_length: usize,
     /// Namespace gavel runs in: its Leases live there, and its webhooks skip it.
     #[arg(long, env = "POD_NAMESPACE", default_value = "gavel")]
     pub namespace: String,
@@ -325,6 +329,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<crate::server::Clu
         fallback_cache: crate::context::api::CacheOptions {
             ttl: std::time::Duration::from_secs(args.fallback_cache_ttl_seconds.max(1)),
             capacity: args.fallback_cache_capacity,
+            max_response_bytes: args.max_api_call_response_length,
         },
         certificates: crate::controllers::certificates::CertOptions {
             namespace: args.namespace.clone(),

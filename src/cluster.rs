@@ -5,5 +5,6 @@
 
 pub mod client;
 pub mod config_maps;
+pub mod global_context;
 pub mod policy_sync;
 pub mod stores;

@@ -7,6 +7,7 @@ pub mod api;
 pub mod informer;
 
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ResolveError {
@@ -32,7 +33,9 @@ pub struct ApiCallRequest {
 pub trait Resolver: Send + Sync {
     fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError>;
     fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError>;
-    fn global_context(&self, name: &str) -> Result<Option<Value>, ResolveError>;
+    /// Shared, not copied: an entry may cache thousands of objects, and
+    /// the policy's jmesPath usually selects a little of them.
+    fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError>;
 }
 
 /// A resolver with no sources at all.
@@ -46,7 +49,7 @@ impl Resolver for NoResolver {
     fn api_call(&self, _: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
         Ok(None)
     }
-    fn global_context(&self, _: &str) -> Result<Option<Value>, ResolveError> {
+    fn global_context(&self, _: &str) -> Result<Option<Arc<Value>>, ResolveError> {
         Ok(None)
     }
 }

@@ -301,9 +301,17 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 )
                 .await?,
             );
+            let global = crate::cluster::global_context::start(
+                informers.clone(),
+                crate::cluster::global_context::GlobalContextOptions {
+                    max_response_bytes: cluster.fallback_cache.max_response_bytes,
+                    debounce: cluster.debounce,
+                },
+            );
             let stores = Stores::start(informers, &cluster.stores);
             let view = Arc::new(ResolverChain {
                 informer: InformerResolver::new(stores.clone()),
+                global: global.clone(),
                 api: ApiResolver::new(fallback, &cluster.fallback_cache, lookups.clone()),
                 metrics: lookups,
             });
@@ -314,6 +322,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             tokio::spawn(async move {
                 let mut sync = sync;
                 stores.synced().await;
+                global.synced().await;
                 sync.refresh_and_log(&stores);
                 let s = sync.publisher.handle().load();
                 tracing::info!(

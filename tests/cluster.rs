@@ -140,7 +140,7 @@ fn invalid_policy_keeps_previous_version() {
 
 /// A policy that denies Pods when a cached ConfigMap says so, and one that
 /// requires a label only in namespaces labelled `env=prod`.
-fn context_policies() -> [Value; 2] {
+fn context_policies() -> [Value; 3] {
     [
         json!({
             "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
@@ -172,7 +172,56 @@ fn context_policies() -> [Value; 2] {
                 },
             }]},
         }),
+        json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "maintenance"},
+            "spec": {"validationFailureAction": "Enforce", "rules": [{
+                "name": "no-pods-during-maintenance",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "context": [
+                    {"name": "services", "globalReference": {"name": "default-services.names"}},
+                    {"name": "namespaces", "globalReference": {
+                        "name": "namespaces", "jmesPath": "items[].metadata.name"}},
+                ],
+                "validate": {
+                    "message": "maintenance window, or an unknown namespace",
+                    "deny": {"conditions": {"any": [
+                        {"key": "maintenance", "operator": "AnyIn", "value": "{{ services }}"},
+                        {"key": "{{ request.namespace }}", "operator": "AnyNotIn", "value": "{{ namespaces }}"},
+                    ]}},
+                },
+            }]},
+        }),
     ]
+}
+
+/// GlobalContextEntries: the Services of `default` (with a projection of
+/// their names) from a reflector, and the namespace list from an apiCall
+/// refreshed every `refresh`.
+fn global_context_entries(refresh: &str) -> [Value; 2] {
+    [
+        json!({
+            "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry",
+            "metadata": {"name": "default-services"},
+            "spec": {
+                "kubernetesResource": {"group": "", "version": "v1", "resource": "services", "namespace": "default"},
+                "projections": [{"name": "names", "jmesPath": "[].metadata.name"}],
+            },
+        }),
+        json!({
+            "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry",
+            "metadata": {"name": "namespaces"},
+            "spec": {"apiCall": {"urlPath": "/api/v1/namespaces", "refreshInterval": refresh}},
+        }),
+    ]
+}
+
+fn service(name: &str) -> Value {
+    json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"ports": [{"port": 80}]},
+    })
 }
 
 fn freeze_config_map(frozen: &str) -> Value {
@@ -229,9 +278,27 @@ fn hot_path_makes_no_api_calls() {
     for p in context_policies() {
         server.put(p);
     }
+    for e in global_context_entries("1h") {
+        server.put(e);
+    }
+    server.put(service("web"));
     server.put(freeze_config_map("no"));
     let gavel = gavel_in_cluster(&server, &dir);
     assert_eq!(verdict(&gavel), (true, String::new()));
+
+    // A GlobalContextEntry's reflector follows its resource.
+    server.put(service("maintenance"));
+    eventually(
+        "the Service in the global context",
+        Duration::from_secs(10),
+        || verdict(&gavel).1.contains("maintenance window"),
+    );
+    assert!(server.delete("v1", "Service", "default", "maintenance"));
+    eventually(
+        "the Service gone from the global context",
+        Duration::from_secs(10),
+        || verdict(&gavel).0,
+    );
 
     // Store changes reach the admission path without a request of its own.
     server.put(freeze_config_map("yes"));
@@ -273,6 +340,77 @@ fn hot_path_makes_no_api_calls() {
         "requests reached the API server"
     );
     assert_eq!(client_queries(&gavel), counted_before);
+}
+
+#[test]
+fn global_context_entries_refresh_in_the_background() {
+    let server = TestApiServer::start();
+    let dir = temp_dir("cluster-global-context");
+    let flags = |frozen: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "flags", "namespace": "default"},
+               "data": {"frozen": frozen}})
+    };
+    server.put(flags("no"));
+    server.put(json!({
+        "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry",
+        "metadata": {"name": "flags"},
+        "spec": {
+            "apiCall": {"urlPath": "/api/v1/namespaces/default/configmaps/flags",
+                        "refreshInterval": "500ms", "retryLimit": 2},
+            "projections": [{"name": "frozen", "jmesPath": "data.frozen"}],
+        },
+    }));
+    server.put(json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "freeze"},
+        "spec": {"validationFailureAction": "Enforce", "rules": [{
+            "name": "deploy-freeze",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "context": [{"name": "frozen", "globalReference": {"name": "flags.frozen"}}],
+            "validate": {
+                "message": "deployments are frozen",
+                "deny": {"conditions": {"any": [
+                    {"key": "{{ frozen }}", "operator": "Equals", "value": "yes"},
+                ]}},
+            },
+        }]},
+    }));
+    let gavel = gavel_in_cluster(&server, &dir);
+    assert_eq!(verdict(&gavel), (true, String::new()));
+
+    // The apiCall is refreshed in the background; its projection follows.
+    server.put(flags("yes"));
+    eventually("the refreshed apiCall", Duration::from_secs(10), || {
+        verdict(&gavel).1.contains("deployments are frozen")
+    });
+    // Once every retry fails, the entry holds the error and the policy
+    // that reads it fails with it (failurePolicy Fail: denied).
+    assert!(server.delete("v1", "ConfigMap", "default", "flags"));
+    eventually("the failing entry", Duration::from_secs(10), || {
+        verdict(&gavel)
+            .1
+            .contains("global context entry flags.frozen")
+    });
+    server.put(flags("no"));
+    eventually("the entry recovered", Duration::from_secs(10), || {
+        verdict(&gavel).0
+    });
+
+    // An entry gavel cannot serve says so to the policies reading it.
+    server.put(json!({
+        "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry",
+        "metadata": {"name": "flags"},
+        "spec": {"apiCall": {"service": {"url": "https://flags.example"}}},
+    }));
+    eventually("the unsupported entry", Duration::from_secs(10), || {
+        verdict(&gavel).1.contains("unsupported: apiCall.service")
+    });
+    // Deleting the entry: lookups say it is not found.
+    assert!(server.delete("kyverno.io/v2alpha1", "GlobalContextEntry", "", "flags"));
+    eventually("the entry gone", Duration::from_secs(10), || {
+        verdict(&gavel).1.contains("not found")
+    });
 }
 
 #[test]

@@ -157,7 +157,7 @@ fn foreach_context_uses_the_resolver() {
             Ok((call.url_path.as_deref() == Some("/allowed"))
                 .then(|| serde_json::json!(["nginx:1.0", "busybox:latest"])))
         }
-        fn global_context(&self, _: &str) -> Result<Option<Value>, ResolveError> {
+        fn global_context(&self, _: &str) -> Result<Option<std::sync::Arc<Value>>, ResolveError> {
             Ok(None)
         }
     }

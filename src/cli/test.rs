@@ -16,6 +16,7 @@ use crate::wildcard;
 use serde_json::{Value, json};
 use std::io::{IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 /// One table row of a test.
 #[derive(Debug, Clone, PartialEq)]
@@ -153,12 +154,12 @@ impl Resolver for MockResolver<'_> {
             .map(|m| m.body.clone()))
     }
 
-    fn global_context(&self, name: &str) -> Result<Option<Value>, ResolveError> {
+    fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
         Ok(self
             .globals
             .iter()
             .find(|g| g.name == name)
-            .map(|g| g.data.clone()))
+            .map(|g| Arc::new(g.data.clone())))
     }
 }
 

@@ -51,12 +51,15 @@ impl LookupMetrics {
 pub struct CacheOptions {
     pub ttl: Duration,
     pub capacity: u64,
+    /// Responses larger than this are errors (Kyverno's `--maxAPICallResponseLength`).
+    pub max_response_bytes: usize,
 }
 
 pub struct ApiResolver {
     client: kube::Client,
     cache: moka::future::Cache<String, Arc<Value>>,
     metrics: LookupMetrics,
+    max_response_bytes: usize,
 }
 
 impl ApiResolver {
@@ -68,6 +71,7 @@ impl ApiResolver {
                 .time_to_live(opts.ttl)
                 .build(),
             metrics,
+            max_response_bytes: opts.max_response_bytes,
         }
     }
 
@@ -133,17 +137,26 @@ impl ApiResolver {
     ) -> impl std::future::Future<Output = Result<Value, ResolveError>> + Send + 'static {
         let client = self.client.clone();
         let histogram = self.metrics.fallback_seconds.clone();
+        let max_bytes = self.max_response_bytes;
         async move {
             let started = Instant::now();
             let path = request.uri().path().to_string();
-            let result = client.request::<Value>(request).await;
+            let result = client.request_text(request).await;
             histogram.observe(started.elapsed().as_secs_f64());
-            let mut value = result.map_err(|e| match e {
+            let text = result.map_err(|e| match e {
                 kube::Error::Api(s) if s.code == 404 => {
                     ResolveError::Failed(format!("{path}: not found"))
                 }
                 e => ResolveError::Failed(format!("{path}: {e}")),
             })?;
+            if text.len() > max_bytes {
+                return Err(ResolveError::Failed(format!(
+                    "{path}: response of {} bytes exceeds the limit of {max_bytes}",
+                    text.len()
+                )));
+            }
+            let mut value: Value = serde_json::from_str(&text)
+                .map_err(|e| ResolveError::Failed(format!("{path}: response is not JSON: {e}")))?;
             if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
                 meta.remove("managedFields");
             }

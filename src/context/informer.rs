@@ -4,11 +4,13 @@
 
 use super::api::{ApiResolver, LookupMetrics};
 use super::{ApiCallRequest, ClusterView, ResolveError, Resolver};
+use crate::cluster::global_context::GlobalContext;
 use crate::cluster::stores::Stores;
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;
 use serde_json::{Map, Value};
+use std::sync::Arc;
 
 /// Reads the informer stores; never calls the API server.
 pub struct InformerResolver {
@@ -45,6 +47,7 @@ impl InformerResolver {
 /// The admission path's resolver in cluster mode.
 pub struct ResolverChain {
     pub informer: InformerResolver,
+    pub global: Arc<GlobalContext>,
     pub api: ApiResolver,
     pub metrics: LookupMetrics,
 }
@@ -62,10 +65,19 @@ impl Resolver for ResolverChain {
         self.api.api_call(call).map(Some)
     }
 
-    fn global_context(&self, name: &str) -> Result<Option<Value>, ResolveError> {
-        Err(ResolveError::Failed(format!(
-            "unsupported: globalReference {name} in cluster mode is not implemented yet"
-        )))
+    fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
+        match self.global.get(name) {
+            Some(Ok(data)) => {
+                self.metrics.count("informer");
+                Ok(Some(data))
+            }
+            Some(Err(e)) => Err(ResolveError::Failed(format!(
+                "global context entry {name}: {e}"
+            ))),
+            None => Err(ResolveError::Failed(format!(
+                "global context entry {name} not found"
+            ))),
+        }
     }
 }
 

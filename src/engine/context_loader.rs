@@ -174,7 +174,7 @@ fn load_entry(
         };
         let value = match &global.jmes_path {
             Some(p) => query(exprs, &substitute_str(ctx, exprs, p)?, Val::Ref(&data))?,
-            None => data,
+            None => std::sync::Arc::unwrap_or_clone(data),
         };
         ctx.set_path(&entry.name, value);
         return Ok(());
