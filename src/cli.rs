@@ -110,6 +110,9 @@ pub struct ServeArgs {
     /// Name of the ValidatingWebhookConfiguration the leader maintains.
     #[arg(long, default_value = "gavel-resource-validating-webhook-cfg")]
     pub webhook_config_name: String,
+    /// Name of the MutatingWebhookConfiguration the leader maintains.
+    #[arg(long, default_value = "gavel-resource-mutating-webhook-cfg")]
+    pub mutating_webhook_config_name: String,
     /// The Service the API server calls (in gavel's namespace).
     #[arg(long, default_value = "gavel-svc")]
     pub service_name: String,
@@ -310,7 +313,8 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<crate::server::Clu
             retry_period: seconds(args.retry_period_seconds),
         },
         webhook: crate::server::WebhookSettings {
-            name: args.webhook_config_name.clone(),
+            validating_name: args.webhook_config_name.clone(),
+            mutating_name: args.mutating_webhook_config_name.clone(),
             target: match &args.webhook_url {
                 Some(url) => crate::controllers::webhooks::WebhookTarget::Url(
                     url.trim_end_matches('/').to_string(),

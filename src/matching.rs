@@ -40,7 +40,11 @@ impl Part {
         &self.text
     }
 
-    fn matches(&self, value: &str) -> bool {
+    pub fn is_wildcard(&self) -> bool {
+        self.wildcard
+    }
+
+    pub fn matches(&self, value: &str) -> bool {
         if self.wildcard {
             self.text == "*" || wildcard::matches(&self.text, value)
         } else {
@@ -438,6 +442,49 @@ impl CompiledMatch {
                     .as_ref()
                     .is_some_and(|d| d.namespace_selector.is_some())
             })
+    }
+
+    /// The operations the match can accept at all; `None` for any. A
+    /// superset for `all` (an intersection would be tighter; more is safe
+    /// where it decides which requests reach gavel).
+    pub fn possible_operations(&self) -> Option<Vec<String>> {
+        let mut out = Vec::new();
+        let mut filters = self
+            .any
+            .iter()
+            .chain(self.all.iter())
+            .chain(self.legacy.iter())
+            .peekable();
+        filters.peek()?;
+        for f in filters {
+            let d = f.resources.as_ref()?;
+            if d.operations.is_empty() {
+                return None;
+            }
+            out.extend(d.operations.iter().cloned());
+        }
+        out.sort();
+        out.dedup();
+        Some(out)
+    }
+
+    /// The kind selectors the match can accept; `None` when it accepts any
+    /// kind (a filter without kinds, or a wildcard kind).
+    pub fn kind_selectors(&self) -> Option<Vec<KindSelector>> {
+        let mut out = Vec::new();
+        for f in self
+            .any
+            .iter()
+            .chain(self.all.iter())
+            .chain(self.legacy.iter())
+        {
+            let d = f.resources.as_ref()?;
+            if d.kinds.is_empty() || d.kinds.iter().any(|k| k.kind.wildcard) {
+                return None;
+            }
+            out.extend(d.kinds.iter().cloned());
+        }
+        (!out.is_empty()).then_some(out)
     }
 
     pub fn possible_kinds(&self) -> Option<Vec<String>> {

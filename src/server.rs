@@ -75,7 +75,8 @@ pub struct ClusterOptions {
 /// known only once the serving certificate is.
 #[derive(Debug, Clone)]
 pub struct WebhookSettings {
-    pub name: String,
+    pub validating_name: String,
+    pub mutating_name: String,
     pub target: crate::controllers::webhooks::WebhookTarget,
     pub timeout_seconds: i32,
     pub excluded_namespaces: Vec<String>,
@@ -424,7 +425,8 @@ async fn run(opts: ServeOptions) -> Result<()> {
         let snapshot_handle = state.snapshot.clone();
         let w = &cluster.webhook;
         let webhook = webhooks::WebhookOptions {
-            name: w.name.clone(),
+            validating_name: w.validating_name.clone(),
+            mutating_name: w.mutating_name.clone(),
             target: w.target.clone(),
             ca_bundle,
             timeout_seconds: w.timeout_seconds,

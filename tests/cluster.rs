@@ -624,6 +624,85 @@ fn webhook_config_restored() {
         webhook_config(&server).unwrap()["metadata"]["resourceVersion"],
         rv
     );
+    let mutating = || {
+        server.get(
+            "admissionregistration.k8s.io/v1",
+            "MutatingWebhookConfiguration",
+            "",
+            "gavel-resource-mutating-webhook-cfg",
+        )
+    };
+    assert!(
+        mutating().is_some_and(|m| m["webhooks"].as_array().is_none_or(Vec::is_empty)),
+        "no mutate policy yet: {:?}",
+        mutating()
+    );
+
+    // Operations, subresources and timeouts come from the policies; mutate
+    // rules go to the mutating configuration.
+    server.put(json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "configmaps-and-exec",
+                     "annotations": {"pod-policies.kyverno.io/autogen-controllers": "none"}},
+        "spec": {"validationFailureAction": "Enforce", "webhookTimeoutSeconds": 20, "rules": [
+            {"name": "create-only",
+             "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "operations": ["CREATE"]}}]},
+             "validate": {"message": "m", "pattern": {"metadata": {"name": "?*"}}}},
+            {"name": "no-exec",
+             "match": {"any": [{"resources": {"kinds": ["Pod/exec"], "operations": ["CONNECT"]}}]},
+             "validate": {"message": "no exec", "deny": {}}},
+        ]},
+    }));
+    server.put(json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "add-labels"},
+        "spec": {"failurePolicy": "Ignore", "rules": [{
+            "name": "team",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "mutate": {"patchStrategicMerge": {"metadata": {"labels": {"+(team)": "none"}}}},
+        }]},
+    }));
+    eventually("the new rules", Duration::from_secs(15), || {
+        let rules = webhook_config(&server).map(|c| c["webhooks"][0]["rules"].clone());
+        rules.is_some_and(|r| r.to_string().contains("configmaps"))
+    });
+    let fail = webhook_config(&server).unwrap()["webhooks"][0].clone();
+    let rules = fail["rules"].as_array().unwrap();
+    let rule_for = |resource: &str| {
+        rules
+            .iter()
+            .find(|r| {
+                r["resources"]
+                    .as_array()
+                    .unwrap()
+                    .contains(&json!(resource))
+            })
+            .unwrap_or_else(|| panic!("no rule for {resource}: {rules:?}"))
+            .clone()
+    };
+    assert_eq!(rule_for("configmaps")["operations"], json!(["CREATE"]));
+    assert_eq!(rule_for("pods/exec")["operations"], json!(["CONNECT"]));
+    assert_eq!(
+        rule_for("pods")["operations"],
+        json!(["CREATE", "UPDATE", "DELETE", "CONNECT"])
+    );
+    assert_eq!(fail["timeoutSeconds"], 20, "the longest policy timeout");
+    eventually("the mutating webhook", Duration::from_secs(15), || {
+        mutating().is_some_and(|m| m["webhooks"].as_array().is_some_and(|w| !w.is_empty()))
+    });
+    let hook = mutating().unwrap()["webhooks"][0].clone();
+    assert_eq!(hook["name"], "mutate.gavel.svc-ignore");
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    assert_eq!(hook["reinvocationPolicy"], "IfNeeded");
+    assert_eq!(
+        hook["clientConfig"]["url"],
+        format!("https://127.0.0.1:{}/mutate/ignore", gavel.port)
+    );
+    assert_eq!(
+        hook["rules"][0]["operations"],
+        json!(["CREATE", "UPDATE"]),
+        "mutate defaults"
+    );
 }
 
 const CA_SECRET: &str = "gavel-svc.gavel.svc.gavel-tls-ca";

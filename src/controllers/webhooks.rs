@@ -1,22 +1,27 @@
-//! The leader's webhook registration duty: one ValidatingWebhookConfiguration
-//! with a `Fail` and an `Ignore` webhook, whose rules cover the kinds the
-//! current policies match (resolved to resources through discovery). It is
-//! created when missing, rewritten when it differs, and checked again every
-//! `resync`, so a deleted or edited configuration comes back. Writes carry
-//! the resourceVersion they read; running twice yields the same object.
+//! The leader's webhook registration duty (§13.1): a
+//! ValidatingWebhookConfiguration and a MutatingWebhookConfiguration, each
+//! with a `Fail` and an `Ignore` webhook whose rules cover the kinds
+//! (resolved to resources through discovery) and operations the current
+//! policies match. Both are created when missing, rewritten when they
+//! differ, and checked again every `resync`, so a deleted or edited
+//! configuration comes back. Writes carry the resourceVersion they read;
+//! running twice yields the same objects.
 
-use crate::policy::compile::FailurePolicy;
+use crate::policy::compile::{CompiledRule, FailurePolicy, RuleBody};
 use crate::server::policies::Snapshot;
 use arc_swap::ArcSwap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
-    RuleWithOperations, ServiceReference, ValidatingWebhook, ValidatingWebhookConfiguration,
-    WebhookClientConfig,
+    MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
+    ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
 use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -38,11 +43,13 @@ pub enum WebhookTarget {
 
 #[derive(Debug, Clone)]
 pub struct WebhookOptions {
-    pub name: String,
+    pub validating_name: String,
+    pub mutating_name: String,
     pub target: WebhookTarget,
     /// PEM of the CAs that sign gavel's serving certificate; empty until
     /// known, and nothing is registered before.
     pub ca_bundle: watch::Receiver<String>,
+    /// timeoutSeconds for policies that do not set webhookTimeoutSeconds.
     pub timeout_seconds: i32,
     /// Namespaces never sent to gavel (its own and kube-system), so that a
     /// broken gavel cannot block its own recovery.
@@ -70,171 +77,356 @@ async fn discover(client: &Client) -> Result<KindMap, kube::Error> {
     Ok(kinds)
 }
 
-/// The webhooks the policies of `snapshot` need.
-fn desired(
-    snapshot: &Snapshot,
-    kinds: &KindMap,
-    opts: &WebhookOptions,
-    ca_bundle: &str,
-) -> Vec<ValidatingWebhook> {
-    let mut hooks = Vec::new();
-    for (policy, suffix, path) in [
-        (FailurePolicy::Fail, "fail", "/validate/fail"),
-        (FailurePolicy::Ignore, "ignore", "/validate/ignore"),
-    ] {
-        let mut everything = false;
-        let mut resources: BTreeMap<(String, String), BTreeSet<String>> = BTreeMap::new();
-        for &i in snapshot.validate_indexes(Some(policy)) {
-            for rule in &snapshot.policies[i].rules {
-                match &rule.kinds {
-                    None => everything = true,
-                    Some(ks) => {
-                        for k in ks {
-                            let Some(found) = kinds.get(k.rsplit('/').next().unwrap_or(k)) else {
-                                tracing::warn!(
-                                    kind = k,
-                                    "kind not served by the API server; not registered"
-                                );
-                                continue;
-                            };
-                            for (g, v, r) in found {
-                                let set = resources.entry((g.clone(), v.clone())).or_default();
-                                set.insert(r.clone());
-                                if r == "pods" {
-                                    set.insert("pods/ephemeralcontainers".into());
-                                }
-                            }
+/// Admission operations in the order the API lists them.
+const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Side {
+    Validating,
+    Mutating,
+}
+
+impl Side {
+    /// Kyverno's default operations per side.
+    fn default_operations(self) -> &'static [&'static str] {
+        match self {
+            Side::Validating => &OPERATIONS,
+            Side::Mutating => &OPERATIONS[..2],
+        }
+    }
+}
+
+/// The sides a rule is registered on (§13.1): mutate rules (not mutate
+/// existing) on the mutating side; validate, generate and mutate-existing
+/// on the validating side; verifyImages on both.
+fn sides(rule: &CompiledRule) -> &'static [Side] {
+    match &rule.body {
+        RuleBody::Validate(_) | RuleBody::Generate(_) => &[Side::Validating],
+        RuleBody::Mutate(m) if m.get("targets").is_some() => &[Side::Validating],
+        RuleBody::Mutate(_) => &[Side::Mutating],
+        RuleBody::VerifyImages(_) => &[Side::Validating, Side::Mutating],
+    }
+}
+
+/// What one webhook covers.
+#[derive(Debug, Default)]
+struct Coverage {
+    /// Operations of rules with no kinds to resolve (any kind).
+    everything: BTreeSet<&'static str>,
+    /// (group, version) → resource → operations.
+    resources: BTreeMap<(String, String), BTreeMap<String, BTreeSet<&'static str>>>,
+    timeout: Option<i32>,
+}
+
+impl Coverage {
+    fn add(&mut self, rule: &CompiledRule, side: Side, kinds: &KindMap) {
+        let wanted = rule.match_resources.possible_operations();
+        let ops: BTreeSet<&'static str> = side
+            .default_operations()
+            .iter()
+            .copied()
+            .filter(|op| wanted.as_ref().is_none_or(|w| w.iter().any(|o| o == op)))
+            .collect();
+        if ops.is_empty() {
+            return;
+        }
+        let Some(selectors) = rule.match_resources.kind_selectors() else {
+            self.everything.extend(&ops);
+            return;
+        };
+        for selector in selectors {
+            let kind = selector.kind.as_str();
+            let Some(found) = kinds.get(kind) else {
+                tracing::warn!(kind, "kind not served by the API server; not registered");
+                continue;
+            };
+            // The version is left to matchPolicy Equivalent: discovery
+            // lists preferred versions only.
+            for (g, v, r) in found.iter().filter(|(g, _, _)| selector.group.matches(g)) {
+                let set = self.resources.entry((g.clone(), v.clone())).or_default();
+                match &selector.subresource {
+                    Some(sub) if sub.is_wildcard() => {
+                        set.entry(format!("{r}/*")).or_default().extend(&ops);
+                    }
+                    Some(sub) => {
+                        set.entry(format!("{r}/{}", sub.as_str()))
+                            .or_default()
+                            .extend(&ops);
+                    }
+                    None => {
+                        set.entry(r.clone()).or_default().extend(&ops);
+                        if r == "pods" {
+                            set.entry("pods/ephemeralcontainers".into())
+                                .or_default()
+                                .extend(&ops);
                         }
                     }
                 }
             }
         }
-        let operations: Vec<String> = ["CREATE", "UPDATE", "DELETE", "CONNECT"]
-            .map(String::from)
-            .to_vec();
-        let rules: Vec<RuleWithOperations> = if everything {
-            vec![RuleWithOperations {
+    }
+
+    fn rules(&self) -> Vec<RuleWithOperations> {
+        let ordered = |ops: &BTreeSet<&str>| -> Vec<String> {
+            OPERATIONS
+                .iter()
+                .filter(|o| ops.contains(*o))
+                .map(|o| o.to_string())
+                .collect()
+        };
+        if !self.everything.is_empty() {
+            let mut ops = self.everything.clone();
+            ops.extend(self.resources.values().flat_map(|r| r.values().flatten()));
+            return vec![RuleWithOperations {
                 api_groups: Some(vec!["*".into()]),
                 api_versions: Some(vec!["*".into()]),
                 resources: Some(vec!["*/*".into()]),
-                operations: Some(operations),
+                operations: Some(ordered(&ops)),
                 scope: Some("*".into()),
-            }]
-        } else {
-            resources
-                .into_iter()
-                .map(|((g, v), rs)| RuleWithOperations {
-                    api_groups: Some(vec![g]),
-                    api_versions: Some(vec![v]),
-                    resources: Some(rs.into_iter().collect()),
-                    operations: Some(operations.clone()),
-                    scope: Some("*".into()),
-                })
-                .collect()
-        };
-        if rules.is_empty() {
-            continue;
+            }];
         }
-        let client_config = match &opts.target {
-            WebhookTarget::Service {
-                namespace,
-                name,
-                port,
-            } => WebhookClientConfig {
-                service: Some(ServiceReference {
-                    namespace: namespace.clone(),
-                    name: name.clone(),
-                    path: Some(path.into()),
-                    port: Some(*port),
-                }),
-                ca_bundle: Some(ByteString(ca_bundle.as_bytes().to_vec())),
-                url: None,
-            },
-            WebhookTarget::Url(base) => WebhookClientConfig {
-                url: Some(format!("{base}{path}")),
-                ca_bundle: Some(ByteString(ca_bundle.as_bytes().to_vec())),
-                service: None,
-            },
-        };
-        hooks.push(ValidatingWebhook {
-            name: format!("validate.gavel.svc-{suffix}"),
-            client_config,
-            rules: Some(rules),
-            failure_policy: Some(
-                if policy == FailurePolicy::Fail {
-                    "Fail"
-                } else {
-                    "Ignore"
-                }
-                .into(),
-            ),
-            match_policy: Some("Equivalent".into()),
-            side_effects: "None".into(),
-            admission_review_versions: vec!["v1".into()],
-            timeout_seconds: Some(opts.timeout_seconds.clamp(1, 30)),
-            namespace_selector: Some(LabelSelector {
-                match_expressions: Some(vec![LabelSelectorRequirement {
-                    key: "kubernetes.io/metadata.name".into(),
-                    operator: "NotIn".into(),
-                    values: Some(opts.excluded_namespaces.clone()),
-                }]),
-                match_labels: None,
-            }),
-            object_selector: Some(LabelSelector::default()),
-            match_conditions: None,
-        });
+        let mut rules = Vec::new();
+        for ((g, v), resources) in &self.resources {
+            // One rule per set of operations, so no resource gets more than it needs.
+            let mut by_ops: BTreeMap<Vec<String>, Vec<String>> = BTreeMap::new();
+            for (r, ops) in resources {
+                by_ops.entry(ordered(ops)).or_default().push(r.clone());
+            }
+            for (ops, resources) in by_ops {
+                rules.push(RuleWithOperations {
+                    api_groups: Some(vec![g.clone()]),
+                    api_versions: Some(vec![v.clone()]),
+                    resources: Some(resources),
+                    operations: Some(ops),
+                    scope: Some("*".into()),
+                });
+            }
+        }
+        rules
     }
-    hooks
 }
 
-/// Makes the configuration match `hooks`; Ok(true) when it wrote.
-async fn reconcile(
-    api: &Api<ValidatingWebhookConfiguration>,
+/// One webhook of either side, before it becomes the API type.
+struct Hook {
+    name: String,
+    path: &'static str,
+    failure_policy: &'static str,
+    rules: Vec<RuleWithOperations>,
+    timeout_seconds: i32,
+}
+
+/// The webhooks of each side the policies of `snapshot` need.
+fn desired(
+    snapshot: &Snapshot,
+    kinds: &KindMap,
     opts: &WebhookOptions,
-    hooks: Vec<ValidatingWebhook>,
+) -> BTreeMap<Side, Vec<Hook>> {
+    let mut coverage: BTreeMap<(Side, bool), Coverage> = BTreeMap::new();
+    for policy in snapshot.policies.iter().filter(|p| p.admission) {
+        let fail = policy.failure_policy == FailurePolicy::Fail;
+        for rule in &policy.rules {
+            for &side in sides(rule) {
+                let c = coverage.entry((side, fail)).or_default();
+                let before = (c.everything.len(), c.resources.len());
+                c.add(rule, side, kinds);
+                if (c.everything.len(), c.resources.len()) != before || c.timeout.is_none() {
+                    let t = policy
+                        .webhook_timeout_seconds
+                        .unwrap_or(opts.timeout_seconds);
+                    c.timeout = Some(c.timeout.map_or(t, |old| old.max(t)));
+                }
+            }
+        }
+    }
+    let mut out: BTreeMap<Side, Vec<Hook>> = BTreeMap::new();
+    for side in [Side::Validating, Side::Mutating] {
+        for fail in [true, false] {
+            let Some(c) = coverage.get(&(side, fail)) else {
+                continue;
+            };
+            let rules = c.rules();
+            if rules.is_empty() {
+                continue;
+            }
+            let (prefix, suffix) = (
+                if side == Side::Validating {
+                    "validate"
+                } else {
+                    "mutate"
+                },
+                if fail { "fail" } else { "ignore" },
+            );
+            let path = match (side, fail) {
+                (Side::Validating, true) => "/validate/fail",
+                (Side::Validating, false) => "/validate/ignore",
+                (Side::Mutating, true) => "/mutate/fail",
+                (Side::Mutating, false) => "/mutate/ignore",
+            };
+            out.entry(side).or_default().push(Hook {
+                name: format!("{prefix}.gavel.svc-{suffix}"),
+                path,
+                failure_policy: if fail { "Fail" } else { "Ignore" },
+                rules,
+                timeout_seconds: c.timeout.unwrap_or(opts.timeout_seconds).clamp(1, 30),
+            });
+        }
+    }
+    out
+}
+
+fn client_config(target: &WebhookTarget, path: &str, ca_bundle: &str) -> WebhookClientConfig {
+    let ca_bundle = Some(ByteString(ca_bundle.as_bytes().to_vec()));
+    match target {
+        WebhookTarget::Service {
+            namespace,
+            name,
+            port,
+        } => WebhookClientConfig {
+            service: Some(ServiceReference {
+                namespace: namespace.clone(),
+                name: name.clone(),
+                path: Some(path.into()),
+                port: Some(*port),
+            }),
+            ca_bundle,
+            url: None,
+        },
+        WebhookTarget::Url(base) => WebhookClientConfig {
+            url: Some(format!("{base}{path}")),
+            ca_bundle,
+            service: None,
+        },
+    }
+}
+
+fn namespace_selector(excluded: &[String]) -> LabelSelector {
+    LabelSelector {
+        match_expressions: Some(vec![LabelSelectorRequirement {
+            key: "kubernetes.io/metadata.name".into(),
+            operator: "NotIn".into(),
+            values: Some(excluded.to_vec()),
+        }]),
+        match_labels: None,
+    }
+}
+
+fn validating(hook: Hook, opts: &WebhookOptions, ca_bundle: &str) -> ValidatingWebhook {
+    ValidatingWebhook {
+        name: hook.name,
+        client_config: client_config(&opts.target, hook.path, ca_bundle),
+        rules: Some(hook.rules),
+        failure_policy: Some(hook.failure_policy.into()),
+        match_policy: Some("Equivalent".into()),
+        side_effects: "None".into(),
+        admission_review_versions: vec!["v1".into()],
+        timeout_seconds: Some(hook.timeout_seconds),
+        namespace_selector: Some(namespace_selector(&opts.excluded_namespaces)),
+        object_selector: Some(LabelSelector::default()),
+        match_conditions: None,
+    }
+}
+
+fn mutating(hook: Hook, opts: &WebhookOptions, ca_bundle: &str) -> MutatingWebhook {
+    MutatingWebhook {
+        name: hook.name,
+        client_config: client_config(&opts.target, hook.path, ca_bundle),
+        rules: Some(hook.rules),
+        failure_policy: Some(hook.failure_policy.into()),
+        match_policy: Some("Equivalent".into()),
+        side_effects: "NoneOnDryRun".into(),
+        admission_review_versions: vec!["v1".into()],
+        timeout_seconds: Some(hook.timeout_seconds),
+        namespace_selector: Some(namespace_selector(&opts.excluded_namespaces)),
+        object_selector: Some(LabelSelector::default()),
+        reinvocation_policy: Some("IfNeeded".into()),
+        match_conditions: None,
+    }
+}
+
+/// What reconcile needs of either configuration type.
+trait Configuration:
+    kube::Resource<DynamicType = (), Scope = k8s_openapi::ClusterResourceScope>
+    + Clone
+    + Debug
+    + Serialize
+    + DeserializeOwned
+    + Send
+    + Sync
+    + 'static
+{
+    type Webhook: PartialEq + Clone;
+    fn webhooks(&mut self) -> &mut Option<Vec<Self::Webhook>>;
+    fn named(meta: ObjectMeta) -> Self;
+}
+
+impl Configuration for ValidatingWebhookConfiguration {
+    type Webhook = ValidatingWebhook;
+    fn webhooks(&mut self) -> &mut Option<Vec<ValidatingWebhook>> {
+        &mut self.webhooks
+    }
+    fn named(metadata: ObjectMeta) -> Self {
+        ValidatingWebhookConfiguration {
+            metadata,
+            webhooks: None,
+        }
+    }
+}
+
+impl Configuration for MutatingWebhookConfiguration {
+    type Webhook = MutatingWebhook;
+    fn webhooks(&mut self) -> &mut Option<Vec<MutatingWebhook>> {
+        &mut self.webhooks
+    }
+    fn named(metadata: ObjectMeta) -> Self {
+        MutatingWebhookConfiguration {
+            metadata,
+            webhooks: None,
+        }
+    }
+}
+
+/// Makes configuration `name` hold `hooks`; Ok(true) when it wrote.
+async fn reconcile<C: Configuration>(
+    api: &Api<C>,
+    name: &str,
+    hooks: Vec<C::Webhook>,
 ) -> Result<bool, kube::Error> {
     let labels = BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]);
-    match api.get_opt(&opts.name).await? {
+    let result = match api.get_opt(name).await? {
         None => {
-            let config = ValidatingWebhookConfiguration {
-                metadata: ObjectMeta {
-                    name: Some(opts.name.clone()),
-                    labels: Some(labels),
-                    ..Default::default()
-                },
-                webhooks: Some(hooks),
-            };
-            match api.create(&PostParams::default(), &config).await {
-                Ok(_) => Ok(true),
-                // Another replica (a deposed leader) created it: next round compares.
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
+            let mut config = C::named(ObjectMeta {
+                name: Some(name.into()),
+                labels: Some(labels),
+                ..Default::default()
+            });
+            *config.webhooks() = Some(hooks);
+            api.create(&PostParams::default(), &config).await
         }
         Some(mut existing) => {
             let has_label = existing
-                .metadata
+                .meta()
                 .labels
                 .as_ref()
                 .is_some_and(|l| l.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1));
-            if existing.webhooks.as_ref() == Some(&hooks) && has_label {
+            // The API drops an empty list: none and empty are the same.
+            let same = existing.webhooks().as_deref().unwrap_or_default() == hooks.as_slice();
+            if same && has_label {
                 return Ok(false);
             }
-            existing.webhooks = Some(hooks);
+            *existing.webhooks() = Some(hooks);
             existing
-                .metadata
+                .meta_mut()
                 .labels
                 .get_or_insert_with(Default::default)
                 .extend(labels);
-            match api
-                .replace(&opts.name, &PostParams::default(), &existing)
-                .await
-            {
-                Ok(_) => Ok(true),
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
-                Err(e) => Err(e),
-            }
+            api.replace(name, &PostParams::default(), &existing).await
         }
+    };
+    match result {
+        Ok(_) => Ok(true),
+        // Another replica (a deposed leader) wrote first: the next round compares.
+        Err(kube::Error::Api(s)) if s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 
@@ -245,7 +437,8 @@ pub async fn run(
     snapshot: Arc<ArcSwap<Snapshot>>,
     mut leading: watch::Receiver<bool>,
 ) {
-    let api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let validating_api: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mutating_api: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
     let mut kinds: Option<(u64, KindMap)> = None;
     loop {
         if leading.wait_for(|l| *l).await.is_err() {
@@ -266,11 +459,36 @@ pub async fn run(
             }
         }
         if let Some((_, map)) = &kinds {
-            let hooks = desired(&current, map, &opts, &ca_bundle);
-            match reconcile(&api, &opts, hooks).await {
-                Ok(true) => tracing::info!(name = opts.name, "webhook configuration written"),
-                Ok(false) => {}
-                Err(e) => tracing::warn!(error = %e, "webhook reconcile failed; retrying"),
+            let mut hooks = desired(&current, map, &opts);
+            let v: Vec<_> = hooks
+                .remove(&Side::Validating)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|h| validating(h, &opts, &ca_bundle))
+                .collect();
+            let m: Vec<_> = hooks
+                .remove(&Side::Mutating)
+                .unwrap_or_default()
+                .into_iter()
+                .map(|h| mutating(h, &opts, &ca_bundle))
+                .collect();
+            for (name, written) in [
+                (
+                    &opts.validating_name,
+                    reconcile(&validating_api, &opts.validating_name, v).await,
+                ),
+                (
+                    &opts.mutating_name,
+                    reconcile(&mutating_api, &opts.mutating_name, m).await,
+                ),
+            ] {
+                match written {
+                    Ok(true) => tracing::info!(name, "webhook configuration written"),
+                    Ok(false) => {}
+                    Err(e) => {
+                        tracing::warn!(name, error = %e, "webhook reconcile failed; retrying")
+                    }
+                }
             }
         }
         tokio::select! {

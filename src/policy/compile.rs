@@ -330,6 +330,8 @@ pub struct CompiledPolicy {
     pub background: bool,
     pub admission: bool,
     pub emit_warning: bool,
+    /// `webhookTimeoutSeconds`: the registered webhook's timeout.
+    pub webhook_timeout_seconds: Option<i32>,
     /// `applyRules: One`: stop after the first rule that applied.
     pub apply_one: bool,
     /// Declared rules followed by their autogen variants.
@@ -454,6 +456,7 @@ impl CompiledPolicy {
             background: spec.background.unwrap_or(true),
             admission: spec.admission.unwrap_or(true),
             emit_warning: spec.emit_warning.unwrap_or(false),
+            webhook_timeout_seconds: spec.webhook_timeout_seconds,
             apply_one: spec.apply_rules.as_deref() == Some("One"),
             rules,
             exprs: Arc::new(exprs),
