@@ -107,6 +107,13 @@ impl ApiResolver {
     }
 
     fn cached_get(&self, path: &str) -> Result<Value, ResolveError> {
+        // A hit completes without waiting: take it here, without lending
+        // the worker thread to block_in_place.
+        use futures_util::FutureExt;
+        if let Some(Some(hit)) = self.cache.get(path).now_or_never() {
+            self.metrics.count("cache");
+            return Ok((*hit).clone());
+        }
         let loaded = Arc::new(AtomicBool::new(false));
         let init = {
             let loaded = loaded.clone();
@@ -176,5 +183,52 @@ fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output, ResolveError> {
         _ => Err(ResolveError::Failed(
             "the API fallback needs the server's multi-threaded runtime".into(),
         )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A client whose every request fails: only the cache can answer.
+    fn unreachable_client() -> kube::Client {
+        let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+            Err::<http::Response<kube::client::Body>, std::io::Error>(std::io::Error::other(
+                "no API server in this test",
+            ))
+        });
+        kube::Client::new(service, "default")
+    }
+
+    #[test]
+    fn a_cache_hit_needs_no_blocking() {
+        // A current-thread runtime cannot lend its worker (block_in_place
+        // would fail): a hit must be answered without it.
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let metrics = LookupMetrics::default();
+            let opts = CacheOptions {
+                ttl: Duration::from_secs(60),
+                capacity: 10,
+                max_response_bytes: 1000,
+            };
+            let resolver = ApiResolver::new(unreachable_client(), &opts, metrics.clone());
+            let path = "/api/v1/namespaces/default/configmaps/flags";
+            let miss = resolver.config_map("default", "flags").unwrap_err();
+            assert!(miss.to_string().contains("multi-threaded"), "{miss}");
+            let value = serde_json::json!({"data": {"frozen": "no"}});
+            resolver
+                .cache
+                .insert(path.to_string(), Arc::new(value.clone()))
+                .await;
+            assert_eq!(resolver.config_map("default", "flags").unwrap(), value);
+            let hits = metrics
+                .lookups
+                .get_or_create(&LookupLabels { source: "cache" })
+                .get();
+            assert_eq!(hits, 1);
+        });
     }
 }
