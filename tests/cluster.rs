@@ -867,6 +867,9 @@ fn leader_failover() {
         std::thread::sleep(Duration::from_millis(200));
     }
     assert_eq!(creates_of_webhook_config(&server), 1);
+    // One CA and one pair, each written once by whichever replica led the
+    // certificate duty.
+    assert_eq!(secret_writes(&server, PAIR_SECRET), 2);
     // Both replicas serve admission.
     assert!(denies_violating_pod(a.as_ref().unwrap()) && denies_violating_pod(&b));
 
@@ -909,6 +912,17 @@ fn leader_failover() {
         || webhook_config(&server).is_some(),
     );
     assert!(denies_violating_pod(survivor));
+    // The certificate duty too, whichever replica held its Lease before.
+    assert!(server.delete("v1", "Secret", "gavel", PAIR_SECRET));
+    eventually(
+        "the new leader to reissue the pair",
+        Duration::from_secs(10),
+        || {
+            let ca = secret_cert(&server, CA_SECRET).unwrap();
+            let pair = secret_cert(&server, PAIR_SECRET).map(|p| pem_to_der(&p));
+            pair.is_some() && served(survivor, &ca) == pair
+        },
+    );
 }
 
 #[test]
