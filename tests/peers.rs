@@ -118,7 +118,10 @@ fn gavel_matches_kyverno_and_gatekeeper_differs_only_where_documented() {
         let pods = kyverno_pods(control.kyverno, control.rule);
         assert!(!pods.is_empty(), "{}: no Pods", control.kyverno);
         for (pod, kyverno_fails) in pods {
-            let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = pod["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             let ours = gavel_fails(&policy, control.rule, &pod);
             assert_eq!(
                 ours, kyverno_fails,
@@ -150,7 +153,11 @@ fn gavel_matches_kyverno_and_gatekeeper_differs_only_where_documented() {
         "{pods_checked} Pods: {agreed} agree; documented differences: {documented:?}; findings: {}",
         findings.len()
     );
-    assert!(findings.is_empty(), "undocumented disagreements:\n{}", findings.join("\n"));
+    assert!(
+        findings.is_empty(),
+        "undocumented disagreements:\n{}",
+        findings.join("\n")
+    );
     assert!(pods_checked >= 300, "only {pods_checked} Pods checked");
     assert!(agreed + documented.values().sum::<usize>() == pods_checked);
 }

@@ -3,6 +3,9 @@
 //! Security policies as that corpus's README tables them. Shared by
 //! `tests/peers.rs` and `benches/peers.rs`.
 
+// Each target that includes this module uses only part of it.
+#![allow(dead_code)]
+
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -29,7 +32,10 @@ pub fn controls() -> Vec<Control> {
         constraints,
     };
     vec![
-        c("baseline/disallow-host-process", vec![("host-process", json!({}))]),
+        c(
+            "baseline/disallow-host-process",
+            vec![("host-process", json!({}))],
+        ),
         c(
             "baseline/disallow-host-namespaces",
             vec![
@@ -270,7 +276,12 @@ pub fn kyverno_pods(dir: &str, rule: Option<&str>) -> Vec<(Value, bool)> {
         let status = result["result"].as_str().unwrap();
         let names = result["resources"]
             .as_array()
-            .map(|a| a.iter().filter_map(|n| n.as_str()).map(str::to_string).collect())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|n| n.as_str())
+                    .map(str::to_string)
+                    .collect()
+            })
             .or_else(|| result["resource"].as_str().map(|n| vec![n.to_string()]))
             .unwrap_or_default();
         // Skipped Pods are not verdicts; a Pod failing any rule fails.
@@ -284,13 +295,16 @@ pub fn kyverno_pods(dir: &str, rule: Option<&str>) -> Vec<(Value, bool)> {
     for resources in test["resources"].as_array().unwrap() {
         let path = test_dir.join(resources.as_str().unwrap());
         let text = std::fs::read_to_string(&path).unwrap();
-        for doc in gavel::policy::load::parse_yaml_documents(&path.display().to_string(), &text)
-            .unwrap()
+        for doc in
+            gavel::policy::load::parse_yaml_documents(&path.display().to_string(), &text).unwrap()
         {
             if doc["kind"] != "Pod" {
                 continue;
             }
-            let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+            let name = doc["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
             if let Some(&failed) = fails.get(&name) {
                 pods.push((doc, failed));
             }
