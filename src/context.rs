@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod informer;
+pub mod service;
 
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -25,6 +26,10 @@ pub struct ApiCallRequest {
     pub method: String,
     /// POST body built from `data`.
     pub body: Option<Value>,
+    /// `service.caBundle`: the only CAs trusted for `url`, when set.
+    pub ca_bundle: Option<String>,
+    /// `service.headers`, substituted.
+    pub headers: Vec<(String, String)>,
 }
 
 /// Source of external data for context entries. `Ok(None)` means the source

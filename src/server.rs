@@ -305,12 +305,20 @@ async fn run(opts: ServeOptions) -> Result<()> {
             let global = crate::cluster::global_context::start(
                 informers.clone(),
                 crate::cluster::global_context::GlobalContextOptions {
+                    service: Arc::new(crate::context::service::ServiceClient::new(
+                        cluster.fallback_cache.max_response_bytes,
+                        Duration::from_secs(30),
+                    )),
                     max_response_bytes: cluster.fallback_cache.max_response_bytes,
                     debounce: cluster.debounce,
                 },
             );
             let stores = Stores::start(informers, &cluster.stores);
             let view = Arc::new(ResolverChain {
+                service: crate::context::service::ServiceClient::new(
+                    cluster.fallback_cache.max_response_bytes,
+                    opts.deadline,
+                ),
                 informer: InformerResolver::new(stores.clone()),
                 global: global.clone(),
                 api: ApiResolver::new(fallback, &cluster.fallback_cache, lookups.clone()),

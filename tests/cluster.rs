@@ -397,14 +397,38 @@ fn global_context_entries_refresh_in_the_background() {
         verdict(&gavel).0
     });
 
-    // An entry gavel cannot serve says so to the policies reading it.
-    server.put(json!({
-        "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry",
-        "metadata": {"name": "flags"},
-        "spec": {"apiCall": {"service": {"url": "https://flags.example"}}},
-    }));
-    eventually("the unsupported entry", Duration::from_secs(10), || {
-        verdict(&gavel).1.contains("unsupported: apiCall.service")
+    // The same data from a service over HTTPS: here the test server itself,
+    // trusted through caBundle, with its token in a header.
+    let service_entry = |ca: &str| {
+        json!({
+            "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry",
+            "metadata": {"name": "flags"},
+            "spec": {
+                "apiCall": {
+                    "service": {
+                        "url": format!("{}/api/v1/namespaces/default/configmaps/flags", server.url()),
+                        "caBundle": ca,
+                        "headers": [{"key": "Authorization",
+                                     "value": format!("Bearer {}", support::apiserver::TOKEN)}],
+                    },
+                    "refreshInterval": "500ms", "retryLimit": 1,
+                },
+                "projections": [{"name": "frozen", "jmesPath": "data.frozen"}],
+            },
+        })
+    };
+    server.put(flags("yes"));
+    server.put(service_entry(server.ca_pem()));
+    eventually("the service entry", Duration::from_secs(10), || {
+        verdict(&gavel).1.contains("deployments are frozen")
+    });
+    // A caBundle that does not sign the service's certificate: the entry
+    // fails, and so do the policies that read it.
+    let stranger = gavel::server::tls::generate_ca(Duration::from_secs(3600)).unwrap();
+    server.put(service_entry(&stranger.cert_pem));
+    eventually("the untrusted service", Duration::from_secs(10), || {
+        let message = verdict(&gavel).1;
+        message.contains("global context entry flags.frozen") && message.contains("apiCall")
     });
     // Deleting the entry: lookups say it is not found.
     assert!(server.delete("kyverno.io/v2alpha1", "GlobalContextEntry", "", "flags"));

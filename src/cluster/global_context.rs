@@ -148,8 +148,10 @@ fn owned_by(key: &str, entry: &str) -> bool {
 }
 
 /// Settings shared by every entry.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct GlobalContextOptions {
+    /// For `apiCall.service` entries.
+    pub service: Arc<crate::context::service::ServiceClient>,
     /// Responses of `apiCall` entries larger than this are errors.
     pub max_response_bytes: usize,
     /// How long changes to a resource gather before it is republished.
@@ -308,11 +310,11 @@ fn parse(spec: Value) -> Result<Spec, String> {
         _ => return Err("exactly one of kubernetesResource and apiCall is required".into()),
     }
     if let Some(call) = &spec.api_call {
-        if call.service.is_some() {
-            return Err("unsupported: apiCall.service in a GlobalContextEntry".into());
-        }
-        if call.url_path.is_none() {
-            return Err("apiCall needs urlPath".into());
+        match (&call.url_path, &call.service) {
+            (Some(_), None) => {}
+            (None, Some(service)) if service.get("url").and_then(Value::as_str).is_some() => {}
+            (None, Some(_)) => return Err("apiCall.service needs a url".into()),
+            _ => return Err("apiCall needs exactly one of urlPath and service".into()),
         }
         if !call.data.is_empty() && call.method.as_deref() != Some("POST") {
             return Err("apiCall.data requires method POST".into());
@@ -487,7 +489,14 @@ async fn poll(
     loop {
         let mut result = Err(String::new());
         for attempt in 0..tries {
-            result = fetch(&client, call, opts.max_response_bytes).await;
+            result = match &call.service {
+                Some(service) => opts
+                    .service
+                    .call(&service_request(call, service))
+                    .await
+                    .map_err(|e| e.to_string()),
+                None => fetch(&client, call, opts.max_response_bytes).await,
+            };
             if result.is_ok() {
                 break;
             }
@@ -497,6 +506,31 @@ async fn poll(
         }
         publish(result.map(Arc::new));
         tokio::time::sleep(every).await;
+    }
+}
+
+fn service_request(call: &ApiCall, service: &Value) -> crate::context::ApiCallRequest {
+    let text = |v: &Value| v.as_str().map(str::to_string);
+    crate::context::ApiCallRequest {
+        url_path: None,
+        url: service.get("url").and_then(text),
+        method: call.method.clone().unwrap_or_else(|| "GET".into()),
+        body: (!call.data.is_empty()).then(|| {
+            Value::Object(
+                call.data
+                    .iter()
+                    .map(|kv| (kv.key.clone(), kv.value.clone()))
+                    .collect(),
+            )
+        }),
+        ca_bundle: service.get("caBundle").and_then(text),
+        headers: service
+            .get("headers")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|h| Some((text(h.get("key")?)?, text(h.get("value")?)?)))
+            .collect(),
     }
 }
 
@@ -580,12 +614,9 @@ mod tests {
         let unknown =
             parse(json!({"apiCall": {"urlPath": "/x", "refreshInterval": "1m", "extra": 1}}));
         assert!(unknown.unwrap_err().contains("apiCall"));
-        let service = parse(json!({"apiCall": {"service": {"url": "https://x"}}}));
-        assert!(
-            service
-                .unwrap_err()
-                .starts_with("unsupported: apiCall.service")
-        );
+        assert!(parse(json!({"apiCall": {"service": {"url": "https://x"}}})).is_ok());
+        let no_url = parse(json!({"apiCall": {"service": {"caBundle": "x"}}}));
+        assert!(no_url.unwrap_err().contains("needs a url"));
         let interval = parse(json!({"apiCall": {"urlPath": "/x", "refreshInterval": "soon"}}));
         assert!(interval.unwrap_err().contains("not a duration"));
         let data_get =

@@ -175,7 +175,7 @@ impl ApiResolver {
 /// Runs `fut` to completion from synchronous engine code. Only a
 /// multi-threaded runtime can lend its worker; anywhere else the lookup
 /// fails with a clear error rather than deadlocking.
-fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output, ResolveError> {
+pub(crate) fn block_on<F: std::future::Future>(fut: F) -> Result<F::Output, ResolveError> {
     match tokio::runtime::Handle::try_current() {
         Ok(handle) if handle.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread => {
             Ok(tokio::task::block_in_place(|| handle.block_on(fut)))

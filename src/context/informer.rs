@@ -47,6 +47,8 @@ impl InformerResolver {
 /// The admission path's resolver in cluster mode.
 pub struct ResolverChain {
     pub informer: InformerResolver,
+    /// `apiCall.service` calls, straight through (nothing to cache).
+    pub service: super::service::ServiceClient,
     pub global: Arc<GlobalContext>,
     pub api: ApiResolver,
     pub metrics: LookupMetrics,
@@ -62,6 +64,10 @@ impl Resolver for ResolverChain {
     }
 
     fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        if call.url_path.is_none() && call.url.is_some() {
+            self.metrics.count("api");
+            return super::api::block_on(self.service.call(call))?.map(Some);
+        }
         self.api.api_call(call).map(Some)
     }
 

@@ -137,6 +137,25 @@ fn load_entry(
                 .transpose()?,
             method,
             body,
+            ca_bundle: call
+                .service
+                .as_ref()
+                .and_then(|s| s.get("caBundle"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            headers: call
+                .service
+                .as_ref()
+                .and_then(|s| s.get("headers"))
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+                .map(|h| {
+                    let key = h.get("key").and_then(Value::as_str).unwrap_or_default();
+                    let value = h.get("value").and_then(Value::as_str).unwrap_or_default();
+                    Ok((key.to_string(), substitute_str(ctx, exprs, value)?))
+                })
+                .collect::<Result<_, String>>()?,
         };
         let default = call
             .default
