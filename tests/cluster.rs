@@ -488,6 +488,52 @@ fn resolver_falls_back_to_api() {
 }
 
 #[test]
+fn api_call_service_from_a_rule() {
+    let server = TestApiServer::start();
+    let dir = temp_dir("cluster-service-call");
+    let path = "/api/v1/namespaces/default/configmaps/freeze";
+    server.put(json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "freeze"},
+        "spec": {"validationFailureAction": "Enforce", "rules": [{
+            "name": "deploy-freeze",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "context": [{"name": "frozen", "apiCall": {
+                "method": "GET",
+                "service": {
+                    "url": format!("{}{path}", server.url()),
+                    "caBundle": server.ca_pem(),
+                    "headers": [{"key": "Authorization",
+                                 "value": format!("Bearer {}", support::apiserver::TOKEN)}],
+                },
+                "jmesPath": "data.frozen",
+            }}],
+            "validate": {
+                "message": "deployments are frozen",
+                "deny": {"conditions": {"any": [
+                    {"key": "{{ frozen }}", "operator": "Equals", "value": "yes"},
+                ]}},
+            },
+        }]},
+    }));
+    server.put(freeze_config_map("yes"));
+    let gavel = gavel_in_cluster(&server, &dir);
+    let calls = || server.requests().iter().filter(|r| r.uri == path).count();
+    let before = calls();
+    for _ in 0..3 {
+        let (allowed, message) = verdict(&gavel);
+        assert!(
+            !allowed && message.contains("deployments are frozen"),
+            "{message}"
+        );
+    }
+    // A service's answer may depend on the request: called every time.
+    assert_eq!(calls() - before, 3);
+    server.put(freeze_config_map("no"));
+    assert_eq!(verdict(&gavel), (true, String::new()));
+}
+
+#[test]
 fn client_rate_limit_spaces_requests() {
     let server = TestApiServer::start();
     let dir = temp_dir("cluster-rate-limit");
