@@ -444,17 +444,19 @@ impl CompiledMatch {
             })
     }
 
+    fn filters(&self) -> impl Iterator<Item = &CompiledFilter> {
+        self.any
+            .iter()
+            .chain(self.all.iter())
+            .chain(self.legacy.iter())
+    }
+
     /// The operations the match can accept at all; `None` for any. A
     /// superset for `all` (an intersection would be tighter; more is safe
     /// where it decides which requests reach gavel).
     pub fn possible_operations(&self) -> Option<Vec<String>> {
         let mut out = Vec::new();
-        let mut filters = self
-            .any
-            .iter()
-            .chain(self.all.iter())
-            .chain(self.legacy.iter())
-            .peekable();
+        let mut filters = self.filters().peekable();
         filters.peek()?;
         for f in filters {
             let d = f.resources.as_ref()?;
@@ -472,12 +474,7 @@ impl CompiledMatch {
     /// kind (a filter without kinds, or a wildcard kind).
     pub fn kind_selectors(&self) -> Option<Vec<KindSelector>> {
         let mut out = Vec::new();
-        for f in self
-            .any
-            .iter()
-            .chain(self.all.iter())
-            .chain(self.legacy.iter())
-        {
+        for f in self.filters() {
             let d = f.resources.as_ref()?;
             if d.kinds.is_empty() || d.kinds.iter().any(|k| k.kind.wildcard) {
                 return None;
@@ -487,23 +484,16 @@ impl CompiledMatch {
         (!out.is_empty()).then_some(out)
     }
 
+    /// The kind names of [`CompiledMatch::kind_selectors`], sorted.
     pub fn possible_kinds(&self) -> Option<Vec<String>> {
-        let mut out = Vec::new();
-        for f in self
-            .any
-            .iter()
-            .chain(self.all.iter())
-            .chain(self.legacy.iter())
-        {
-            let d = f.resources.as_ref()?;
-            if d.kinds.is_empty() || d.kinds.iter().any(|k| k.kind.wildcard) {
-                return None;
-            }
-            out.extend(d.kinds.iter().map(|k| k.kind.text.clone()));
-        }
+        let mut out: Vec<String> = self
+            .kind_selectors()?
+            .into_iter()
+            .map(|k| k.kind.text)
+            .collect();
         out.sort();
         out.dedup();
-        (!out.is_empty()).then_some(out)
+        Some(out)
     }
 }
 
