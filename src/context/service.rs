@@ -20,6 +20,9 @@ type HttpsClient = Client<hyper_rustls::HttpsConnector<HttpConnector>, Full<Byte
 pub struct ServiceClient {
     /// Trusting the system's roots, built on first use.
     system: std::sync::OnceLock<Result<HttpsClient, String>>,
+    /// One client (and connection pool) per caBundle seen, so a bundle is
+    /// parsed once rather than per call; bounded.
+    by_ca: std::sync::Mutex<std::collections::HashMap<String, HttpsClient>>,
     max_response_bytes: usize,
     timeout: Duration,
 }
@@ -61,6 +64,7 @@ impl ServiceClient {
     pub fn new(max_response_bytes: usize, timeout: Duration) -> ServiceClient {
         ServiceClient {
             system: std::sync::OnceLock::new(),
+            by_ca: Default::default(),
             max_response_bytes,
             timeout,
         }
@@ -69,6 +73,10 @@ impl ServiceClient {
     fn client_for(&self, ca_bundle: Option<&str>) -> Result<HttpsClient, ResolveError> {
         match ca_bundle.filter(|b| !b.trim().is_empty()) {
             Some(pem) => {
+                let mut clients = self.by_ca.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(c) = clients.get(pem) {
+                    return Ok(c.clone());
+                }
                 let mut roots = rustls::RootCertStore::empty();
                 for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
                     let cert = cert.map_err(|e| failed(format!("service.caBundle: {e}")))?;
@@ -76,7 +84,12 @@ impl ServiceClient {
                         .add(cert)
                         .map_err(|e| failed(format!("service.caBundle: {e}")))?;
                 }
-                tls_with(roots).map(client).map_err(failed)
+                let built = tls_with(roots).map(client).map_err(failed)?;
+                if clients.len() >= 64 {
+                    clients.clear();
+                }
+                clients.insert(pem.to_string(), built.clone());
+                Ok(built)
             }
             None => self
                 .system
