@@ -874,20 +874,25 @@ fn certificate_rotation_without_restart() {
 
     // Renewal: the leader writes a new pair before the old one expires;
     // both replicas pick it up without a restart.
+    // (Kept busy: gavel closes connections idle for longer than its
+    // 10 s header timeout.)
+    let mut ping = || assert_eq!(kept.get("/health/liveness").unwrap(), (200, "ok".into()));
     eventually("the pair renewed", Duration::from_secs(20), || {
+        ping();
         secret_cert(&server, PAIR_SECRET).is_some_and(|p| pem_to_der(&p) != first)
     });
     eventually(
         "both replicas serve a renewed pair",
         Duration::from_secs(10),
         || {
+            ping();
             let now = served(&a, &ca);
             now.is_some()
                 && now != Some(first.clone())
                 && served(&b, &ca).is_some_and(|c| c != first)
         },
     );
-    assert_eq!(kept.get("/health/liveness").unwrap(), (200, "ok".into()));
+    ping();
     assert!(a.child.try_wait().unwrap().is_none() && b.child.try_wait().unwrap().is_none());
     assert_eq!(
         secret_cert(&server, CA_SECRET).as_deref(),
@@ -901,23 +906,29 @@ fn certificate_rotation_without_restart() {
     // pair under it and registers the new caBundle; both replicas serve it.
     assert!(server.delete("v1", "Secret", "gavel", CA_SECRET));
     eventually("a new CA", Duration::from_secs(10), || {
+        ping();
         secret_cert(&server, CA_SECRET).is_some_and(|c| c != ca)
     });
     let new_ca = secret_cert(&server, CA_SECRET).unwrap();
     eventually(
         "replicas serve a pair of the new CA",
         Duration::from_secs(15),
-        || served(&a, &new_ca).is_some() && served(&b, &new_ca).is_some(),
+        || {
+            ping();
+            served(&a, &new_ca).is_some() && served(&b, &new_ca).is_some()
+        },
     );
     assert!(served(&a, &ca).is_none(), "the old CA no longer verifies");
     eventually("caBundle rotated", Duration::from_secs(10), || {
+        ping();
         ca_bundle_registered(&server).as_deref() == Some(new_ca.as_str())
     });
     // Admission through the bundle gavel writes for clients.
     eventually("admission with the new CA", Duration::from_secs(10), || {
+        ping();
         std::fs::read_to_string(&a.ca).is_ok_and(|c| c == new_ca) && denies_violating_pod(&a)
     });
-    assert_eq!(kept.get("/health/liveness").unwrap(), (200, "ok".into()));
+    ping();
     assert!(a.child.try_wait().unwrap().is_none() && b.child.try_wait().unwrap().is_none());
 }
 
