@@ -10,7 +10,9 @@
 //! is published, never per request. Readers take an `Arc` from an
 //! arc-swapped map: no lock, no copy.
 
-use super::stores::resource;
+use super::stores::{resource, strip};
+use crate::context::ApiCallRequest;
+use crate::context::api::{fetch_json, url_path_request};
 use crate::jmespath::Expression;
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
@@ -20,7 +22,7 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -416,12 +418,7 @@ async fn watch_resource(
         writer,
         watcher(api, watcher::Config::default())
             .default_backoff()
-            .modify(|o: &mut DynamicObject| {
-                o.metadata.managed_fields = None;
-                if let Some(a) = o.metadata.annotations.as_mut() {
-                    a.remove("kubectl.kubernetes.io/last-applied-configuration");
-                }
-            }),
+            .modify(strip),
     );
     let mut stream = std::pin::pin!(stream);
     let mut dirty = false;
@@ -489,14 +486,15 @@ async fn poll(
     loop {
         let mut result = Err(String::new());
         for attempt in 0..tries {
-            result = match &call.service {
-                Some(service) => opts
-                    .service
-                    .call(&service_request(call, service))
-                    .await
-                    .map_err(|e| e.to_string()),
-                None => fetch(&client, call, opts.max_response_bytes).await,
-            };
+            let request = call_request(call);
+            result = match &request.url_path {
+                None => opts.service.call(&request).await,
+                Some(path) => match url_path_request(path, &request) {
+                    Ok(http) => fetch_json(&client, http, opts.max_response_bytes).await,
+                    Err(e) => Err(e),
+                },
+            }
+            .map_err(|e| e.to_string());
             if result.is_ok() {
                 break;
             }
@@ -509,11 +507,13 @@ async fn poll(
     }
 }
 
-fn service_request(call: &ApiCall, service: &Value) -> crate::context::ApiCallRequest {
+/// The entry's call in the form the context sources take.
+fn call_request(call: &ApiCall) -> ApiCallRequest {
     let text = |v: &Value| v.as_str().map(str::to_string);
-    crate::context::ApiCallRequest {
-        url_path: None,
-        url: service.get("url").and_then(text),
+    let service = call.service.as_ref();
+    ApiCallRequest {
+        url_path: call.url_path.clone(),
+        url: service.and_then(|s| s.get("url")).and_then(text),
         method: call.method.clone().unwrap_or_else(|| "GET".into()),
         body: (!call.data.is_empty()).then(|| {
             Value::Object(
@@ -523,45 +523,15 @@ fn service_request(call: &ApiCall, service: &Value) -> crate::context::ApiCallRe
                     .collect(),
             )
         }),
-        ca_bundle: service.get("caBundle").and_then(text),
+        ca_bundle: service.and_then(|s| s.get("caBundle")).and_then(text),
         headers: service
-            .get("headers")
+            .and_then(|s| s.get("headers"))
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
             .filter_map(|h| Some((text(h.get("key")?)?, text(h.get("value")?)?)))
             .collect(),
     }
-}
-
-async fn fetch(client: &Client, call: &ApiCall, max_bytes: usize) -> Result<Value, String> {
-    let path = call.url_path.as_deref().unwrap_or_default();
-    let request = match call.method.as_deref().unwrap_or("GET") {
-        "GET" => http::Request::get(path).body(Vec::new()),
-        "POST" => {
-            let body: Map<String, Value> = call
-                .data
-                .iter()
-                .map(|kv| (kv.key.clone(), kv.value.clone()))
-                .collect();
-            http::Request::post(path)
-                .header(http::header::CONTENT_TYPE, "application/json")
-                .body(serde_json::to_vec(&body).unwrap_or_default())
-        }
-        other => return Err(format!("apiCall: unsupported method {other:?}")),
-    }
-    .map_err(|e| e.to_string())?;
-    let text = client
-        .request_text(request)
-        .await
-        .map_err(|e| format!("apiCall {path}: {e}"))?;
-    if text.len() > max_bytes {
-        return Err(format!(
-            "apiCall {path}: response of {} bytes exceeds the limit of {max_bytes}",
-            text.len()
-        ));
-    }
-    serde_json::from_str(&text).map_err(|e| format!("apiCall {path}: response is not JSON: {e}"))
 }
 
 #[cfg(test)]

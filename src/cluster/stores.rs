@@ -54,7 +54,7 @@ pub fn exception_resource() -> ApiResource {
 }
 
 /// Removes what no policy reads and what makes up most of an object's size.
-fn strip<K: Resource>(object: &mut K) {
+pub(crate) fn strip<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
     meta.managed_fields = None;
     if let Some(a) = meta.annotations.as_mut() {

@@ -91,12 +91,7 @@ impl ApiResolver {
         match call.method.as_str() {
             "GET" => self.cached_get(path),
             "POST" => {
-                let body = serde_json::to_vec(call.body.as_ref().unwrap_or(&Value::Null))
-                    .map_err(|e| ResolveError::Failed(e.to_string()))?;
-                let request = http::Request::post(path)
-                    .header(http::header::CONTENT_TYPE, "application/json")
-                    .body(body)
-                    .map_err(|e| ResolveError::Failed(e.to_string()))?;
+                let request = url_path_request(path, call)?;
                 self.metrics.count("api");
                 block_on(self.fetch(request)).and_then(|r| r)
             }
@@ -147,29 +142,61 @@ impl ApiResolver {
         let max_bytes = self.max_response_bytes;
         async move {
             let started = Instant::now();
-            let path = request.uri().path().to_string();
-            let result = client.request_text(request).await;
+            let result = fetch_json(&client, request, max_bytes).await;
             histogram.observe(started.elapsed().as_secs_f64());
-            let text = result.map_err(|e| match e {
-                kube::Error::Api(s) if s.code == 404 => {
-                    ResolveError::Failed(format!("{path}: not found"))
-                }
-                e => ResolveError::Failed(format!("{path}: {e}")),
-            })?;
-            if text.len() > max_bytes {
-                return Err(ResolveError::Failed(format!(
-                    "{path}: response of {} bytes exceeds the limit of {max_bytes}",
-                    text.len()
-                )));
-            }
-            let mut value: Value = serde_json::from_str(&text)
-                .map_err(|e| ResolveError::Failed(format!("{path}: response is not JSON: {e}")))?;
-            if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
-                meta.remove("managedFields");
-            }
-            Ok(value)
+            result
         }
     }
+}
+
+/// The API request of an `apiCall` to `path` (GET, or POST with the body
+/// built from `data`).
+pub(crate) fn url_path_request(
+    path: &str,
+    call: &ApiCallRequest,
+) -> Result<http::Request<Vec<u8>>, ResolveError> {
+    let request = match call.method.as_str() {
+        "GET" => http::Request::get(path).body(Vec::new()),
+        "POST" => {
+            let body = serde_json::to_vec(call.body.as_ref().unwrap_or(&Value::Null))
+                .map_err(|e| ResolveError::Failed(e.to_string()))?;
+            http::Request::post(path)
+                .header(http::header::CONTENT_TYPE, "application/json")
+                .body(body)
+        }
+        other => {
+            return Err(ResolveError::Failed(format!(
+                "apiCall: unsupported method {other:?}"
+            )));
+        }
+    };
+    request.map_err(|e| ResolveError::Failed(e.to_string()))
+}
+
+/// Sends `request` to the API server and reads a JSON answer of at most
+/// `max_bytes`, without managedFields.
+pub(crate) async fn fetch_json(
+    client: &kube::Client,
+    request: http::Request<Vec<u8>>,
+    max_bytes: usize,
+) -> Result<Value, ResolveError> {
+    let path = request.uri().path().to_string();
+    let text = client.request_text(request).await.map_err(|e| match e {
+        kube::Error::Api(s) if s.code == 404 => ResolveError::Failed(format!("{path}: not found")),
+        e => ResolveError::Failed(format!("{path}: {e}")),
+    })?;
+    if text.len() > max_bytes {
+        return Err(ResolveError::Failed(format!(
+            "{path}: response of {} bytes exceeds the limit of {max_bytes}",
+            text.len()
+        )));
+    }
+    let mut value: Value = serde_json::from_str(&text)
+        .map_err(|e| ResolveError::Failed(format!("{path}: response is not JSON: {e}")))?;
+    if let Some(meta) = value.get_mut("metadata").and_then(Value::as_object_mut) {
+        meta.remove("managedFields");
+    }
+    Ok(value)
 }
 
 /// Runs `fut` to completion from synchronous engine code. Only a
