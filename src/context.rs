@@ -41,6 +41,27 @@ pub trait Resolver: Send + Sync {
     /// Shared, not copied: an entry may cache thousands of objects, and
     /// the policy's jmesPath usually selects a little of them.
     fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError>;
+    /// One object by identity: the source of a generate `clone`. Sources
+    /// without objects (the admission path today) have none.
+    fn resource(
+        &self,
+        _api_version: &str,
+        _kind: &str,
+        _namespace: &str,
+        _name: &str,
+    ) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
+    /// The objects of one kind in a namespace: the sources of a generate
+    /// `cloneList` (the caller applies the label selector).
+    fn resources(
+        &self,
+        _api_version: &str,
+        _kind: &str,
+        _namespace: &str,
+    ) -> Result<Vec<Value>, ResolveError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A resolver with no sources at all.

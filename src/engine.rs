@@ -5,8 +5,10 @@
 
 pub mod conditions;
 pub mod context_loader;
+pub mod generate;
 pub mod images;
 pub mod json_context;
+pub mod mutate;
 pub mod pattern;
 pub mod pod_security;
 pub mod validate;
@@ -56,6 +58,8 @@ pub struct RuleResponse<'p> {
     pub rule_type: RuleType,
     pub status: RuleStatus,
     pub message: Cow<'p, str>,
+    /// The resources a generate rule produced (empty for other rules).
+    pub generated: Vec<Value>,
 }
 
 impl<'p> RuleResponse<'p> {
@@ -69,7 +73,14 @@ impl<'p> RuleResponse<'p> {
             rule_type: RuleType::Validation,
             status,
             message: message.into(),
+            generated: Vec::new(),
         }
+    }
+
+    /// A response of the given rule type.
+    pub fn of_type(mut self, rule_type: RuleType) -> RuleResponse<'p> {
+        self.rule_type = rule_type;
+        self
     }
 }
 

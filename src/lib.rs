@@ -27,6 +27,7 @@ pub mod controllers;
 pub mod engine;
 pub mod jmespath;
 pub mod matching;
+pub mod patch;
 pub mod policy;
 pub mod server;
 pub mod units;

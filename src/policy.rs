@@ -4,6 +4,7 @@
 pub mod autogen;
 pub mod compile;
 pub mod load;
+pub mod mutation;
 pub mod types;
 
 pub use compile::{

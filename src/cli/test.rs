@@ -7,9 +7,11 @@ use super::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use super::values::{PolicyRuleValues, UserInfoFile, Values};
 use super::{OutputFormat, TestArgs};
 use crate::context::{ApiCallRequest, ResolveError, Resolver};
+use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
+use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
-use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
+use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use crate::wildcard;
@@ -130,10 +132,12 @@ pub fn discover(paths: &[PathBuf], file_name: &str) -> Vec<PathBuf> {
     out
 }
 
-/// Offline context sources: `apiCallResponses` and `globalContextEntries` mocks.
+/// Offline context sources: `apiCallResponses` and `globalContextEntries`
+/// mocks, and the `cloneSourceResource` files for generate clones.
 struct MockResolver<'a> {
     api_calls: &'a [ApiCallMock],
     globals: &'a [GlobalContextMock],
+    clone_sources: &'a [Value],
 }
 
 impl Resolver for MockResolver<'_> {
@@ -161,6 +165,43 @@ impl Resolver for MockResolver<'_> {
             .find(|g| g.name == name)
             .map(|g| Arc::new(g.data.clone())))
     }
+
+    fn resource(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ResolveError> {
+        Ok(self
+            .clone_sources
+            .iter()
+            .find(|r| {
+                let (api, k, ns, n) = resource_key(r);
+                api == api_version
+                    && k == kind
+                    && n == name
+                    && (ns == namespace || namespace.is_empty())
+            })
+            .cloned())
+    }
+
+    fn resources(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, ResolveError> {
+        Ok(self
+            .clone_sources
+            .iter()
+            .filter(|r| {
+                let (api, k, ns, _) = resource_key(r);
+                api == api_version && k == kind && ns == namespace
+            })
+            .cloned()
+            .collect())
+    }
 }
 
 struct Loaded {
@@ -173,6 +214,8 @@ struct Loaded {
     resources: Vec<Value>,
     values: Values,
     user: UserInfoFile,
+    /// Documents of every `cloneSourceResource` file.
+    clone_sources: Vec<Value>,
 }
 
 fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
@@ -184,6 +227,7 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         resources: Vec::new(),
         values: Values::default(),
         user: UserInfoFile::default(),
+        clone_sources: Vec::new(),
     };
     let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
         let text = read_file(path).map_err(|e| e.to_string())?;
@@ -224,6 +268,18 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
             }
         }
     }
+    let dir = doc.path.parent().unwrap_or(Path::new("."));
+    let mut clone_files: Vec<&str> = doc
+        .results
+        .iter()
+        .filter_map(|r| r.clone_source.as_deref())
+        .collect();
+    clone_files.dedup();
+    for f in clone_files {
+        loaded
+            .clone_sources
+            .extend(load_resources(&dir.join(f)).map_err(|e| e.to_string())?);
+    }
     if let Some(v) = &doc.inline_values {
         loaded.values = Values::parse(v, false)?;
     } else if let Some(path) = &doc.variables {
@@ -246,11 +302,25 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
     Ok(loaded)
 }
 
-/// Engine responses keyed by resource index.
-fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Vec<PolicyResponse<'l>>> {
+/// What the engine made of one resource, per policy (in load order).
+struct Evaluated<'l> {
+    /// Each policy's responses over all phases; `None` for a generate-only
+    /// policy none of whose rules applied (it reads as "Not found").
+    responses: Vec<Option<PolicyResponse<'l>>>,
+    /// The resource after each policy's mutate rules.
+    patched: Vec<Value>,
+    /// The resource validate and generate rules saw: after every mutation.
+    mutated: Value,
+}
+
+/// Runs the phases of `kyverno test` (§2) for every resource: mutate
+/// policies in load order, each on the previous one's output; then
+/// validate, then generate, on the mutated resource.
+fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
     let resolver = MockResolver {
         api_calls: &doc.api_calls,
         globals: &doc.global_context,
+        clone_sources: &loaded.clone_sources,
     };
     let operation = loaded.values.operation();
     let mut out = Vec::with_capacity(loaded.resources.len());
@@ -259,40 +329,106 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Vec<PolicyResponse<'l>
             .pointer("/metadata/name")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        let base = build_request(resource, &operation, loaded);
-        let base_ctx = context_for(&base, loaded);
-        let mut responses = Vec::new();
+        let mut current = resource.clone();
+        let mut responses: Vec<Option<PolicyResponse>> = Vec::with_capacity(loaded.policies.len());
+        let mut patched = Vec::with_capacity(loaded.policies.len());
         for policy in &loaded.policies {
-            let resource_values = loaded
-                .values
-                .resources
-                .get(&policy.name)
-                .and_then(|m| m.get(name));
-            // A resource-level `request.operation` changes the request itself (oldObject on UPDATE).
-            let own_op = resource_values
-                .and_then(|v| v.get("request.operation"))
-                .and_then(Value::as_str);
-            let own_req = own_op
-                .filter(|op| *op != operation)
-                .map(|op| build_request(resource, op, loaded));
-            let (req, mut ctx) = match &own_req {
-                Some(r) => (r, context_for(r, loaded)),
-                None => (&base, base_ctx.child()),
-            };
-            for (k, v) in resource_values.into_iter().flatten() {
-                ctx.set_path(k, v.clone());
+            if !policy.has_mutate() {
+                responses.push(None);
+                patched.push(current.clone());
+                continue;
             }
-            let rule_values = PolicyRuleValues(loaded.values.rules.get(&policy.name));
-            let env = EvalEnv {
-                resolver: &resolver,
-                exceptions: &loaded.exceptions,
-                rule_values: &rule_values,
-            };
-            responses.push(evaluate_policy(policy, req, &ctx, &env));
+            let outcome = with_policy_context(
+                policy,
+                &current,
+                name,
+                &operation,
+                loaded,
+                &resolver,
+                |req, ctx, env| mutate_policy(policy, req, ctx, env),
+            );
+            current = outcome.patched;
+            patched.push(current.clone());
+            responses.push(Some(outcome.response));
         }
-        out.push(responses);
+        for (i, policy) in loaded.policies.iter().enumerate() {
+            let validated = with_policy_context(
+                policy,
+                &current,
+                name,
+                &operation,
+                loaded,
+                &resolver,
+                |req, ctx, env| evaluate_policy(policy, req, ctx, env),
+            );
+            let generated = policy.has_generate().then(|| {
+                with_policy_context(
+                    policy,
+                    &current,
+                    name,
+                    &operation,
+                    loaded,
+                    &resolver,
+                    |req, ctx, env| generate_policy(policy, req, ctx, env),
+                )
+            });
+            let slot = &mut responses[i];
+            let mut merged = slot.take().unwrap_or(PolicyResponse {
+                policy: validated.policy,
+                rules: Vec::new(),
+            });
+            merged.rules.extend(validated.rules);
+            if let Some(g) = generated {
+                merged.rules.extend(g.rules);
+            }
+            // kyverno-compat: only a generate phase that produced rule
+            // responses yields an engine response for a generate policy.
+            let generate_only =
+                policy.has_generate() && !policy.has_mutate() && !policy.has_validate();
+            *slot = (!generate_only || !merged.rules.is_empty()).then_some(merged);
+        }
+        out.push(Evaluated {
+            responses,
+            patched,
+            mutated: current,
+        });
     }
     out
+}
+
+/// Builds the request and context `kyverno test` gives `policy` for
+/// `resource` (values file, per-resource values, operation) and runs `f`.
+fn with_policy_context<'l, R>(
+    policy: &'l CompiledPolicy,
+    resource: &Value,
+    name: &str,
+    operation: &str,
+    loaded: &'l Loaded,
+    resolver: &MockResolver,
+    f: impl FnOnce(&Request, &JsonContext, &EvalEnv) -> R,
+) -> R {
+    let resource_values = loaded
+        .values
+        .resources
+        .get(&policy.name)
+        .and_then(|m| m.get(name));
+    // A resource-level `request.operation` changes the request itself (oldObject on UPDATE).
+    let op = resource_values
+        .and_then(|v| v.get("request.operation"))
+        .and_then(Value::as_str)
+        .unwrap_or(operation);
+    let req = build_request(resource, op, loaded);
+    let mut ctx = context_for(&req, loaded);
+    for (k, v) in resource_values.into_iter().flatten() {
+        ctx.set_path(k, v.clone());
+    }
+    let rule_values = PolicyRuleValues(loaded.values.rules.get(&policy.name));
+    let env = EvalEnv {
+        resolver,
+        exceptions: &loaded.exceptions,
+        rule_values: &rule_values,
+    };
+    f(&req, &ctx, &env)
 }
 
 /// The request's JSON context with the values file's global values applied.
@@ -336,9 +472,11 @@ fn status_word(s: RuleStatus) -> &'static str {
 fn check_results(
     doc: &TestDoc,
     loaded: &Loaded,
-    responses: &[Vec<PolicyResponse>],
+    evaluated: &[Evaluated],
     selector: &Selector,
 ) -> Vec<Row> {
+    let dir = doc.path.parent().unwrap_or(Path::new("."));
+    let mut expected_files = ExpectedFiles::default();
     let mut rows = Vec::new();
     for expected in &doc.results {
         if !selector.keeps(&expected.policy, &expected.rule, &expected.resources) {
@@ -373,10 +511,14 @@ fn check_results(
         for i in chosen {
             let resource = &loaded.resources[i];
             let shown = display_resource(resource);
-            let matching: Vec<(&PolicyResponse, &CompiledPolicy)> = responses[i]
+            let ev = &evaluated[i];
+            let matching: Vec<(usize, &PolicyResponse, &CompiledPolicy)> = ev
+                .responses
                 .iter()
                 .zip(&loaded.policies)
-                .filter(|(_, p)| p.name == policy_name)
+                .enumerate()
+                .filter(|(_, (_, p))| p.name == policy_name)
+                .filter_map(|(pi, (r, p))| r.as_ref().map(|r| (pi, r, p)))
                 .collect();
             let row = |rule: &str,
                        result: &'static str,
@@ -421,7 +563,7 @@ fn check_results(
                 }
                 continue;
             }
-            for (resp, policy) in matching {
+            for (pi, resp, policy) in matching {
                 let rule_rows: Vec<_> = resp
                     .rules
                     .iter()
@@ -443,33 +585,157 @@ fn check_results(
                     ));
                     continue;
                 }
+                let mut dropped = 0;
+                let before = rows.len();
                 for r in rule_rows {
                     let mut actual = status_word(r.status);
                     if actual == "fail" && !policy.scored {
                         actual = "warn";
                     }
-                    let row = if actual == expected.result {
-                        let outcome = if expected.result == "skip" {
-                            Outcome::Skip
+                    // Resources to compare: (actual, expected file).
+                    let mut compare: Vec<(&Value, &str)> = Vec::new();
+                    if let Some(file) = &expected.patched_resources {
+                        let resource = if r.rule_type == RuleType::Mutation {
+                            &ev.patched[pi]
                         } else {
-                            Outcome::Pass
+                            &ev.mutated
                         };
-                        row(r.name, "Pass", "Ok".into(), r.message.to_string(), outcome)
-                    } else {
-                        row(
-                            r.name,
-                            "Fail",
-                            format!("Want {}, got {actual}", expected.result),
-                            r.message.to_string(),
-                            Outcome::Fail,
-                        )
-                    };
-                    rows.push(row);
+                        compare.push((resource, file));
+                    }
+                    let mut generated_rows: Vec<Option<&Value>> = vec![None];
+                    if let Some(file) = &expected.generated_resource
+                        && r.rule_type == RuleType::Generation
+                        && !r.generated.is_empty()
+                    {
+                        generated_rows = r.generated.iter().map(Some).collect();
+                        let _ = file;
+                    }
+                    for generated in generated_rows {
+                        let mut checks = compare.clone();
+                        if let (Some(g), Some(file)) = (generated, &expected.generated_resource) {
+                            checks.push((g, file));
+                        }
+                        let mut diff = None;
+                        let mut missing = false;
+                        for (resource, file) in checks {
+                            match expected_files.find(&dir.join(file), resource) {
+                                Err(e) => diff = Some(e),
+                                Ok(None) => missing = true,
+                                Ok(Some(want)) => {
+                                    if let Some(d) = resource_diff(resource, want) {
+                                        diff = Some(d);
+                                    }
+                                }
+                            }
+                        }
+                        if missing && diff.is_none() {
+                            dropped += 1;
+                            continue;
+                        }
+                        let row = if let Some(d) = diff {
+                            row(r.name, "Fail", "Resource diff".into(), d, Outcome::Fail)
+                        } else if actual == expected.result {
+                            let outcome = if expected.result == "skip" {
+                                Outcome::Skip
+                            } else {
+                                Outcome::Pass
+                            };
+                            row(r.name, "Pass", "Ok".into(), r.message.to_string(), outcome)
+                        } else {
+                            row(
+                                r.name,
+                                "Fail",
+                                format!("Want {}, got {actual}", expected.result),
+                                r.message.to_string(),
+                                Outcome::Fail,
+                            )
+                        };
+                        rows.push(row);
+                    }
                 }
+                let _ = (dropped, before);
             }
         }
     }
     rows
+}
+
+/// Expected-resource files, loaded once per test.
+#[derive(Default)]
+struct ExpectedFiles {
+    loaded: std::collections::HashMap<PathBuf, Result<Vec<Value>, String>>,
+}
+
+impl ExpectedFiles {
+    /// The document of `path` with the same apiVersion, kind, namespace and
+    /// name as `actual` (§5); `None` when the file has none.
+    fn find(&mut self, path: &Path, actual: &Value) -> Result<Option<&Value>, String> {
+        let docs = self
+            .loaded
+            .entry(path.to_path_buf())
+            .or_insert_with(|| load_resources(path).map_err(|e| e.to_string()));
+        let docs = docs.as_ref().map_err(Clone::clone)?;
+        let key = resource_key(actual);
+        Ok(docs.iter().find(|d| resource_key(d) == key))
+    }
+}
+
+/// `None` when `actual` and `expected` are equal after the comparison's
+/// normalisation (§5), else a readable diff.
+fn resource_diff(actual: &Value, expected: &Value) -> Option<String> {
+    let a = tidy(normalise_labels(actual.clone()));
+    let e = tidy(normalise_labels(expected.clone()));
+    if a == e {
+        return None;
+    }
+    let ops = crate::patch::json_patch::diff(&e, &a);
+    let lines: Vec<String> = ops.iter().map(|op| op.to_string()).collect();
+    Some(format!(
+        "actual differs from expected: {}",
+        lines.join(", ")
+    ))
+}
+
+/// Drops `generate.kyverno.io/` labels and adds `app.kubernetes.io/managed-by: kyverno`.
+fn normalise_labels(mut v: Value) -> Value {
+    if let Some(meta) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+        let labels = meta
+            .entry("labels")
+            .or_insert_with(|| Value::Object(Default::default()));
+        if let Value::Object(l) = labels {
+            l.retain(|k, _| !k.starts_with("generate.kyverno.io/"));
+            l.insert("app.kubernetes.io/managed-by".into(), json!("kyverno"));
+        }
+    }
+    v
+}
+
+/// Removes nulls, empty maps and empty lists, recursively.
+fn tidy(v: Value) -> Value {
+    match v {
+        Value::Object(m) => Value::Object(
+            m.into_iter()
+                .map(|(k, v)| (k, tidy(v)))
+                .filter(|(_, v)| !is_empty_value(v))
+                .collect(),
+        ),
+        Value::Array(a) => Value::Array(
+            a.into_iter()
+                .map(tidy)
+                .filter(|v| !is_empty_value(v))
+                .collect(),
+        ),
+        other => other,
+    }
+}
+
+fn is_empty_value(v: &Value) -> bool {
+    match v {
+        Value::Null => true,
+        Value::Object(m) => m.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        _ => false,
+    }
 }
 
 /// Runs every test document of one file.
@@ -514,8 +780,8 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
             return outcome;
         }
     };
-    let responses = evaluate(&doc, &loaded);
-    outcome.rows = check_results(&doc, &loaded, &responses, selector);
+    let evaluated = evaluate(&doc, &loaded);
+    outcome.rows = check_results(&doc, &loaded, &evaluated, selector);
     outcome.policies = loaded.policies.len() + loaded.invalid.len() + loaded.unsupported.len();
     outcome.resources = loaded.resources.len();
     outcome.exceptions = loaded.exceptions.len();

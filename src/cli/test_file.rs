@@ -43,6 +43,8 @@ pub struct ExpectedResult {
     pub result: String,
     pub patched_resources: Option<String>,
     pub generated_resource: Option<String>,
+    /// `cloneSourceResource`: the clone source a generate rule reads.
+    pub clone_source: Option<String>,
     /// Set for the CEL policy kinds (no rule names).
     pub is_cel_policy: bool,
 }
@@ -176,6 +178,10 @@ impl TestDoc {
                     .map(str::to_string),
                 generated_resource: r
                     .get("generatedresource")
+                    .and_then(Value::as_str)
+                    .map(str::to_string),
+                clone_source: r
+                    .get("clonesourceresource")
                     .and_then(Value::as_str)
                     .map(str::to_string),
                 is_cel_policy: [

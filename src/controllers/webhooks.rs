@@ -102,7 +102,7 @@ impl Side {
 fn sides(rule: &CompiledRule) -> &'static [Side] {
     match &rule.body {
         RuleBody::Validate(_) | RuleBody::Generate(_) => &[Side::Validating],
-        RuleBody::Mutate(m) if m.get("targets").is_some() => &[Side::Validating],
+        RuleBody::Mutate(m) if !m.targets.is_empty() => &[Side::Validating],
         RuleBody::Mutate(_) => &[Side::Mutating],
         RuleBody::VerifyImages(_) => &[Side::Validating, Side::Mutating],
     }

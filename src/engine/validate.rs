@@ -109,18 +109,11 @@ fn evaluate_rule<'p>(
 ) -> Option<RuleResponse<'p>> {
     let name = rule.name.as_str();
     let exprs = &policy.exprs;
-    let applicable: Vec<&CompiledException> = env
-        .exceptions
-        .iter()
-        .filter(|ex| {
-            ex.covers(policy.qualified_name(), name)
-                && ex.match_resources.matches(&req.match_input())
-                && ex
-                    .conditions
-                    .as_ref()
-                    .is_none_or(|c| matches!(eval_conditions(c, ctx, &ex.exprs), Ok((true, _))))
-        })
-        .collect();
+    if matches!(rule.body, RuleBody::Mutate(_) | RuleBody::Generate(_)) {
+        // Evaluated by their own phases (engine::mutate, engine::generate).
+        return None;
+    }
+    let applicable = applicable_exceptions(policy, name, req, ctx, env);
     let is_pod_security = matches!(&rule.body, RuleBody::Validate(v) if matches!(v.check, ValidateCheck::PodSecurity(_)));
     // Exceptions with podSecurity controls exempt those controls of a
     // podSecurity rule; any other matching exception skips the rule.
@@ -156,40 +149,8 @@ fn evaluate_rule<'p>(
             return Some(r);
         }
     };
-    if let Some(values) = env.rule_values.for_rule(name) {
-        for (k, val) in values {
-            ctx.set_path(k, val.clone());
-        }
-    }
-    if let Err(e) = context_loader::load(&rule.context, ctx, exprs, env.resolver) {
-        return Some(RuleResponse::new(name, RuleStatus::Error, e));
-    }
-    match &rule.preconditions {
-        Err(e) => {
-            return Some(RuleResponse::new(
-                name,
-                RuleStatus::Error,
-                format!("invalid preconditions: {e}"),
-            ));
-        }
-        Ok(Some(pre)) => match eval_conditions(pre, ctx, exprs) {
-            Ok((true, _)) => {}
-            Ok((false, msg)) => {
-                return Some(RuleResponse::new(
-                    name,
-                    RuleStatus::Skip,
-                    format!("preconditions not met{msg}"),
-                ));
-            }
-            Err(e) => {
-                return Some(RuleResponse::new(
-                    name,
-                    RuleStatus::Error,
-                    format!("failed to evaluate preconditions: {e}"),
-                ));
-            }
-        },
-        Ok(None) => {}
+    if let Some(stop) = prepare_rule(rule, ctx, exprs, env) {
+        return Some(stop);
     }
     let mut rv = RuleValidator {
         rule: name,
@@ -203,6 +164,68 @@ fn evaluate_rule<'p>(
     };
     let resp = rv.check(&v.check, req, ctx, None)?;
     Some(resp)
+}
+
+/// The PolicyExceptions that cover this rule and match the request.
+pub(super) fn applicable_exceptions<'e>(
+    policy: &CompiledPolicy,
+    rule: &str,
+    req: &Request,
+    ctx: &JsonContext,
+    env: &EvalEnv<'e>,
+) -> Vec<&'e CompiledException> {
+    env.exceptions
+        .iter()
+        .filter(|ex| {
+            ex.covers(policy.qualified_name(), rule)
+                && ex.match_resources.matches(&req.match_input())
+                && ex
+                    .conditions
+                    .as_ref()
+                    .is_none_or(|c| matches!(eval_conditions(c, ctx, &ex.exprs), Ok((true, _))))
+        })
+        .collect()
+}
+
+/// What every rule type does before its body: injected rule values,
+/// context entries, preconditions. `Some` is the rule's response when it
+/// stops there (error, or skip on false preconditions).
+pub(super) fn prepare_rule<'p>(
+    rule: &'p CompiledRule,
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    env: &EvalEnv,
+) -> Option<RuleResponse<'p>> {
+    let name = rule.name.as_str();
+    if let Some(values) = env.rule_values.for_rule(name) {
+        for (k, val) in values {
+            ctx.set_path(k, val.clone());
+        }
+    }
+    if let Err(e) = context_loader::load(&rule.context, ctx, exprs, env.resolver) {
+        return Some(RuleResponse::new(name, RuleStatus::Error, e));
+    }
+    match &rule.preconditions {
+        Err(e) => Some(RuleResponse::new(
+            name,
+            RuleStatus::Error,
+            format!("invalid preconditions: {e}"),
+        )),
+        Ok(Some(pre)) => match eval_conditions(pre, ctx, exprs) {
+            Ok((true, _)) => None,
+            Ok((false, msg)) => Some(RuleResponse::new(
+                name,
+                RuleStatus::Skip,
+                format!("preconditions not met{msg}"),
+            )),
+            Err(e) => Some(RuleResponse::new(
+                name,
+                RuleStatus::Error,
+                format!("failed to evaluate preconditions: {e}"),
+            )),
+        },
+        Ok(None) => None,
+    }
 }
 
 /// Evaluates `{any, all}` conditions; returns (result, messages of the deciding conditions).

@@ -4,6 +4,7 @@
 //! [`ExprCache`] so that evaluation never re-parses policy text.
 
 use super::autogen;
+use super::mutation::{GenerateRule, MutateRule};
 use super::types::{
     ContextEntry, Deny, ForEachValidation, PodSecurity, PolicyDoc, PolicyExceptionDoc, Rule,
     Validation,
@@ -268,8 +269,8 @@ pub struct ValidateRule {
 #[derive(Debug, Clone)]
 pub enum RuleBody {
     Validate(ValidateRule),
-    Mutate(Value),
-    Generate(Value),
+    Mutate(MutateRule),
+    Generate(GenerateRule),
     VerifyImages(Vec<Value>),
 }
 
@@ -488,9 +489,9 @@ fn compile_rule(
     let body = if let Some(v) = &rule.validate {
         compile_validation(v, &format!("{field}.validate"), policy_action, exprs)
     } else if let Some(m) = &rule.mutate {
-        RuleBody::Mutate(m.clone())
+        RuleBody::Mutate(MutateRule::compile(m).map_err(|e| format!("mutate: {e}"))?)
     } else if let Some(g) = &rule.generate {
-        RuleBody::Generate(g.clone())
+        RuleBody::Generate(GenerateRule::compile(g).map_err(|e| format!("generate: {e}"))?)
     } else if !rule.verify_images.is_empty() {
         RuleBody::VerifyImages(rule.verify_images.clone())
     } else {

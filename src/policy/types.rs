@@ -377,3 +377,143 @@ pub struct ExceptionTarget {
     #[serde(default)]
     pub rule_names: Vec<String>,
 }
+
+/// `rule.mutate` (§7.1).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Mutation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_strategic_merge: Option<Value>,
+    #[serde(
+        default,
+        rename = "patchesJson6902",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub patches_json6902: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreach: Vec<ForEachMutation>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mutate_existing_on_policy_update: Option<bool>,
+}
+
+/// One `mutate.foreach[]` entry (§7.4).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ForEachMutation {
+    #[serde(default)]
+    pub list: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub patch_strategic_merge: Option<Value>,
+    #[serde(
+        default,
+        rename = "patchesJson6902",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub patches_json6902: Option<String>,
+    /// Nested loops, kept raw as in Kyverno's API (`apiextensions.JSON`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub foreach: Option<Value>,
+}
+
+/// `generate.clone`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloneFrom {
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+/// `generate.cloneList`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CloneList {
+    #[serde(default)]
+    pub namespace: String,
+    #[serde(default)]
+    pub kinds: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+}
+
+/// What one generated resource is made of: identity and source (§8.1).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GeneratePattern {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_version: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone: Option<CloneFrom>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clone_list: Option<CloneList>,
+}
+
+/// `rule.generate` (§8.1): a [`GeneratePattern`] plus the flags. Unknown
+/// fields are checked against both by the compile step (serde cannot
+/// flatten and deny unknown fields at once).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Generation {
+    #[serde(flatten)]
+    pub pattern: GeneratePattern,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub synchronize: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub orphan_downstream_on_policy_delete: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generate_existing: Option<bool>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub foreach: Vec<ForEachGeneration>,
+}
+
+/// One `generate.foreach[]` entry.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ForEachGeneration {
+    #[serde(default)]
+    pub list: String,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Value>,
+    #[serde(flatten)]
+    pub pattern: GeneratePattern,
+}
+
+/// The fields `rule.generate` and its foreach entries may have.
+pub const GENERATE_FIELDS: &[&str] = &[
+    "apiVersion",
+    "kind",
+    "name",
+    "namespace",
+    "uid",
+    "data",
+    "clone",
+    "cloneList",
+    "synchronize",
+    "orphanDownstreamOnPolicyDelete",
+    "generateExisting",
+    "foreach",
+    "list",
+    "context",
+    "preconditions",
+];

@@ -1,0 +1,278 @@
+//! Mutate rules (§7): `patchStrategicMerge` with Kyverno's anchors,
+//! `patchesJson6902`, and `foreach`. Rules run in order, each on the
+//! output of the previous one; a rule that changes nothing is `skip`.
+//! Mutate-existing (`targets`) is not evaluated yet and says so.
+
+mod anchors;
+
+use super::json_context::JsonContext;
+use super::validate::{applicable_exceptions, eval_conditions, prepare_rule};
+use super::variables::{OnError, Substituter};
+use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::context::Resolver;
+use crate::patch::{json_patch, strategic};
+use crate::policy::compile::PolicyScope;
+use crate::policy::load::parse_yaml_documents;
+use crate::policy::mutation::{ForEachMutate, MutatePatch};
+use crate::policy::{CompiledPolicy, ExprCache, RuleBody};
+use serde_json::Value;
+
+/// A policy's mutate rules applied to one resource.
+#[derive(Debug)]
+pub struct MutateOutcome<'p> {
+    pub response: PolicyResponse<'p>,
+    /// The resource after the policy's rules; the input when none changed it.
+    pub patched: Value,
+}
+
+/// Applies the mutate rules of `policy` to `req.object`, in order. `ctx`
+/// is the request's context; each rule sees `request.object` as patched by
+/// the rules before it.
+pub fn mutate_policy<'p>(
+    policy: &'p CompiledPolicy,
+    req: &Request,
+    ctx: &JsonContext,
+    env: &EvalEnv,
+) -> MutateOutcome<'p> {
+    let mut rules = Vec::new();
+    let mut patched = req.object.clone();
+    let in_scope = policy.scope != PolicyScope::Namespaced
+        || policy.namespace.as_deref() == Some(req.namespace());
+    // The request as the next rule sees it, once a rule changed the object.
+    let mut current: Option<Request> = None;
+    for rule in policy.rules.iter().filter(|_| in_scope) {
+        let RuleBody::Mutate(m) = &rule.body else {
+            continue;
+        };
+        let req_now = current.as_ref().unwrap_or(req);
+        let input = req_now.match_input();
+        if rule
+            .kinds
+            .as_ref()
+            .is_some_and(|k| !k.iter().any(|k| k == input.kind))
+            || !rule.match_resources.matches(&input)
+            || rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
+        {
+            continue;
+        }
+        let name = rule.name.as_str();
+        let mut rctx = ctx.child();
+        if current.is_some() {
+            rctx.set_path("request.object", patched.clone());
+        }
+        let respond = |status, message: String| {
+            RuleResponse::new(name, status, message).of_type(RuleType::Mutation)
+        };
+        if let Some(ex) = applicable_exceptions(policy, name, req_now, &rctx, env).first() {
+            rules.push(respond(
+                RuleStatus::Skip,
+                format!(
+                    "rule is skipped due to policy exception {}/{}",
+                    ex.namespace, ex.name
+                ),
+            ));
+            continue;
+        }
+        if let Some(stop) = prepare_rule(rule, &mut rctx, &policy.exprs, env) {
+            rules.push(stop.of_type(RuleType::Mutation));
+            continue;
+        }
+        if !m.targets.is_empty() {
+            rules.push(respond(
+                RuleStatus::Error,
+                format!("unsupported: spec.rules[{name}].mutate.targets (mutate existing)"),
+            ));
+            continue;
+        }
+        let mut mutator = Mutator {
+            exprs: &policy.exprs,
+            resolver: env.resolver,
+            numbered_elements: policy.uses_numbered_elements,
+        };
+        let response = match mutator.apply(&m.patch, &patched, &rctx, 0) {
+            Err(e) => respond(RuleStatus::Error, e),
+            Ok((out, applied)) => {
+                let foreach = matches!(m.patch, MutatePatch::Foreach(_));
+                if out == patched {
+                    let message = if foreach {
+                        format!("{applied} elements processed")
+                    } else {
+                        "no patches applied".to_string()
+                    };
+                    respond(RuleStatus::Skip, message)
+                } else {
+                    patched = out;
+                    let mut next = req_now.clone();
+                    next.object = patched.clone();
+                    current = Some(next);
+                    let message = if foreach {
+                        format!("{applied} elements processed")
+                    } else {
+                        "resource patched".to_string()
+                    };
+                    respond(RuleStatus::Pass, message)
+                }
+            }
+        };
+        let applied = response.status != RuleStatus::Skip;
+        rules.push(response);
+        if policy.apply_one && applied {
+            break;
+        }
+    }
+    MutateOutcome {
+        response: PolicyResponse {
+            policy: policy.qualified_name(),
+            rules,
+        },
+        patched,
+    }
+}
+
+struct Mutator<'a> {
+    exprs: &'a ExprCache,
+    resolver: &'a dyn Resolver,
+    /// Whether the policy reads `element<N>` / `elementIndex<N>`.
+    numbered_elements: bool,
+}
+
+impl Mutator<'_> {
+    /// Applies one patch to `resource`: the result, and how many foreach
+    /// elements changed it (1 for a plain patch that changed it).
+    fn apply(
+        &mut self,
+        patch: &MutatePatch,
+        resource: &Value,
+        ctx: &JsonContext,
+        nesting: usize,
+    ) -> Result<(Value, usize), String> {
+        let sub = Substituter {
+            ctx,
+            exprs: self.exprs,
+            on_error: OnError::Fail,
+        };
+        let out = match patch {
+            MutatePatch::Strategic(p) => {
+                let mut overlay = sub
+                    .value(p)
+                    .map_err(|e| format!("variable substitution failed: {e}"))?;
+                match anchors::preprocess(&mut overlay, resource) {
+                    Ok(()) => {}
+                    Err(anchors::AnchorError::Condition(_) | anchors::AnchorError::Global(_)) => {
+                        return Ok((resource.clone(), 0));
+                    }
+                    Err(anchors::AnchorError::Other(e)) => {
+                        return Err(format!(
+                            "failed to patch resource: failed to preProcess rule: {e}"
+                        ));
+                    }
+                }
+                strategic::merge(resource, &overlay)
+                    .map_err(|e| format!("failed to patch resource: {e}"))?
+            }
+            MutatePatch::Json6902(text) => {
+                let text = match sub
+                    .string(text)
+                    .map_err(|e| format!("variable substitution failed: {e}"))?
+                {
+                    Value::String(s) => s,
+                    other => other.to_string(),
+                };
+                let ops = parse_operations(&text)?;
+                let mut out = resource.clone();
+                json_patch::apply_with(&mut out, &ops, json_patch::Options::KYVERNO)
+                    .map_err(|e| format!("failed to patch resource: {e}"))?;
+                out
+            }
+            MutatePatch::Foreach(list) => return self.foreach(list, resource, ctx, nesting),
+        };
+        let changed = usize::from(out != *resource);
+        Ok((out, changed))
+    }
+
+    fn foreach(
+        &mut self,
+        list: &[ForEachMutate],
+        resource: &Value,
+        ctx: &JsonContext,
+        nesting: usize,
+    ) -> Result<(Value, usize), String> {
+        let mut current = resource.clone();
+        let mut applied = 0;
+        for fe in list {
+            let items = match &fe.list_expr {
+                Some(e) => e.resolve_val(ctx.root()),
+                None => {
+                    let sub = Substituter {
+                        ctx,
+                        exprs: self.exprs,
+                        on_error: OnError::Fail,
+                    };
+                    let source = match sub.string(&fe.list) {
+                        Ok(Value::String(s)) => s,
+                        Ok(other) => other.to_string(),
+                        Err(e) => return Err(format!("failed to evaluate list {}: {e}", fe.list)),
+                    };
+                    self.exprs.resolve(source.trim(), ctx.root())
+                }
+            };
+            let items: Vec<Value> = match items {
+                Ok(v) if v.is_null() => Vec::new(),
+                Ok(v) => match v.into_owned() {
+                    Value::Array(a) => a,
+                    other => vec![other],
+                },
+                Err(e) => return Err(format!("failed to evaluate list {}: {e}", fe.list)),
+            };
+            let mut order: Vec<usize> = (0..items.len()).collect();
+            if fe.descending {
+                order.reverse();
+            }
+            for index in order {
+                let item = &items[index];
+                let mut scope = ctx.child();
+                if self.numbered_elements {
+                    scope.set(format!("element{nesting}"), item.clone());
+                    scope.set(format!("elementIndex{nesting}"), Value::from(index));
+                }
+                scope.set_ref("element", item);
+                scope.set("elementIndex", Value::from(index));
+                crate::engine::context_loader::load(
+                    &fe.context,
+                    &mut scope,
+                    self.exprs,
+                    self.resolver,
+                )?;
+                if let Some(pre) = &fe.preconditions {
+                    match eval_conditions(pre, &scope, self.exprs) {
+                        Ok((true, _)) => {}
+                        Ok((false, _)) => continue,
+                        Err(e) => return Err(format!("failed to evaluate preconditions: {e}")),
+                    }
+                }
+                let (out, n) = self.apply(&fe.patch, &current, &scope, nesting + 1)?;
+                if n > 0 && out != current {
+                    applied += 1;
+                    current = out;
+                }
+            }
+        }
+        Ok((current, applied))
+    }
+}
+
+/// `patchesJson6902` text (YAML or JSON) to its operations.
+fn parse_operations(text: &str) -> Result<Vec<Value>, String> {
+    let docs = parse_yaml_documents("patchesJson6902", text)
+        .map_err(|e| format!("failed to decode patches: {e}"))?;
+    match docs.into_iter().next() {
+        Some(Value::Array(ops)) => Ok(ops),
+        Some(Value::Null) | None => Ok(Vec::new()),
+        Some(other) => Err(format!(
+            "failed to decode patches: expected a list of operations, got {other}"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests;

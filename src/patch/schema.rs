@@ -1,0 +1,137 @@
+//! The strategic-merge table: for each built-in kind, which fields are
+//! lists merged by a key. Generated from the Kubernetes OpenAPI schema by
+//! `.ci/gen-merge-keys.py` into `merge_keys.rs`; this module reads it.
+
+use super::merge_keys::{KINDS, TYPES};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Shape {
+    Object,
+    List,
+    Map,
+}
+
+/// One non-scalar field of a type.
+#[derive(Debug)]
+pub struct Field {
+    pub name: &'static str,
+    pub shape: Shape,
+    /// The type of the object, the list's elements or the map's values.
+    pub elem: Option<u16>,
+    /// `x-kubernetes-patch-strategy`: `merge`, `replace`, `retainKeys`, ...
+    pub strategy: &'static str,
+    /// `x-kubernetes-patch-merge-key`; empty for none.
+    pub key: &'static str,
+}
+
+/// What the schema says about one position in a document.
+#[derive(Debug, Clone, Copy)]
+pub enum Schema {
+    /// An object of a known type.
+    Type(u16),
+    /// A list field: its strategy, key and element type.
+    List(&'static Field),
+    /// A map whose values all have one type.
+    MapOf(Option<u16>),
+    /// A known field with no structure we track (a scalar, or a free-form object).
+    Opaque,
+}
+
+impl Schema {
+    /// The schema of a top-level object, from its `apiVersion` and `kind`.
+    pub fn for_kind(api_version: &str, kind: &str) -> Option<Schema> {
+        KINDS
+            .binary_search_by(|(a, k, _)| (*a, *k).cmp(&(api_version, kind)))
+            .ok()
+            .map(|i| Schema::Type(KINDS[i].2))
+    }
+
+    /// The schema of `field` inside an object at this position.
+    pub fn field(self, field: &str) -> Option<Schema> {
+        match self {
+            Schema::Type(t) => {
+                let fields = TYPES[t as usize].1;
+                match fields.binary_search_by(|f| f.name.cmp(field)) {
+                    Ok(i) => {
+                        let f = &fields[i];
+                        Some(match f.shape {
+                            Shape::Object => f.elem.map_or(Schema::Opaque, Schema::Type),
+                            Shape::List => Schema::List(f),
+                            Shape::Map => Schema::MapOf(f.elem),
+                        })
+                    }
+                    // A scalar field of a known type.
+                    Err(_) => Some(Schema::Opaque),
+                }
+            }
+            Schema::MapOf(elem) => Some(elem.map_or(Schema::Opaque, Schema::Type)),
+            Schema::List(_) | Schema::Opaque => None,
+        }
+    }
+
+    /// The schema of the elements of a list at this position.
+    pub fn elements(self) -> Option<Schema> {
+        match self {
+            Schema::List(f) => Some(f.elem.map_or(Schema::Opaque, Schema::Type)),
+            _ => None,
+        }
+    }
+
+    /// For a list: whether its strategy merges, and by which key (empty:
+    /// a list of scalars merged as a set).
+    pub fn list_merge_key(self) -> Option<&'static str> {
+        match self {
+            Schema::List(f) if f.strategy.split(',').any(|s| s == "merge") => Some(f.key),
+            _ => None,
+        }
+    }
+
+    /// The OpenAPI name of the type at this position.
+    pub fn type_name(self) -> Option<&'static str> {
+        match self {
+            Schema::Type(t) => Some(TYPES[t as usize].0),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_are_sorted_for_binary_search() {
+        assert!(
+            KINDS
+                .windows(2)
+                .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1))
+        );
+        assert!(TYPES.windows(2).all(|w| w[0].0 < w[1].0));
+        for (name, fields) in TYPES {
+            assert!(fields.windows(2).all(|w| w[0].name < w[1].name), "{name}");
+        }
+    }
+
+    #[test]
+    fn pod_containers_merge_by_name() {
+        let pod = Schema::for_kind("v1", "Pod").unwrap();
+        assert_eq!(pod.type_name(), Some("io.k8s.api.core.v1.Pod"));
+        let containers = pod.field("spec").unwrap().field("containers").unwrap();
+        assert_eq!(containers.list_merge_key(), Some("name"));
+        let ports = containers.elements().unwrap().field("ports").unwrap();
+        assert_eq!(ports.list_merge_key(), Some("containerPort"));
+        let args = containers.elements().unwrap().field("args").unwrap();
+        assert_eq!(args.list_merge_key(), None);
+        let tolerations = pod.field("spec").unwrap().field("tolerations").unwrap();
+        assert_eq!(tolerations.list_merge_key(), None);
+        let finalizers = pod.field("metadata").unwrap().field("finalizers").unwrap();
+        assert_eq!(finalizers.list_merge_key(), Some(""));
+        let deploy = Schema::for_kind("apps/v1", "Deployment").unwrap();
+        let volumes = ["spec", "template", "spec", "volumes"]
+            .iter()
+            .fold(Some(deploy), |s, f| s.and_then(|s| s.field(f)))
+            .unwrap();
+        assert_eq!(volumes.list_merge_key(), Some("name"));
+        assert!(Schema::for_kind("example.com/v1", "Widget").is_none());
+    }
+}

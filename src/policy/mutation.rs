@@ -1,0 +1,174 @@
+//! Compiled forms of `mutate` (§7) and `generate` (§8) rule bodies.
+
+use super::compile::Conditions;
+use super::types::{ContextEntry, ForEachMutation, GENERATE_FIELDS, Generation, Mutation};
+use crate::jmespath::Expression;
+use serde_json::Value;
+
+/// What a mutate rule (or one foreach level) applies.
+#[derive(Debug, Clone)]
+pub enum MutatePatch {
+    /// `patchStrategicMerge`, with Kyverno's anchors.
+    Strategic(Value),
+    /// `patchesJson6902`: YAML text, substituted before it is parsed.
+    Json6902(String),
+    Foreach(Vec<ForEachMutate>),
+}
+
+#[derive(Debug, Clone)]
+pub struct ForEachMutate {
+    pub list: String,
+    /// `list` parsed, when it holds no `{{ }}` to substitute first.
+    pub list_expr: Option<Expression>,
+    /// `order: Descending`.
+    pub descending: bool,
+    pub context: Vec<ContextEntry>,
+    pub preconditions: Option<Conditions>,
+    pub patch: MutatePatch,
+}
+
+#[derive(Debug, Clone)]
+pub struct MutateRule {
+    pub patch: MutatePatch,
+    /// `targets`: mutate existing resources (§7.5).
+    pub targets: Vec<Value>,
+}
+
+impl MutateRule {
+    pub fn compile(raw: &Value) -> Result<MutateRule, String> {
+        let m: Mutation = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
+        let patch = compile_patch(
+            m.patch_strategic_merge,
+            m.patches_json6902,
+            Some(m.foreach).filter(|f| !f.is_empty()),
+        )?
+        .ok_or("empty mutate rule")?;
+        Ok(MutateRule {
+            patch,
+            targets: m.targets,
+        })
+    }
+}
+
+fn compile_patch(
+    strategic: Option<Value>,
+    json6902: Option<String>,
+    foreach: Option<Vec<ForEachMutation>>,
+) -> Result<Option<MutatePatch>, String> {
+    // kyverno-compat: when both are set, the strategic merge wins.
+    if let Some(p) = strategic {
+        return Ok(Some(MutatePatch::Strategic(p)));
+    }
+    if let Some(p) = json6902 {
+        return Ok(Some(MutatePatch::Json6902(p)));
+    }
+    let Some(list) = foreach else {
+        return Ok(None);
+    };
+    let mut out = Vec::with_capacity(list.len());
+    for (i, f) in list.into_iter().enumerate() {
+        let nested = match f.foreach {
+            Some(v) => Some(
+                serde_json::from_value::<Vec<ForEachMutation>>(v)
+                    .map_err(|e| format!("foreach[{i}].foreach: {e}"))?,
+            ),
+            None => None,
+        };
+        let patch = compile_patch(f.patch_strategic_merge, f.patches_json6902, nested)?
+            .ok_or_else(|| {
+                format!("foreach[{i}]: no patchStrategicMerge, patchesJson6902 or foreach")
+            })?;
+        let preconditions = f
+            .preconditions
+            .as_ref()
+            .map(Conditions::parse)
+            .transpose()
+            .map_err(|e| format!("foreach[{i}].preconditions: {e}"))?;
+        let descending = match f.order.as_deref() {
+            None | Some("Ascending") => false,
+            Some("Descending") => true,
+            Some(o) => return Err(format!("foreach[{i}].order: unknown order {o:?}")),
+        };
+        out.push(ForEachMutate {
+            list_expr: (!f.list.contains("{{"))
+                .then(|| Expression::parse(&f.list).ok())
+                .flatten(),
+            list: f.list,
+            descending,
+            context: f.context,
+            preconditions,
+            patch,
+        });
+    }
+    Ok(Some(MutatePatch::Foreach(out)))
+}
+
+#[derive(Debug, Clone)]
+pub struct GenerateRule {
+    pub spec: Generation,
+    /// Preconditions of each foreach entry, parsed.
+    pub foreach_preconditions: Vec<Option<Conditions>>,
+}
+
+impl GenerateRule {
+    pub fn compile(raw: &Value) -> Result<GenerateRule, String> {
+        check_fields(raw, "")?;
+        if let Some(Value::Array(list)) = raw.get("foreach") {
+            for (i, f) in list.iter().enumerate() {
+                check_fields(f, &format!("foreach[{i}].")).map_err(|e| e.to_string())?;
+            }
+        }
+        let spec: Generation = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
+        let p = &spec.pattern;
+        let sources = [
+            p.data.is_some(),
+            p.clone.is_some(),
+            p.clone_list.is_some(),
+            !spec.foreach.is_empty(),
+        ];
+        if sources.iter().filter(|s| **s).count() > 1 {
+            return Err(
+                "only one of generate patterns(data, clone, cloneList, foreach) can be specified"
+                    .into(),
+            );
+        }
+        if spec.foreach.is_empty() && p.clone_list.is_none() {
+            for (field, v) in [
+                ("kind", &p.kind),
+                ("name", &p.name),
+                ("apiVersion", &p.api_version),
+            ] {
+                if v.as_deref().is_none_or(str::is_empty) {
+                    return Err(format!("{field} is required"));
+                }
+            }
+        }
+        let foreach_preconditions = spec
+            .foreach
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                f.preconditions
+                    .as_ref()
+                    .map(Conditions::parse)
+                    .transpose()
+                    .map_err(|e| format!("foreach[{i}].preconditions: {e}"))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(GenerateRule {
+            spec,
+            foreach_preconditions,
+        })
+    }
+}
+
+fn check_fields(v: &Value, prefix: &str) -> Result<(), String> {
+    if let Value::Object(m) = v {
+        for k in m.keys() {
+            if !GENERATE_FIELDS.contains(&k.as_str()) {
+                return Err(format!("unknown field {prefix}{k:?}"));
+            }
+        }
+    }
+    Ok(())
+}
