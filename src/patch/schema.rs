@@ -129,7 +129,7 @@ mod tests {
         let deploy = Schema::for_kind("apps/v1", "Deployment").unwrap();
         let volumes = ["spec", "template", "spec", "volumes"]
             .iter()
-            .fold(Some(deploy), |s, f| s.and_then(|s| s.field(f)))
+            .try_fold(deploy, |s, f| s.field(f))
             .unwrap();
         assert_eq!(volumes.list_merge_key(), Some("name"));
         assert!(Schema::for_kind("example.com/v1", "Widget").is_none());

@@ -270,7 +270,7 @@ pub struct ValidateRule {
 pub enum RuleBody {
     Validate(ValidateRule),
     Mutate(MutateRule),
-    Generate(GenerateRule),
+    Generate(Box<GenerateRule>),
     VerifyImages(Vec<Value>),
 }
 
@@ -491,7 +491,9 @@ fn compile_rule(
     } else if let Some(m) = &rule.mutate {
         RuleBody::Mutate(MutateRule::compile(m).map_err(|e| format!("mutate: {e}"))?)
     } else if let Some(g) = &rule.generate {
-        RuleBody::Generate(GenerateRule::compile(g).map_err(|e| format!("generate: {e}"))?)
+        RuleBody::Generate(Box::new(
+            GenerateRule::compile(g).map_err(|e| format!("generate: {e}"))?,
+        ))
     } else if !rule.verify_images.is_empty() {
         RuleBody::VerifyImages(rule.verify_images.clone())
     } else {

@@ -313,8 +313,7 @@ fn delete_anchors_in_list(list: &mut Vec<Value>, traverse_maps: bool) -> bool {
     // Positions into `originals`, in list order: kyverno-compat, deletion is
     // by index into the shrinking list while the loop walks the originals.
     let mut current: Vec<usize> = (0..originals.len()).collect();
-    for i in 0..originals.len() {
-        let element = &mut originals[i];
+    for (i, element) in originals.iter_mut().enumerate() {
         let delete = if has_anchors(element, &has_anchor) {
             if traverse_maps && element.is_object() {
                 delete_anchors(element, true, traverse_maps)
