@@ -219,6 +219,10 @@ pub struct ApplyArgs {
     /// Exit code when there are warnings but no failures.
     #[arg(long)]
     pub warn_exit_code: Option<i32>,
+    /// Write mutated and generated resources to this file, or into this
+    /// directory (one file each).
+    #[arg(short = 'o', long = "output")]
+    pub output: Option<PathBuf>,
 }
 
 /// Runs the command line; returns the process exit code.

@@ -262,9 +262,9 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 dir = %opts.policies.display(),
                 "policies loaded"
             );
-            if s.policies.iter().any(|p| !p.has_validate()) {
+            if s.policies.iter().any(|p| p.has_generate()) {
                 tracing::warn!(
-                    "mutate is not implemented yet: /mutate answers allowed with no patch, and non-validate rules are not evaluated"
+                    "generate rules are not applied by the server yet (no background controller): admission ignores them"
                 );
             }
             store = Some(dir);

@@ -39,10 +39,36 @@ fn verdicts_bad_input_and_shutdown() {
     let (_, body) = server.post("/validate/ignore", &reviews.join("pod-violating.json"));
     assert_eq!(response(&body)["allowed"], true);
 
-    // Mutate exists but has no engine yet: allowed, no patch.
+    // /mutate answers a base64 JSONPatch that takes the object to the
+    // mutated one (examples/policies/add-pod-defaults.yaml).
     let (_, body) = server.post("/mutate", &reviews.join("pod-violating.json"));
-    assert_eq!(response(&body)["allowed"], true);
-    assert!(response(&body).get("patch").is_none());
+    let r = response(&body);
+    assert_eq!(r["allowed"], true, "{body}");
+    assert_eq!(r["patchType"], "JSONPatch", "{body}");
+    let patch = base64::Engine::decode(
+        &base64::engine::general_purpose::STANDARD,
+        r["patch"].as_str().unwrap(),
+    )
+    .unwrap();
+    let ops: Vec<serde_json::Value> = serde_json::from_slice(&patch).unwrap();
+    let review: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(reviews.join("pod-violating.json")).unwrap())
+            .unwrap();
+    let mut object = review["request"]["object"].clone();
+    gavel::patch::json_patch::apply(&mut object, &ops).unwrap();
+    let sc = &object["spec"]["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true, "{object}");
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        sc["sysctls"],
+        review["request"]["object"]["spec"]["securityContext"]["sysctls"]
+    );
+    // nginx:1.27 is not `latest`: its pull policy is left alone.
+    assert!(
+        object["spec"]["containers"][0]
+            .get("imagePullPolicy")
+            .is_none()
+    );
 
     for (body, status, want) in [
         ("{", 400, "malformed AdmissionReview"),

@@ -5,8 +5,10 @@ use super::ApplyArgs;
 use super::resources::load_resources;
 use super::values::{PolicyRuleValues, Values};
 use crate::context::NoResolver;
+use crate::engine::generate::generate_policy;
+use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
-use crate::engine::{EvalEnv, Request, RuleStatus};
+use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use serde_json::{Value, json};
@@ -80,12 +82,46 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     let operation = values.operation();
     let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
     let mut report_results = Vec::new();
-    for resource in &resources {
-        let namespace = resource
+    // Mutated and generated resources, for `-o`.
+    let mut written: Vec<Value> = Vec::new();
+    for original in &resources {
+        let namespace = original
             .pointer("/metadata/namespace")
             .and_then(Value::as_str)
             .unwrap_or_default();
         let labels = values.namespace_labels.get(namespace).cloned();
+        // Mutate policies first, in order, each on the previous output; the
+        // other phases see the mutated resource (as `kyverno apply`).
+        let mut resource = original.clone();
+        let mut responses: Vec<(&CompiledPolicy, PolicyResponse)> = Vec::new();
+        for policy in policies.iter().filter(|p| p.has_mutate()) {
+            let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
+            let mut ctx = req.json_context(policy.uses_images);
+            for (k, v) in &values.global {
+                ctx.set_path(k, v.clone());
+            }
+            let rule_values = PolicyRuleValues(values.rules.get(&policy.name));
+            let env = EvalEnv {
+                resolver: &NoResolver,
+                exceptions: &exceptions,
+                rule_values: &rule_values,
+            };
+            let outcome = mutate_policy(policy, &req, &ctx, &env);
+            if let Some(patched) = outcome.patched {
+                println!(
+                    "\nmutate policy {} applied to {}:\n{}---",
+                    outcome.response.policy,
+                    describe(&resource),
+                    serde_saphyr::to_string(&patched)?
+                );
+                resource = patched;
+            }
+            responses.push((policy, outcome.response));
+        }
+        if resource != *original {
+            written.push(resource.clone());
+        }
+        let resource = &resource;
         let req = Request::offline(resource, &operation, Default::default(), labels);
         let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
         for (k, v) in &values.global {
@@ -98,7 +134,24 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 exceptions: &exceptions,
                 rule_values: &rule_values,
             };
-            let resp = evaluate_policy(policy, &req, &ctx, &env);
+            responses.push((policy, evaluate_policy(policy, &req, &ctx, &env)));
+            if policy.has_generate() {
+                let generated = generate_policy(policy, &req, &ctx, &env);
+                for r in &generated.rules {
+                    for g in &r.generated {
+                        println!(
+                            "\ngenerate policy {} applied to {}:\n{}---",
+                            generated.policy,
+                            describe(resource),
+                            serde_saphyr::to_string(g)?
+                        );
+                        written.push(g.clone());
+                    }
+                }
+                responses.push((policy, generated));
+            }
+        }
+        for (policy, resp) in responses {
             let mut failures = Vec::new();
             for r in &resp.rules {
                 let audit = policy
@@ -162,6 +215,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             }
         }
     }
+    if let Some(out) = &args.output {
+        write_resources(out, &written)?;
+    }
     if args.policy_report {
         let report = json!({
             "apiVersion": "wgpolicyk8s.io/v1alpha2",
@@ -180,6 +236,37 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+/// `-o`: one file per resource into a directory, else all into one file.
+fn write_resources(out: &std::path::Path, resources: &[Value]) -> anyhow::Result<()> {
+    if out.is_dir() {
+        for r in resources {
+            let field = |p: &str| r.pointer(p).and_then(Value::as_str).unwrap_or_default();
+            let name = [
+                field("/kind"),
+                field("/metadata/namespace"),
+                field("/metadata/name"),
+            ]
+            .iter()
+            .filter(|s| !s.is_empty())
+            .copied()
+            .collect::<Vec<_>>()
+            .join("-");
+            std::fs::write(
+                out.join(format!("{name}.yaml")),
+                serde_saphyr::to_string(r)?,
+            )?;
+        }
+    } else {
+        let mut text = String::new();
+        for r in resources {
+            text.push_str("---\n");
+            text.push_str(&serde_saphyr::to_string(r)?);
+        }
+        std::fs::write(out, text)?;
+    }
+    Ok(())
 }
 
 fn describe(r: &Value) -> String {

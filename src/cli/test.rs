@@ -347,7 +347,9 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
                 &resolver,
                 |req, ctx, env| mutate_policy(policy, req, ctx, env),
             );
-            current = outcome.patched;
+            if let Some(p) = outcome.patched {
+                current = p;
+            }
             patched.push(current.clone());
             responses.push(Some(outcome.response));
         }

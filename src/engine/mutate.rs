@@ -12,8 +12,7 @@ use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType
 use crate::context::Resolver;
 use crate::patch::{json_patch, strategic};
 use crate::policy::compile::PolicyScope;
-use crate::policy::load::parse_yaml_documents;
-use crate::policy::mutation::{ForEachMutate, MutatePatch};
+use crate::policy::mutation::{ForEachMutate, MutatePatch, parse_operations};
 use crate::policy::{CompiledPolicy, ExprCache, RuleBody};
 use serde_json::Value;
 
@@ -21,8 +20,15 @@ use serde_json::Value;
 #[derive(Debug)]
 pub struct MutateOutcome<'p> {
     pub response: PolicyResponse<'p>,
-    /// The resource after the policy's rules; the input when none changed it.
-    pub patched: Value,
+    /// The resource after the policy's rules; `None` when none changed it.
+    pub patched: Option<Value>,
+}
+
+impl MutateOutcome<'_> {
+    /// The resource after the policy's rules.
+    pub fn resource<'a>(&'a self, input: &'a Value) -> &'a Value {
+        self.patched.as_ref().unwrap_or(input)
+    }
 }
 
 /// Applies the mutate rules of `policy` to `req.object`, in order. `ctx`
@@ -35,30 +41,42 @@ pub fn mutate_policy<'p>(
     env: &EvalEnv,
 ) -> MutateOutcome<'p> {
     let mut rules = Vec::new();
-    let mut patched = req.object.clone();
+    let mut patched: Option<Value> = None;
     let in_scope = policy.scope != PolicyScope::Namespaced
         || policy.namespace.as_deref() == Some(req.namespace());
-    // The request as the next rule sees it, once a rule changed the object.
+    // The request as the next rule sees it, once a rule changed the object
+    // (built only when another rule comes).
     let mut current: Option<Request> = None;
+    let mut stale = false;
     for rule in policy.rules.iter().filter(|_| in_scope) {
         let RuleBody::Mutate(m) = &rule.body else {
             continue;
         };
-        let req_now = current.as_ref().unwrap_or(req);
-        let input = req_now.match_input();
+        // Mutation does not change the kind: filter before building anything.
         if rule
             .kinds
             .as_ref()
-            .is_some_and(|k| !k.iter().any(|k| k == input.kind))
-            || !rule.match_resources.matches(&input)
+            .is_some_and(|k| !k.iter().any(|k| *k == req.gvk.kind))
+        {
+            continue;
+        }
+        if stale && let Some(p) = &patched {
+            let mut next = req.clone();
+            next.object = p.clone();
+            current = Some(next);
+            stale = false;
+        }
+        let req_now = current.as_ref().unwrap_or(req);
+        let input = req_now.match_input();
+        if !rule.match_resources.matches(&input)
             || rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
         {
             continue;
         }
         let name = rule.name.as_str();
         let mut rctx = ctx.child();
-        if current.is_some() {
-            rctx.set_path("request.object", patched.clone());
+        if let (Some(_), Some(p)) = (&current, &patched) {
+            rctx.set_path("request.object", p.clone());
         }
         let respond = |status, message: String| {
             RuleResponse::new(name, status, message).of_type(RuleType::Mutation)
@@ -89,11 +107,12 @@ pub fn mutate_policy<'p>(
             resolver: env.resolver,
             numbered_elements: policy.uses_numbered_elements,
         };
-        let response = match mutator.apply(&m.patch, &patched, &rctx, 0) {
+        let resource = patched.as_ref().unwrap_or(&req.object);
+        let response = match mutator.apply(&m.patch, resource, &rctx, 0) {
             Err(e) => respond(RuleStatus::Error, e),
             Ok((out, applied)) => {
                 let foreach = matches!(m.patch, MutatePatch::Foreach(_));
-                if out == patched {
+                if out == *resource {
                     let message = if foreach {
                         format!("{applied} elements processed")
                     } else {
@@ -101,10 +120,8 @@ pub fn mutate_policy<'p>(
                     };
                     respond(RuleStatus::Skip, message)
                 } else {
-                    patched = out;
-                    let mut next = req_now.clone();
-                    next.object = patched.clone();
-                    current = Some(next);
+                    patched = Some(out);
+                    stale = true;
                     let message = if foreach {
                         format!("{applied} elements processed")
                     } else {
@@ -152,10 +169,16 @@ impl Mutator<'_> {
             on_error: OnError::Fail,
         };
         let out = match patch {
-            MutatePatch::Strategic(p) => {
-                let mut overlay = sub
-                    .value(p)
-                    .map_err(|e| format!("variable substitution failed: {e}"))?;
+            MutatePatch::Strategic {
+                overlay,
+                has_variables,
+            } => {
+                let mut overlay = if *has_variables {
+                    sub.value(overlay)
+                        .map_err(|e| format!("variable substitution failed: {e}"))?
+                } else {
+                    overlay.clone()
+                };
                 match anchors::preprocess(&mut overlay, resource) {
                     Ok(()) => {}
                     Err(anchors::AnchorError::Condition(_) | anchors::AnchorError::Global(_)) => {
@@ -167,20 +190,27 @@ impl Mutator<'_> {
                         ));
                     }
                 }
-                strategic::merge(resource, &overlay)
+                strategic::merge_owned(resource.clone(), &overlay)
                     .map_err(|e| format!("failed to patch resource: {e}"))?
             }
-            MutatePatch::Json6902(text) => {
-                let text = match sub
-                    .string(text)
-                    .map_err(|e| format!("variable substitution failed: {e}"))?
-                {
-                    Value::String(s) => s,
-                    other => other.to_string(),
+            MutatePatch::Json6902 { text, ops } => {
+                let parsed;
+                let ops = match ops {
+                    Some(ops) => ops,
+                    None => {
+                        let text = match sub
+                            .string(text)
+                            .map_err(|e| format!("variable substitution failed: {e}"))?
+                        {
+                            Value::String(s) => s,
+                            other => other.to_string(),
+                        };
+                        parsed = parse_operations(&text)?;
+                        &parsed
+                    }
                 };
-                let ops = parse_operations(&text)?;
                 let mut out = resource.clone();
-                json_patch::apply_with(&mut out, &ops, json_patch::Options::KYVERNO)
+                json_patch::apply_with(&mut out, ops, json_patch::Options::KYVERNO)
                     .map_err(|e| format!("failed to patch resource: {e}"))?;
                 out
             }
@@ -258,19 +288,6 @@ impl Mutator<'_> {
             }
         }
         Ok((current, applied))
-    }
-}
-
-/// `patchesJson6902` text (YAML or JSON) to its operations.
-fn parse_operations(text: &str) -> Result<Vec<Value>, String> {
-    let docs = parse_yaml_documents("patchesJson6902", text)
-        .map_err(|e| format!("failed to decode patches: {e}"))?;
-    match docs.into_iter().next() {
-        Some(Value::Array(ops)) => Ok(ops),
-        Some(Value::Null) | None => Ok(Vec::new()),
-        Some(other) => Err(format!(
-            "failed to decode patches: expected a list of operations, got {other}"
-        )),
     }
 }
 

@@ -43,11 +43,18 @@ pub enum MergeError {
 /// Merges `patch` into `doc`. The schema comes from the document's
 /// `apiVersion` and `kind`; without one, lists are merged by inference.
 pub fn merge(doc: &Value, patch: &Value) -> Result<Value, MergeError> {
-    let schema = ["apiVersion", "kind"]
-        .iter()
-        .map(|f| doc.get(f).and_then(Value::as_str))
-        .collect::<Option<Vec<_>>>()
-        .and_then(|v| Schema::for_kind(v[0], v[1]));
+    merge_owned(doc.clone(), patch)
+}
+
+/// [`merge`] consuming the document: it is changed in place, never copied.
+pub fn merge_owned(doc: Value, patch: &Value) -> Result<Value, MergeError> {
+    let schema = match (
+        doc.get("apiVersion").and_then(Value::as_str),
+        doc.get("kind").and_then(Value::as_str),
+    ) {
+        (Some(a), Some(k)) => Schema::for_kind(a, k),
+        _ => None,
+    };
     let mut path = String::new();
     Ok(walk(Some(doc), Some(patch), schema, &mut path)?.unwrap_or(Value::Null))
 }
@@ -61,25 +68,24 @@ fn kind_name(v: &Value) -> &'static str {
     }
 }
 
-fn present(v: Option<&Value>) -> Option<&Value> {
-    v.filter(|v| !v.is_null())
+fn is_scalar(v: &Value) -> bool {
+    !matches!(v, Value::Object(_) | Value::Array(_))
 }
 
 /// The merged value, or `None` when the field is to be removed.
 fn walk(
-    dest: Option<&Value>,
+    dest: Option<Value>,
     src: Option<&Value>,
     schema: Option<Schema>,
     path: &mut String,
 ) -> Result<Option<Value>, MergeError> {
-    let Some(first) = present(dest).or(present(src)) else {
+    let dest = dest.filter(|d| !d.is_null());
+    let src_present = src.filter(|s| !s.is_null());
+    let Some(first) = dest.as_ref().or(src_present) else {
         // Both missing or null: a null in the patch clears the field.
-        return Ok(match src {
-            Some(Value::Null) => None,
-            _ => dest.cloned().filter(|d| !d.is_null()),
-        });
+        return Ok(None);
     };
-    for v in [present(dest), present(src)].into_iter().flatten() {
+    for v in [dest.as_ref(), src_present].into_iter().flatten() {
         if std::mem::discriminant(v) != std::mem::discriminant(first)
             && !(is_scalar(v) && is_scalar(first))
         {
@@ -96,13 +102,9 @@ fn walk(
         _ => Ok(match src {
             Some(Value::Null) => None,
             Some(s) => Some(s.clone()),
-            None => dest.cloned(),
+            None => dest,
         }),
     }
-}
-
-fn is_scalar(v: &Value) -> bool {
-    !matches!(v, Value::Object(_) | Value::Array(_))
 }
 
 const PATCH: &str = "$patch";
@@ -111,19 +113,15 @@ const DELETE_FROM: &str = "$deleteFromPrimitiveList/";
 const ELEMENT_ORDER: &str = "$setElementOrder/";
 
 fn walk_map(
-    dest: Option<&Value>,
+    dest: Option<Value>,
     src: Option<&Value>,
     schema: Option<Schema>,
     path: &mut String,
 ) -> Result<Option<Value>, MergeError> {
-    let src_map = match src {
+    let patch = match src {
         Some(Value::Null) => return Ok(None),
-        Some(Value::Object(m)) => Some(m),
-        _ => None,
-    };
-    let dest_map = present(dest).and_then(Value::as_object);
-    let Some(patch) = src_map else {
-        return Ok(dest.cloned());
+        Some(Value::Object(m)) => m,
+        _ => return Ok(dest),
     };
     match patch.get(PATCH).map(|v| v.as_str()) {
         None | Some(Some("merge")) => {}
@@ -144,7 +142,10 @@ fn walk_map(
             });
         }
     }
-    let mut out = dest_map.cloned().unwrap_or_default();
+    let mut out = match dest {
+        Some(Value::Object(m)) => m,
+        _ => Map::new(),
+    };
     for (k, v) in patch {
         if k.starts_with('$') {
             continue;
@@ -152,16 +153,19 @@ fn walk_map(
         let len = path.len();
         path.push('.');
         path.push_str(k);
-        let merged = walk(out.get(k), Some(v), schema.and_then(|s| s.field(k)), path)?;
-        path.truncate(len);
-        match merged {
-            Some(m) => {
-                out.insert(k.clone(), m);
+        let child_schema = schema.and_then(|s| s.field(k));
+        // In place when the key exists: no key copy, no re-insertion.
+        if let Some(slot) = out.get_mut(k) {
+            match walk(Some(std::mem::take(slot)), Some(v), child_schema, path)? {
+                Some(m) => *slot = m,
+                None => {
+                    out.remove(k);
+                }
             }
-            None => {
-                out.remove(k);
-            }
+        } else if let Some(m) = walk(None, Some(v), child_schema, path)? {
+            out.insert(k.clone(), m);
         }
+        path.truncate(len);
     }
     for (k, v) in patch {
         if let Some(field) = k.strip_prefix(DELETE_FROM) {
@@ -219,7 +223,7 @@ fn inferred_key(list: &[Value]) -> Option<&'static str> {
 }
 
 fn walk_list(
-    dest: Option<&Value>,
+    dest: Option<Value>,
     src: Option<&Value>,
     schema: Option<Schema>,
     path: &mut String,
@@ -227,9 +231,12 @@ fn walk_list(
     let src_list = match src {
         Some(Value::Null) => return Ok(None),
         Some(Value::Array(l)) => l,
-        _ => return Ok(dest.cloned()),
+        _ => return Ok(dest),
     };
-    let dest_list = present(dest).and_then(Value::as_array);
+    let dest_list = match dest {
+        Some(Value::Array(l)) => Some(l),
+        _ => None,
+    };
     // `$patch: replace` as an element replaces the whole list.
     if src_list
         .iter()
@@ -242,20 +249,20 @@ fn walk_list(
             .collect();
         return Ok(Some(Value::Array(kept)));
     }
+    let replaced = || Ok(Some(Value::Array(src_list.clone())));
     let key = match schema {
         Some(s @ Schema::List(_)) => match s.list_merge_key() {
-            Some(k) => Some(k),
-            None => return Ok(Some(Value::Array(src_list.clone()))),
+            Some(k) => k,
+            None => return replaced(),
         },
         _ => {
-            let sources = [dest_list, Some(src_list)];
+            let sources = [dest_list.as_deref(), Some(src_list.as_slice())];
             if !sources.iter().flatten().any(|l| inferred_key(l).is_some()) {
-                return Ok(Some(Value::Array(src_list.clone())));
+                return replaced();
             }
             let mut key: Option<&'static str> = None;
             for l in sources.into_iter().flatten().filter(|l| !l.is_empty()) {
-                let k = inferred_key(l);
-                match (key, k) {
+                match (key, inferred_key(l)) {
                     (Some(a), Some(b)) if a != b => {
                         return Err(MergeError::ConflictingKeys(
                             a.into(),
@@ -266,20 +273,20 @@ fn walk_list(
                     (_, Some(b)) => key = Some(b),
                     // A list whose elements share no key: kyaml fails
                     // with "no merge key"; replacing is the safe reading.
-                    (_, None) => return Ok(Some(Value::Array(src_list.clone()))),
+                    (_, None) => return replaced(),
                 }
             }
             match key {
-                Some(k) => Some(k),
-                None => return Ok(Some(Value::Array(src_list.clone()))),
+                Some(k) => k,
+                None => return replaced(),
             }
         }
     };
     let elem_schema = schema.and_then(Schema::elements);
     // Nothing to merge into: kyaml merges the patch's list with itself,
     // which resolves directives and keeps elements without the key.
-    let dest_list = dest_list.map_or(src_list.as_slice(), Vec::as_slice);
-    let merged = merge_elements(dest_list, src_list, key.unwrap_or(""), elem_schema, path)?;
+    let dest_list = dest_list.unwrap_or_else(|| src_list.clone());
+    let merged = merge_elements(dest_list, src_list, key, elem_schema, path)?;
     Ok(Some(Value::Array(merged)))
 }
 
@@ -293,75 +300,109 @@ fn identity<'v>(e: &'v Value, key: &str) -> Option<&'v Value> {
     }
 }
 
+fn is_delete(e: &Value) -> bool {
+    e.get(PATCH).and_then(Value::as_str) == Some("delete")
+}
+
 fn merge_elements(
-    dest: &[Value],
+    dest: Vec<Value>,
     src: &[Value],
     key: &str,
     schema: Option<Schema>,
     path: &mut String,
 ) -> Result<Vec<Value>, MergeError> {
+    let mut dest: Vec<Option<Value>> = dest.into_iter().map(Some).collect();
+    let position = |dest: &[Option<Value>], id: &Value| {
+        dest.iter()
+            .position(|d| d.as_ref().and_then(|d| identity(d, key)) == Some(id))
+    };
+    let deleted = |id: &Value| {
+        src.iter()
+            .any(|e| is_delete(e) && identity(e, key) == Some(id))
+    };
+    let mut out = Vec::with_capacity(dest.len() + src.len());
     // kyverno-compat: elements only in the patch come first, in patch
     // order, then the document's in their order (what Kyverno's
     // patchedResources show); patch elements without the key are dropped.
-    let mut ids: Vec<&Value> = Vec::new();
-    let in_dest = |id: &Value| dest.iter().any(|d| identity(d, key) == Some(id));
-    let new_first = src
-        .iter()
-        .filter(|e| identity(e, key).is_some_and(|id| !in_dest(id)))
-        .chain(dest);
-    for e in new_first {
-        if e.get(PATCH).and_then(Value::as_str) == Some("delete") {
+    let mut seen: Vec<&Value> = Vec::new();
+    for e in src {
+        let Some(id) = identity(e, key) else {
+            continue;
+        };
+        if is_delete(e) || seen.contains(&id) || position(&dest, id).is_some() {
             continue;
         }
-        if let Some(id) = identity(e, key)
-            && !ids.contains(&id)
-        {
-            ids.push(id);
+        seen.push(id);
+        if key.is_empty() {
+            out.push(e.clone());
+            continue;
         }
+        push_merged(&mut out, None, Some(e), key, id, schema, path)?;
     }
-    let deleted = |id: &Value| {
-        src.iter().any(|e| {
-            e.get(PATCH).and_then(Value::as_str) == Some("delete") && identity(e, key) == Some(id)
-        })
-    };
-    let find =
-        |list: &[Value], id: &Value| list.iter().find(|e| identity(e, key) == Some(id)).cloned();
-    let mut out = Vec::with_capacity(ids.len());
-    for id in ids {
-        if deleted(id) {
+    for i in 0..dest.len() {
+        let Some(d) = dest[i].take() else {
+            continue;
+        };
+        let Some(id) = identity(&d, key).cloned() else {
+            // Document elements without the key stay, at the end.
+            dest[i] = Some(d);
+            continue;
+        };
+        if deleted(&id) {
+            continue;
+        }
+        // A repeated key in the document: kyaml keeps the first.
+        if position(&dest, &id).is_some_and(|j| j < i) {
             continue;
         }
         if key.is_empty() {
-            out.push(id.clone());
+            out.push(d);
             continue;
         }
-        let d = find(dest, id);
-        let s = find(src, id).map(|mut s| {
-            if let Value::Object(m) = &mut s {
+        let s = src
+            .iter()
+            .find(|e| !is_delete(e) && identity(e, key) == Some(&id));
+        push_merged(&mut out, Some(d), s, key, &id, schema, path)?;
+    }
+    out.extend(dest.into_iter().flatten());
+    Ok(out)
+}
+
+fn push_merged(
+    out: &mut Vec<Value>,
+    dest: Option<Value>,
+    src: Option<&Value>,
+    key: &str,
+    id: &Value,
+    schema: Option<Schema>,
+    path: &mut String,
+) -> Result<(), MergeError> {
+    let len = path.len();
+    // Cheap on the happy path: the element is named only if an error quotes the path.
+    path.push('[');
+    path.push_str(key);
+    path.push('=');
+    match id {
+        Value::String(s) => path.push_str(s),
+        other => path.push_str(&other.to_string()),
+    }
+    path.push(']');
+    let merged = walk(dest, src, schema, path)?;
+    path.truncate(len);
+    match merged {
+        Some(Value::Object(m)) if m.is_empty() => {}
+        None | Some(Value::Null) => {}
+        Some(mut v) => {
+            if let Value::Object(m) = &mut v {
                 m.remove(PATCH);
-            }
-            s
-        });
-        let len = path.len();
-        path.push_str(&format!("[{key}={}]", id));
-        let merged = walk(d.as_ref(), s.as_ref(), schema, path)?;
-        path.truncate(len);
-        match merged {
-            Some(Value::Object(m)) if m.is_empty() => {}
-            Some(Value::Null) | None => {}
-            Some(mut v) => {
-                if let Value::Object(m) = &mut v
-                    && !m.contains_key(key)
-                {
+                if !m.contains_key(key) {
                     m.insert(key.to_string(), id.clone());
                 }
-                out.push(v);
             }
+            out.push(v);
         }
     }
-    // Document elements without the key stay, at the end.
-    out.extend(dest.iter().filter(|e| identity(e, key).is_none()).cloned());
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

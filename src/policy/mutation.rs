@@ -9,9 +9,17 @@ use serde_json::Value;
 #[derive(Debug, Clone)]
 pub enum MutatePatch {
     /// `patchStrategicMerge`, with Kyverno's anchors.
-    Strategic(Value),
-    /// `patchesJson6902`: YAML text, substituted before it is parsed.
-    Json6902(String),
+    Strategic {
+        overlay: Value,
+        /// Whether it holds `{{ }}` to substitute per request.
+        has_variables: bool,
+    },
+    /// `patchesJson6902`: YAML text, substituted before it is parsed; the
+    /// operations parsed once when the text has no variables.
+    Json6902 {
+        text: String,
+        ops: Option<Vec<Value>>,
+    },
     Foreach(Vec<ForEachMutate>),
 }
 
@@ -57,10 +65,18 @@ fn compile_patch(
 ) -> Result<Option<MutatePatch>, String> {
     // kyverno-compat: when both are set, the strategic merge wins.
     if let Some(p) = strategic {
-        return Ok(Some(MutatePatch::Strategic(p)));
+        return Ok(Some(MutatePatch::Strategic {
+            has_variables: crate::engine::variables::has_variables(&p),
+            overlay: p,
+        }));
     }
-    if let Some(p) = json6902 {
-        return Ok(Some(MutatePatch::Json6902(p)));
+    if let Some(text) = json6902 {
+        let ops = if text.contains("{{") {
+            None
+        } else {
+            Some(parse_operations(&text)?)
+        };
+        return Ok(Some(MutatePatch::Json6902 { text, ops }));
     }
     let Some(list) = foreach else {
         return Ok(None);
@@ -101,6 +117,19 @@ fn compile_patch(
         });
     }
     Ok(Some(MutatePatch::Foreach(out)))
+}
+
+/// `patchesJson6902` text (YAML or JSON) to its operations.
+pub fn parse_operations(text: &str) -> Result<Vec<Value>, String> {
+    let docs = crate::policy::load::parse_yaml_documents("patchesJson6902", text)
+        .map_err(|e| format!("failed to decode patches: {e}"))?;
+    match docs.into_iter().next() {
+        Some(Value::Array(ops)) => Ok(ops),
+        Some(Value::Null) | None => Ok(Vec::new()),
+        Some(other) => Err(format!(
+            "failed to decode patches: expected a list of operations, got {other}"
+        )),
+    }
 }
 
 #[derive(Debug, Clone)]

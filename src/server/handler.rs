@@ -4,7 +4,9 @@
 use super::policies::Snapshot;
 use super::review::{self, ReviewError, Verdict};
 use crate::context::ClusterView;
-use crate::engine::{EvalEnv, PolicyResponse, RuleResponse, RuleStatus, validate};
+use crate::engine::mutate::mutate_policy;
+use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
+use crate::patch::json_patch;
 use crate::policy::compile::FailurePolicy;
 use crate::policy::{CompiledPolicy, RuleBody};
 use std::time::{Duration, Instant};
@@ -122,7 +124,21 @@ pub fn admit(
             }
             review::decide(&policies, &responses, req)
         }
-        // The mutate engine does not exist yet: allowed, no patch (logged at start).
+        Route::Mutate(failure_policy) => {
+            let selected = snapshot.mutate_indexes(failure_policy);
+            let cells =
+                snapshot
+                    .rule_table
+                    .resource(&req.gvk.kind, req.namespace(), &req.operation);
+            mutate(
+                snapshot,
+                selected,
+                req,
+                deadline,
+                view,
+                |index, rule, status, elapsed| cells.record(index, rule, status, elapsed),
+            )
+        }
         _ => Verdict {
             allowed: true,
             ..Verdict::default()
@@ -135,6 +151,106 @@ pub fn admit(
         operation: req.operation.clone(),
         allowed: verdict.allowed,
     })
+}
+
+/// Runs the mutate policies `selected`, in order, each on the previous
+/// one's output (§7.2). A policy with a failed rule denies the request
+/// under `failurePolicy: Fail`; under Ignore its changes are dropped. The
+/// answer carries the JSONPatch from the incoming object to the result.
+fn mutate(
+    snapshot: &Snapshot,
+    selected: &[usize],
+    req: &Request,
+    deadline: Option<Instant>,
+    view: &dyn ClusterView,
+    mut record: impl FnMut(usize, usize, RuleStatus, Duration),
+) -> Verdict {
+    // Nothing to mutate on DELETE: there is no new object.
+    if req.object.is_null() || selected.is_empty() {
+        return Verdict {
+            allowed: true,
+            ..Verdict::default()
+        };
+    }
+    let env = EvalEnv {
+        resolver: view,
+        exceptions: &snapshot.exceptions,
+        rule_values: &(),
+    };
+    let mut current: Option<Request> = None;
+    let mut warnings = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    for &index in selected {
+        let policy = &snapshot.policies[index];
+        let started = Instant::now();
+        let req_now = current.as_ref().unwrap_or(req);
+        let timed_out = deadline.is_some_and(|d| started >= d);
+        let outcome = if timed_out {
+            None
+        } else {
+            let ctx = req_now.json_context(policy.uses_images);
+            Some(mutate_policy(policy, req_now, &ctx, &env))
+        };
+        let elapsed = started.elapsed();
+        let Some(outcome) = outcome else {
+            if policy.failure_policy == FailurePolicy::Fail {
+                failed.push(format!(
+                    "policy {}: not evaluated: the request deadline passed",
+                    policy.qualified_name()
+                ));
+            }
+            continue;
+        };
+        let rules = &outcome.response.rules;
+        let per_rule = elapsed / u32::try_from(rules.len().max(1)).unwrap_or(u32::MAX);
+        let mut errors = Vec::new();
+        for r in rules {
+            if let Some(rule) = policy.rules.iter().position(|x| x.name == r.name) {
+                record(index, rule, r.status, per_rule);
+            }
+            if matches!(r.status, RuleStatus::Error | RuleStatus::Fail) {
+                errors.push(format!("{}: {}", r.name, r.message));
+            } else if policy.emit_warning && r.status == RuleStatus::Pass {
+                warnings.push(format!(
+                    "policy {}.{}: {}",
+                    outcome.response.policy, r.name, r.message
+                ));
+            }
+        }
+        if !errors.is_empty() {
+            // Ignore: the policy's changes are dropped, the rest go on.
+            if policy.failure_policy == FailurePolicy::Fail {
+                failed.push(format!(
+                    "failed to apply policy {} rules [{}]",
+                    policy.qualified_name(),
+                    errors.join(", ")
+                ));
+            }
+            continue;
+        }
+        if let Some(patched) = outcome.patched {
+            let mut next = req_now.clone();
+            next.object = patched;
+            current = Some(next);
+        }
+    }
+    if !failed.is_empty() {
+        return Verdict {
+            allowed: false,
+            message: Some(format!("mutation failed: {}", failed.join("; "))),
+            warnings,
+            patch: None,
+        };
+    }
+    let patch = current.map(|c| json_patch::diff(&req.object, &c.object));
+    Verdict {
+        allowed: true,
+        message: None,
+        warnings,
+        patch: patch
+            .filter(|ops| !ops.is_empty())
+            .map(|ops| serde_json::to_vec(&ops).unwrap_or_default()),
+    }
 }
 
 /// The response of a policy the deadline left unevaluated: an error for

@@ -28,6 +28,9 @@ pub struct Snapshot {
     /// route: all, failurePolicy Fail, failurePolicy Ignore. Chosen once
     /// here rather than on every request.
     pub validate: [Vec<usize>; 3],
+    /// The same for the admission mutate policies, in load order (each
+    /// sees the previous one's output).
+    pub mutate: [Vec<usize>; 3],
     /// Increases by one with every published snapshot.
     pub generation: u64,
     /// Per-rule result counters of this snapshot's policies.
@@ -43,20 +46,24 @@ impl Snapshot {
         exceptions: Vec<CompiledException>,
         generation: u64,
     ) -> Snapshot {
-        let select = |f: Option<FailurePolicy>| -> Vec<usize> {
+        let select = |f: Option<FailurePolicy>, has: fn(&CompiledPolicy) -> bool| -> Vec<usize> {
             policies
                 .iter()
                 .enumerate()
-                .filter(|(_, p)| p.admission && p.has_validate())
+                .filter(|(_, p)| p.admission && has(p))
                 .filter(|(_, p)| f.is_none_or(|f| p.failure_policy == f))
                 .map(|(i, _)| i)
                 .collect()
         };
-        let validate = [
-            select(None),
-            select(Some(FailurePolicy::Fail)),
-            select(Some(FailurePolicy::Ignore)),
-        ];
+        let per_route = |has: fn(&CompiledPolicy) -> bool| {
+            [
+                select(None, has),
+                select(Some(FailurePolicy::Fail), has),
+                select(Some(FailurePolicy::Ignore), has),
+            ]
+        };
+        let validate = per_route(CompiledPolicy::has_validate);
+        let mutate = per_route(CompiledPolicy::has_mutate);
         let needs_namespace_labels = policies
             .iter()
             .flat_map(|p| &p.rules)
@@ -69,18 +76,27 @@ impl Snapshot {
             policies,
             exceptions,
             validate,
+            mutate,
             generation,
         }
     }
 
     /// Indexes into `policies` of the validate policies a route evaluates.
     pub fn validate_indexes(&self, f: Option<FailurePolicy>) -> &[usize] {
-        let i = match f {
-            None => 0,
-            Some(FailurePolicy::Fail) => 1,
-            Some(FailurePolicy::Ignore) => 2,
-        };
-        &self.validate[i]
+        &self.validate[route_slot(f)]
+    }
+
+    /// Indexes into `policies` of the mutate policies a route evaluates.
+    pub fn mutate_indexes(&self, f: Option<FailurePolicy>) -> &[usize] {
+        &self.mutate[route_slot(f)]
+    }
+}
+
+fn route_slot(f: Option<FailurePolicy>) -> usize {
+    match f {
+        None => 0,
+        Some(FailurePolicy::Fail) => 1,
+        Some(FailurePolicy::Ignore) => 2,
     }
 }
 

@@ -148,6 +148,8 @@ pub struct Verdict {
     /// Kyverno's denial text, when denied.
     pub message: Option<String>,
     pub warnings: Vec<String>,
+    /// The JSONPatch (RFC 6902 operations, serialised) of a mutation.
+    pub patch: Option<Vec<u8>>,
 }
 
 /// Decides from the policy responses (`responses[i]` belongs to
@@ -188,12 +190,14 @@ pub fn decide(
             allowed: true,
             message: None,
             warnings,
+            patch: None,
         };
     }
     Verdict {
         allowed: false,
         message: Some(blocked_message(req, blocked)),
         warnings,
+        patch: None,
     }
 }
 
@@ -244,6 +248,7 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
         .message
         .as_ref()
         .map_or(0, |m| m.len() + m.len() / 16 + 64)
+        + verdict.patch.as_ref().map_or(0, |p| p.len() * 4 / 3 + 48)
         + verdict.warnings.iter().map(|w| w.len() + 8).sum::<usize>();
     let mut out = Vec::with_capacity(128 + uid.len() + extra);
     out.extend_from_slice(
@@ -259,6 +264,13 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
         out.extend_from_slice(br#","status":{"status":"Failure","code":400,"message":"#);
         push_json_str(&mut out, message);
         out.push(b'}');
+    }
+    if let Some(patch) = &verdict.patch {
+        out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
+        out.extend_from_slice(
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, patch).as_bytes(),
+        );
+        out.push(b'"');
     }
     if !verdict.warnings.is_empty() {
         out.extend_from_slice(br#","warnings":["#);

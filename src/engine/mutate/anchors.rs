@@ -57,17 +57,12 @@ fn recurse(pattern: &mut Value, resource: Option<&Value>) -> Result<(), AnchorEr
 fn walk_map(pattern: &mut Value, resource: Option<&Value>) -> Result<(), AnchorError> {
     handle_add_if_not_present(pattern, resource);
     validate_conditions(pattern, resource)?;
-    let keys: Vec<String> = pattern
-        .as_object()
-        .map(|m| m.keys().cloned().collect())
-        .unwrap_or_default();
-    for key in keys {
-        if has_anchor(anchor_of(&key)) {
-            continue;
-        }
-        let value = resource.and_then(|r| r.get(&key));
-        if let Some(child) = pattern.get_mut(&key) {
-            recurse(child, value)?;
+    if let Value::Object(m) = pattern {
+        for (key, child) in m.iter_mut() {
+            if has_anchor(anchor_of(key)) {
+                continue;
+            }
+            recurse(child, resource.and_then(|r| r.get(key)))?;
         }
     }
     Ok(())
@@ -81,7 +76,8 @@ fn walk_list(pattern: &mut Value, resource: Option<&Value>) -> Result<(), Anchor
 }
 
 fn process_list_of_maps(pattern: &mut Value, resource: Option<&Value>) -> Result<(), AnchorError> {
-    let elements: Vec<Value> = pattern.as_array().cloned().unwrap_or_default();
+    // The elements present at the start; processing appends to the list.
+    let count = pattern.as_array().map_or(0, Vec::len);
     let resource_elements: &[Value] = match resource {
         None | Some(Value::Null) => &[],
         Some(Value::Array(a)) => a,
@@ -91,11 +87,14 @@ fn process_list_of_maps(pattern: &mut Value, resource: Option<&Value>) -> Result
             )));
         }
     };
-    for element in elements {
-        if !has_anchors(&element, &has_anchor) {
+    for i in 0..count {
+        let Some(element) = pattern.get(i) else {
+            break;
+        };
+        if !has_anchors(element, &has_anchor) {
             continue;
         }
-        let has_global = has_anchors(&element, &|a| a == Some(Anchor::Global));
+        let has_global = has_anchors(element, &|a| a == Some(Anchor::Global));
         let mut any_global_passed = false;
         let mut last_global_error = None;
         // kyverno-compat: one copy, processed against each resource element in turn.
@@ -237,16 +236,7 @@ fn delete_condition_elements(pattern: &mut Value) {
     let Value::Object(m) = pattern else {
         return;
     };
-    let keys: Vec<String> = m.keys().cloned().collect();
-    for key in keys {
-        let delete_scalar = contains_condition(anchor_of(&key));
-        let remove = m
-            .get_mut(&key)
-            .is_some_and(|v| delete_anchors(v, delete_scalar, false));
-        if remove {
-            m.remove(&key);
-        }
-    }
+    m.retain(|key, v| !delete_anchors(v, contains_condition(anchor_of(key)), false));
 }
 
 /// Removes condition anchors; true when nothing but anchors was left, so
@@ -292,28 +282,25 @@ fn delete_anchors_in_map(m: &mut Map<String, Value>, traverse_maps: bool) -> boo
             }
         }
     }
-    let keys: Vec<String> = m.keys().cloned().collect();
     let mut need_to_delete = true;
-    for k in keys {
-        let remove = m
-            .get_mut(&k)
-            .is_some_and(|v| delete_anchors(v, false, traverse_maps));
-        if remove {
-            m.remove(&k);
-        } else {
-            need_to_delete = false;
-        }
-    }
+    m.retain(|_, v| {
+        let remove = delete_anchors(v, false, traverse_maps);
+        need_to_delete &= remove;
+        !remove
+    });
     need_to_delete
 }
 
 fn delete_anchors_in_list(list: &mut Vec<Value>, traverse_maps: bool) -> bool {
     let was_empty = list.is_empty();
-    let mut originals = std::mem::take(list);
+    let mut originals: Vec<Option<Value>> = std::mem::take(list).into_iter().map(Some).collect();
     // Positions into `originals`, in list order: kyverno-compat, deletion is
     // by index into the shrinking list while the loop walks the originals.
     let mut current: Vec<usize> = (0..originals.len()).collect();
-    for (i, element) in originals.iter_mut().enumerate() {
+    for (i, slot) in originals.iter_mut().enumerate() {
+        let Some(element) = slot.as_mut() else {
+            continue;
+        };
         let delete = if has_anchors(element, &has_anchor) {
             if traverse_maps && element.is_object() {
                 delete_anchors(element, true, traverse_maps)
@@ -327,7 +314,10 @@ fn delete_anchors_in_list(list: &mut Vec<Value>, traverse_maps: bool) -> bool {
             current.remove(i);
         }
     }
-    *list = current.into_iter().map(|i| originals[i].clone()).collect();
+    *list = current
+        .into_iter()
+        .filter_map(|i| originals[i].take())
+        .collect();
     list.is_empty() && !was_empty
 }
 

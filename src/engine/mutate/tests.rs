@@ -27,7 +27,7 @@ fn mutate(p: &CompiledPolicy, resource: &Value) -> (Vec<(String, RuleStatus)>, V
         .iter()
         .map(|r| (r.name.to_string(), r.status))
         .collect();
-    (statuses, out.patched)
+    (statuses, out.patched.unwrap_or_else(|| resource.clone()))
 }
 
 const RULES: &str = r#"
