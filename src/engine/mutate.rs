@@ -56,7 +56,7 @@ pub fn mutate_policy<'p>(
         if rule
             .kinds
             .as_ref()
-            .is_some_and(|k| !k.iter().any(|k| *k == req.gvk.kind))
+            .is_some_and(|k| !k.contains(&req.gvk.kind))
         {
             continue;
         }
