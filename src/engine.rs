@@ -58,8 +58,9 @@ pub struct RuleResponse<'p> {
     pub rule_type: RuleType,
     pub status: RuleStatus,
     pub message: Cow<'p, str>,
-    /// The resources a generate rule produced (empty for other rules).
-    pub generated: Vec<Value>,
+    /// What the rule produced besides a verdict: a generate rule's
+    /// downstream resources, a mutate-existing rule's patched targets.
+    pub resources: Vec<Value>,
 }
 
 impl<'p> RuleResponse<'p> {
@@ -73,7 +74,7 @@ impl<'p> RuleResponse<'p> {
             rule_type: RuleType::Validation,
             status,
             message: message.into(),
-            generated: Vec::new(),
+            resources: Vec::new(),
         }
     }
 

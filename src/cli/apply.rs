@@ -138,7 +138,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             if policy.has_generate() {
                 let generated = generate_policy(policy, &req, &ctx, &env);
                 for r in &generated.rules {
-                    for g in &r.generated {
+                    for g in &r.resources {
                         println!(
                             "\ngenerate policy {} applied to {}:\n{}---",
                             generated.policy,

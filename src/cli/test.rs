@@ -133,11 +133,12 @@ pub fn discover(paths: &[PathBuf], file_name: &str) -> Vec<PathBuf> {
 }
 
 /// Offline context sources: `apiCallResponses` and `globalContextEntries`
-/// mocks, and the `cloneSourceResource` files for generate clones.
+/// mocks; the `cloneSourceResource` files (generate clones) and
+/// `targetResources` (mutate existing) as the cluster's objects.
 struct MockResolver<'a> {
     api_calls: &'a [ApiCallMock],
     globals: &'a [GlobalContextMock],
-    clone_sources: &'a [Value],
+    objects: &'a [Value],
 }
 
 impl Resolver for MockResolver<'_> {
@@ -174,7 +175,7 @@ impl Resolver for MockResolver<'_> {
         name: &str,
     ) -> Result<Option<Value>, ResolveError> {
         Ok(self
-            .clone_sources
+            .objects
             .iter()
             .find(|r| {
                 let (api, k, ns, n) = resource_key(r);
@@ -193,7 +194,7 @@ impl Resolver for MockResolver<'_> {
         namespace: &str,
     ) -> Result<Vec<Value>, ResolveError> {
         Ok(self
-            .clone_sources
+            .objects
             .iter()
             .filter(|r| {
                 let (api, k, ns, _) = resource_key(r);
@@ -214,8 +215,8 @@ struct Loaded {
     resources: Vec<Value>,
     values: Values,
     user: UserInfoFile,
-    /// Documents of every `cloneSourceResource` file.
-    clone_sources: Vec<Value>,
+    /// Documents of every `cloneSourceResource` and `targetResources` file.
+    objects: Vec<Value>,
 }
 
 fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
@@ -227,7 +228,7 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         resources: Vec::new(),
         values: Values::default(),
         user: UserInfoFile::default(),
-        clone_sources: Vec::new(),
+        objects: Vec::new(),
     };
     let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
         let text = read_file(path).map_err(|e| e.to_string())?;
@@ -277,8 +278,13 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
     clone_files.dedup();
     for f in clone_files {
         loaded
-            .clone_sources
+            .objects
             .extend(load_resources(&dir.join(f)).map_err(|e| e.to_string())?);
+    }
+    for f in &doc.target_resources {
+        loaded
+            .objects
+            .extend(load_resources(f).map_err(|e| e.to_string())?);
     }
     if let Some(v) = &doc.inline_values {
         loaded.values = Values::parse(v, false)?;
@@ -320,7 +326,7 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
     let resolver = MockResolver {
         api_calls: &doc.api_calls,
         globals: &doc.global_context,
-        clone_sources: &loaded.clone_sources,
+        objects: &loaded.objects,
     };
     let operation = loaded.values.operation();
     let mut out = Vec::with_capacity(loaded.resources.len());
@@ -592,9 +598,14 @@ fn check_results(
                     if actual == "fail" && !policy.scored {
                         actual = "warn";
                     }
-                    // Resources to compare: (actual, expected file).
+                    // Resources to compare: (actual, expected file). A
+                    // generate rule gives one row per downstream resource, a
+                    // mutate-existing rule one per patched target.
+                    let existing = r.rule_type == RuleType::Mutation && !r.resources.is_empty();
                     let mut compare: Vec<(&Value, &str)> = Vec::new();
-                    if let Some(file) = &expected.patched_resources {
+                    if let Some(file) = &expected.patched_resources
+                        && !existing
+                    {
                         let resource = if r.rule_type == RuleType::Mutation {
                             &ev.patched[pi]
                         } else {
@@ -602,17 +613,18 @@ fn check_results(
                         };
                         compare.push((resource, file));
                     }
-                    // One row per generated resource when the test names a file.
-                    let mut generated_rows: Vec<Option<&Value>> = vec![None];
-                    if expected.generated_resource.is_some()
-                        && r.rule_type == RuleType::Generation
-                        && !r.generated.is_empty()
-                    {
-                        generated_rows = r.generated.iter().map(Some).collect();
+                    let produced_file = match r.rule_type {
+                        RuleType::Generation => expected.generated_resource.as_deref(),
+                        RuleType::Mutation if existing => expected.patched_resources.as_deref(),
+                        _ => None,
+                    };
+                    let mut produced_rows: Vec<Option<&Value>> = vec![None];
+                    if produced_file.is_some() && !r.resources.is_empty() {
+                        produced_rows = r.resources.iter().map(Some).collect();
                     }
-                    for generated in generated_rows {
+                    for produced in produced_rows {
                         let mut checks = compare.clone();
-                        if let (Some(g), Some(file)) = (generated, &expected.generated_resource) {
+                        if let (Some(g), Some(file)) = (produced, produced_file) {
                             checks.push((g, file));
                         }
                         let mut diff = None;

@@ -79,7 +79,7 @@ pub fn generate_policy<'p>(
                     RuleStatus::Pass,
                     format!("generated {} resource(s)", resources.len()),
                 );
-                r.generated = resources;
+                r.resources = resources;
                 r
             }
         });

@@ -1,19 +1,24 @@
 //! Mutate rules (§7): `patchStrategicMerge` with Kyverno's anchors,
 //! `patchesJson6902`, and `foreach`. Rules run in order, each on the
 //! output of the previous one; a rule that changes nothing is `skip`.
-//! Mutate-existing (`targets`) is not evaluated yet and says so.
+//! Mutate existing (`targets`) patches the targets the resolver finds,
+//! not the trigger; applying them in a cluster is the background
+//! controller's job.
 
 mod anchors;
 
+use super::context_loader;
 use super::json_context::JsonContext;
 use super::validate::{applicable_exceptions, eval_conditions, prepare_rule};
 use super::variables::{OnError, Substituter};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::context::Resolver;
+use crate::matching::selector_matches;
 use crate::patch::{json_patch, strategic};
 use crate::policy::compile::PolicyScope;
-use crate::policy::mutation::{ForEachMutate, MutatePatch, parse_operations};
+use crate::policy::mutation::{ForEachMutate, MutatePatch, Target, parse_operations};
 use crate::policy::{CompiledPolicy, ExprCache, RuleBody};
+use crate::wildcard;
 use serde_json::Value;
 
 /// A policy's mutate rules applied to one resource.
@@ -95,18 +100,30 @@ pub fn mutate_policy<'p>(
             rules.push(stop.of_type(RuleType::Mutation));
             continue;
         }
-        if !m.targets.is_empty() {
-            rules.push(respond(
-                RuleStatus::Error,
-                format!("unsupported: spec.rules[{name}].mutate.targets (mutate existing)"),
-            ));
-            continue;
-        }
         let mut mutator = Mutator {
             exprs: &policy.exprs,
             resolver: env.resolver,
             numbered_elements: policy.uses_numbered_elements,
         };
+        if !m.targets.is_empty() {
+            // Mutate existing: the trigger stays as it is.
+            let response = match mutator.targets(&m.targets, &m.patch, &rctx) {
+                Err(e) => respond(RuleStatus::Error, e),
+                Ok(patched) if patched.is_empty() => {
+                    respond(RuleStatus::Skip, "no targets patched".into())
+                }
+                Ok(patched) => {
+                    let mut r = respond(
+                        RuleStatus::Pass,
+                        format!("mutated {} target(s)", patched.len()),
+                    );
+                    r.resources = patched;
+                    r
+                }
+            };
+            rules.push(response);
+            continue;
+        }
         let resource = patched.as_ref().unwrap_or(&req.object);
         let response = match mutator.apply(&m.patch, resource, &rctx, 0) {
             Err(e) => respond(RuleStatus::Error, e),
@@ -154,6 +171,90 @@ struct Mutator<'a> {
 }
 
 impl Mutator<'_> {
+    /// Mutate existing (§7.5): the targets the specs select, read through
+    /// the resolver, each patched with `target` set to it. Returns the
+    /// targets the patch changed, as patched.
+    fn targets(
+        &mut self,
+        targets: &[Target],
+        patch: &MutatePatch,
+        ctx: &JsonContext,
+    ) -> Result<Vec<Value>, String> {
+        let sub = Substituter {
+            ctx,
+            exprs: self.exprs,
+            on_error: OnError::Fail,
+        };
+        let text = |s: &Option<String>| -> Result<String, String> {
+            match s.as_deref().map(|s| sub.string(s)) {
+                None => Ok(String::new()),
+                Some(Ok(Value::String(v))) => Ok(v),
+                Some(Ok(other)) => Ok(other.to_string()),
+                Some(Err(e)) => Err(format!("failed to substitute variables in target: {e}")),
+            }
+        };
+        let mut out = Vec::new();
+        for t in targets {
+            let spec = &t.spec;
+            let name = text(&spec.name)?;
+            let namespace = text(&spec.namespace)?;
+            let found = if !name.is_empty() && !name.contains(['*', '?']) {
+                self.resolver
+                    .resource(&spec.api_version, &spec.kind, &namespace, &name)
+                    .map_err(|e| format!("failed to get target: {e}"))?
+                    .into_iter()
+                    .collect()
+            } else {
+                self.resolver
+                    .resources(&spec.api_version, &spec.kind, &namespace)
+                    .map_err(|e| format!("failed to list targets: {e}"))?
+            };
+            for target in found {
+                let field = |p: &str| {
+                    target
+                        .pointer(p)
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                };
+                if !name.is_empty() && !wildcard::matches(&name, field("/metadata/name")) {
+                    continue;
+                }
+                if spec
+                    .uid
+                    .as_deref()
+                    .is_some_and(|u| u != field("/metadata/uid"))
+                {
+                    continue;
+                }
+                let labels = target
+                    .pointer("/metadata/labels")
+                    .and_then(Value::as_object);
+                if spec
+                    .selector
+                    .as_ref()
+                    .is_some_and(|s| !selector_matches(s, labels))
+                {
+                    continue;
+                }
+                let mut scope = ctx.child();
+                scope.set_ref("target", &target);
+                context_loader::load(&spec.context, &mut scope, self.exprs, self.resolver)?;
+                if let Some(pre) = &t.preconditions {
+                    match eval_conditions(pre, &scope, self.exprs) {
+                        Ok((true, _)) => {}
+                        Ok((false, _)) => continue,
+                        Err(e) => return Err(format!("failed to evaluate preconditions: {e}")),
+                    }
+                }
+                let (patched, _) = self.apply(patch, &target, &scope, 0)?;
+                if patched != target {
+                    out.push(patched);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Applies one patch to `resource`: the result, and how many foreach
     /// elements changed it (1 for a plain patch that changed it).
     fn apply(

@@ -1,7 +1,9 @@
 //! Compiled forms of `mutate` (§7) and `generate` (§8) rule bodies.
 
 use super::compile::Conditions;
-use super::types::{ContextEntry, ForEachMutation, GENERATE_FIELDS, Generation, Mutation};
+use super::types::{
+    ContextEntry, ForEachMutation, GENERATE_FIELDS, Generation, Mutation, TargetResource,
+};
 use crate::jmespath::Expression;
 use serde_json::Value;
 
@@ -35,11 +37,18 @@ pub struct ForEachMutate {
     pub patch: MutatePatch,
 }
 
+/// A `mutate.targets[]` entry with its preconditions parsed.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub spec: TargetResource,
+    pub preconditions: Option<Conditions>,
+}
+
 #[derive(Debug, Clone)]
 pub struct MutateRule {
     pub patch: MutatePatch,
-    /// `targets`: mutate existing resources (§7.5).
-    pub targets: Vec<Value>,
+    /// `targets`: mutate existing resources (§7.5) instead of the trigger.
+    pub targets: Vec<Target>,
 }
 
 impl MutateRule {
@@ -51,10 +60,24 @@ impl MutateRule {
             Some(m.foreach).filter(|f| !f.is_empty()),
         )?
         .ok_or("empty mutate rule")?;
-        Ok(MutateRule {
-            patch,
-            targets: m.targets,
-        })
+        let targets = m
+            .targets
+            .into_iter()
+            .enumerate()
+            .map(|(i, spec)| {
+                let preconditions = spec
+                    .preconditions
+                    .as_ref()
+                    .map(Conditions::parse)
+                    .transpose()
+                    .map_err(|e| format!("targets[{i}].preconditions: {e}"))?;
+                Ok(Target {
+                    spec,
+                    preconditions,
+                })
+            })
+            .collect::<Result<_, String>>()?;
+        Ok(MutateRule { patch, targets })
     }
 }
 

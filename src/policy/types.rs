@@ -393,9 +393,31 @@ pub struct Mutation {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub foreach: Vec<ForEachMutation>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub targets: Vec<Value>,
+    pub targets: Vec<TargetResource>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mutate_existing_on_policy_update: Option<bool>,
+}
+
+/// One `mutate.targets[]` entry (§7.5): which existing resources to patch.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TargetResource {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uid: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<LabelSelector>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub context: Vec<ContextEntry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preconditions: Option<Value>,
 }
 
 /// One `mutate.foreach[]` entry (§7.4).

@@ -1,0 +1,82 @@
+//! The `kyverno-test.yaml` suites under `examples/tests` pass, row by row,
+//! and a changed expectation fails them (the comparison is not vacuous).
+
+use gavel::cli::test::{Outcome, Selector, discover, run_test_file};
+use std::path::{Path, PathBuf};
+
+fn examples() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tests")
+}
+
+#[test]
+fn example_suites_pass() {
+    let files = discover(&[examples()], "kyverno-test.yaml");
+    assert!(files.len() >= 3, "{files:?}");
+    for f in files {
+        for outcome in run_test_file(&f, &Selector::default()) {
+            assert!(outcome.passed(), "{}: {:#?}", f.display(), outcome.rows);
+            assert!(!outcome.rows.is_empty(), "{}: no rows", f.display());
+            assert!(
+                outcome.rows.iter().all(|r| r.outcome == Outcome::Pass),
+                "{}: {:#?}",
+                f.display(),
+                outcome.rows
+            );
+        }
+    }
+}
+
+/// Copies an example suite, edits one expected file, and runs it.
+fn with_edited(suite: &str, file: &str, from: &str, to: &str) -> Vec<String> {
+    let dir = std::env::temp_dir().join(format!("gavel-examples-{suite}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    for entry in std::fs::read_dir(examples().join(suite)).unwrap() {
+        let path = entry.unwrap().path();
+        let mut text = std::fs::read_to_string(&path).unwrap();
+        if path.file_name().unwrap() == file {
+            assert!(text.contains(from), "{file} lacks {from:?}");
+            text = text.replace(from, to);
+        }
+        std::fs::write(dir.join(path.file_name().unwrap()), text).unwrap();
+    }
+    let outcomes = run_test_file(&dir.join("kyverno-test.yaml"), &Selector::default());
+    std::fs::remove_dir_all(&dir).ok();
+    outcomes
+        .iter()
+        .flat_map(|o| o.rows.iter())
+        .filter(|r| r.outcome == Outcome::Fail)
+        .map(|r| r.reason.clone())
+        .collect()
+}
+
+#[test]
+fn changed_expectations_fail_with_a_resource_diff() {
+    assert_eq!(
+        with_edited(
+            "mutate-existing",
+            "patched-secret.yaml",
+            "dictionary-1",
+            "dictionary-2"
+        ),
+        ["Resource diff"]
+    );
+    assert_eq!(
+        with_edited(
+            "generate-clone",
+            "generated.yaml",
+            "eyJhdXRocyI6e319",
+            "e30="
+        ),
+        ["Resource diff"]
+    );
+    // Targets the preconditions exclude are not patched: nothing is.
+    assert_eq!(
+        with_edited(
+            "mutate-existing",
+            "policy.yaml",
+            "value: backend",
+            "value: none"
+        ),
+        ["Want pass, got skip"]
+    );
+}
