@@ -69,14 +69,14 @@ fn changed_expectations_fail_with_a_resource_diff() {
         ),
         ["Resource diff"]
     );
-    // Targets the preconditions exclude are not patched: nothing is.
+    // The status is checked as well as the resource.
     assert_eq!(
         with_edited(
             "mutate-existing",
-            "policy.yaml",
-            "value: backend",
-            "value: none"
+            "kyverno-test.yaml",
+            "result: pass",
+            "result: skip"
         ),
-        ["Want pass, got skip"]
+        ["Want skip, got pass"]
     );
 }
