@@ -4,7 +4,7 @@
 //! the engine only computes them.
 
 use super::json_context::JsonContext;
-use super::validate::{applicable_exceptions, eval_conditions, prepare_rule};
+use super::validate::{before_body, eval_conditions, foreach_list};
 use super::variables::{OnError, Substituter};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::matching::selector_matches;
@@ -43,17 +43,7 @@ pub fn generate_policy<'p>(
             RuleResponse::new(name, status, message).of_type(RuleType::Generation)
         };
         let mut rctx = ctx.child();
-        if let Some(ex) = applicable_exceptions(policy, name, req, &rctx, env).first() {
-            rules.push(respond(
-                RuleStatus::Skip,
-                format!(
-                    "rule is skipped due to policy exception {}/{}",
-                    ex.namespace, ex.name
-                ),
-            ));
-            continue;
-        }
-        if let Some(stop) = prepare_rule(rule, &mut rctx, &policy.exprs, env) {
+        if let Some(stop) = before_body(policy, rule, req, &mut rctx, env) {
             rules.push(stop.of_type(RuleType::Generation));
             continue;
         }
@@ -106,18 +96,7 @@ impl Builder<'_> {
     ) -> Result<Vec<Value>, String> {
         let mut out = Vec::new();
         for (fe, pre) in g.spec.foreach.iter().zip(&g.foreach_preconditions) {
-            let sub = Substituter {
-                ctx,
-                exprs: self.exprs,
-                on_error: OnError::Fail,
-            };
-            let source = match sub.string(&fe.list).map_err(|e| e.to_string())? {
-                Value::String(s) => s,
-                other => other.to_string(),
-            };
-            let items = self
-                .exprs
-                .resolve(source.trim(), ctx.root())
+            let items = foreach_list(&fe.list, None, ctx, self.exprs)
                 .map_err(|e| format!("failed to evaluate list {}: {e}", fe.list))?
                 .into_owned();
             let items = match items {

@@ -9,7 +9,7 @@ mod anchors;
 
 use super::context_loader;
 use super::json_context::JsonContext;
-use super::validate::{applicable_exceptions, eval_conditions, prepare_rule};
+use super::validate::{before_body, eval_conditions, foreach_list};
 use super::variables::{OnError, Substituter};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::context::Resolver;
@@ -86,17 +86,7 @@ pub fn mutate_policy<'p>(
         let respond = |status, message: String| {
             RuleResponse::new(name, status, message).of_type(RuleType::Mutation)
         };
-        if let Some(ex) = applicable_exceptions(policy, name, req_now, &rctx, env).first() {
-            rules.push(respond(
-                RuleStatus::Skip,
-                format!(
-                    "rule is skipped due to policy exception {}/{}",
-                    ex.namespace, ex.name
-                ),
-            ));
-            continue;
-        }
-        if let Some(stop) = prepare_rule(rule, &mut rctx, &policy.exprs, env) {
+        if let Some(stop) = before_body(policy, rule, req_now, &mut rctx, env) {
             rules.push(stop.of_type(RuleType::Mutation));
             continue;
         }
@@ -331,29 +321,12 @@ impl Mutator<'_> {
         let mut current = resource.clone();
         let mut applied = 0;
         for fe in list {
-            let items = match &fe.list_expr {
-                Some(e) => e.resolve_val(ctx.root()),
-                None => {
-                    let sub = Substituter {
-                        ctx,
-                        exprs: self.exprs,
-                        on_error: OnError::Fail,
-                    };
-                    let source = match sub.string(&fe.list) {
-                        Ok(Value::String(s)) => s,
-                        Ok(other) => other.to_string(),
-                        Err(e) => return Err(format!("failed to evaluate list {}: {e}", fe.list)),
-                    };
-                    self.exprs.resolve(source.trim(), ctx.root())
-                }
-            };
-            let items: Vec<Value> = match items {
-                Ok(v) if v.is_null() => Vec::new(),
-                Ok(v) => match v.into_owned() {
-                    Value::Array(a) => a,
-                    other => vec![other],
-                },
-                Err(e) => return Err(format!("failed to evaluate list {}: {e}", fe.list)),
+            let items = foreach_list(&fe.list, fe.list_expr.as_ref(), ctx, self.exprs)
+                .map_err(|e| format!("failed to evaluate list {}: {e}", fe.list))?;
+            let items: Vec<Value> = match items.into_owned() {
+                Value::Null => Vec::new(),
+                Value::Array(a) => a,
+                other => vec![other],
             };
             let mut order: Vec<usize> = (0..items.len()).collect();
             if fe.descending {

@@ -187,6 +187,53 @@ pub(super) fn applicable_exceptions<'e>(
         .collect()
 }
 
+/// The steps a mutate or generate rule takes before its body: a matching
+/// PolicyException skips it; then [`prepare_rule`].
+pub(super) fn before_body<'p>(
+    policy: &CompiledPolicy,
+    rule: &'p CompiledRule,
+    req: &Request,
+    ctx: &mut JsonContext,
+    env: &EvalEnv,
+) -> Option<RuleResponse<'p>> {
+    if let Some(ex) = applicable_exceptions(policy, &rule.name, req, ctx, env).first() {
+        return Some(RuleResponse::new(
+            &rule.name,
+            RuleStatus::Skip,
+            format!(
+                "rule is skipped due to policy exception {}/{}",
+                ex.namespace, ex.name
+            ),
+        ));
+    }
+    prepare_rule(rule, ctx, &policy.exprs, env)
+}
+
+/// The value of a foreach `list`: the pre-parsed expression, or the text
+/// with its `{{ }}` substituted first.
+pub(super) fn foreach_list<'c>(
+    list: &str,
+    parsed: Option<&crate::jmespath::Expression>,
+    ctx: &'c JsonContext<'c>,
+    exprs: &ExprCache,
+) -> Result<Val<'c>, String> {
+    if let Some(e) = parsed {
+        return e.resolve_val(ctx.root()).map_err(|e| e.to_string());
+    }
+    let sub = Substituter {
+        ctx,
+        exprs,
+        on_error: OnError::Fail,
+    };
+    let source = match sub.string(list).map_err(|e| e.to_string())? {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    exprs
+        .resolve(&source, ctx.root())
+        .map_err(|e| e.to_string())
+}
+
 /// What every rule type does before its body: injected rule values,
 /// context entries, preconditions. `Some` is the rule's response when it
 /// stops there (error, or skip on false preconditions).
@@ -529,21 +576,7 @@ impl<'p> RuleValidator<'_, 'p> {
     ) -> Option<RuleResponse<'p>> {
         let mut applied = 0;
         for fe in list {
-            let items = match &fe.list_expr {
-                Some(e) => e.resolve_val(ctx.root()),
-                None => {
-                    let sub = Substituter {
-                        ctx,
-                        exprs: self.exprs,
-                        on_error: OnError::Fail,
-                    };
-                    let source = match sub.string(&fe.list) {
-                        Ok(Value::String(s)) => s,
-                        _ => continue,
-                    };
-                    self.exprs.resolve(&source, ctx.root())
-                }
-            };
+            let items = foreach_list(&fe.list, fe.list_expr.as_ref(), ctx, self.exprs);
             // kyverno-compat: a list that fails to evaluate skips this foreach entry.
             let Ok(items) = items else {
                 continue;
