@@ -7,6 +7,8 @@
 
 mod anchors;
 
+pub use anchors::resource_independent;
+
 use super::context_loader;
 use super::json_context::JsonContext;
 use super::validate::{before_body, eval_conditions, foreach_list};
@@ -261,8 +263,14 @@ impl Mutator<'_> {
         };
         let out = match patch {
             MutatePatch::Strategic {
+                prepared: Some(overlay),
+                ..
+            } => strategic::merge_owned(resource.clone(), overlay)
+                .map_err(|e| format!("failed to patch resource: {e}"))?,
+            MutatePatch::Strategic {
                 overlay,
                 has_variables,
+                prepared: None,
             } => {
                 let mut overlay = if *has_variables {
                     sub.value(overlay)

@@ -15,6 +15,9 @@ pub enum MutatePatch {
         overlay: Value,
         /// Whether it holds `{{ }}` to substitute per request.
         has_variables: bool,
+        /// The overlay ready to merge, when neither variables nor anchors
+        /// make it depend on the request: no per-request copy or anchor pass.
+        prepared: Option<Value>,
     },
     /// `patchesJson6902`: YAML text, substituted before it is parsed; the
     /// operations parsed once when the text has no variables.
@@ -88,9 +91,16 @@ fn compile_patch(
 ) -> Result<Option<MutatePatch>, String> {
     // kyverno-compat: when both are set, the strategic merge wins.
     if let Some(p) = strategic {
+        let has_variables = crate::engine::variables::has_variables(&p);
+        let prepared = if has_variables {
+            None
+        } else {
+            crate::engine::mutate::resource_independent(&p)
+        };
         return Ok(Some(MutatePatch::Strategic {
-            has_variables: crate::engine::variables::has_variables(&p),
             overlay: p,
+            has_variables,
+            prepared,
         }));
     }
     if let Some(text) = json6902 {

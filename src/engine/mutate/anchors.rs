@@ -46,6 +46,18 @@ pub fn preprocess(overlay: &mut Value, resource: &Value) -> Result<(), AnchorErr
     Ok(())
 }
 
+/// The overlay as [`preprocess`] leaves it, when that does not depend on
+/// the resource (no conditional, global or add-if-not-present anchor):
+/// computed once at compile time.
+pub fn resource_independent(overlay: &Value) -> Option<Value> {
+    if has_anchors(overlay, &has_anchor) {
+        return None;
+    }
+    let mut out = overlay.clone();
+    delete_condition_elements(&mut out);
+    Some(out)
+}
+
 fn recurse(pattern: &mut Value, resource: Option<&Value>) -> Result<(), AnchorError> {
     match pattern {
         Value::Object(_) => walk_map(pattern, resource),
