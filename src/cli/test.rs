@@ -360,26 +360,23 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
             responses.push(Some(outcome.response));
         }
         for (i, policy) in loaded.policies.iter().enumerate() {
-            let validated = with_policy_context(
+            // Validate and generate see the same request: one build for both.
+            let (validated, generated) = with_policy_context(
                 policy,
                 &current,
                 name,
                 &operation,
                 loaded,
                 &resolver,
-                |req, ctx, env| evaluate_policy(policy, req, ctx, env),
+                |req, ctx, env| {
+                    (
+                        evaluate_policy(policy, req, ctx, env),
+                        policy
+                            .has_generate()
+                            .then(|| generate_policy(policy, req, ctx, env)),
+                    )
+                },
             );
-            let generated = policy.has_generate().then(|| {
-                with_policy_context(
-                    policy,
-                    &current,
-                    name,
-                    &operation,
-                    loaded,
-                    &resolver,
-                    |req, ctx, env| generate_policy(policy, req, ctx, env),
-                )
-            });
             let slot = &mut responses[i];
             let mut merged = slot.take().unwrap_or(PolicyResponse {
                 policy: validated.policy,
