@@ -1,0 +1,215 @@
+//! CEL: programs compiled once from policy text, evaluated against JSON
+//! with the Kubernetes CEL libraries (kube-cel) and Kyverno's own.
+//!
+//! The `cel` crate parses and interprets; gavel owns what sits around it:
+//! - the parsed tree is rewritten once at compile time: optional selection
+//!   (`a.?b`, `a[?k]`) goes to gavel's functions, struct literals
+//!   (`Object{...}`, `JSONPatch{...}`) become maps (the interpreter has no
+//!   struct types), and every comprehension step is charged to a cost budget;
+//! - a per-expression cost limit like the API server's
+//!   ([`COST_LIMIT`]), so a policy cannot spin on a large object;
+//! - lookups (`resource.Get`, `globalContext.Get`, `image.GetMetadata`,
+//!   `http.Get`) are answered through [`Lookups`], never by I/O inside
+//!   the interpreter (see [`library`]);
+//! - a panic inside the interpreter is caught and reported as an error.
+
+pub mod library;
+pub mod values;
+
+use kube_cel::cel::common::ast::{
+    CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue, MapEntryExpr, MapExpr,
+};
+use kube_cel::cel::parser::Parser;
+use kube_cel::cel::{Context, Value};
+use std::sync::Arc;
+
+pub use library::{Lookup, Lookups, NoLookups};
+
+/// Cost units one expression may spend, as the API server's per-call limit
+/// for admission policies. A unit is roughly one evaluated node inside a
+/// comprehension.
+pub const COST_LIMIT: u64 = 1_000_000;
+
+/// How deep a CEL expression may nest (the API server's parser limit).
+const MAX_NESTING: u16 = 100;
+
+#[derive(Debug, Clone, thiserror::Error, PartialEq)]
+pub enum CelError {
+    #[error("compilation failed: {0}")]
+    Compile(String),
+    #[error("{0}")]
+    Eval(String),
+    #[error("operation cancelled: actual cost limit exceeded ({COST_LIMIT} units)")]
+    CostLimit,
+}
+
+/// A compiled CEL expression.
+#[derive(Debug, Clone)]
+pub struct Program {
+    source: Arc<str>,
+    expr: Arc<IdedExpr>,
+}
+
+impl Program {
+    pub fn compile(source: &str) -> Result<Program, CelError> {
+        let parsed = Parser::new()
+            .enable_optional_syntax(true)
+            .max_recursion_depth(MAX_NESTING)
+            .parse(source)
+            .map_err(|e| CelError::Compile(e.to_string().replace('\n', " ")))?;
+        Ok(Program {
+            source: source.into(),
+            expr: Arc::new(rewrite(parsed)),
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Evaluates with the given variables. Lookups the expression makes are
+    /// answered through `lookups`.
+    pub fn eval(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<Value, CelError> {
+        library::evaluate(&self.expr, vars, lookups)
+    }
+
+    /// [`Program::eval`], requiring a bool.
+    pub fn eval_bool(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<bool, CelError> {
+        match self.eval(vars, lookups)? {
+            Value::Bool(b) => Ok(b),
+            other => Err(CelError::Eval(format!(
+                "expression {:?} must return a bool, got {}",
+                self.source.as_ref(),
+                other.type_of()
+            ))),
+        }
+    }
+}
+
+/// The variables of one evaluation: `object`, `request`, `variables`, ...
+#[derive(Debug, Clone, Default)]
+pub struct Activation {
+    vars: Vec<(&'static str, Value)>,
+}
+
+impl Activation {
+    pub fn set(&mut self, name: &'static str, value: Value) {
+        match self.vars.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.vars.push((name, value)),
+        }
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        self.vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+    }
+
+    fn bind<'c>(&self, base: &'c Context<'c>) -> Context<'c> {
+        let mut ctx = base.new_inner_scope();
+        for (name, value) in &self.vars {
+            ctx.add_variable_from_value(*name, value.clone());
+        }
+        ctx
+    }
+}
+
+fn call(name: &str, args: Vec<IdedExpr>) -> Expr {
+    Expr::Call(CallExpr {
+        func_name: name.to_string(),
+        target: None,
+        args,
+    })
+}
+
+fn ided(expr: Expr) -> IdedExpr {
+    IdedExpr { id: 0, expr }
+}
+
+/// Number of nodes of a tree: the cost charged for one evaluation of it.
+fn weight(e: &IdedExpr) -> i64 {
+    1 + match &e.expr {
+        Expr::Call(c) => {
+            c.target.as_deref().map_or(0, weight) + c.args.iter().map(weight).sum::<i64>()
+        }
+        Expr::Comprehension(c) => weight(&c.iter_range) + weight(&c.result),
+        Expr::List(l) => l.elements.iter().map(weight).sum(),
+        Expr::Map(m) => m.entries.iter().map(entry_weight).sum(),
+        Expr::Struct(s) => s.entries.iter().map(entry_weight).sum(),
+        Expr::Select(s) => weight(&s.operand),
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => 0,
+    }
+}
+
+fn entry_weight(e: &IdedEntryExpr) -> i64 {
+    match &e.expr {
+        EntryExpr::MapEntry(m) => weight(&m.key) + weight(&m.value),
+        EntryExpr::StructField(f) => weight(&f.value),
+    }
+}
+
+/// The compile-time rewrite described in the module docs.
+fn rewrite(e: IdedExpr) -> IdedExpr {
+    let id = e.id;
+    let expr = match e.expr {
+        Expr::Call(mut c) => {
+            c.target = c.target.map(|t| Box::new(rewrite(*t)));
+            c.args = c.args.into_iter().map(rewrite).collect();
+            match c.func_name.as_str() {
+                "_?._" => c.func_name = library::OPT_SELECT.into(),
+                "_[?_]" => c.func_name = library::OPT_INDEX.into(),
+                _ => {}
+            }
+            Expr::Call(c)
+        }
+        Expr::Comprehension(mut c) => {
+            c.iter_range = rewrite(c.iter_range);
+            c.accu_init = rewrite(c.accu_init);
+            c.loop_cond = rewrite(c.loop_cond);
+            c.result = rewrite(c.result);
+            let step = rewrite(c.loop_step);
+            let w = weight(&step) + weight(&c.loop_cond);
+            c.loop_step = ided(call(
+                library::TICK,
+                vec![step, ided(Expr::Literal(LiteralValue::Int(w.into())))],
+            ));
+            Expr::Comprehension(c)
+        }
+        Expr::List(mut l) => {
+            l.elements = l.elements.into_iter().map(rewrite).collect();
+            Expr::List(l)
+        }
+        Expr::Map(m) => Expr::Map(MapExpr {
+            entries: m.entries.into_iter().map(rewrite_entry).collect(),
+        }),
+        // Typed object construction (`Object{...}`, `JSONPatch{...}`) is a
+        // map of its fields: what the policy kinds read back is JSON.
+        Expr::Struct(s) => Expr::Map(MapExpr {
+            entries: s.entries.into_iter().map(rewrite_entry).collect(),
+        }),
+        Expr::Select(mut s) => {
+            s.operand = Box::new(rewrite(*s.operand));
+            Expr::Select(s)
+        }
+        other => other,
+    };
+    IdedExpr { id, expr }
+}
+
+fn rewrite_entry(e: IdedEntryExpr) -> IdedEntryExpr {
+    let expr = match e.expr {
+        EntryExpr::MapEntry(m) => EntryExpr::MapEntry(MapEntryExpr {
+            key: rewrite(m.key),
+            value: rewrite(m.value),
+            optional: m.optional,
+        }),
+        EntryExpr::StructField(f) => EntryExpr::MapEntry(MapEntryExpr {
+            key: ided(Expr::Literal(LiteralValue::String(f.field.into()))),
+            value: rewrite(f.value),
+            optional: f.optional,
+        }),
+    };
+    IdedEntryExpr { id: e.id, expr }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,364 @@
+//! The function library and the evaluation loop.
+//!
+//! One base context holds every function (cel's standard ones, kube-cel's
+//! Kubernetes libraries, Kyverno's); each evaluation binds its variables in
+//! a child scope of it, so nothing is registered per request.
+//!
+//! Kyverno's lookups (`resource.Get`, `globalContext.Get`, ...) need the
+//! caller's [`Lookups`], which the interpreter's function signatures cannot
+//! carry. They are answered in rounds instead: a lookup with no answer yet
+//! is recorded and fails the round; the caller's answers are stored and the
+//! expression runs again. Expressions are pure, so the final round sees
+//! every answer it asks for.
+
+use super::values::{json_to_cel, opt_none, opt_of};
+use super::{Activation, COST_LIMIT, CelError};
+use kube_cel::KubeCelExt;
+use kube_cel::cel::common::ast::IdedExpr;
+use kube_cel::cel::extractors::Arguments;
+use kube_cel::cel::objects::{Key, OptionalValue};
+use kube_cel::cel::{Context, ExecutionError, FunctionContext, ResolveResult, Value};
+use std::cell::RefCell;
+use std::sync::{Arc, LazyLock};
+
+pub(super) const OPT_SELECT: &str = "@optSelect";
+pub(super) const OPT_INDEX: &str = "@optIndex";
+pub(super) const TICK: &str = "@tick";
+
+/// Rounds of lookups one evaluation may take (each round answers every
+/// lookup the expression reached).
+const MAX_ROUNDS: usize = 16;
+
+/// Something an expression asks of the world outside the request.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Lookup {
+    /// `resource.Get(apiVersion, resource, namespace, name)`.
+    Resource {
+        api_version: String,
+        resource: String,
+        namespace: String,
+        name: String,
+    },
+    /// `resource.List(apiVersion, resource, namespace)`.
+    ResourceList {
+        api_version: String,
+        resource: String,
+        namespace: String,
+    },
+    /// `globalContext.Get(name, projection)`.
+    GlobalContext { name: String, projection: String },
+    /// `image.GetMetadata(ref)`.
+    ImageMetadata(String),
+    /// `http.Get(url)` / `http.Post(url, body)`.
+    Http {
+        method: String,
+        url: String,
+        body: Option<serde_json::Value>,
+    },
+}
+
+/// Answers lookups. An `Err` is the expression's error.
+pub trait Lookups {
+    fn lookup(&self, lookup: &Lookup) -> Result<serde_json::Value, String>;
+}
+
+/// No sources: every lookup fails.
+pub struct NoLookups;
+
+impl Lookups for NoLookups {
+    fn lookup(&self, lookup: &Lookup) -> Result<serde_json::Value, String> {
+        Err(format!("no source for {lookup:?}"))
+    }
+}
+
+#[derive(Default)]
+struct EvalState {
+    budget: i64,
+    answers: Vec<(Lookup, Result<Value, String>)>,
+    pending: Vec<Lookup>,
+    /// `generator.Apply(namespace, objects)` calls, in order.
+    generated: Vec<(String, Vec<serde_json::Value>)>,
+}
+
+thread_local! {
+    static STATE: RefCell<EvalState> = RefCell::new(EvalState::default());
+}
+
+static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
+    let mut ctx = Context::default();
+    ctx.register_all();
+    ctx.add_function(OPT_SELECT, opt_select);
+    ctx.add_function(OPT_INDEX, opt_index);
+    ctx.add_function(TICK, tick);
+    ctx.add_function("dyn", dyn_value);
+    ctx.add_function("resource.Get", resource_get);
+    ctx.add_function("resource.List", resource_list);
+    ctx.add_function("globalContext.Get", global_context_get);
+    ctx.add_function("image.GetMetadata", image_metadata);
+    ctx.add_function("http.Get", http_get);
+    ctx.add_function("http.Post", http_post);
+    ctx.add_function("generator.Apply", generator_apply);
+    ctx.add_function("parseServiceAccount", parse_service_account);
+    ctx.add_function("time.now", time_now);
+    ctx.add_function("json.unmarshal", json_unmarshal);
+    ctx.add_function("yaml.parse", yaml_parse);
+    ctx
+});
+
+/// Evaluates `expr` with `vars`, answering lookups in rounds.
+pub(super) fn evaluate(
+    expr: &IdedExpr,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Result<Value, CelError> {
+    evaluate_collecting(expr, vars, lookups).map(|(v, _)| v)
+}
+
+/// [`evaluate`], also returning the `generator.Apply` calls of the final round.
+pub(super) fn evaluate_collecting(
+    expr: &IdedExpr,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Result<(Value, Vec<(String, Vec<serde_json::Value>)>), CelError> {
+    let ctx = vars.bind(&BASE);
+    STATE.with_borrow_mut(|s| s.answers.clear());
+    for _ in 0..MAX_ROUNDS {
+        STATE.with_borrow_mut(|s| {
+            s.budget = COST_LIMIT as i64;
+            s.pending.clear();
+            s.generated.clear();
+        });
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(expr, &ctx)));
+        let (pending, budget, generated) = STATE.with_borrow_mut(|s| {
+            (
+                std::mem::take(&mut s.pending),
+                s.budget,
+                std::mem::take(&mut s.generated),
+            )
+        });
+        if budget < 0 {
+            return Err(CelError::CostLimit);
+        }
+        if pending.is_empty() {
+            return match result {
+                Ok(Ok(v)) => Ok((v, generated)),
+                Ok(Err(e)) => Err(CelError::Eval(describe(&e))),
+                Err(_) => Err(CelError::Eval(
+                    "the CEL interpreter failed on this expression (unsupported construct)".into(),
+                )),
+            };
+        }
+        for lookup in pending {
+            let answer = lookups.lookup(&lookup).map(|v| json_to_cel(&v));
+            STATE.with_borrow_mut(|s| s.answers.push((lookup, answer)));
+        }
+    }
+    Err(CelError::Eval("too many lookups in one expression".into()))
+}
+
+fn describe(e: &ExecutionError) -> String {
+    match e {
+        ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        ExecutionError::UndeclaredReference(r) => format!("undeclared reference to {r:?}"),
+        ExecutionError::FunctionError { function, message } => format!("{function}: {message}"),
+        other => other.to_string(),
+    }
+}
+
+/// The answer to `lookup`, or a pending marker that fails this round.
+fn answer(lookup: Lookup) -> ResolveResult {
+    STATE.with_borrow_mut(|s| {
+        if let Some((_, a)) = s.answers.iter().find(|(l, _)| *l == lookup) {
+            return a
+                .clone()
+                .map_err(|e| ExecutionError::function_error("lookup", e));
+        }
+        s.pending.push(lookup);
+        Err(ExecutionError::function_error("lookup", "pending"))
+    })
+}
+
+/// `dyn(x)`: a type-checker hint; the interpreter is dynamic already.
+fn dyn_value(v: Value) -> ResolveResult {
+    Ok(v)
+}
+
+fn tick(v: Value, weight: i64) -> ResolveResult {
+    let left = STATE.with_borrow_mut(|s| {
+        s.budget -= weight;
+        s.budget
+    });
+    if left < 0 {
+        return Err(ExecutionError::function_error(
+            "cost",
+            "operation cancelled: actual cost limit exceeded",
+        ));
+    }
+    Ok(v)
+}
+
+fn optional_inner(v: &Value) -> Option<Option<Value>> {
+    <&OptionalValue>::try_from(v)
+        .ok()
+        .map(|o| o.value().cloned())
+}
+
+/// `a.?f`: an optional of the field, none when it is absent.
+fn opt_select(ftx: &FunctionContext, operand: Value, field: Arc<String>) -> ResolveResult {
+    let target = match optional_inner(&operand) {
+        Some(None) => return Ok(opt_none()),
+        Some(Some(v)) => v,
+        None => operand,
+    };
+    match &target {
+        Value::Map(m) => Ok(match m.map.get(&Key::String(field)) {
+            Some(v) => opt_of(v.clone()),
+            None => opt_none(),
+        }),
+        Value::Null => Ok(opt_none()),
+        other => Err(ftx.error(format!(
+            "no such overload: optional field selection on {}",
+            other.type_of()
+        ))),
+    }
+}
+
+/// `a[?k]`: an optional of the entry, none when it is absent.
+fn opt_index(ftx: &FunctionContext, operand: Value, key: Value) -> ResolveResult {
+    let target = match optional_inner(&operand) {
+        Some(None) => return Ok(opt_none()),
+        Some(Some(v)) => v,
+        None => operand,
+    };
+    match (&target, &key) {
+        (Value::Map(m), _) => {
+            let k = match key {
+                Value::String(s) => Key::String(s),
+                Value::Int(i) => Key::Int(i),
+                Value::UInt(u) => Key::Uint(u),
+                Value::Bool(b) => Key::Bool(b),
+                other => return Err(ftx.error(format!("unsupported key type {}", other.type_of()))),
+            };
+            Ok(m.map.get(&k).cloned().map_or_else(opt_none, opt_of))
+        }
+        (Value::List(l), Value::Int(i)) => Ok(usize::try_from(*i)
+            .ok()
+            .and_then(|i| l.get(i))
+            .cloned()
+            .map_or_else(opt_none, opt_of)),
+        (Value::Null, _) => Ok(opt_none()),
+        (other, _) => Err(ftx.error(format!(
+            "no such overload: optional index on {}",
+            other.type_of()
+        ))),
+    }
+}
+
+fn string_arg(ftx: &FunctionContext, args: &[Value], i: usize) -> Result<String, ExecutionError> {
+    match args.get(i) {
+        Some(Value::String(s)) => Ok(s.to_string()),
+        Some(other) => Err(ftx.error(format!(
+            "argument {} must be a string, got {}",
+            i + 1,
+            other.type_of()
+        ))),
+        None => Err(ftx.error(format!("missing argument {}", i + 1))),
+    }
+}
+
+fn resource_get(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    answer(Lookup::Resource {
+        api_version: string_arg(ftx, &args, 0)?,
+        resource: string_arg(ftx, &args, 1)?,
+        namespace: string_arg(ftx, &args, 2)?,
+        name: string_arg(ftx, &args, 3)?,
+    })
+}
+
+fn resource_list(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    answer(Lookup::ResourceList {
+        api_version: string_arg(ftx, &args, 0)?,
+        resource: string_arg(ftx, &args, 1)?,
+        namespace: string_arg(ftx, &args, 2)?,
+    })
+}
+
+fn global_context_get(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    answer(Lookup::GlobalContext {
+        name: string_arg(ftx, &args, 0)?,
+        projection: if args.len() > 1 {
+            string_arg(ftx, &args, 1)?
+        } else {
+            String::new()
+        },
+    })
+}
+
+fn image_metadata(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    answer(Lookup::ImageMetadata(string_arg(ftx, &args, 0)?))
+}
+
+fn http_get(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    answer(Lookup::Http {
+        method: "GET".into(),
+        url: string_arg(ftx, &args, 0)?,
+        body: None,
+    })
+}
+
+fn http_post(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    let body = args
+        .get(1)
+        .map(|v| super::values::cel_to_json(v).map_err(|e| ftx.error(e)))
+        .transpose()?;
+    answer(Lookup::Http {
+        method: "POST".into(),
+        url: string_arg(ftx, &args, 0)?,
+        body,
+    })
+}
+
+/// `generator.Apply(namespace, objects)`: records the downstream objects;
+/// the GeneratingPolicy engine reads them after evaluation.
+fn generator_apply(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    let namespace = string_arg(ftx, &args, 0)?;
+    let objects = match args.get(1) {
+        Some(Value::List(items)) => items
+            .iter()
+            .map(|v| super::values::cel_to_json(v).map_err(|e| ftx.error(e)))
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => return Err(ftx.error("generator.Apply needs a list of objects")),
+    };
+    STATE.with_borrow_mut(|s| s.generated.push((namespace, objects)));
+    Ok(Value::Bool(true))
+}
+
+/// `parseServiceAccount("system:serviceaccount:ns:name")` gives
+/// `{Namespace, Name}`; anything else gives empty fields.
+fn parse_service_account(user: Arc<String>) -> ResolveResult {
+    let parts: Vec<&str> = user.split(':').collect();
+    let (ns, name) = match parts.as_slice() {
+        ["system", "serviceaccount", ns, name] => (*ns, *name),
+        _ => ("", ""),
+    };
+    Ok(json_to_cel(
+        &serde_json::json!({"Namespace": ns, "Name": name}),
+    ))
+}
+
+fn time_now() -> ResolveResult {
+    Ok(Value::Timestamp(chrono::Utc::now().fixed_offset()))
+}
+
+fn json_unmarshal(ftx: &FunctionContext, text: Arc<String>) -> ResolveResult {
+    serde_json::from_str::<serde_json::Value>(&text)
+        .map(|v| json_to_cel(&v))
+        .map_err(|e| ftx.error(e.to_string()))
+}
+
+fn yaml_parse(ftx: &FunctionContext, text: Arc<String>) -> ResolveResult {
+    serde_saphyr::from_str::<serde_json::Value>(&text)
+        .map(|v| json_to_cel(&v))
+        .map_err(|e| ftx.error(e.to_string()))
+}

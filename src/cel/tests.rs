@@ -1,0 +1,111 @@
+use super::values::{cel_to_json, json_to_cel};
+use super::*;
+use serde_json::json;
+
+fn eval(expr: &str, object: serde_json::Value) -> Result<serde_json::Value, CelError> {
+    let mut vars = Activation::default();
+    vars.set("object", json_to_cel(&object));
+    let v = Program::compile(expr)?.eval(&vars, &NoLookups)?;
+    Ok(cel_to_json(&v).unwrap())
+}
+
+#[test]
+fn json_integers_compare_as_int() {
+    assert_eq!(
+        eval(
+            "object.a == 3 && object.a > 2 && object.b > 1",
+            json!({"a": 3, "b": 1.5})
+        ),
+        Ok(json!(true))
+    );
+}
+
+#[test]
+fn optional_selection_and_index() {
+    let pod =
+        json!({"spec": {"containers": [{"name": "a"}]}, "metadata": {"labels": {"app": "x"}}});
+    let cases = [
+        ("object.spec.?foo.orValue(1)", json!(1)),
+        ("object.spec.?foo.?bar.orValue(2)", json!(2)),
+        ("object.metadata.?labels[?'app'].orValue('')", json!("x")),
+        ("object.metadata.?labels[?'nope'].hasValue()", json!(false)),
+        (
+            "object.spec.containers.all(c, c.?securityContext.?runAsUser.orValue(1) > 0)",
+            json!(true),
+        ),
+        ("object.spec.?containers[?0].?name.orValue('')", json!("a")),
+    ];
+    for (expr, want) in cases {
+        assert_eq!(eval(expr, pod.clone()), Ok(want), "{expr}");
+    }
+}
+
+#[test]
+fn struct_literals_are_maps() {
+    assert_eq!(
+        eval("Object{spec: Object.spec{replicas: 2}}", json!({})),
+        Ok(json!({"spec": {"replicas": 2}}))
+    );
+    assert_eq!(
+        eval("JSONPatch{op: 'add', path: '/a', value: dyn(1)}", json!({})),
+        Ok(json!({"op": "add", "path": "/a", "value": 1}))
+    );
+}
+
+#[test]
+fn kubernetes_libraries_are_available() {
+    for expr in [
+        "quantity('1Gi').isGreaterThan(quantity('500Mi'))",
+        "'a,b'.split(',').size() == 2",
+        "jsonpatch.escapeKey('a/b') == 'a~1b'",
+        "isCIDR('10.0.0.0/8')",
+        "url('https://a/b').getHost() == 'a'",
+        "semver('1.2.3').isLessThan(semver('2.0.0'))",
+        "parseServiceAccount('system:serviceaccount:ns:sa').Name == 'sa'",
+    ] {
+        assert_eq!(eval(expr, json!({})), Ok(json!(true)), "{expr}");
+    }
+}
+
+#[test]
+fn missing_field_is_an_error() {
+    let err = eval("object.spec.nope == 1", json!({"spec": {}})).unwrap_err();
+    assert!(err.to_string().contains("nope"), "{err}");
+}
+
+#[test]
+fn syntax_errors_fail_compilation() {
+    assert!(matches!(
+        Program::compile("object.spec.("),
+        Err(CelError::Compile(_))
+    ));
+}
+
+#[test]
+fn cost_limit_stops_runaway_comprehensions() {
+    let list: Vec<i64> = (0..2000).collect();
+    let expr = "object.l.all(a, object.l.all(b, a + b >= 0))";
+    assert_eq!(eval(expr, json!({"l": list})), Err(CelError::CostLimit));
+    assert_eq!(eval(expr, json!({"l": [1, 2, 3]})), Ok(json!(true)));
+}
+
+struct OneConfigMap;
+
+impl Lookups for OneConfigMap {
+    fn lookup(&self, lookup: &Lookup) -> Result<serde_json::Value, String> {
+        match lookup {
+            Lookup::Resource { name, .. } if name == "cm" => Ok(json!({"data": {"k": "v"}})),
+            other => Err(format!("not found: {other:?}")),
+        }
+    }
+}
+
+#[test]
+fn lookups_are_answered_through_the_caller() {
+    let p = Program::compile("resource.Get('v1', 'configmaps', 'default', 'cm').data.k == 'v'")
+        .unwrap();
+    assert!(p.eval_bool(&Activation::default(), &OneConfigMap).unwrap());
+    let p = Program::compile("resource.Get('v1', 'configmaps', 'default', 'other')").unwrap();
+    let err = p.eval(&Activation::default(), &OneConfigMap).unwrap_err();
+    assert!(err.to_string().contains("not found"), "{err}");
+}

@@ -1,0 +1,93 @@
+//! JSON ↔ CEL values. JSON integers are CEL `int` (as the API server
+//! types integer fields), other numbers `double`.
+
+use kube_cel::cel::Value;
+use kube_cel::cel::objects::{Key, Map, OptionalValue};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+pub fn json_to_cel(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Value::Int(i),
+            (None, Some(u)) => Value::UInt(u),
+            _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
+        serde_json::Value::Array(items) => {
+            Value::List(Arc::new(items.iter().map(json_to_cel).collect()))
+        }
+        serde_json::Value::Object(m) => {
+            let map: HashMap<Key, Value> = m
+                .iter()
+                .map(|(k, v)| (Key::String(Arc::new(k.clone())), json_to_cel(v)))
+                .collect();
+            Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
+/// A CEL result as JSON; types with no JSON form are an error.
+pub fn cel_to_json(v: &Value) -> Result<serde_json::Value, String> {
+    Ok(match v {
+        Value::Null => serde_json::Value::Null,
+        Value::Bool(b) => serde_json::Value::Bool(*b),
+        Value::Int(i) => (*i).into(),
+        Value::UInt(u) => (*u).into(),
+        Value::Float(f) => serde_json::Number::from_f64(*f)
+            .map(serde_json::Value::Number)
+            .ok_or_else(|| format!("{f} has no JSON form"))?,
+        Value::String(s) => serde_json::Value::String(s.to_string()),
+        Value::Bytes(b) => {
+            use base64::Engine as _;
+            serde_json::Value::String(
+                base64::engine::general_purpose::STANDARD.encode(b.as_slice()),
+            )
+        }
+        Value::List(items) => {
+            serde_json::Value::Array(items.iter().map(cel_to_json).collect::<Result<_, _>>()?)
+        }
+        Value::Map(m) => {
+            let mut out = serde_json::Map::new();
+            let mut entries: Vec<_> = m.map.iter().collect();
+            entries.sort_by_key(|(k, _)| key_text(k));
+            for (k, v) in entries {
+                out.insert(key_text(k), cel_to_json(v)?);
+            }
+            serde_json::Value::Object(out)
+        }
+        Value::Timestamp(t) => {
+            serde_json::Value::String(t.to_rfc3339_opts(chrono::SecondsFormat::AutoSi, true))
+        }
+        Value::Duration(d) => {
+            serde_json::Value::String(format!("{}s", d.num_milliseconds() as f64 / 1000.0))
+        }
+        Value::Opaque(_) => match <&OptionalValue>::try_from(v) {
+            Ok(o) => match o.value() {
+                Some(inner) => cel_to_json(inner)?,
+                None => serde_json::Value::Null,
+            },
+            Err(_) => return Err(format!("a {} value has no JSON form", v.type_of())),
+        },
+        Value::Function(name, _) => return Err(format!("function {name} has no JSON form")),
+    })
+}
+
+fn key_text(k: &Key) -> String {
+    match k {
+        Key::String(s) => s.to_string(),
+        Key::Int(i) => i.to_string(),
+        Key::Uint(u) => u.to_string(),
+        Key::Bool(b) => b.to_string(),
+    }
+}
+
+pub fn opt_of(v: Value) -> Value {
+    Value::Opaque(Arc::new(OptionalValue::of(v)))
+}
+
+pub fn opt_none() -> Value {
+    Value::Opaque(Arc::new(OptionalValue::none()))
+}
