@@ -147,6 +147,11 @@ fn entry_weight(e: &IdedEntryExpr) -> i64 {
     }
 }
 
+/// Whether `e` yields an optional by optional chaining.
+fn is_optional(e: &IdedExpr) -> bool {
+    matches!(&e.expr, Expr::Call(c) if c.func_name == library::OPT_SELECT || c.func_name == library::OPT_INDEX)
+}
+
 /// The compile-time rewrite described in the module docs.
 fn rewrite(e: IdedExpr) -> IdedExpr {
     let id = e.id;
@@ -157,6 +162,9 @@ fn rewrite(e: IdedExpr) -> IdedExpr {
             match c.func_name.as_str() {
                 "_?._" => c.func_name = library::OPT_SELECT.into(),
                 "_[?_]" => c.func_name = library::OPT_INDEX.into(),
+                "_[_]" if c.args.first().is_some_and(is_optional) => {
+                    c.func_name = library::OPT_INDEX.into()
+                }
                 _ => {}
             }
             Expr::Call(c)
@@ -188,7 +196,18 @@ fn rewrite(e: IdedExpr) -> IdedExpr {
         }),
         Expr::Select(mut s) => {
             s.operand = Box::new(rewrite(*s.operand));
-            Expr::Select(s)
+            // Selecting on an optional gives an optional: `a.?b.c` is `a.?b.?c`.
+            if !s.test && is_optional(&s.operand) {
+                call(
+                    library::OPT_SELECT,
+                    vec![
+                        *s.operand,
+                        ided(Expr::Literal(LiteralValue::String(s.field.into()))),
+                    ],
+                )
+            } else {
+                Expr::Select(s)
+            }
         }
         other => other,
     };

@@ -62,6 +62,17 @@ pub trait Resolver: Send + Sync {
     ) -> Result<Vec<Value>, ResolveError> {
         Ok(Vec::new())
     }
+    /// The kind served under the plural `resource` of `api_version`
+    /// (`resource.Get("v1", "configmaps", ...)` in CEL). Built-in kinds by
+    /// default; sources that hold custom resources know theirs.
+    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        crate::patch::schema::kind_for_resource(api_version, resource).map(str::to_string)
+    }
+    /// An image's metadata (`image.GetMetadata` in CEL). Registries are
+    /// never contacted from the engine; sources that have metadata serve it.
+    fn image_metadata(&self, _image: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
 }
 
 /// A resolver with no sources at all.

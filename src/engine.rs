@@ -3,6 +3,7 @@
 //! It knows nothing of HTTP or Kubernetes clients: external objects come
 //! through a [`Resolver`], so `gavel test` and the server share it.
 
+pub mod cel;
 pub mod conditions;
 pub mod context_loader;
 pub mod generate;

@@ -2,6 +2,7 @@
 //! step that turns a policy document into an immutable [`CompiledPolicy`].
 
 pub mod autogen;
+pub mod cel_policy;
 pub mod compile;
 pub mod load;
 pub mod mutation;

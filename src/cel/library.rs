@@ -15,7 +15,7 @@ use super::values::{json_to_cel, opt_none, opt_of};
 use super::{Activation, COST_LIMIT, CelError};
 use kube_cel::KubeCelExt;
 use kube_cel::cel::common::ast::IdedExpr;
-use kube_cel::cel::extractors::Arguments;
+use kube_cel::cel::extractors::{Arguments, This};
 use kube_cel::cel::objects::{Key, OptionalValue};
 use kube_cel::cel::{Context, ExecutionError, FunctionContext, ResolveResult, Value};
 use std::cell::RefCell;
@@ -90,6 +90,11 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function(OPT_SELECT, opt_select);
     ctx.add_function(OPT_INDEX, opt_index);
     ctx.add_function(TICK, tick);
+    // kyverno-compat: Kyverno's policies call these on plain values too
+    // (`container.volumeMounts.orValue([])`) and expect the value itself.
+    ctx.add_function("orValue", or_value);
+    ctx.add_function("hasValue", has_value);
+    ctx.add_function("value", value_of);
     ctx.add_function("dyn", dyn_value);
     ctx.add_function("resource.Get", resource_get);
     ctx.add_function("resource.List", resource_list);
@@ -196,6 +201,26 @@ fn tick(v: Value, weight: i64) -> ResolveResult {
         ));
     }
     Ok(v)
+}
+
+fn or_value(This(this): This<Value>, other: Value) -> ResolveResult {
+    Ok(match optional_inner(&this) {
+        Some(Some(v)) => v,
+        Some(None) => other,
+        None => this,
+    })
+}
+
+fn has_value(This(this): This<Value>) -> ResolveResult {
+    Ok(Value::Bool(!matches!(optional_inner(&this), Some(None))))
+}
+
+fn value_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
+    match optional_inner(&this) {
+        Some(Some(v)) => Ok(v),
+        Some(None) => Err(ftx.error("optional.none() dereference")),
+        None => Ok(this),
+    }
 }
 
 fn optional_inner(v: &Value) -> Option<Option<Value>> {

@@ -109,3 +109,26 @@ fn lookups_are_answered_through_the_caller() {
     let err = p.eval(&Activation::default(), &OneConfigMap).unwrap_err();
     assert!(err.to_string().contains("not found"), "{err}");
 }
+
+#[test]
+fn selection_on_an_optional_stays_optional() {
+    let c = json!({"securityContext": {"allowPrivilegeEscalation": false}});
+    assert_eq!(
+        eval(
+            "object.?securityContext.allowPrivilegeEscalation.orValue(true)",
+            c
+        ),
+        Ok(json!(false))
+    );
+    assert_eq!(
+        eval(
+            "object.?securityContext.allowPrivilegeEscalation.orValue(true)",
+            json!({})
+        ),
+        Ok(json!(true))
+    );
+    assert_eq!(
+        eval("object.?a.b['c'].orValue(1)", json!({"a": {"b": {"c": 2}}})),
+        Ok(json!(2))
+    );
+}

@@ -2,6 +2,7 @@
 //! then deny, pattern, anyPattern or foreach. One [`PolicyResponse`] per
 //! policy and resource; a rule that does not match gives no response.
 
+use super::cel::CelVerdict;
 use super::conditions;
 use super::context_loader;
 use super::json_context::{JsonContext, Slot};
@@ -161,6 +162,7 @@ fn evaluate_rule<'p>(
         numbered_elements: policy.uses_numbered_elements,
         pss_excludes: &pss_excludes,
         resolver: env.resolver,
+        cel_preconditions: &rule.cel_preconditions,
     };
     let resp = rv.check(&v.check, req, ctx, None)?;
     Some(resp)
@@ -348,6 +350,8 @@ struct RuleValidator<'a, 'p> {
     pss_excludes: &'a [PodSecurityExclude],
     /// Source of external data for foreach context entries.
     resolver: &'a dyn crate::context::Resolver,
+    /// `celPreconditions` of the rule (for `validate.cel`).
+    cel_preconditions: &'a [crate::policy::cel_policy::CompiledNamed],
 }
 
 impl<'p> RuleValidator<'_, 'p> {
@@ -475,6 +479,22 @@ impl<'p> RuleValidator<'_, 'p> {
                         ),
                     )
                 })
+            }
+            ValidateCheck::Cel(checks) => {
+                let input = super::cel::CelRequest::of(req);
+                Some(
+                    match super::cel::validate_rule(
+                        checks,
+                        self.cel_preconditions,
+                        &input,
+                        self.resolver,
+                    ) {
+                        CelVerdict::Pass => self.respond(RuleStatus::Pass, self.pass),
+                        CelVerdict::NotMatched(why) => self.respond(RuleStatus::Skip, why),
+                        CelVerdict::Fail(message) => self.respond(RuleStatus::Fail, message),
+                        CelVerdict::Error(e) => self.respond(RuleStatus::Error, e),
+                    },
+                )
             }
             ValidateCheck::Unsupported(field) => {
                 Some(self.respond(RuleStatus::Error, format!("unsupported: {field}")))

@@ -160,6 +160,15 @@ fn replace_kinds(filters: &mut [ResourceFilter], kinds: &[String]) {
     }
 }
 
+fn rewrite_strings(v: &mut Value, f: &dyn Fn(&str) -> String) {
+    match v {
+        Value::String(s) => *s = f(s),
+        Value::Array(items) => items.iter_mut().for_each(|x| rewrite_strings(x, f)),
+        Value::Object(m) => m.values_mut().for_each(|x| rewrite_strings(x, f)),
+        _ => {}
+    }
+}
+
 fn wrap(pattern: Value, path: &[&str]) -> Value {
     path.iter()
         .rev()
@@ -193,6 +202,20 @@ fn rewrite(
                 pats.into_iter().map(|p| wrap(p, template_path)).collect(),
             ));
         }
+    }
+    // CEL reads the template through `object.spec`/`object.metadata`.
+    let cel_path = |s: &str| {
+        s.replace("object.spec", &format!("object.{template_expr}.spec"))
+            .replace(
+                "object.metadata",
+                &format!("object.{template_expr}.metadata"),
+            )
+    };
+    if let Some(cel) = r.validate.as_mut().and_then(|v| v.cel.as_mut()) {
+        rewrite_strings(cel, &cel_path);
+    }
+    for p in &mut r.cel_preconditions {
+        rewrite_strings(p, &cel_path);
     }
     if let Some(m) = &mut r.mutate
         && let Some(p) = m.get_mut("patchStrategicMerge")

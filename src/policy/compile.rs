@@ -4,6 +4,7 @@
 //! [`ExprCache`] so that evaluation never re-parses policy text.
 
 use super::autogen;
+use super::cel_policy::{CelChecks, CompiledNamed, NamedExpression, compile_named};
 use super::mutation::{GenerateRule, MutateRule};
 use super::types::{
     ContextEntry, Deny, ForEachValidation, PodSecurity, PolicyDoc, PolicyExceptionDoc, Rule,
@@ -254,6 +255,8 @@ pub enum ValidateCheck {
     Deny(Conditions),
     Foreach(Vec<ForEach>),
     PodSecurity(PodSecurity),
+    /// `validate.cel`.
+    Cel(Box<CelChecks>),
     /// A validate body gavel cannot evaluate yet; the field path says which.
     Unsupported(String),
 }
@@ -287,6 +290,8 @@ pub struct CompiledRule {
     pub context: Vec<ContextEntry>,
     /// Preconditions, or the reason they could not be parsed (a rule error).
     pub preconditions: Result<Option<Conditions>, String>,
+    /// `celPreconditions`: all must hold for a `validate.cel` rule to apply.
+    pub cel_preconditions: Vec<CompiledNamed>,
     pub body: RuleBody,
 }
 
@@ -487,7 +492,7 @@ fn compile_rule(
         .map(Conditions::parse)
         .transpose();
     let body = if let Some(v) = &rule.validate {
-        compile_validation(v, &format!("{field}.validate"), policy_action, exprs)
+        compile_validation(v, &format!("{field}.validate"), policy_action, exprs)?
     } else if let Some(m) = &rule.mutate {
         RuleBody::Mutate(MutateRule::compile(m).map_err(|e| format!("mutate: {e}"))?)
     } else if let Some(g) = &rule.generate {
@@ -502,6 +507,13 @@ fn compile_rule(
     for (i, c) in rule.context.iter().enumerate() {
         check_context_entry(c).map_err(|m| format!("context[{i}]: {m}"))?;
     }
+    let cel_preconditions = rule
+        .cel_preconditions
+        .iter()
+        .map(|c| serde_json::from_value::<NamedExpression>(c.clone()).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()
+        .and_then(|list| compile_named(&list, "celPreconditions"))
+        .map_err(|e| format!("celPreconditions: {e}"))?;
     Ok(CompiledRule {
         kinds: match_resources.possible_kinds(),
         name: rule.name.clone(),
@@ -510,6 +522,7 @@ fn compile_rule(
         exclude,
         context: rule.context.clone(),
         preconditions,
+        cel_preconditions,
         body,
     })
 }
@@ -537,7 +550,7 @@ fn compile_validation(
     field: &str,
     policy_action: FailureAction,
     exprs: &mut ExprCache,
-) -> RuleBody {
+) -> Result<RuleBody, String> {
     let check = compile_check(
         v.pattern.as_ref(),
         v.any_pattern.as_ref(),
@@ -551,14 +564,23 @@ fn compile_validation(
         None if v.pod_security.is_some() => {
             ValidateCheck::PodSecurity(v.pod_security.clone().unwrap_or_default())
         }
-        None if v.cel.is_some() => ValidateCheck::Unsupported(format!("{field}.cel")),
+        None if v.cel.is_some() => {
+            let raw = v.cel.as_ref().unwrap_or(&Value::Null);
+            match CelChecks::compile_rule(raw, &format!("{field}.cel")) {
+                Ok(c) => ValidateCheck::Cel(Box::new(c)),
+                Err(e) if e.starts_with("unsupported: ") => {
+                    ValidateCheck::Unsupported(e["unsupported: ".len()..].to_string())
+                }
+                Err(e) => return Err(e),
+            }
+        }
         None if v.manifests.is_some() => ValidateCheck::Unsupported(format!("{field}.manifests")),
         None if v.assert.is_some() => ValidateCheck::Unsupported(format!("{field}.assert")),
         None => ValidateCheck::Unsupported(format!(
             "{field} (no pattern, anyPattern, deny, foreach or podSecurity)"
         )),
     };
-    RuleBody::Validate(ValidateRule {
+    Ok(RuleBody::Validate(ValidateRule {
         failure_action: v
             .failure_action
             .as_deref()
@@ -567,7 +589,7 @@ fn compile_validation(
         message: v.message.clone(),
         allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
         check,
-    })
+    }))
 }
 
 fn compile_check(
