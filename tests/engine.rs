@@ -98,8 +98,18 @@ fn rule_outcomes() {
         ),
         (
             "unsupported body",
-            "    validate: {cel: {expressions: [{expression: 'true'}]}}\n",
+            "    validate: {manifests: {attestors: []}}\n",
             Error,
+        ),
+        (
+            "validate.cel",
+            "    validate: {cel: {expressions: [{expression: \"object.metadata.name.startsWith('q')\"}]}}\n",
+            Fail,
+        ),
+        (
+            "celPreconditions false skips",
+            "    celPreconditions: [{name: never, expression: 'false'}]\n    validate: {cel: {expressions: [{expression: 'false'}]}}\n",
+            Skip,
         ),
         (
             "nested foreach with element0",

@@ -76,8 +76,6 @@ struct EvalState {
     budget: i64,
     answers: Vec<(Lookup, Result<Value, String>)>,
     pending: Vec<Lookup>,
-    /// `generator.Apply(namespace, objects)` calls, in order.
-    generated: Vec<(String, Vec<serde_json::Value>)>,
 }
 
 thread_local! {
@@ -102,7 +100,6 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("image.GetMetadata", image_metadata);
     ctx.add_function("http.Get", http_get);
     ctx.add_function("http.Post", http_post);
-    ctx.add_function("generator.Apply", generator_apply);
     ctx.add_function("parseServiceAccount", parse_service_account);
     ctx.add_function("time.now", time_now);
     ctx.add_function("json.unmarshal", json_unmarshal);
@@ -116,38 +113,23 @@ pub(super) fn evaluate(
     vars: &Activation,
     lookups: &dyn Lookups,
 ) -> Result<Value, CelError> {
-    evaluate_collecting(expr, vars, lookups).map(|(v, _)| v)
-}
-
-/// [`evaluate`], also returning the `generator.Apply` calls of the final round.
-pub(super) fn evaluate_collecting(
-    expr: &IdedExpr,
-    vars: &Activation,
-    lookups: &dyn Lookups,
-) -> Result<(Value, Vec<(String, Vec<serde_json::Value>)>), CelError> {
     let ctx = vars.bind(&BASE);
     STATE.with_borrow_mut(|s| s.answers.clear());
     for _ in 0..MAX_ROUNDS {
         STATE.with_borrow_mut(|s| {
             s.budget = COST_LIMIT as i64;
             s.pending.clear();
-            s.generated.clear();
         });
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(expr, &ctx)));
-        let (pending, budget, generated) = STATE.with_borrow_mut(|s| {
-            (
-                std::mem::take(&mut s.pending),
-                s.budget,
-                std::mem::take(&mut s.generated),
-            )
-        });
+        let (pending, budget) =
+            STATE.with_borrow_mut(|s| (std::mem::take(&mut s.pending), s.budget));
         if budget < 0 {
             return Err(CelError::CostLimit);
         }
         if pending.is_empty() {
             return match result {
-                Ok(Ok(v)) => Ok((v, generated)),
+                Ok(Ok(v)) => Ok(v),
                 Ok(Err(e)) => Err(CelError::Eval(describe(&e))),
                 Err(_) => Err(CelError::Eval(
                     "the CEL interpreter failed on this expression (unsupported construct)".into(),
@@ -342,21 +324,6 @@ fn http_post(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult
         url: string_arg(ftx, &args, 0)?,
         body,
     })
-}
-
-/// `generator.Apply(namespace, objects)`: records the downstream objects;
-/// the GeneratingPolicy engine reads them after evaluation.
-fn generator_apply(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
-    let namespace = string_arg(ftx, &args, 0)?;
-    let objects = match args.get(1) {
-        Some(Value::List(items)) => items
-            .iter()
-            .map(|v| super::values::cel_to_json(v).map_err(|e| ftx.error(e)))
-            .collect::<Result<Vec<_>, _>>()?,
-        _ => return Err(ftx.error("generator.Apply needs a list of objects")),
-    };
-    STATE.with_borrow_mut(|s| s.generated.push((namespace, objects)));
-    Ok(Value::Bool(true))
 }
 
 /// `parseServiceAccount("system:serviceaccount:ns:name")` gives

@@ -45,6 +45,12 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             match doc {
                 LoadedDocument::Policy(p) => policies.push(CompiledPolicy::compile(&p)?),
                 LoadedDocument::Exception(e) => exceptions.push(CompiledException::compile(&e)?),
+                LoadedDocument::ValidatingPolicy(p) => anyhow::bail!(
+                    "{}: unsupported: policy kind {} ({}) in apply yet (gavel test evaluates it)",
+                    path.display(),
+                    p.kind,
+                    p.metadata.name
+                ),
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     anyhow::bail!(
                         "{}: unsupported: policy kind {kind} ({name})",

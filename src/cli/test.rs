@@ -7,11 +7,13 @@ use super::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use super::values::{PolicyRuleValues, UserInfoFile, Values};
 use super::{OutputFormat, TestArgs};
 use crate::context::{ApiCallRequest, ResolveError, Resolver};
+use crate::engine::cel::{CelRequest, evaluate_validating_policy};
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
+use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use crate::wildcard;
@@ -139,6 +141,8 @@ struct MockResolver<'a> {
     api_calls: &'a [ApiCallMock],
     globals: &'a [GlobalContextMock],
     objects: &'a [Value],
+    /// `spec.images` of the test's Context file.
+    images: &'a [Value],
 }
 
 impl Resolver for MockResolver<'_> {
@@ -157,6 +161,26 @@ impl Resolver for MockResolver<'_> {
             .iter()
             .find(|m| m.url == target && m.method.eq_ignore_ascii_case(&call.method))
             .map(|m| m.body.clone()))
+    }
+
+    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        crate::patch::schema::kind_for_resource(api_version, resource)
+            .map(str::to_string)
+            .or_else(|| {
+                self.objects.iter().find_map(|o| {
+                    let (api, kind, _, _) = resource_key(o);
+                    (api == api_version && crate::engine::cel::plural_of(&kind) == resource)
+                        .then_some(kind)
+                })
+            })
+    }
+
+    fn image_metadata(&self, image: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(self
+            .images
+            .iter()
+            .find(|i| i.get("image").and_then(Value::as_str) == Some(image))
+            .cloned())
     }
 
     fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
@@ -207,6 +231,10 @@ impl Resolver for MockResolver<'_> {
 
 struct Loaded {
     policies: Vec<CompiledPolicy>,
+    /// ValidatingPolicies, evaluated after the classic policies (§2.4).
+    validating: Vec<CompiledValidatingPolicy>,
+    /// `spec.images` of the Context file.
+    images: Vec<Value>,
     /// Policies rejected by validation: (name, reason).
     invalid: Vec<(String, String)>,
     /// Unsupported policy kinds: (name, kind).
@@ -222,6 +250,8 @@ struct Loaded {
 fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
     let mut loaded = Loaded {
         policies: Vec::new(),
+        validating: Vec::new(),
+        images: Vec::new(),
         invalid: Vec::new(),
         unsupported: Vec::new(),
         exceptions: Vec::new(),
@@ -243,6 +273,15 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
                 LoadedDocument::Exception(e) => loaded
                     .exceptions
                     .push(CompiledException::compile(&e).map_err(|e| e.to_string())?),
+                LoadedDocument::ValidatingPolicy(p) => {
+                    match CompiledValidatingPolicy::compile(&p) {
+                        Ok(c) => loaded.validating.push(c),
+                        Err(e) if e.starts_with("unsupported: ") => loaded
+                            .unsupported
+                            .push((p.metadata.name.clone(), p.kind.clone())),
+                        Err(e) => loaded.invalid.push((p.metadata.name.clone(), e)),
+                    }
+                }
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     loaded.unsupported.push((name, kind))
                 }
@@ -286,6 +325,21 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
             .objects
             .extend(load_resources(f).map_err(|e| e.to_string())?);
     }
+    if let Some(path) = &doc.context {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        for d in
+            parse_yaml_documents(&path.display().to_string(), &text).map_err(|e| e.to_string())?
+        {
+            let list = |k: &str| {
+                d.pointer(k)
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            loaded.objects.extend(list("/spec/resources"));
+            loaded.images.extend(list("/spec/images"));
+        }
+    }
     if let Some(v) = &doc.inline_values {
         loaded.values = Values::parse(v, false)?;
     } else if let Some(path) = &doc.variables {
@@ -317,6 +371,8 @@ struct Evaluated<'l> {
     patched: Vec<Value>,
     /// The resource validate and generate rules saw: after every mutation.
     mutated: Value,
+    /// One response per ValidatingPolicy, in load order.
+    validating: Vec<PolicyResponse<'l>>,
 }
 
 /// Runs the phases of `kyverno test` (§2) for every resource: mutate
@@ -327,6 +383,7 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
         api_calls: &doc.api_calls,
         globals: &doc.global_context,
         objects: &loaded.objects,
+        images: &loaded.images,
     };
     let operation = loaded.values.operation();
     let mut out = Vec::with_capacity(loaded.resources.len());
@@ -392,10 +449,22 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
                 policy.has_generate() && !policy.has_mutate() && !policy.has_validate();
             *slot = (!generate_only || !merged.rules.is_empty()).then_some(merged);
         }
+        let mut validating = Vec::with_capacity(loaded.validating.len());
+        if !loaded.validating.is_empty() {
+            let req = build_request(&current, &operation, loaded);
+            let mut input = CelRequest::of(&req);
+            if let Some(ns) = loaded.values.namespace_objects.get(req.namespace()) {
+                input = input.with_namespace_object(ns);
+            }
+            for p in &loaded.validating {
+                validating.push(evaluate_validating_policy(p, &req, &input, &resolver));
+            }
+        }
         out.push(Evaluated {
             responses,
             patched,
             mutated: current,
+            validating,
         });
     }
     out
@@ -517,14 +586,21 @@ fn check_results(
             let resource = &loaded.resources[i];
             let shown = display_resource(resource);
             let ev = &evaluated[i];
-            let matching: Vec<(usize, &PolicyResponse, &CompiledPolicy)> = ev
+            // (index among classic policies, response, scored)
+            let mut matching: Vec<(Option<usize>, &PolicyResponse, bool)> = ev
                 .responses
                 .iter()
                 .zip(&loaded.policies)
                 .enumerate()
                 .filter(|(_, (_, p))| p.name == policy_name)
-                .filter_map(|(pi, (r, p))| r.as_ref().map(|r| (pi, r, p)))
+                .filter_map(|(pi, (r, p))| r.as_ref().map(|r| (Some(pi), r, p.scored)))
                 .collect();
+            matching.extend(
+                ev.validating
+                    .iter()
+                    .filter(|r| r.policy == policy_name)
+                    .map(|r| (None, r, true)),
+            );
             let row = |rule: &str,
                        result: &'static str,
                        reason: String,
@@ -568,7 +644,7 @@ fn check_results(
                 }
                 continue;
             }
-            for (pi, resp, policy) in matching {
+            for (pi, resp, scored) in matching {
                 let rule_rows: Vec<_> = resp
                     .rules
                     .iter()
@@ -592,7 +668,7 @@ fn check_results(
                 }
                 for r in rule_rows {
                     let mut actual = status_word(r.status);
-                    if actual == "fail" && !policy.scored {
+                    if actual == "fail" && !scored {
                         actual = "warn";
                     }
                     // Resources to compare: (actual, expected file). A
@@ -603,7 +679,7 @@ fn check_results(
                     if let Some(file) = &expected.patched_resources
                         && !existing
                     {
-                        let resource = if r.rule_type == RuleType::Mutation {
+                        let resource = if let (RuleType::Mutation, Some(pi)) = (r.rule_type, pi) {
                             &ev.patched[pi]
                         } else {
                             &ev.mutated
@@ -790,7 +866,10 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
     };
     let evaluated = evaluate(&doc, &loaded);
     outcome.rows = check_results(&doc, &loaded, &evaluated, selector);
-    outcome.policies = loaded.policies.len() + loaded.invalid.len() + loaded.unsupported.len();
+    outcome.policies = loaded.policies.len()
+        + loaded.validating.len()
+        + loaded.invalid.len()
+        + loaded.unsupported.len();
     outcome.resources = loaded.resources.len();
     outcome.exceptions = loaded.exceptions.len();
     for r in &outcome.rows {

@@ -71,6 +71,9 @@ pub struct TestDoc {
     pub variables: Option<PathBuf>,
     pub inline_values: Option<Value>,
     pub userinfo: Option<PathBuf>,
+    /// `context`: a `Context` file with the cluster's objects and image
+    /// metadata that CEL lookups read.
+    pub context: Option<PathBuf>,
     pub uses_cluster_resources: bool,
     pub target_resources: Vec<PathBuf>,
     pub api_calls: Vec<ApiCallMock>,
@@ -263,6 +266,7 @@ impl TestDoc {
             variables: join("variables"),
             inline_values: m.get("values").cloned(),
             userinfo: join("userinfo"),
+            context: join("context"),
             uses_cluster_resources: m.contains_key("clusterresources"),
             api_calls,
             global_context,

@@ -16,6 +16,8 @@ pub struct Values {
     pub resources: HashMap<String, HashMap<String, Map<String, Value>>>,
     /// namespace name -> labels
     pub namespace_labels: HashMap<String, Map<String, Value>>,
+    /// Full Namespace objects of `namespaces[]`: CEL's `namespaceObject`.
+    pub namespace_objects: HashMap<String, Value>,
 }
 
 fn object(v: Option<&Value>) -> Map<String, Value> {
@@ -97,6 +99,7 @@ impl Values {
             if let Some(name) = ns.pointer("/metadata/name").and_then(Value::as_str) {
                 out.namespace_labels
                     .insert(name.to_string(), object(ns.pointer("/metadata/labels")));
+                out.namespace_objects.insert(name.to_string(), ns.clone());
             }
         }
         Ok(out)

@@ -225,5 +225,9 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         LoadedDocument::Unsupported { kind, name, .. } => {
             Err(format!("unsupported: kind {kind} ({name})"))
         }
+        LoadedDocument::ValidatingPolicy(p) => Err(format!(
+            "unsupported: kind {} ({}) in the server yet",
+            p.kind, p.metadata.name
+        )),
     }
 }

@@ -3,11 +3,13 @@
 //! [`Resolver`], and the checks of `validate.cel` and of the validating
 //! policy kinds.
 
-use super::Request;
+use super::{PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, CelError, Lookup, Lookups};
 use crate::context::{ApiCallRequest, Resolver};
+use crate::matching::selector_matches;
 use crate::policy::cel_policy::{CelChecks, CompiledNamed};
+use crate::policy::cel_policy::{CompiledValidatingPolicy, MatchConstraints, ResourceRule};
 use kube_cel::cel::Value as CelValue;
 use kube_cel::cel::objects::{Key, Map};
 use serde_json::{Value, json};
@@ -18,9 +20,8 @@ use std::sync::Arc;
 /// (`meta.UnsafeGuessKindToResource`), for the kinds without an irregular one.
 pub fn plural_of(kind: &str) -> String {
     let lower = kind.to_ascii_lowercase();
-    match lower.as_str() {
-        "endpoints" => return lower,
-        _ => {}
+    if lower == "endpoints" {
+        return lower;
     }
     if lower.ends_with('s') {
         format!("{lower}es")
@@ -50,6 +51,12 @@ impl CelRequest {
         vars.set("params", CelValue::Null);
         vars.set("variables", empty_map());
         CelRequest { vars }
+    }
+
+    /// Replaces the synthesized `namespaceObject` with the real Namespace.
+    pub fn with_namespace_object(mut self, namespace: &Value) -> CelRequest {
+        self.vars.set("namespaceObject", json_to_cel(namespace));
+        self
     }
 
     /// The same request seen through a Pod controller's template: `object`
@@ -284,4 +291,241 @@ pub fn validate_rule(
     }
     let vars = bind_variables(input.activation(), &checks.variables, &lookups);
     run_validations(checks, &vars, &lookups)
+}
+
+fn listed(list: &[String], value: &str) -> bool {
+    list.iter().any(|x| x == "*" || x == value)
+}
+
+/// Whether an admission rule (`resourceRules[]`) covers the request
+/// `(group, version, resource[/subresource], operation)`.
+fn rule_covers(
+    rule: &ResourceRule,
+    group: &str,
+    version: &str,
+    resource: &str,
+    sub: &str,
+    operation: &str,
+) -> bool {
+    let full = if sub.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}/{sub}")
+    };
+    listed(&rule.api_groups, group)
+        && listed(&rule.api_versions, version)
+        && listed(&rule.operations, operation)
+        && rule.resources.iter().any(|r| {
+            r == "*"
+                || *r == full
+                || (sub.is_empty() && r == resource)
+                || r.strip_suffix("/*") == Some(resource) && !sub.is_empty()
+                || r.strip_prefix("*/").is_some_and(|s| s == sub)
+        })
+}
+
+fn constraints_cover(
+    m: &MatchConstraints,
+    group: &str,
+    version: &str,
+    resource: &str,
+    sub: &str,
+    operation: &str,
+) -> bool {
+    m.resource_rules
+        .iter()
+        .any(|r| rule_covers(r, group, version, resource, sub, operation))
+        && !m
+            .exclude_resource_rules
+            .iter()
+            .any(|r| rule_covers(r, group, version, resource, sub, operation))
+}
+
+/// How a policy sees the request: directly, or through a Pod controller's
+/// template (autogen).
+fn policy_view(
+    policy: &CompiledValidatingPolicy,
+    req: &Request,
+) -> Option<Option<&'static [&'static str]>> {
+    let resource = plural_of(&req.gvk.kind);
+    let (g, v, op, sub) = (
+        req.gvk.group.as_str(),
+        req.gvk.version.as_str(),
+        req.operation.as_str(),
+        req.subresource.as_str(),
+    );
+    let m = &policy.match_constraints;
+    if constraints_cover(m, g, v, &resource, sub, op) {
+        return Some(None);
+    }
+    policy
+        .controllers
+        .iter()
+        .find(|c| c.group == g && c.resource == resource && sub.is_empty())
+        .filter(|_| constraints_cover(m, "", "v1", "pods", "", op))
+        .map(|c| Some(c.template))
+}
+
+/// Evaluates a ValidatingPolicy: one rule response named after the policy,
+/// or none when the policy does not match the request.
+pub fn evaluate_validating_policy<'p>(
+    policy: &'p CompiledValidatingPolicy,
+    req: &Request,
+    input: &CelRequest,
+    resolver: &dyn Resolver,
+) -> PolicyResponse<'p> {
+    let mut response = PolicyResponse {
+        policy: &policy.name,
+        rules: Vec::new(),
+    };
+    if policy
+        .namespace
+        .as_deref()
+        .is_some_and(|ns| ns != req.namespace())
+    {
+        return response;
+    }
+    let Some(view) = policy_view(policy, req) else {
+        return response;
+    };
+    let m = &policy.match_constraints;
+    if let Some(sel) = &m.namespace_selector
+        && !req.namespace().is_empty()
+        && !selector_matches(sel, req.namespace_labels.as_ref())
+    {
+        return response;
+    }
+    if let Some(sel) = &m.object_selector {
+        let labels = req
+            .resource()
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object);
+        if !selector_matches(sel, labels) {
+            return response;
+        }
+    }
+    let viewed;
+    let input = match view {
+        Some(template) => {
+            viewed = input.with_template(req, template);
+            &viewed
+        }
+        None => input,
+    };
+    let lookups = ResolverLookups(resolver);
+    let respond =
+        |status: RuleStatus, message: String| RuleResponse::new(&policy.name, status, message);
+    let rule = match conditions_hold(&policy.match_conditions, input.activation(), &lookups) {
+        Ok(Some(name)) => respond(
+            RuleStatus::Skip,
+            format!("match condition {name:?} not met"),
+        ),
+        Err(e) if policy.failure_policy_ignore => {
+            respond(RuleStatus::Skip, format!("match conditions: {e}"))
+        }
+        Err(e) => respond(
+            RuleStatus::Error,
+            format!("failed to evaluate match conditions: {e}"),
+        ),
+        Ok(None) => {
+            let vars = bind_variables(input.activation(), &policy.checks.variables, &lookups);
+            match run_validations(&policy.checks, &vars, &lookups) {
+                CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),
+                CelVerdict::Fail(m) => respond(RuleStatus::Fail, m),
+                CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m),
+                CelVerdict::Error(e) => respond(RuleStatus::Error, e),
+            }
+        }
+    };
+    response.rules.push(rule);
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::NoResolver;
+    use crate::policy::cel_policy::ValidatingPolicyDoc;
+
+    const POLICY: &str = "apiVersion: policies.kyverno.io/v1alpha1
+kind: ValidatingPolicy
+metadata: {name: no-latest}
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
+  matchConditions:
+  - {name: not-system, expression: \"object.metadata.?namespace.orValue('') != 'kube-system'\"}
+  variables:
+  - {name: images, expression: 'object.spec.containers.map(c, c.image)'}
+  validations:
+  - expression: \"variables.images.all(i, !i.endsWith(':latest'))\"
+    messageExpression: \"'latest tag: ' + variables.images.join(', ')\"
+";
+
+    fn policy() -> CompiledValidatingPolicy {
+        let doc: ValidatingPolicyDoc = serde_saphyr::from_str(POLICY).unwrap();
+        CompiledValidatingPolicy::compile(&doc).unwrap()
+    }
+
+    fn verdict(p: &CompiledValidatingPolicy, resource: Value) -> Vec<(RuleStatus, String)> {
+        let req = Request::offline(&resource, "CREATE", Default::default(), None);
+        evaluate_validating_policy(p, &req, &CelRequest::of(&req), &NoResolver)
+            .rules
+            .into_iter()
+            .map(|r| (r.status, r.message.to_string()))
+            .collect()
+    }
+
+    fn pod(ns: &str, image: &str) -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": ns},
+               "spec": {"containers": [{"name": "c", "image": image}]}})
+    }
+
+    #[test]
+    fn validations_pass_fail_and_match_conditions_skip() {
+        let p = policy();
+        assert_eq!(
+            verdict(&p, pod("a", "nginx:1.0")),
+            vec![(RuleStatus::Pass, String::new())]
+        );
+        assert_eq!(
+            verdict(&p, pod("a", "nginx:latest")),
+            vec![(RuleStatus::Fail, "latest tag: nginx:latest".to_string())]
+        );
+        assert_eq!(
+            verdict(&p, pod("kube-system", "nginx:latest"))[0].0,
+            RuleStatus::Skip
+        );
+        // Not a matched resource at all: no rule response.
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        assert!(verdict(&p, cm).is_empty());
+    }
+
+    #[test]
+    fn pod_controllers_are_checked_through_their_template() {
+        let p = policy();
+        let deploy = |image: &str| {
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "namespace": "a"},
+                   "spec": {"template": {"metadata": {}, "spec": {"containers": [{"name": "c", "image": image}]}}}})
+        };
+        assert_eq!(verdict(&p, deploy("nginx:1.0"))[0].0, RuleStatus::Pass);
+        assert_eq!(verdict(&p, deploy("nginx:latest"))[0].0, RuleStatus::Fail);
+        let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "j", "namespace": "a"},
+            "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x:latest"}]}}}}}});
+        assert_eq!(verdict(&p, cron)[0].0, RuleStatus::Fail);
+    }
+
+    #[test]
+    fn plural_names_follow_the_api_server_guess() {
+        assert_eq!(plural_of("Pod"), "pods");
+        assert_eq!(plural_of("Ingress"), "ingresses");
+        assert_eq!(plural_of("NetworkPolicy"), "networkpolicies");
+        assert_eq!(plural_of("Endpoints"), "endpoints");
+        assert_eq!(
+            crate::patch::schema::kind_for_resource("v1", "configmaps"),
+            Some("ConfigMap")
+        );
+    }
 }

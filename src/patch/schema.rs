@@ -95,6 +95,16 @@ impl Schema {
     }
 }
 
+/// The built-in kind whose guessed plural resource name (see
+/// [`crate::engine::cel::plural_of`]) is `resource` in `api_version`.
+pub fn kind_for_resource(api_version: &str, resource: &str) -> Option<&'static str> {
+    KINDS
+        .iter()
+        .filter(|(v, _, _)| *v == api_version)
+        .map(|(_, k, _)| *k)
+        .find(|k| crate::engine::cel::plural_of(k) == resource)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,14 +144,4 @@ mod tests {
         assert_eq!(volumes.list_merge_key(), Some("name"));
         assert!(Schema::for_kind("example.com/v1", "Widget").is_none());
     }
-}
-
-/// The built-in kind whose guessed plural resource name (see
-/// [`crate::engine::cel::plural_of`]) is `resource` in `api_version`.
-pub fn kind_for_resource(api_version: &str, resource: &str) -> Option<&'static str> {
-    KINDS
-        .iter()
-        .filter(|(v, _, _)| *v == api_version)
-        .map(|(_, k, _)| *k)
-        .find(|k| crate::engine::cel::plural_of(k) == resource)
 }

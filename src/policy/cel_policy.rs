@@ -161,3 +161,238 @@ impl CelChecks {
         })
     }
 }
+
+/// `matchConstraints.resourceRules[]` (admissionregistration's NamedRuleWithOperations).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ResourceRule {
+    #[serde(default)]
+    pub api_groups: Vec<String>,
+    #[serde(default)]
+    pub api_versions: Vec<String>,
+    #[serde(default)]
+    pub operations: Vec<String>,
+    #[serde(default)]
+    pub resources: Vec<String>,
+    #[serde(default)]
+    pub resource_names: Vec<String>,
+    #[serde(default)]
+    pub scope: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MatchConstraints {
+    #[serde(default)]
+    pub resource_rules: Vec<ResourceRule>,
+    #[serde(default)]
+    pub exclude_resource_rules: Vec<ResourceRule>,
+    #[serde(default)]
+    pub namespace_selector: Option<crate::policy::types::LabelSelector>,
+    #[serde(default)]
+    pub object_selector: Option<crate::policy::types::LabelSelector>,
+    #[serde(default)]
+    pub match_policy: Option<String>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PodControllers {
+    #[serde(default)]
+    pub controllers: Option<Vec<String>>,
+}
+
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Autogen {
+    #[serde(default)]
+    pub pod_controllers: Option<PodControllers>,
+}
+
+/// The spec of a ValidatingPolicy / NamespacedValidatingPolicy.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ValidatingPolicySpec {
+    #[serde(default)]
+    pub match_constraints: Option<MatchConstraints>,
+    #[serde(default)]
+    pub match_conditions: Vec<NamedExpression>,
+    #[serde(default)]
+    pub variables: Vec<NamedExpression>,
+    #[serde(default)]
+    pub validations: Vec<ValidationExpression>,
+    #[serde(default)]
+    pub validation_actions: Vec<String>,
+    #[serde(default)]
+    pub audit_annotations: Vec<AuditAnnotation>,
+    #[serde(default)]
+    pub failure_policy: Option<String>,
+    #[serde(default)]
+    pub evaluation: Option<Value>,
+    #[serde(default)]
+    pub webhook_configuration: Option<Value>,
+    #[serde(default)]
+    pub autogen: Option<Autogen>,
+    #[serde(default)]
+    pub param_kind: Option<Value>,
+    #[serde(default)]
+    pub validation_configurations: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ValidatingPolicyDoc {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: crate::policy::types::ObjectMeta,
+    pub spec: ValidatingPolicySpec,
+    #[serde(default)]
+    pub status: Option<Value>,
+}
+
+/// A Pod controller the policy also applies to, through its Pod template.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ControllerView {
+    pub group: &'static str,
+    pub resource: &'static str,
+    /// Path of the Pod template in the controller.
+    pub template: &'static [&'static str],
+}
+
+const TEMPLATE: &[&str] = &["spec", "template"];
+const CRON_TEMPLATE: &[&str] = &["spec", "jobTemplate", "spec", "template"];
+
+/// The controllers Kyverno's autogen covers, by kind name.
+const CONTROLLERS: &[(&str, ControllerView)] = &[
+    (
+        "daemonsets",
+        ControllerView {
+            group: "apps",
+            resource: "daemonsets",
+            template: TEMPLATE,
+        },
+    ),
+    (
+        "deployments",
+        ControllerView {
+            group: "apps",
+            resource: "deployments",
+            template: TEMPLATE,
+        },
+    ),
+    (
+        "replicasets",
+        ControllerView {
+            group: "apps",
+            resource: "replicasets",
+            template: TEMPLATE,
+        },
+    ),
+    (
+        "statefulsets",
+        ControllerView {
+            group: "apps",
+            resource: "statefulsets",
+            template: TEMPLATE,
+        },
+    ),
+    (
+        "jobs",
+        ControllerView {
+            group: "batch",
+            resource: "jobs",
+            template: TEMPLATE,
+        },
+    ),
+    (
+        "replicationcontrollers",
+        ControllerView {
+            group: "",
+            resource: "replicationcontrollers",
+            template: TEMPLATE,
+        },
+    ),
+    (
+        "cronjobs",
+        ControllerView {
+            group: "batch",
+            resource: "cronjobs",
+            template: CRON_TEMPLATE,
+        },
+    ),
+];
+
+/// A compiled ValidatingPolicy (cluster or namespaced).
+#[derive(Debug, Clone)]
+pub struct CompiledValidatingPolicy {
+    pub name: String,
+    /// Set for a NamespacedValidatingPolicy: it applies only there.
+    pub namespace: Option<String>,
+    pub match_constraints: MatchConstraints,
+    pub match_conditions: Vec<CompiledNamed>,
+    pub checks: CelChecks,
+    /// `validationActions` contains Deny.
+    pub deny: bool,
+    /// `validationActions` contains Warn.
+    pub warn: bool,
+    pub failure_policy_ignore: bool,
+    /// Pod controllers evaluated through their template (autogen).
+    pub controllers: Vec<ControllerView>,
+}
+
+impl CompiledValidatingPolicy {
+    pub fn compile(doc: &ValidatingPolicyDoc) -> Result<CompiledValidatingPolicy, String> {
+        let spec = &doc.spec;
+        if spec.param_kind.is_some() {
+            return Err("unsupported: spec.paramKind".into());
+        }
+        let match_constraints = spec
+            .match_constraints
+            .clone()
+            .ok_or("spec.matchConstraints is required")?;
+        let matches_pods = match_constraints.resource_rules.iter().any(|r| {
+            r.resources.iter().any(|x| x == "pods")
+                && r.api_groups.iter().any(|g| g.is_empty() || g == "*")
+        });
+        let wanted: Option<Vec<String>> = spec
+            .autogen
+            .as_ref()
+            .and_then(|a| a.pod_controllers.as_ref())
+            .and_then(|p| p.controllers.clone())
+            .map(|list| list.iter().map(|c| c.to_ascii_lowercase()).collect());
+        let controllers = if matches_pods {
+            CONTROLLERS
+                .iter()
+                .filter(|(name, _)| {
+                    wanted
+                        .as_ref()
+                        .is_none_or(|w| w.iter().any(|x| x == name || x == &name[..name.len() - 1]))
+                })
+                .map(|(_, c)| c.clone())
+                .collect()
+        } else {
+            Vec::new()
+        };
+        Ok(CompiledValidatingPolicy {
+            name: doc.metadata.name.clone(),
+            namespace: (doc.kind == "NamespacedValidatingPolicy").then(|| {
+                doc.metadata
+                    .namespace
+                    .clone()
+                    .unwrap_or_else(|| "default".into())
+            }),
+            match_conditions: compile_named(&spec.match_conditions, "spec.matchConditions")?,
+            checks: CelChecks::compile_parts(
+                &spec.variables,
+                &spec.validations,
+                &spec.audit_annotations,
+            )?,
+            deny: spec.validation_actions.is_empty()
+                || spec.validation_actions.iter().any(|a| a == "Deny"),
+            warn: spec.validation_actions.iter().any(|a| a == "Warn"),
+            failure_policy_ignore: spec.failure_policy.as_deref() == Some("Ignore"),
+            match_constraints,
+            controllers,
+        })
+    }
+}

@@ -31,6 +31,8 @@ pub enum LoadError {
 pub enum LoadedDocument {
     Policy(Box<PolicyDoc>),
     Exception(Box<PolicyExceptionDoc>),
+    /// policies.kyverno.io ValidatingPolicy / NamespacedValidatingPolicy.
+    ValidatingPolicy(Box<super::cel_policy::ValidatingPolicyDoc>),
     /// A kind gavel does not evaluate yet (CEL policy kinds, VAP, ...), kept
     /// so callers can report it as unsupported rather than drop it.
     Unsupported {
@@ -104,6 +106,9 @@ pub fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, 
             }
             Ok(LoadedDocument::Policy(Box::new(policy)))
         }
+        ("policies.kyverno.io", "ValidatingPolicy" | "NamespacedValidatingPolicy") => Ok(
+            LoadedDocument::ValidatingPolicy(Box::new(decode_strict(file, index, doc)?)),
+        ),
         ("kyverno.io", "PolicyException") => Ok(LoadedDocument::Exception(Box::new(
             decode_strict(file, index, doc)?,
         ))),

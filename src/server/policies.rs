@@ -275,6 +275,12 @@ fn load_file(path: &Path) -> Result<(Vec<CompiledPolicy>, Vec<CompiledException>
             LoadedDocument::Unsupported { kind, name, .. } => {
                 return Err(format!("unsupported: kind {kind} ({name})"));
             }
+            LoadedDocument::ValidatingPolicy(p) => {
+                return Err(format!(
+                    "unsupported: kind {} ({}) in the server yet (gavel test and apply evaluate it)",
+                    p.kind, p.metadata.name
+                ));
+            }
         }
     }
     Ok((policies, exceptions))
