@@ -70,7 +70,7 @@ impl Program {
     /// Evaluates with the given variables. Lookups the expression makes are
     /// answered through `lookups`.
     pub fn eval(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<Value, CelError> {
-        library::evaluate(&self.expr, vars, lookups)
+        library::evaluate(&self.expr, &vars.ctx, lookups)
     }
 
     /// [`Program::eval`], requiring a bool.
@@ -86,30 +86,52 @@ impl Program {
     }
 }
 
-/// The variables of one evaluation: `object`, `request`, `variables`, ...
-#[derive(Debug, Clone, Default)]
-pub struct Activation {
-    vars: Vec<(&'static str, Value)>,
+/// Variables bound for evaluation (`object`, `request`, `variables`, ...).
+///
+/// Binding converts a value into the interpreter's own representation, a
+/// deep copy; so a request's variables are bound once and each evaluation
+/// layers only what it adds (`variables`) in a [`Activation::scope`].
+pub struct Activation<'a> {
+    ctx: Context<'a>,
 }
 
-impl Activation {
-    pub fn set(&mut self, name: &'static str, value: Value) {
-        match self.vars.iter_mut().find(|(n, _)| *n == name) {
-            Some(slot) => slot.1 = value,
-            None => self.vars.push((name, value)),
+impl Activation<'static> {
+    /// No variables yet, every function available.
+    pub fn new() -> Activation<'static> {
+        Activation {
+            ctx: library::base().new_inner_scope(),
         }
     }
+}
 
-    pub fn get(&self, name: &str) -> Option<&Value> {
-        self.vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
+impl Default for Activation<'static> {
+    fn default() -> Self {
+        Activation::new()
+    }
+}
+
+impl<'a> Activation<'a> {
+    /// Binds `name`, shadowing an outer binding of it. A value the
+    /// interpreter cannot hold (a function) is an error.
+    pub fn set(&mut self, name: &str, value: Value) -> Result<(), CelError> {
+        let ctx = &mut self.ctx;
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            ctx.add_variable_from_value(name, value)
+        }))
+        .map_err(|_| CelError::Eval(format!("variable {name:?} has no CEL value")))
     }
 
-    fn bind<'c>(&self, base: &'c Context<'c>) -> Context<'c> {
-        let mut ctx = base.new_inner_scope();
-        for (name, value) in &self.vars {
-            ctx.add_variable_from_value(*name, value.clone());
+    /// A scope over these variables: what is set in it shadows them.
+    pub fn scope(&self) -> Activation<'_> {
+        Activation {
+            ctx: self.ctx.new_inner_scope(),
         }
-        ctx
+    }
+}
+
+impl std::fmt::Debug for Activation<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Activation")
     }
 }
 

@@ -12,7 +12,7 @@
 //! every answer it asks for.
 
 use super::values::{json_to_cel, opt_none, opt_of};
-use super::{Activation, COST_LIMIT, CelError};
+use super::{COST_LIMIT, CelError};
 use kube_cel::KubeCelExt;
 use kube_cel::cel::common::ast::IdedExpr;
 use kube_cel::cel::extractors::{Arguments, This};
@@ -107,13 +107,17 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx
 });
 
-/// Evaluates `expr` with `vars`, answering lookups in rounds.
+/// The context every evaluation scope descends from.
+pub(super) fn base() -> &'static Context<'static> {
+    &BASE
+}
+
+/// Evaluates `expr` in `ctx`, answering lookups in rounds.
 pub(super) fn evaluate(
     expr: &IdedExpr,
-    vars: &Activation,
+    ctx: &Context,
     lookups: &dyn Lookups,
 ) -> Result<Value, CelError> {
-    let ctx = vars.bind(&BASE);
     STATE.with_borrow_mut(|s| s.answers.clear());
     for _ in 0..MAX_ROUNDS {
         STATE.with_borrow_mut(|s| {
@@ -121,7 +125,7 @@ pub(super) fn evaluate(
             s.pending.clear();
         });
         let result =
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(expr, &ctx)));
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(expr, ctx)));
         let (pending, budget) =
             STATE.with_borrow_mut(|s| (std::mem::take(&mut s.pending), s.budget));
         if budget < 0 {

@@ -3,8 +3,8 @@ use super::*;
 use serde_json::json;
 
 fn eval(expr: &str, object: serde_json::Value) -> Result<serde_json::Value, CelError> {
-    let mut vars = Activation::default();
-    vars.set("object", json_to_cel(&object));
+    let mut vars = Activation::new();
+    vars.set("object", json_to_cel(&object)).unwrap();
     let v = Program::compile(expr)?.eval(&vars, &NoLookups)?;
     Ok(cel_to_json(&v).unwrap())
 }
@@ -104,9 +104,9 @@ impl Lookups for OneConfigMap {
 fn lookups_are_answered_through_the_caller() {
     let p = Program::compile("resource.Get('v1', 'configmaps', 'default', 'cm').data.k == 'v'")
         .unwrap();
-    assert!(p.eval_bool(&Activation::default(), &OneConfigMap).unwrap());
+    assert!(p.eval_bool(&Activation::new(), &OneConfigMap).unwrap());
     let p = Program::compile("resource.Get('v1', 'configmaps', 'default', 'other')").unwrap();
-    let err = p.eval(&Activation::default(), &OneConfigMap).unwrap_err();
+    let err = p.eval(&Activation::new(), &OneConfigMap).unwrap_err();
     assert!(err.to_string().contains("not found"), "{err}");
 }
 

@@ -13,7 +13,7 @@ use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
-use crate::policy::cel_policy::CompiledValidatingPolicy;
+use crate::policy::cel_policy::{CelCompileError, CompiledValidatingPolicy};
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use crate::wildcard;
@@ -276,10 +276,12 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
                 LoadedDocument::ValidatingPolicy(p) => {
                     match CompiledValidatingPolicy::compile(&p) {
                         Ok(c) => loaded.validating.push(c),
-                        Err(e) if e.starts_with("unsupported: ") => loaded
+                        Err(CelCompileError::Unsupported(_)) => loaded
                             .unsupported
                             .push((p.metadata.name.clone(), p.kind.clone())),
-                        Err(e) => loaded.invalid.push((p.metadata.name.clone(), e)),
+                        Err(CelCompileError::Invalid(e)) => {
+                            loaded.invalid.push((p.metadata.name.clone(), e))
+                        }
                     }
                 }
                 LoadedDocument::Unsupported { kind, name, .. } => {

@@ -9,10 +9,13 @@ use crate::cel::{Activation, CelError, Lookup, Lookups};
 use crate::context::{ApiCallRequest, Resolver};
 use crate::matching::selector_matches;
 use crate::policy::cel_policy::{CelChecks, CompiledNamed};
-use crate::policy::cel_policy::{CompiledValidatingPolicy, MatchConstraints, ResourceRule};
+use crate::policy::cel_policy::{
+    CompiledValidatingPolicy, MatchConstraints, PodTemplate, ResourceRule,
+};
 use kube_cel::cel::Value as CelValue;
 use kube_cel::cel::objects::{Key, Map};
 use serde_json::{Value, json};
+use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -34,60 +37,104 @@ pub fn plural_of(kind: &str) -> String {
     }
 }
 
-/// The CEL variables of one request, converted once and shared by every
-/// CEL rule and policy evaluated for it.
-#[derive(Clone)]
+/// The CEL variables of one request, bound once and shared by every CEL
+/// rule and policy evaluated for it.
+#[derive(Debug)]
 pub struct CelRequest {
-    vars: Activation,
+    vars: Activation<'static>,
+    /// `request` and `namespaceObject`, kept to bind the template views.
+    request: CelValue,
+    namespace: CelValue,
+    /// The variables as a Pod controller's autogen sees them, one per
+    /// [`PodTemplate`], bound on first use.
+    views: [OnceCell<Activation<'static>>; 2],
+}
+
+/// Binds the request-level variables. Values made by [`json_to_cel`]
+/// always bind, hence the expects.
+fn bind_request(
+    object: CelValue,
+    old_object: CelValue,
+    request: CelValue,
+    namespace: CelValue,
+) -> Activation<'static> {
+    let mut vars = Activation::new();
+    for (name, value) in [
+        ("object", object),
+        ("oldObject", old_object),
+        ("request", request),
+        ("namespaceObject", namespace),
+        ("params", CelValue::Null),
+        ("variables", empty_map()),
+    ] {
+        vars.set(name, value).expect("JSON values bind");
+    }
+    vars
 }
 
 impl CelRequest {
     pub fn of(req: &Request) -> CelRequest {
-        let mut vars = Activation::default();
-        vars.set("object", json_to_cel(&req.object));
-        vars.set("oldObject", json_to_cel(&req.old_object));
-        vars.set("request", json_to_cel(&request_json(req)));
-        vars.set("namespaceObject", json_to_cel(&namespace_object(req)));
-        vars.set("params", CelValue::Null);
-        vars.set("variables", empty_map());
-        CelRequest { vars }
+        let request = json_to_cel(&request_json(req));
+        let namespace = json_to_cel(&namespace_object(req));
+        CelRequest {
+            vars: bind_request(
+                json_to_cel(&req.object),
+                json_to_cel(&req.old_object),
+                request.clone(),
+                namespace.clone(),
+            ),
+            request,
+            namespace,
+            views: Default::default(),
+        }
     }
 
     /// Replaces the synthesized `namespaceObject` with the real Namespace.
     pub fn with_namespace_object(mut self, namespace: &Value) -> CelRequest {
-        self.vars.set("namespaceObject", json_to_cel(namespace));
+        self.namespace = json_to_cel(namespace);
+        self.vars
+            .set("namespaceObject", self.namespace.clone())
+            .expect("JSON values bind");
+        self.views = Default::default();
         self
     }
 
-    /// The same request seen through a Pod controller's template: `object`
-    /// and `oldObject` have the template's metadata and spec (what autogen
-    /// rewrites `object.spec`/`object.metadata` to).
-    pub fn with_template(&self, req: &Request, template: &[&str]) -> CelRequest {
-        let mut out = self.clone();
-        let view = |o: &Value| -> Value {
-            let Some(map) = o.as_object() else {
-                return o.clone();
-            };
-            let mut t = o;
-            for k in template {
-                t = t.get(*k).unwrap_or(&Value::Null);
-            }
-            let mut m = map.clone();
-            m.insert(
-                "metadata".into(),
-                t.get("metadata").cloned().unwrap_or(json!({})),
-            );
-            m.insert("spec".into(), t.get("spec").cloned().unwrap_or(json!({})));
-            Value::Object(m)
-        };
-        out.vars.set("object", json_to_cel(&view(&req.object)));
-        out.vars
-            .set("oldObject", json_to_cel(&view(&req.old_object)));
-        out
+    pub fn activation(&self) -> &Activation<'static> {
+        &self.vars
     }
 
-    pub fn activation(&self) -> &Activation {
-        &self.vars
+    /// The variables seen through a Pod controller's template: `object` and
+    /// `oldObject` have the template's metadata and spec (what autogen
+    /// rewrites `object.spec`/`object.metadata` to).
+    pub fn view(&self, req: &Request, template: PodTemplate) -> &Activation<'static> {
+        let slot = match template {
+            PodTemplate::Spec => &self.views[0],
+            PodTemplate::CronJob => &self.views[1],
+        };
+        slot.get_or_init(|| {
+            let path = template.path();
+            let view = |o: &Value| -> CelValue {
+                let Some(map) = o.as_object() else {
+                    return json_to_cel(o);
+                };
+                let t = path
+                    .iter()
+                    .fold(o, |t, k| t.get(*k).unwrap_or(&Value::Null));
+                let mut m = map.clone();
+                m.insert(
+                    "metadata".into(),
+                    t.get("metadata").cloned().unwrap_or(json!({})),
+                );
+                m.insert("spec".into(), t.get("spec").cloned().unwrap_or(json!({})));
+                json_to_cel(&Value::Object(m))
+            };
+            bind_request(
+                view(&req.object),
+                view(&req.old_object),
+                self.request.clone(),
+                self.namespace.clone(),
+            )
+        })
     }
 }
 
@@ -126,6 +173,15 @@ fn namespace_object(req: &Request) -> Value {
     })
 }
 
+fn kind_for_resource(
+    r: &dyn Resolver,
+    api_version: &str,
+    resource: &str,
+) -> Result<String, String> {
+    r.kind_for_resource(api_version, resource)
+        .ok_or_else(|| format!("unknown resource {resource:?} in {api_version}"))
+}
+
 /// Lookups answered by the engine's resolver.
 pub struct ResolverLookups<'a>(pub &'a dyn Resolver);
 
@@ -140,9 +196,7 @@ impl Lookups for ResolverLookups<'_> {
                 namespace,
                 name,
             } => {
-                let kind = r
-                    .kind_for_resource(api_version, resource)
-                    .ok_or_else(|| format!("unknown resource {resource:?} in {api_version}"))?;
+                let kind = kind_for_resource(r, api_version, resource)?;
                 r.resource(api_version, &kind, namespace, name)
                     .map_err(failed)?
                     .ok_or_else(|| format!("{resource} \"{name}\" not found"))
@@ -152,9 +206,7 @@ impl Lookups for ResolverLookups<'_> {
                 resource,
                 namespace,
             } => {
-                let kind = r
-                    .kind_for_resource(api_version, resource)
-                    .ok_or_else(|| format!("unknown resource {resource:?} in {api_version}"))?;
+                let kind = kind_for_resource(r, api_version, resource)?;
                 let items = r.resources(api_version, &kind, namespace).map_err(failed)?;
                 Ok(
                     json!({"apiVersion": api_version, "kind": format!("{kind}List"), "items": items}),
@@ -200,25 +252,23 @@ pub enum CelVerdict {
 /// Evaluates `variables` in order into the activation: each sees the ones
 /// before it. A variable that fails is left out, so only an expression
 /// that reads it fails (the API server evaluates variables lazily).
-pub fn bind_variables(
-    base: &Activation,
+pub fn bind_variables<'a>(
+    base: &'a Activation,
     variables: &[CompiledNamed],
     lookups: &dyn Lookups,
-) -> Activation {
-    let mut vars = base.clone();
-    if variables.is_empty() {
-        return vars;
-    }
+) -> Activation<'a> {
+    let mut vars = base.scope();
     let mut map: HashMap<Key, CelValue> = HashMap::new();
     for v in variables {
-        if let Ok(value) = v.program.eval(&vars, lookups) {
-            map.insert(Key::String(Arc::new(v.name.clone())), value);
-            vars.set(
-                "variables",
-                CelValue::Map(Map {
-                    map: Arc::new(map.clone()),
-                }),
-            );
+        let Ok(value) = v.program.eval(&vars, lookups) else {
+            continue;
+        };
+        map.insert(Key::String(Arc::new(v.name.clone())), value);
+        let all = CelValue::Map(Map {
+            map: Arc::new(map.clone()),
+        });
+        if vars.set("variables", all).is_err() {
+            map.remove(&Key::String(Arc::new(v.name.clone())));
         }
     }
     vars
@@ -343,10 +393,7 @@ fn constraints_cover(
 
 /// How a policy sees the request: directly, or through a Pod controller's
 /// template (autogen).
-fn policy_view(
-    policy: &CompiledValidatingPolicy,
-    req: &Request,
-) -> Option<Option<&'static [&'static str]>> {
+fn policy_view(policy: &CompiledValidatingPolicy, req: &Request) -> Option<Option<PodTemplate>> {
     let resource = plural_of(&req.gvk.kind);
     let (g, v, op, sub) = (
         req.gvk.group.as_str(),
@@ -404,18 +451,14 @@ pub fn evaluate_validating_policy<'p>(
             return response;
         }
     }
-    let viewed;
-    let input = match view {
-        Some(template) => {
-            viewed = input.with_template(req, template);
-            &viewed
-        }
-        None => input,
+    let vars = match view {
+        Some(template) => input.view(req, template),
+        None => input.activation(),
     };
     let lookups = ResolverLookups(resolver);
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&policy.name, status, message);
-    let rule = match conditions_hold(&policy.match_conditions, input.activation(), &lookups) {
+    let rule = match conditions_hold(&policy.match_conditions, vars, &lookups) {
         Ok(Some(name)) => respond(
             RuleStatus::Skip,
             format!("match condition {name:?} not met"),
@@ -428,7 +471,7 @@ pub fn evaluate_validating_policy<'p>(
             format!("failed to evaluate match conditions: {e}"),
         ),
         Ok(None) => {
-            let vars = bind_variables(input.activation(), &policy.checks.variables, &lookups);
+            let vars = bind_variables(vars, &policy.checks.variables, &lookups);
             match run_validations(&policy.checks, &vars, &lookups) {
                 CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),
                 CelVerdict::Fail(m) => respond(RuleStatus::Fail, m),

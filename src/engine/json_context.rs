@@ -7,6 +7,7 @@
 //! interpreter sees the layers as one object through [`Root`].
 
 use super::Request;
+use super::cel::CelRequest;
 use crate::jmespath::{Root, Val};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
@@ -100,6 +101,15 @@ impl<'p> JsonContext<'p> {
         self.delete
     }
 
+    /// The request's CEL variables, when this context belongs to a request.
+    pub fn cel_request(&self) -> Option<&CelRequest> {
+        match (&self.request, self.parent) {
+            (Some(r), _) => Some(r.cel.get_or_init(|| CelRequest::of(r.req))),
+            (None, Some(p)) => p.cel_request(),
+            (None, None) => None,
+        }
+    }
+
     /// The context as one JSON-like value for the JMESPath interpreter.
     pub fn root(&self) -> Val<'_> {
         Val::Root(self)
@@ -187,6 +197,9 @@ struct RequestRoot<'r> {
     req: &'r Request,
     operation: Value,
     rest: OnceCell<Map<String, Value>>,
+    /// The request as CEL variables, converted on first use and shared by
+    /// every CEL rule evaluated for it.
+    cel: OnceCell<CelRequest>,
 }
 
 impl<'r> RequestRoot<'r> {
@@ -195,6 +208,7 @@ impl<'r> RequestRoot<'r> {
             req,
             operation: Value::String(req.operation.clone()),
             rest: OnceCell::new(),
+            cel: OnceCell::new(),
         }
     }
 

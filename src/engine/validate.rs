@@ -481,12 +481,19 @@ impl<'p> RuleValidator<'_, 'p> {
                 })
             }
             ValidateCheck::Cel(checks) => {
-                let input = super::cel::CelRequest::of(req);
+                let built;
+                let input = match ctx.cel_request() {
+                    Some(input) => input,
+                    None => {
+                        built = super::cel::CelRequest::of(req);
+                        &built
+                    }
+                };
                 Some(
                     match super::cel::validate_rule(
                         checks,
                         self.cel_preconditions,
-                        &input,
+                        input,
                         self.resolver,
                     ) {
                         CelVerdict::Pass => self.respond(RuleStatus::Pass, self.pass),

@@ -7,6 +7,23 @@ use crate::cel::Program;
 use serde::Deserialize;
 use serde_json::Value;
 
+/// Why a CEL policy or rule did not compile.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum CelCompileError {
+    /// A field gavel does not evaluate yet: the rule or policy reports it
+    /// as `unsupported: <field>` rather than being rejected as invalid.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl From<String> for CelCompileError {
+    fn from(message: String) -> CelCompileError {
+        CelCompileError::Invalid(message)
+    }
+}
+
 /// `{name, expression}`: variables, matchConditions, celPreconditions.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -133,11 +150,13 @@ fn compile_annotations(
 impl CelChecks {
     /// Compiles `validate.cel` (at `field`). Params are not supported yet:
     /// they fail loudly.
-    pub fn compile_rule(raw: &Value, field: &str) -> Result<CelChecks, String> {
+    pub fn compile_rule(raw: &Value, field: &str) -> Result<CelChecks, CelCompileError> {
         let v: CelValidation = serde_path_to_error::deserialize(raw.clone())
             .map_err(|e| format!("{field}.{}: {}", e.path(), e.inner()))?;
         if v.param_kind.is_some() || v.param_ref.is_some() {
-            return Err(format!("unsupported: {field}.paramKind/paramRef"));
+            return Err(CelCompileError::Unsupported(format!(
+                "{field}.paramKind/paramRef"
+            )));
         }
         Ok(CelChecks {
             variables: compile_named(&v.variables, &format!("{field}.variables"))?,
@@ -250,76 +269,53 @@ pub struct ValidatingPolicyDoc {
     pub status: Option<Value>,
 }
 
+/// Where a Pod controller keeps its Pod template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PodTemplate {
+    /// `spec.template`: Deployment, DaemonSet, Job, ...
+    Spec,
+    /// `spec.jobTemplate.spec.template`: CronJob.
+    CronJob,
+}
+
+impl PodTemplate {
+    pub fn path(self) -> &'static [&'static str] {
+        match self {
+            PodTemplate::Spec => &["spec", "template"],
+            PodTemplate::CronJob => &["spec", "jobTemplate", "spec", "template"],
+        }
+    }
+}
+
 /// A Pod controller the policy also applies to, through its Pod template.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ControllerView {
     pub group: &'static str,
     pub resource: &'static str,
-    /// Path of the Pod template in the controller.
-    pub template: &'static [&'static str],
+    pub template: PodTemplate,
 }
 
-const TEMPLATE: &[&str] = &["spec", "template"];
-const CRON_TEMPLATE: &[&str] = &["spec", "jobTemplate", "spec", "template"];
+const fn controller(
+    group: &'static str,
+    resource: &'static str,
+    template: PodTemplate,
+) -> ControllerView {
+    ControllerView {
+        group,
+        resource,
+        template,
+    }
+}
 
-/// The controllers Kyverno's autogen covers, by kind name.
-const CONTROLLERS: &[(&str, ControllerView)] = &[
-    (
-        "daemonsets",
-        ControllerView {
-            group: "apps",
-            resource: "daemonsets",
-            template: TEMPLATE,
-        },
-    ),
-    (
-        "deployments",
-        ControllerView {
-            group: "apps",
-            resource: "deployments",
-            template: TEMPLATE,
-        },
-    ),
-    (
-        "replicasets",
-        ControllerView {
-            group: "apps",
-            resource: "replicasets",
-            template: TEMPLATE,
-        },
-    ),
-    (
-        "statefulsets",
-        ControllerView {
-            group: "apps",
-            resource: "statefulsets",
-            template: TEMPLATE,
-        },
-    ),
-    (
-        "jobs",
-        ControllerView {
-            group: "batch",
-            resource: "jobs",
-            template: TEMPLATE,
-        },
-    ),
-    (
-        "replicationcontrollers",
-        ControllerView {
-            group: "",
-            resource: "replicationcontrollers",
-            template: TEMPLATE,
-        },
-    ),
-    (
-        "cronjobs",
-        ControllerView {
-            group: "batch",
-            resource: "cronjobs",
-            template: CRON_TEMPLATE,
-        },
-    ),
+/// The controllers Kyverno's autogen covers.
+const CONTROLLERS: &[ControllerView] = &[
+    controller("apps", "daemonsets", PodTemplate::Spec),
+    controller("apps", "deployments", PodTemplate::Spec),
+    controller("apps", "replicasets", PodTemplate::Spec),
+    controller("apps", "statefulsets", PodTemplate::Spec),
+    controller("batch", "jobs", PodTemplate::Spec),
+    controller("", "replicationcontrollers", PodTemplate::Spec),
+    controller("batch", "cronjobs", PodTemplate::CronJob),
 ];
 
 /// A compiled ValidatingPolicy (cluster or namespaced).
@@ -341,15 +337,15 @@ pub struct CompiledValidatingPolicy {
 }
 
 impl CompiledValidatingPolicy {
-    pub fn compile(doc: &ValidatingPolicyDoc) -> Result<CompiledValidatingPolicy, String> {
+    pub fn compile(doc: &ValidatingPolicyDoc) -> Result<CompiledValidatingPolicy, CelCompileError> {
         let spec = &doc.spec;
         if spec.param_kind.is_some() {
-            return Err("unsupported: spec.paramKind".into());
+            return Err(CelCompileError::Unsupported("spec.paramKind".into()));
         }
         let match_constraints = spec
             .match_constraints
             .clone()
-            .ok_or("spec.matchConstraints is required")?;
+            .ok_or_else(|| "spec.matchConstraints is required".to_string())?;
         let matches_pods = match_constraints.resource_rules.iter().any(|r| {
             r.resources.iter().any(|x| x == "pods")
                 && r.api_groups.iter().any(|g| g.is_empty() || g == "*")
@@ -361,14 +357,17 @@ impl CompiledValidatingPolicy {
             .and_then(|p| p.controllers.clone())
             .map(|list| list.iter().map(|c| c.to_ascii_lowercase()).collect());
         let controllers = if matches_pods {
+            // `controllers` names kinds or resources: Deployment, deployments.
             CONTROLLERS
                 .iter()
-                .filter(|(name, _)| {
-                    wanted
-                        .as_ref()
-                        .is_none_or(|w| w.iter().any(|x| x == name || x == &name[..name.len() - 1]))
+                .filter(|c| {
+                    wanted.as_ref().is_none_or(|w| {
+                        w.iter().any(|x| {
+                            x == c.resource || Some(x.as_str()) == c.resource.strip_suffix('s')
+                        })
+                    })
                 })
-                .map(|(_, c)| c.clone())
+                .cloned()
                 .collect()
         } else {
             Vec::new()

@@ -4,7 +4,9 @@
 //! [`ExprCache`] so that evaluation never re-parses policy text.
 
 use super::autogen;
-use super::cel_policy::{CelChecks, CompiledNamed, NamedExpression, compile_named};
+use super::cel_policy::{
+    CelChecks, CelCompileError, CompiledNamed, NamedExpression, compile_named,
+};
 use super::mutation::{GenerateRule, MutateRule};
 use super::types::{
     ContextEntry, Deny, ForEachValidation, PodSecurity, PolicyDoc, PolicyExceptionDoc, Rule,
@@ -568,10 +570,8 @@ fn compile_validation(
             let raw = v.cel.as_ref().unwrap_or(&Value::Null);
             match CelChecks::compile_rule(raw, &format!("{field}.cel")) {
                 Ok(c) => ValidateCheck::Cel(Box::new(c)),
-                Err(e) if e.starts_with("unsupported: ") => {
-                    ValidateCheck::Unsupported(e["unsupported: ".len()..].to_string())
-                }
-                Err(e) => return Err(e),
+                Err(CelCompileError::Unsupported(field)) => ValidateCheck::Unsupported(field),
+                Err(CelCompileError::Invalid(e)) => return Err(e),
             }
         }
         None if v.manifests.is_some() => ValidateCheck::Unsupported(format!("{field}.manifests")),
