@@ -1,0 +1,148 @@
+//! The Pod Security policies in their three forms, on the same Pods:
+//! `validate.pattern` (`pod-security`), `validate.cel` (`pod-security-cel`)
+//! and ValidatingPolicy (`pod-security-vpol`), with an empty policy set as
+//! the baseline measured in the same run.
+//!
+//! Only the 16 policies all three folders have are used (the pattern set
+//! also has restrict-apparmor-profiles, the CEL set disallow-host-ports-range).
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use gavel::context::NoResolver;
+use gavel::engine::cel::{CelRequest, evaluate_validating_policy};
+use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate};
+use gavel::policy::CompiledPolicy;
+use gavel::policy::cel_policy::CompiledValidatingPolicy;
+use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
+use serde_json::Value;
+use std::hint::black_box;
+use std::path::Path;
+
+mod support;
+
+#[global_allocator]
+static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+const COMMON: &[&str] = &[
+    "baseline/disallow-capabilities",
+    "baseline/disallow-host-namespaces",
+    "baseline/disallow-host-path",
+    "baseline/disallow-host-ports",
+    "baseline/disallow-host-process",
+    "baseline/disallow-privileged-containers",
+    "baseline/disallow-proc-mount",
+    "baseline/disallow-selinux",
+    "baseline/restrict-seccomp",
+    "baseline/restrict-sysctls",
+    "restricted/disallow-capabilities-strict",
+    "restricted/disallow-privilege-escalation",
+    "restricted/require-run-as-non-root-user",
+    "restricted/require-run-as-nonroot",
+    "restricted/restrict-seccomp-strict",
+    "restricted/restrict-volume-types",
+];
+
+fn documents(folder: &str) -> Vec<LoadedDocument> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../shared/conformance/kyverno-policies")
+        .join(folder);
+    let mut out = Vec::new();
+    for dir in COMMON {
+        let name = dir.rsplit('/').next().unwrap();
+        let path = root.join(dir).join(format!("{name}.yaml"));
+        let text =
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        out.extend(load_policy_text(&path.display().to_string(), &text).unwrap());
+    }
+    out
+}
+
+fn classic(folder: &str) -> Vec<CompiledPolicy> {
+    let policies: Vec<CompiledPolicy> = documents(folder)
+        .into_iter()
+        .filter_map(|d| match d {
+            LoadedDocument::Policy(mut p) => {
+                p.spec.validation_failure_action = Some("Enforce".into());
+                Some(CompiledPolicy::compile(&p).unwrap())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(policies.len(), COMMON.len());
+    policies
+}
+
+fn validating() -> Vec<CompiledValidatingPolicy> {
+    let policies: Vec<CompiledValidatingPolicy> = documents("pod-security-vpol")
+        .into_iter()
+        .filter_map(|d| match d {
+            LoadedDocument::ValidatingPolicy(p) => {
+                Some(CompiledValidatingPolicy::compile(&p).unwrap())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(policies.len(), COMMON.len());
+    policies
+}
+
+fn pod(file: &str) -> Request {
+    let text = String::from_utf8(support::read("benches/data", file)).unwrap();
+    let object = parse_yaml_documents(file, &text).unwrap().remove(0);
+    Request::offline(&object, "CREATE", Default::default(), None)
+}
+
+fn run_validating(policies: &[CompiledValidatingPolicy], req: &Request) -> usize {
+    let input = CelRequest::of(req);
+    policies
+        .iter()
+        .map(|p| evaluate_validating_policy(p, req, &input, &NoResolver))
+        .flat_map(|r| r.rules)
+        .filter(|r| r.status == RuleStatus::Fail)
+        .count()
+}
+
+fn bench(c: &mut Criterion) {
+    let pattern = classic("pod-security");
+    let cel = classic("pod-security-cel");
+    let vpol = validating();
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let fails = |policies: &[CompiledPolicy], req: &Request| -> usize {
+        evaluate(policies, req, &env)
+            .iter()
+            .flat_map(|r| r.rules.iter())
+            .filter(|r| r.status == RuleStatus::Fail)
+            .count()
+    };
+    let mut group = c.benchmark_group("pss16");
+    for (id, file) in [
+        ("compliant", "pod-compliant.yaml"),
+        ("violating", "pod-violating.yaml"),
+    ] {
+        let req = pod(file);
+        let violating = id == "violating";
+        // Sanity: the three forms agree on which Pod violates.
+        assert_eq!(fails(&pattern, &req) > 0, violating, "pattern {id}");
+        assert_eq!(fails(&cel, &req) > 0, violating, "validate.cel {id}");
+        assert_eq!(run_validating(&vpol, &req) > 0, violating, "vpol {id}");
+        group.bench_function(format!("empty/{id}"), |b| {
+            b.iter(|| evaluate(black_box(&[]), black_box(&req), &env))
+        });
+        group.bench_function(format!("pattern/{id}"), |b| {
+            b.iter(|| evaluate(black_box(&pattern), black_box(&req), &env))
+        });
+        group.bench_function(format!("validate-cel/{id}"), |b| {
+            b.iter(|| evaluate(black_box(&cel), black_box(&req), &env))
+        });
+        group.bench_function(format!("vpol/{id}"), |b| {
+            b.iter(|| run_validating(black_box(&vpol), black_box(&req)))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
