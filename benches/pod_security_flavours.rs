@@ -13,7 +13,6 @@ use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate};
 use gavel::policy::CompiledPolicy;
 use gavel::policy::cel_policy::CompiledValidatingPolicy;
 use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
-use serde_json::Value;
 use std::hint::black_box;
 use std::path::Path;
 
