@@ -42,6 +42,8 @@ pub fn plural_of(kind: &str) -> String {
 #[derive(Debug)]
 pub struct CelRequest {
     vars: Activation<'static>,
+    /// The plural resource name admission rules match on.
+    resource: String,
     /// `request` and `namespaceObject`, kept to bind the template views.
     request: CelValue,
     namespace: CelValue,
@@ -83,6 +85,7 @@ impl CelRequest {
                 request.clone(),
                 namespace.clone(),
             ),
+            resource: plural_of(&req.gvk.kind),
             request,
             namespace,
             views: Default::default(),
@@ -347,69 +350,70 @@ fn listed(list: &[String], value: &str) -> bool {
     list.iter().any(|x| x == "*" || x == value)
 }
 
-/// Whether an admission rule (`resourceRules[]`) covers the request
-/// `(group, version, resource[/subresource], operation)`.
-fn rule_covers(
-    rule: &ResourceRule,
-    group: &str,
-    version: &str,
-    resource: &str,
-    sub: &str,
-    operation: &str,
-) -> bool {
-    let full = if sub.is_empty() {
-        resource.to_string()
-    } else {
-        format!("{resource}/{sub}")
-    };
-    listed(&rule.api_groups, group)
-        && listed(&rule.api_versions, version)
-        && listed(&rule.operations, operation)
-        && rule.resources.iter().any(|r| {
-            r == "*"
-                || *r == full
-                || (sub.is_empty() && r == resource)
-                || r.strip_suffix("/*") == Some(resource) && !sub.is_empty()
-                || r.strip_prefix("*/").is_some_and(|s| s == sub)
-        })
+/// What admission rules match a request on.
+struct RuleTarget<'a> {
+    group: &'a str,
+    version: &'a str,
+    /// The plural resource name.
+    resource: &'a str,
+    subresource: &'a str,
+    operation: &'a str,
 }
 
-fn constraints_cover(
-    m: &MatchConstraints,
-    group: &str,
-    version: &str,
-    resource: &str,
-    sub: &str,
-    operation: &str,
-) -> bool {
-    m.resource_rules
-        .iter()
-        .any(|r| rule_covers(r, group, version, resource, sub, operation))
-        && !m
-            .exclude_resource_rules
-            .iter()
-            .any(|r| rule_covers(r, group, version, resource, sub, operation))
+impl RuleTarget<'_> {
+    /// Whether an admission rule (`resourceRules[]`) covers the request.
+    fn covered_by(&self, rule: &ResourceRule) -> bool {
+        let (resource, sub) = (self.resource, self.subresource);
+        listed(&rule.api_groups, self.group)
+            && listed(&rule.api_versions, self.version)
+            && listed(&rule.operations, self.operation)
+            && rule.resources.iter().any(|r| match r.split_once('/') {
+                None => r == "*" || (sub.is_empty() && r == resource),
+                Some((res, s)) => {
+                    (res == resource && (s == sub || (s == "*" && !sub.is_empty())))
+                        || (res == "*" && s == sub)
+                }
+            })
+    }
+
+    fn covered_by_constraints(&self, m: &MatchConstraints) -> bool {
+        m.resource_rules.iter().any(|r| self.covered_by(r))
+            && !m.exclude_resource_rules.iter().any(|r| self.covered_by(r))
+    }
 }
 
 /// How a policy sees the request: directly, or through a Pod controller's
 /// template (autogen).
-fn policy_view(policy: &CompiledValidatingPolicy, req: &Request) -> Option<Option<PodTemplate>> {
-    let resource = plural_of(&req.gvk.kind);
-    let (g, v, op, sub) = (
-        req.gvk.group.as_str(),
-        req.gvk.version.as_str(),
-        req.operation.as_str(),
-        req.subresource.as_str(),
-    );
+fn policy_view(
+    policy: &CompiledValidatingPolicy,
+    req: &Request,
+    resource: &str,
+) -> Option<Option<PodTemplate>> {
+    let target = RuleTarget {
+        group: &req.gvk.group,
+        version: &req.gvk.version,
+        resource,
+        subresource: &req.subresource,
+        operation: &req.operation,
+    };
     let m = &policy.match_constraints;
-    if constraints_cover(m, g, v, &resource, sub, op) {
+    if target.covered_by_constraints(m) {
         return Some(None);
     }
+    let pod = RuleTarget {
+        group: "",
+        version: "v1",
+        resource: "pods",
+        subresource: "",
+        operation: &req.operation,
+    };
     policy
         .controllers
         .iter()
-        .find(|c| c.group == g && c.resource == resource && sub.is_empty())
-        .filter(|_| constraints_cover(m, "", "v1", "pods", "", op))
+        .find(|c| {
+            c.group == target.group && c.resource == resource && target.subresource.is_empty()
+        })
+        .filter(|_| pod.covered_by_constraints(m))
         .map(|c| Some(c.template))
 }
 
@@ -432,7 +436,7 @@ pub fn evaluate_validating_policy<'p>(
     {
         return response;
     }
-    let Some(view) = policy_view(policy, req) else {
+    let Some(view) = policy_view(policy, req, &input.resource) else {
         return response;
     };
     let m = &policy.match_constraints;
