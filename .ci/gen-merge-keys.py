@@ -5,7 +5,8 @@ The source is the Kubernetes OpenAPI schema that `pip install
 kubernetes-validate` ships, at the Kubernetes version our k8s-openapi
 feature names (`earliest` = v1_33). Only what a strategic merge needs is
 kept: for each type reachable from a kind, its object, list and map fields,
-with a list's x-kubernetes-patch-strategy and -merge-key.
+with a list's x-kubernetes-patch-strategy and -merge-key (strategic merge)
+and its x-kubernetes-list-type and -list-map-keys (server-side apply).
 
 It is written as Rust statics (see src/patch/schema.rs for the types).
 
@@ -100,9 +101,12 @@ def main():
             else:
                 continue
             elem = f"Some({index[elem]})" if elem in index else "None"
+            list_type = prop.get("x-kubernetes-list-type", "")
+            list_keys = ", ".join(f'"{k}"' for k in prop.get("x-kubernetes-list-map-keys", []))
             fields.append(
                 f'Field {{ name: "{field}", shape: Shape::{shape}, elem: {elem}, '
-                f'strategy: "{strategy}", key: "{key}" }}'
+                f'strategy: "{strategy}", key: "{key}", '
+                f'list_type: "{list_type}", list_keys: &[{list_keys}] }}'
             )
         if fields:
             lines.append(f'    ("{t}", &[')

@@ -13,6 +13,7 @@
 //!   the interpreter (see [`library`]);
 //! - a panic inside the interpreter is caught and reported as an error.
 
+pub mod image_ref;
 pub mod library;
 pub mod values;
 

@@ -1,7 +1,9 @@
 //! Patches on JSON documents, independent of Kyverno: RFC 6902 JSON Patch
 //! (apply, and the diff between two documents) and Kubernetes strategic
-//! merge with the merge keys of the built-in kinds.
+//! merge with the merge keys of the built-in kinds, and server-side apply's
+//! merge with their list types.
 
+pub mod apply;
 pub mod json_patch;
 #[rustfmt::skip]
 mod merge_keys;

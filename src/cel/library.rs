@@ -102,6 +102,22 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("http.Post", http_post);
     ctx.add_function("parseServiceAccount", parse_service_account);
     ctx.add_function("time.now", time_now);
+    ctx.add_function("image", image_of);
+    ctx.add_function("isImage", is_image);
+    for field in IMAGE_FIELDS {
+        ctx.add_function(
+            field,
+            move |ftx: &FunctionContext, This(this): This<Value>| image_field(ftx, &this, field),
+        );
+    }
+    ctx.add_function(
+        "containsDigest",
+        |ftx: &FunctionContext, This(this): This<Value>| {
+            Ok(Value::Bool(
+                !matches!(image_field(ftx, &this, "digest")?, Value::String(d) if d.is_empty()),
+            ))
+        },
+    );
     ctx.add_function("json.unmarshal", json_unmarshal);
     ctx.add_function("yaml.parse", yaml_parse);
     ctx
@@ -341,6 +357,37 @@ fn parse_service_account(user: Arc<String>) -> ResolveResult {
     Ok(json_to_cel(
         &serde_json::json!({"Namespace": ns, "Name": name}),
     ))
+}
+
+/// The methods of an image value, each reading its field.
+const IMAGE_FIELDS: [&str; 5] = ["registry", "repository", "identifier", "tag", "digest"];
+
+/// `image(ref)`: an image value is a map of its parts.
+fn image_of(ftx: &FunctionContext, reference: Arc<String>) -> ResolveResult {
+    let r = super::image_ref::parse(&reference).map_err(|e| ftx.error(e))?;
+    Ok(json_to_cel(&serde_json::json!({
+        "image": r.image,
+        "registry": r.registry,
+        "repository": r.repository,
+        "identifier": r.identifier(),
+        "tag": r.tag,
+        "digest": r.digest,
+    })))
+}
+
+fn is_image(reference: Arc<String>) -> ResolveResult {
+    Ok(Value::Bool(super::image_ref::parse(&reference).is_ok()))
+}
+
+fn image_field(ftx: &FunctionContext, this: &Value, field: &str) -> ResolveResult {
+    match this {
+        Value::Map(m) => m
+            .map
+            .get(&Key::String(Arc::new(field.to_string())))
+            .cloned()
+            .ok_or_else(|| ftx.error(format!("{field}() needs an image (from image())"))),
+        _ => Err(ftx.error(format!("{field}() needs an image (from image())"))),
+    }
 }
 
 fn time_now() -> ResolveResult {

@@ -132,3 +132,39 @@ fn selection_on_an_optional_stays_optional() {
         Ok(json!(2))
     );
 }
+
+#[test]
+fn image_values_expose_their_parts() {
+    let eval = |src: &str| {
+        Program::compile(src)
+            .unwrap()
+            .eval(&Activation::new(), &NoLookups)
+            .map(|v| cel_to_json(&v).unwrap())
+    };
+    assert_eq!(
+        eval("image('corp.reg.com/busybox:1.28').registry()").unwrap(),
+        json!("corp.reg.com")
+    );
+    assert_eq!(
+        eval("[image('nginx').repository(), image('nginx').identifier()]").unwrap(),
+        json!(["library/nginx", "latest"])
+    );
+    assert_eq!(
+        eval("image('a/b@sha256:6aefddb645ee6963afd681b1845c661d0ea4c3b20ab9db86d9e753b203d385f2').containsDigest()").unwrap(),
+        json!(true)
+    );
+    assert_eq!(eval("isImage('Bad:@')").unwrap(), json!(false));
+    assert!(eval("image('Bad:@')").is_err());
+}
+
+#[test]
+fn unknown_functions_are_errors_inside_macros() {
+    let run = |src: &str| {
+        Program::compile(src)
+            .unwrap()
+            .eval(&Activation::new(), &NoLookups)
+    };
+    assert!(run("noSuchFunction(1) == 1").is_err());
+    assert!(run("[1].exists(x, noSuchFunction(x) == 1)").is_err());
+    assert!(run("[1].exists(x, noSuchFunction(x) == 1) ? [1] : []").is_err());
+}

@@ -45,12 +45,13 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             match doc {
                 LoadedDocument::Policy(p) => policies.push(CompiledPolicy::compile(&p)?),
                 LoadedDocument::Exception(e) => exceptions.push(CompiledException::compile(&e)?),
-                LoadedDocument::ValidatingPolicy(p) => anyhow::bail!(
-                    "{}: unsupported: policy kind {} ({}) in apply yet (gavel test evaluates it)",
-                    path.display(),
-                    p.kind,
-                    p.metadata.name
-                ),
+                d @ (LoadedDocument::ValidatingPolicy(_) | LoadedDocument::MutatingPolicy(_)) => {
+                    let (kind, name) = d.kind_and_name();
+                    anyhow::bail!(
+                        "{}: unsupported: policy kind {kind} ({name}) in apply yet (gavel test evaluates it)",
+                        path.display(),
+                    )
+                }
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     anyhow::bail!(
                         "{}: unsupported: policy kind {kind} ({name})",

@@ -7,13 +7,15 @@ use super::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use super::values::{PolicyRuleValues, UserInfoFile, Values};
 use super::{OutputFormat, TestArgs};
 use crate::context::{ApiCallRequest, ResolveError, Resolver};
-use crate::engine::cel::{CelRequest, evaluate_validating_policy};
+use crate::engine::cel::{CelRequest, evaluate_mutating_policy, evaluate_validating_policy};
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
-use crate::policy::cel_policy::{CelCompileError, CompiledValidatingPolicy};
+use crate::policy::cel_policy::{
+    CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy,
+};
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use crate::wildcard;
@@ -231,7 +233,9 @@ impl Resolver for MockResolver<'_> {
 
 struct Loaded {
     policies: Vec<CompiledPolicy>,
-    /// ValidatingPolicies, evaluated after the classic policies (§2.4).
+    /// MutatingPolicies, evaluated after the classic policies (§2.4).
+    mutating: Vec<CompiledMutatingPolicy>,
+    /// ValidatingPolicies, evaluated after the MutatingPolicies.
     validating: Vec<CompiledValidatingPolicy>,
     /// `spec.images` of the Context file.
     images: Vec<Value>,
@@ -250,6 +254,7 @@ struct Loaded {
 fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
     let mut loaded = Loaded {
         policies: Vec::new(),
+        mutating: Vec::new(),
         validating: Vec::new(),
         images: Vec::new(),
         invalid: Vec::new(),
@@ -284,6 +289,15 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
                         }
                     }
                 }
+                LoadedDocument::MutatingPolicy(p) => match CompiledMutatingPolicy::compile(&p) {
+                    Ok(c) => loaded.mutating.push(c),
+                    Err(CelCompileError::Unsupported(_)) => loaded
+                        .unsupported
+                        .push((p.metadata.name.clone(), p.kind.clone())),
+                    Err(CelCompileError::Invalid(e)) => {
+                        loaded.invalid.push((p.metadata.name.clone(), e))
+                    }
+                },
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     loaded.unsupported.push((name, kind))
                 }
@@ -373,6 +387,11 @@ struct Evaluated<'l> {
     patched: Vec<Value>,
     /// The resource validate and generate rules saw: after every mutation.
     mutated: Value,
+    /// One response per MutatingPolicy, in load order.
+    mutating: Vec<PolicyResponse<'l>>,
+    /// The resource after the MutatingPolicies: what they report and what
+    /// the ValidatingPolicies see.
+    cel_mutated: Value,
     /// One response per ValidatingPolicy, in load order.
     validating: Vec<PolicyResponse<'l>>,
 }
@@ -451,13 +470,33 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
                 policy.has_generate() && !policy.has_mutate() && !policy.has_validate();
             *slot = (!generate_only || !merged.rules.is_empty()).then_some(merged);
         }
-        let mut validating = Vec::with_capacity(loaded.validating.len());
-        if !loaded.validating.is_empty() {
-            let req = build_request(&current, &operation, loaded);
+        let cel_input = |resource: &Value| {
+            let req = build_request(resource, &operation, loaded);
             let mut input = CelRequest::of(&req);
             if let Some(ns) = loaded.values.namespace_objects.get(req.namespace()) {
                 input = input.with_namespace_object(ns);
             }
+            (req, input)
+        };
+        // kyverno-compat: every MutatingPolicy sees the same incoming
+        // resource, and the last one that mutated gives the result all of
+        // them report.
+        let mut mutating = Vec::with_capacity(loaded.mutating.len());
+        let mut cel_mutated = None;
+        if !loaded.mutating.is_empty() {
+            let (req, input) = cel_input(&current);
+            for p in &loaded.mutating {
+                let outcome = evaluate_mutating_policy(p, &req, &input, &resolver);
+                if outcome.patched.is_some() {
+                    cel_mutated = outcome.patched;
+                }
+                mutating.push(outcome.response);
+            }
+        }
+        let cel_mutated = cel_mutated.unwrap_or_else(|| current.clone());
+        let mut validating = Vec::with_capacity(loaded.validating.len());
+        if !loaded.validating.is_empty() {
+            let (req, input) = cel_input(&cel_mutated);
             for p in &loaded.validating {
                 validating.push(evaluate_validating_policy(p, &req, &input, &resolver));
             }
@@ -466,6 +505,8 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
             responses,
             patched,
             mutated: current,
+            mutating,
+            cel_mutated,
             validating,
         });
     }
@@ -598,8 +639,9 @@ fn check_results(
                 .filter_map(|(pi, (r, p))| r.as_ref().map(|r| (Some(pi), r, p.scored)))
                 .collect();
             matching.extend(
-                ev.validating
+                ev.mutating
                     .iter()
+                    .chain(&ev.validating)
                     .filter(|r| r.policy == policy_name)
                     .map(|r| (None, r, true)),
             );
@@ -681,10 +723,10 @@ fn check_results(
                     if let Some(file) = &expected.patched_resources
                         && !existing
                     {
-                        let resource = if let (RuleType::Mutation, Some(pi)) = (r.rule_type, pi) {
-                            &ev.patched[pi]
-                        } else {
-                            &ev.mutated
+                        let resource = match (r.rule_type, pi) {
+                            (RuleType::Mutation, Some(pi)) => &ev.patched[pi],
+                            (_, Some(_)) => &ev.mutated,
+                            (_, None) => &ev.cel_mutated,
                         };
                         compare.push((resource, file));
                     }
@@ -869,6 +911,7 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
     let evaluated = evaluate(&doc, &loaded);
     outcome.rows = check_results(&doc, &loaded, &evaluated, selector);
     outcome.policies = loaded.policies.len()
+        + loaded.mutating.len()
         + loaded.validating.len()
         + loaded.invalid.len()
         + loaded.unsupported.len();

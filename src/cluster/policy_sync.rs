@@ -225,9 +225,11 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         LoadedDocument::Unsupported { kind, name, .. } => {
             Err(format!("unsupported: kind {kind} ({name})"))
         }
-        LoadedDocument::ValidatingPolicy(p) => Err(format!(
-            "unsupported: kind {} ({}) in the server yet",
-            p.kind, p.metadata.name
-        )),
+        d @ (LoadedDocument::ValidatingPolicy(_) | LoadedDocument::MutatingPolicy(_)) => {
+            let (kind, name) = d.kind_and_name();
+            Err(format!(
+                "unsupported: kind {kind} ({name}) in the server yet"
+            ))
+        }
     }
 }

@@ -1,7 +1,11 @@
 //! CEL evaluation: the variables a request gives (`object`, `oldObject`,
 //! `request`, `namespaceObject`, `variables`), lookups through the
-//! [`Resolver`], and the checks of `validate.cel` and of the validating
-//! policy kinds.
+//! [`Resolver`], the checks of `validate.cel` and of the validating
+//! policy kinds, and the mutating policy kinds.
+
+mod mutating;
+
+pub use mutating::{MutatingOutcome, evaluate_mutating_policy};
 
 use super::{PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::cel::values::{cel_to_json, json_to_cel};
@@ -10,7 +14,7 @@ use crate::context::{ApiCallRequest, Resolver};
 use crate::matching::selector_matches;
 use crate::policy::cel_policy::{CelChecks, CompiledNamed};
 use crate::policy::cel_policy::{
-    CompiledValidatingPolicy, MatchConstraints, PodTemplate, ResourceRule,
+    CompiledValidatingPolicy, MatchConstraints, PodTemplate, PolicyScope, ResourceRule,
 };
 use kube_cel::cel::Value as CelValue;
 use kube_cel::cel::objects::{Key, Map};
@@ -115,22 +119,7 @@ impl CelRequest {
             PodTemplate::CronJob => &self.views[1],
         };
         slot.get_or_init(|| {
-            let path = template.path();
-            let view = |o: &Value| -> CelValue {
-                let Some(map) = o.as_object() else {
-                    return json_to_cel(o);
-                };
-                let t = path
-                    .iter()
-                    .fold(o, |t, k| t.get(*k).unwrap_or(&Value::Null));
-                let mut m = map.clone();
-                m.insert(
-                    "metadata".into(),
-                    t.get("metadata").cloned().unwrap_or(json!({})),
-                );
-                m.insert("spec".into(), t.get("spec").cloned().unwrap_or(json!({})));
-                json_to_cel(&Value::Object(m))
-            };
+            let view = |o: &Value| json_to_cel(&template_view(o, template));
             bind_request(
                 view(&req.object),
                 view(&req.old_object),
@@ -139,6 +128,25 @@ impl CelRequest {
             )
         })
     }
+}
+
+/// An object as autogen shows it to a Pod policy: the template's metadata
+/// and spec in place of the controller's own.
+pub fn template_view(o: &Value, template: PodTemplate) -> Value {
+    let Some(map) = o.as_object() else {
+        return o.clone();
+    };
+    let t = template
+        .path()
+        .iter()
+        .fold(o, |t, k| t.get(*k).unwrap_or(&Value::Null));
+    let mut m = map.clone();
+    m.insert(
+        "metadata".into(),
+        t.get("metadata").cloned().unwrap_or(json!({})),
+    );
+    m.insert("spec".into(), t.get("spec").cloned().unwrap_or(json!({})));
+    Value::Object(m)
 }
 
 fn empty_map() -> CelValue {
@@ -382,13 +390,22 @@ impl RuleTarget<'_> {
     }
 }
 
-/// How a policy sees the request: directly, or through a Pod controller's
-/// template (autogen).
-fn policy_view(
-    policy: &CompiledValidatingPolicy,
+/// Whether a CEL policy applies to the request and how it sees it:
+/// `Some(None)` directly, `Some(Some(template))` through a Pod
+/// controller's template (autogen), `None` not at all.
+pub fn scope_view(
+    scope: &PolicyScope,
     req: &Request,
-    resource: &str,
+    input: &CelRequest,
 ) -> Option<Option<PodTemplate>> {
+    if scope
+        .namespace
+        .as_deref()
+        .is_some_and(|ns| ns != req.namespace())
+    {
+        return None;
+    }
+    let resource = input.resource.as_str();
     let target = RuleTarget {
         group: &req.gvk.group,
         version: &req.gvk.version,
@@ -396,25 +413,41 @@ fn policy_view(
         subresource: &req.subresource,
         operation: &req.operation,
     };
-    let m = &policy.match_constraints;
-    if target.covered_by_constraints(m) {
-        return Some(None);
-    }
-    let pod = RuleTarget {
-        group: "",
-        version: "v1",
-        resource: "pods",
-        subresource: "",
-        operation: &req.operation,
-    };
-    policy
-        .controllers
-        .iter()
-        .find(|c| {
+    let m = &scope.match_constraints;
+    let view = if target.covered_by_constraints(m) {
+        None
+    } else {
+        let pod = RuleTarget {
+            group: "",
+            version: "v1",
+            resource: "pods",
+            subresource: "",
+            operation: &req.operation,
+        };
+        let controller = scope.controllers.iter().find(|c| {
             c.group == target.group && c.resource == resource && target.subresource.is_empty()
-        })
-        .filter(|_| pod.covered_by_constraints(m))
-        .map(|c| Some(c.template))
+        })?;
+        if !pod.covered_by_constraints(m) {
+            return None;
+        }
+        Some(controller.template)
+    };
+    if let Some(sel) = &m.namespace_selector
+        && !req.namespace().is_empty()
+        && !selector_matches(sel, req.namespace_labels.as_ref())
+    {
+        return None;
+    }
+    if let Some(sel) = &m.object_selector {
+        let labels = req
+            .resource()
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object);
+        if !selector_matches(sel, labels) {
+            return None;
+        }
+    }
+    Some(view)
 }
 
 /// Evaluates a ValidatingPolicy: one rule response named after the policy,
@@ -425,49 +458,27 @@ pub fn evaluate_validating_policy<'p>(
     input: &CelRequest,
     resolver: &dyn Resolver,
 ) -> PolicyResponse<'p> {
+    let scope = &policy.scope;
     let mut response = PolicyResponse {
-        policy: &policy.name,
+        policy: &scope.name,
         rules: Vec::new(),
     };
-    if policy
-        .namespace
-        .as_deref()
-        .is_some_and(|ns| ns != req.namespace())
-    {
-        return response;
-    }
-    let Some(view) = policy_view(policy, req, &input.resource) else {
+    let Some(view) = scope_view(scope, req, input) else {
         return response;
     };
-    let m = &policy.match_constraints;
-    if let Some(sel) = &m.namespace_selector
-        && !req.namespace().is_empty()
-        && !selector_matches(sel, req.namespace_labels.as_ref())
-    {
-        return response;
-    }
-    if let Some(sel) = &m.object_selector {
-        let labels = req
-            .resource()
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object);
-        if !selector_matches(sel, labels) {
-            return response;
-        }
-    }
     let vars = match view {
         Some(template) => input.view(req, template),
         None => input.activation(),
     };
     let lookups = ResolverLookups(resolver);
     let respond =
-        |status: RuleStatus, message: String| RuleResponse::new(&policy.name, status, message);
-    let rule = match conditions_hold(&policy.match_conditions, vars, &lookups) {
+        |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
+    let rule = match conditions_hold(&scope.match_conditions, vars, &lookups) {
         Ok(Some(name)) => respond(
             RuleStatus::Skip,
             format!("match condition {name:?} not met"),
         ),
-        Err(e) if policy.failure_policy_ignore => {
+        Err(e) if scope.failure_policy_ignore => {
             respond(RuleStatus::Skip, format!("match conditions: {e}"))
         }
         Err(e) => respond(

@@ -11,6 +11,17 @@ pub enum Shape {
     Map,
 }
 
+/// How server-side apply merges a list (`x-kubernetes-list-type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    /// Replaced whole.
+    Atomic,
+    /// A set of scalars: union.
+    Set,
+    /// Items identified by these keys, merged item by item.
+    Map(&'static [&'static str]),
+}
+
 /// One non-scalar field of a type.
 #[derive(Debug)]
 pub struct Field {
@@ -22,6 +33,10 @@ pub struct Field {
     pub strategy: &'static str,
     /// `x-kubernetes-patch-merge-key`; empty for none.
     pub key: &'static str,
+    /// `x-kubernetes-list-type`: `atomic`, `set`, `map`; empty for none.
+    pub list_type: &'static str,
+    /// `x-kubernetes-list-map-keys` of a `map` list.
+    pub list_keys: &'static [&'static str],
 }
 
 /// What the schema says about one position in a document.
@@ -86,6 +101,19 @@ impl Schema {
         }
     }
 
+    /// For a list: how server-side apply merges it. Lists the schema says
+    /// nothing about are atomic, as apply treats them.
+    pub fn list_kind(self) -> ListKind {
+        match self {
+            Schema::List(f) => match f.list_type {
+                "map" if !f.list_keys.is_empty() => ListKind::Map(f.list_keys),
+                "set" => ListKind::Set,
+                _ => ListKind::Atomic,
+            },
+            _ => ListKind::Atomic,
+        }
+    }
+
     /// The OpenAPI name of the type at this position.
     pub fn type_name(self) -> Option<&'static str> {
         match self {
@@ -142,6 +170,12 @@ mod tests {
             .try_fold(deploy, |s, f| s.field(f))
             .unwrap();
         assert_eq!(volumes.list_merge_key(), Some("name"));
+        assert_eq!(
+            ports.list_kind(),
+            ListKind::Map(&["containerPort", "protocol"])
+        );
+        assert_eq!(tolerations.list_kind(), ListKind::Atomic);
+        assert_eq!(finalizers.list_kind(), ListKind::Set);
         assert!(Schema::for_kind("example.com/v1", "Widget").is_none());
     }
 }

@@ -318,41 +318,36 @@ const CONTROLLERS: &[ControllerView] = &[
     controller("batch", "cronjobs", PodTemplate::CronJob),
 ];
 
-/// A compiled ValidatingPolicy (cluster or namespaced).
+/// What every CEL policy kind shares: the requests it applies to.
 #[derive(Debug, Clone)]
-pub struct CompiledValidatingPolicy {
+pub struct PolicyScope {
     pub name: String,
-    /// Set for a NamespacedValidatingPolicy: it applies only there.
+    /// Set for a Namespaced* kind: it applies only there.
     pub namespace: Option<String>,
     pub match_constraints: MatchConstraints,
     pub match_conditions: Vec<CompiledNamed>,
-    pub checks: CelChecks,
-    /// `validationActions` contains Deny.
-    pub deny: bool,
-    /// `validationActions` contains Warn.
-    pub warn: bool,
-    pub failure_policy_ignore: bool,
     /// Pod controllers evaluated through their template (autogen).
     pub controllers: Vec<ControllerView>,
+    pub failure_policy_ignore: bool,
 }
 
-impl CompiledValidatingPolicy {
-    pub fn compile(doc: &ValidatingPolicyDoc) -> Result<CompiledValidatingPolicy, CelCompileError> {
-        let spec = &doc.spec;
-        if spec.param_kind.is_some() {
-            return Err(CelCompileError::Unsupported("spec.paramKind".into()));
-        }
-        let match_constraints = spec
-            .match_constraints
-            .clone()
+impl PolicyScope {
+    fn compile(
+        kind: &str,
+        metadata: &crate::policy::types::ObjectMeta,
+        match_constraints: Option<&MatchConstraints>,
+        match_conditions: &[NamedExpression],
+        autogen: Option<&Autogen>,
+        failure_policy: Option<&str>,
+    ) -> Result<PolicyScope, CelCompileError> {
+        let match_constraints = match_constraints
+            .cloned()
             .ok_or_else(|| "spec.matchConstraints is required".to_string())?;
         let matches_pods = match_constraints.resource_rules.iter().any(|r| {
             r.resources.iter().any(|x| x == "pods")
                 && r.api_groups.iter().any(|g| g.is_empty() || g == "*")
         });
-        let wanted: Option<Vec<String>> = spec
-            .autogen
-            .as_ref()
+        let wanted: Option<Vec<String>> = autogen
             .and_then(|a| a.pod_controllers.as_ref())
             .and_then(|p| p.controllers.clone())
             .map(|list| list.iter().map(|c| c.to_ascii_lowercase()).collect());
@@ -372,15 +367,48 @@ impl CompiledValidatingPolicy {
         } else {
             Vec::new()
         };
-        Ok(CompiledValidatingPolicy {
-            name: doc.metadata.name.clone(),
-            namespace: (doc.kind == "NamespacedValidatingPolicy").then(|| {
-                doc.metadata
+        Ok(PolicyScope {
+            name: metadata.name.clone(),
+            namespace: kind.starts_with("Namespaced").then(|| {
+                metadata
                     .namespace
                     .clone()
                     .unwrap_or_else(|| "default".into())
             }),
-            match_conditions: compile_named(&spec.match_conditions, "spec.matchConditions")?,
+            match_conditions: compile_named(match_conditions, "spec.matchConditions")?,
+            failure_policy_ignore: failure_policy == Some("Ignore"),
+            match_constraints,
+            controllers,
+        })
+    }
+}
+
+/// A compiled ValidatingPolicy (cluster or namespaced).
+#[derive(Debug, Clone)]
+pub struct CompiledValidatingPolicy {
+    pub scope: PolicyScope,
+    pub checks: CelChecks,
+    /// `validationActions` contains Deny.
+    pub deny: bool,
+    /// `validationActions` contains Warn.
+    pub warn: bool,
+}
+
+impl CompiledValidatingPolicy {
+    pub fn compile(doc: &ValidatingPolicyDoc) -> Result<CompiledValidatingPolicy, CelCompileError> {
+        let spec = &doc.spec;
+        if spec.param_kind.is_some() {
+            return Err(CelCompileError::Unsupported("spec.paramKind".into()));
+        }
+        Ok(CompiledValidatingPolicy {
+            scope: PolicyScope::compile(
+                &doc.kind,
+                &doc.metadata,
+                spec.match_constraints.as_ref(),
+                &spec.match_conditions,
+                spec.autogen.as_ref(),
+                spec.failure_policy.as_deref(),
+            )?,
             checks: CelChecks::compile_parts(
                 &spec.variables,
                 &spec.validations,
@@ -389,9 +417,145 @@ impl CompiledValidatingPolicy {
             deny: spec.validation_actions.is_empty()
                 || spec.validation_actions.iter().any(|a| a == "Deny"),
             warn: spec.validation_actions.iter().any(|a| a == "Warn"),
-            failure_policy_ignore: spec.failure_policy.as_deref() == Some("Ignore"),
-            match_constraints,
-            controllers,
         })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.scope.name
+    }
+}
+
+/// `{expression}` of a mutation.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MutationExpression {
+    pub expression: String,
+}
+
+/// One of `spec.mutations[]`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Mutation {
+    pub patch_type: String,
+    #[serde(default)]
+    pub apply_configuration: Option<MutationExpression>,
+    #[serde(default)]
+    pub json_patch: Option<MutationExpression>,
+}
+
+/// The spec of a MutatingPolicy / NamespacedMutatingPolicy.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MutatingPolicySpec {
+    #[serde(default)]
+    pub match_constraints: Option<MatchConstraints>,
+    #[serde(default)]
+    pub match_conditions: Vec<NamedExpression>,
+    #[serde(default)]
+    pub variables: Vec<NamedExpression>,
+    #[serde(default)]
+    pub mutations: Vec<Mutation>,
+    #[serde(default)]
+    pub failure_policy: Option<String>,
+    #[serde(default)]
+    pub reinvocation_policy: Option<String>,
+    #[serde(default)]
+    pub evaluation: Option<Value>,
+    #[serde(default)]
+    pub webhook_configuration: Option<Value>,
+    #[serde(default)]
+    pub autogen: Option<Autogen>,
+    #[serde(default)]
+    pub param_kind: Option<Value>,
+    #[serde(default)]
+    pub target_match_constraints: Option<Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MutatingPolicyDoc {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: crate::policy::types::ObjectMeta,
+    pub spec: MutatingPolicySpec,
+    #[serde(default)]
+    pub status: Option<Value>,
+}
+
+/// A compiled mutation: its expression gives either an object merged in
+/// the way server-side apply merges, or a list of JSON Patch operations.
+#[derive(Debug, Clone)]
+pub enum CompiledMutation {
+    ApplyConfiguration(Program),
+    JsonPatch(Program),
+}
+
+/// A compiled MutatingPolicy (cluster or namespaced).
+#[derive(Debug, Clone)]
+pub struct CompiledMutatingPolicy {
+    pub scope: PolicyScope,
+    pub variables: Vec<CompiledNamed>,
+    pub mutations: Vec<CompiledMutation>,
+}
+
+impl CompiledMutatingPolicy {
+    pub fn compile(doc: &MutatingPolicyDoc) -> Result<CompiledMutatingPolicy, CelCompileError> {
+        let spec = &doc.spec;
+        let unsupported = |field: &str| Err(CelCompileError::Unsupported(field.into()));
+        if spec.param_kind.is_some() {
+            return unsupported("spec.paramKind");
+        }
+        if spec.target_match_constraints.is_some() {
+            return unsupported("spec.targetMatchConstraints (mutate existing)");
+        }
+        let enabled = |path: &str| {
+            spec.evaluation
+                .as_ref()
+                .and_then(|e| e.pointer(path))
+                .and_then(Value::as_bool)
+        };
+        if enabled("/mutateExisting/enabled") == Some(true) {
+            return unsupported("spec.evaluation.mutateExisting");
+        }
+        let mutations = spec
+            .mutations
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let field = format!("spec.mutations[{i}]");
+                match (m.patch_type.as_str(), &m.apply_configuration, &m.json_patch) {
+                    ("ApplyConfiguration", Some(a), None) => {
+                        Ok(CompiledMutation::ApplyConfiguration(compile(
+                            &a.expression,
+                            &format!("{field}.applyConfiguration.expression"),
+                        )?))
+                    }
+                    ("JSONPatch", None, Some(j)) => Ok(CompiledMutation::JsonPatch(compile(
+                        &j.expression,
+                        &format!("{field}.jsonPatch.expression"),
+                    )?)),
+                    (t, _, _) => Err(CelCompileError::Invalid(format!(
+                        "{field}: patchType {t:?} needs exactly its own field \
+                         (applyConfiguration for ApplyConfiguration, jsonPatch for JSONPatch)"
+                    ))),
+                }
+            })
+            .collect::<Result<Vec<_>, CelCompileError>>()?;
+        Ok(CompiledMutatingPolicy {
+            scope: PolicyScope::compile(
+                &doc.kind,
+                &doc.metadata,
+                spec.match_constraints.as_ref(),
+                &spec.match_conditions,
+                spec.autogen.as_ref(),
+                spec.failure_policy.as_deref(),
+            )?,
+            variables: compile_named(&spec.variables, "spec.variables")?,
+            mutations,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.scope.name
     }
 }

@@ -33,6 +33,8 @@ pub enum LoadedDocument {
     Exception(Box<PolicyExceptionDoc>),
     /// policies.kyverno.io ValidatingPolicy / NamespacedValidatingPolicy.
     ValidatingPolicy(Box<super::cel_policy::ValidatingPolicyDoc>),
+    /// policies.kyverno.io MutatingPolicy / NamespacedMutatingPolicy.
+    MutatingPolicy(Box<super::cel_policy::MutatingPolicyDoc>),
     /// A kind gavel does not evaluate yet (CEL policy kinds, VAP, ...), kept
     /// so callers can report it as unsupported rather than drop it.
     Unsupported {
@@ -40,6 +42,19 @@ pub enum LoadedDocument {
         kind: String,
         name: String,
     },
+}
+
+impl LoadedDocument {
+    /// The document's kind and name, for messages.
+    pub fn kind_and_name(&self) -> (&str, &str) {
+        match self {
+            LoadedDocument::Policy(p) => (&p.kind, &p.metadata.name),
+            LoadedDocument::Exception(e) => ("PolicyException", &e.metadata.name),
+            LoadedDocument::ValidatingPolicy(p) => (&p.kind, &p.metadata.name),
+            LoadedDocument::MutatingPolicy(p) => (&p.kind, &p.metadata.name),
+            LoadedDocument::Unsupported { kind, name, .. } => (kind, name),
+        }
+    }
 }
 
 /// Parses multi-document YAML into JSON values, skipping empty documents.
@@ -108,6 +123,9 @@ pub fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, 
         }
         ("policies.kyverno.io", "ValidatingPolicy" | "NamespacedValidatingPolicy") => Ok(
             LoadedDocument::ValidatingPolicy(Box::new(decode_strict(file, index, doc)?)),
+        ),
+        ("policies.kyverno.io", "MutatingPolicy" | "NamespacedMutatingPolicy") => Ok(
+            LoadedDocument::MutatingPolicy(Box::new(decode_strict(file, index, doc)?)),
         ),
         ("kyverno.io", "PolicyException") => Ok(LoadedDocument::Exception(Box::new(
             decode_strict(file, index, doc)?,

@@ -275,10 +275,10 @@ fn load_file(path: &Path) -> Result<(Vec<CompiledPolicy>, Vec<CompiledException>
             LoadedDocument::Unsupported { kind, name, .. } => {
                 return Err(format!("unsupported: kind {kind} ({name})"));
             }
-            LoadedDocument::ValidatingPolicy(p) => {
+            d @ (LoadedDocument::ValidatingPolicy(_) | LoadedDocument::MutatingPolicy(_)) => {
+                let (kind, name) = d.kind_and_name();
                 return Err(format!(
-                    "unsupported: kind {} ({}) in the server yet (gavel test and apply evaluate it)",
-                    p.kind, p.metadata.name
+                    "unsupported: kind {kind} ({name}) in the server yet (gavel test evaluates it)"
                 ));
             }
         }

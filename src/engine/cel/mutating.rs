@@ -1,0 +1,297 @@
+//! MutatingPolicy: each mutation's expression, in order, on the object the
+//! previous one left: an ApplyConfiguration merged the way server-side
+//! apply merges, or JSON Patch operations applied in turn.
+
+use super::{
+    CelRequest, ResolverLookups, bind_variables, conditions_hold, scope_view, template_view,
+};
+use crate::cel::values::{cel_to_json, json_to_cel};
+use crate::cel::{Activation, Lookups};
+use crate::context::Resolver;
+use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::patch::{apply, json_patch, schema::Schema};
+use crate::policy::cel_policy::{CompiledMutatingPolicy, CompiledMutation, PodTemplate};
+use serde_json::{Map, Value};
+
+/// What a MutatingPolicy made of a request.
+#[derive(Debug)]
+pub struct MutatingOutcome<'p> {
+    /// No rules when the policy does not apply; otherwise one, named after
+    /// the policy: pass, skip (matchConditions false) or error.
+    pub response: PolicyResponse<'p>,
+    /// The mutated object, when the policy passed.
+    pub patched: Option<Value>,
+}
+
+pub fn evaluate_mutating_policy<'p>(
+    policy: &'p CompiledMutatingPolicy,
+    req: &Request,
+    input: &CelRequest,
+    resolver: &dyn Resolver,
+) -> MutatingOutcome<'p> {
+    let scope = &policy.scope;
+    let mut outcome = MutatingOutcome {
+        response: PolicyResponse {
+            policy: &scope.name,
+            rules: Vec::new(),
+        },
+        patched: None,
+    };
+    let Some(view) = scope_view(scope, req, input) else {
+        return outcome;
+    };
+    let base = match view {
+        Some(template) => input.view(req, template),
+        None => input.activation(),
+    };
+    let lookups = ResolverLookups(resolver);
+    // Variables are evaluated once, on the incoming object, as the API
+    // server's lazily evaluated (and then cached) variables mostly are.
+    let vars = bind_variables(base, &policy.variables, &lookups);
+    let respond = |status: RuleStatus, message: String| {
+        RuleResponse::new(&scope.name, status, message).of_type(RuleType::Mutation)
+    };
+    let rule = match conditions_hold(&scope.match_conditions, &vars, &lookups) {
+        Ok(Some(name)) => respond(
+            RuleStatus::Skip,
+            format!("match condition {name:?} not met"),
+        ),
+        Err(e) if scope.failure_policy_ignore => {
+            respond(RuleStatus::Skip, format!("match conditions: {e}"))
+        }
+        Err(e) => respond(
+            RuleStatus::Error,
+            format!("failed to evaluate match conditions: {e}"),
+        ),
+        Ok(None) => match mutate(policy, req.object.clone(), view, &vars, &lookups) {
+            Ok(patched) => {
+                outcome.patched = Some(patched);
+                respond(RuleStatus::Pass, "success".into())
+            }
+            Err(e) if scope.failure_policy_ignore => respond(RuleStatus::Skip, e),
+            Err(e) => respond(RuleStatus::Error, e),
+        },
+    };
+    outcome.response.rules.push(rule);
+    outcome
+}
+
+/// Runs the mutations in order on `object`.
+fn mutate(
+    policy: &CompiledMutatingPolicy,
+    mut object: Value,
+    view: Option<PodTemplate>,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Result<Value, String> {
+    let mut changed = false;
+    for (i, mutation) in policy.mutations.iter().enumerate() {
+        // After a change, `object` is the previous mutation's output.
+        let rebound;
+        let vars = if changed {
+            let mut scope = vars.scope();
+            let seen = match view {
+                Some(t) => template_view(&object, t),
+                None => object.clone(),
+            };
+            scope
+                .set("object", json_to_cel(&seen))
+                .map_err(|e| e.to_string())?;
+            rebound = scope;
+            &rebound
+        } else {
+            vars
+        };
+        let failed = |e: String| format!("mutation {i}: {e}");
+        let before = object.clone();
+        match mutation {
+            CompiledMutation::ApplyConfiguration(program) => {
+                let value = program
+                    .eval(vars, lookups)
+                    .map_err(|e| failed(e.to_string()))?;
+                let mut config = match cel_to_json(&value).map_err(failed)? {
+                    config @ Value::Object(_) => config,
+                    other => {
+                        return Err(failed(format!(
+                            "applyConfiguration must evaluate to an Object, got {other}"
+                        )));
+                    }
+                };
+                // Autogen: the expression wrote a Pod; place it in the template.
+                if let Some(t) = view {
+                    config = wrap_in_template(config, t);
+                }
+                let schema = Schema::for_kind(
+                    object["apiVersion"].as_str().unwrap_or_default(),
+                    object["kind"].as_str().unwrap_or_default(),
+                );
+                object = apply::merge(&object, &config, schema);
+            }
+            CompiledMutation::JsonPatch(program) => {
+                let value = program
+                    .eval(vars, lookups)
+                    .map_err(|e| failed(e.to_string()))?;
+                let ops = match cel_to_json(&value).map_err(failed)? {
+                    Value::Array(ops) => ops,
+                    other => {
+                        return Err(failed(format!(
+                            "jsonPatch must evaluate to a list of JSONPatch, got {other}"
+                        )));
+                    }
+                };
+                json_patch::apply(&mut object, &ops).map_err(|e| failed(e.to_string()))?;
+            }
+        }
+        changed |= object != before;
+    }
+    Ok(object)
+}
+
+/// `{spec, metadata}` of a Pod, moved to where a controller keeps its
+/// Pod template.
+fn wrap_in_template(config: Value, template: PodTemplate) -> Value {
+    let Value::Object(mut pod) = config else {
+        return config;
+    };
+    let mut inner = Map::new();
+    for key in ["metadata", "spec"] {
+        if let Some(v) = pod.remove(key) {
+            inner.insert(key.into(), v);
+        }
+    }
+    let wrapped = template
+        .path()
+        .iter()
+        .rev()
+        .fold(Value::Object(inner), |v, key| {
+            let mut m = Map::new();
+            m.insert((*key).into(), v);
+            Value::Object(m)
+        });
+    let Value::Object(wrapped) = wrapped else {
+        unreachable!("fold over objects gives an object")
+    };
+    pod.extend(wrapped);
+    Value::Object(pod)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::NoResolver;
+    use crate::policy::cel_policy::MutatingPolicyDoc;
+    use serde_json::json;
+
+    fn policy(yaml: &str) -> CompiledMutatingPolicy {
+        let doc: MutatingPolicyDoc = serde_saphyr::from_str(yaml).unwrap();
+        CompiledMutatingPolicy::compile(&doc).unwrap()
+    }
+
+    fn run(p: &CompiledMutatingPolicy, resource: &Value) -> (Vec<RuleStatus>, Option<Value>) {
+        let req = Request::offline(resource, "CREATE", Default::default(), None);
+        let out = evaluate_mutating_policy(p, &req, &CelRequest::of(&req), &NoResolver);
+        (
+            out.response.rules.iter().map(|r| r.status).collect(),
+            out.patched,
+        )
+    }
+
+    const HEAD: &str = "apiVersion: policies.kyverno.io/v1alpha1
+kind: MutatingPolicy
+metadata: {name: m}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+";
+
+    fn pod() -> Value {
+        json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "a"},
+               "spec": {"containers": [{"name": "c", "image": "nginx"}, {"name": "d", "image": "x"}]}})
+    }
+
+    #[test]
+    fn apply_configuration_merges_list_items_by_key() {
+        let p = policy(&format!(
+            "{HEAD}  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >-
+        Object{{spec: Object.spec{{containers: object.spec.containers.map(c,
+          Object.spec.containers{{name: c.name, imagePullPolicy: 'Always'}})}}}}
+"
+        ));
+        let (status, patched) = run(&p, &pod());
+        assert_eq!(status, vec![RuleStatus::Pass]);
+        assert_eq!(
+            patched.unwrap()["spec"]["containers"],
+            json!([{"name": "c", "image": "nginx", "imagePullPolicy": "Always"},
+                   {"name": "d", "image": "x", "imagePullPolicy": "Always"}])
+        );
+    }
+
+    #[test]
+    fn json_patches_apply_in_order_and_see_the_previous_result() {
+        let p = policy(&format!(
+            "{HEAD}  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: \"[JSONPatch{{op: 'add', path: '/metadata/labels', value: {{'a': 'b'}}}}]\"
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: \"[JSONPatch{{op: 'add', path: '/metadata/labels/n', value: string(size(object.metadata.labels))}}]\"
+"
+        ));
+        let (status, patched) = run(&p, &pod());
+        assert_eq!(status, vec![RuleStatus::Pass]);
+        assert_eq!(
+            patched.unwrap()["metadata"]["labels"],
+            json!({"a": "b", "n": "1"})
+        );
+    }
+
+    #[test]
+    fn match_conditions_skip_and_bad_patches_error() {
+        let p = policy(&format!(
+            "{HEAD}  matchConditions:
+  - {{name: has-d, expression: \"object.spec.containers.exists(c, c.name == 'zzz')\"}}
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch: {{expression: '[]'}}
+"
+        ));
+        assert_eq!(run(&p, &pod()).0, vec![RuleStatus::Skip]);
+        let p = policy(&format!(
+            "{HEAD}  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: \"[JSONPatch{{op: 'remove', path: '/spec/missing'}}]\"
+"
+        ));
+        let (status, patched) = run(&p, &pod());
+        assert_eq!(status, vec![RuleStatus::Error]);
+        assert!(patched.is_none());
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
+        assert!(run(&p, &cm).0.is_empty());
+    }
+
+    #[test]
+    fn autogen_places_the_pod_configuration_in_the_template() {
+        let p = policy(&format!(
+            "{HEAD}  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: \"Object{{metadata: Object.metadata{{labels: {{'x': 'y'}}}}, spec: Object.spec{{dnsPolicy: 'None'}}}}\"
+"
+        ));
+        let deploy = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"template": {"metadata": {}, "spec": {"containers": [{"name": "c"}]}}}});
+        let (status, patched) = run(&p, &deploy);
+        assert_eq!(status, vec![RuleStatus::Pass]);
+        assert_eq!(
+            patched.unwrap()["spec"]["template"],
+            json!({"metadata": {"labels": {"x": "y"}},
+                   "spec": {"containers": [{"name": "c"}], "dnsPolicy": "None"}})
+        );
+    }
+}
