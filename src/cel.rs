@@ -74,6 +74,17 @@ impl Program {
         library::evaluate(&self.expr, &vars.ctx, lookups)
     }
 
+    /// [`Program::eval`], with the objects `generator.Apply` asked for:
+    /// (namespace, object).
+    pub fn eval_generating(
+        &self,
+        vars: &Activation,
+        lookups: &dyn Lookups,
+    ) -> Result<(Value, Vec<(String, serde_json::Value)>), CelError> {
+        let value = self.eval(vars, lookups)?;
+        Ok((value, library::take_generated()))
+    }
+
     /// [`Program::eval`], requiring a bool.
     pub fn eval_bool(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<bool, CelError> {
         match self.eval(vars, lookups)? {

@@ -76,6 +76,8 @@ struct EvalState {
     budget: i64,
     answers: Vec<(Lookup, Result<Value, String>)>,
     pending: Vec<Lookup>,
+    /// What `generator.Apply` produced this round: (namespace, object).
+    generated: Vec<(String, serde_json::Value)>,
 }
 
 thread_local! {
@@ -102,6 +104,7 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("http.Post", http_post);
     ctx.add_function("parseServiceAccount", parse_service_account);
     ctx.add_function("time.now", time_now);
+    ctx.add_function("generator.Apply", generator_apply);
     ctx.add_function("image", image_of);
     ctx.add_function("isImage", is_image);
     for field in IMAGE_FIELDS {
@@ -139,6 +142,7 @@ pub(super) fn evaluate(
         STATE.with_borrow_mut(|s| {
             s.budget = COST_LIMIT as i64;
             s.pending.clear();
+            s.generated.clear();
         });
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| Value::resolve(expr, ctx)));
@@ -171,6 +175,29 @@ fn describe(e: &ExecutionError) -> String {
         ExecutionError::FunctionError { function, message } => format!("{function}: {message}"),
         other => other.to_string(),
     }
+}
+
+/// What `generator.Apply` produced in the last evaluation on this thread.
+pub(super) fn take_generated() -> Vec<(String, serde_json::Value)> {
+    STATE.with_borrow_mut(|s| std::mem::take(&mut s.generated))
+}
+
+/// `generator.Apply(namespace, objects)`: records the objects to create
+/// (GeneratingPolicy); the caller creates them.
+fn generator_apply(ftx: &FunctionContext, namespace: Arc<String>, objects: Value) -> ResolveResult {
+    let Value::List(items) = objects else {
+        return Err(ftx.error("generator.Apply needs a list of objects"));
+    };
+    let mut out = Vec::with_capacity(items.len());
+    for item in items.iter() {
+        let object = super::values::cel_to_json(item).map_err(|e| ftx.error(e))?;
+        if !object.is_object() {
+            return Err(ftx.error(format!("generator.Apply: {object} is not an object")));
+        }
+        out.push((namespace.to_string(), object));
+    }
+    STATE.with_borrow_mut(|s| s.generated.extend(out));
+    Ok(Value::Null)
 }
 
 /// The answer to `lookup`, or a pending marker that fails this round.

@@ -45,7 +45,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             match doc {
                 LoadedDocument::Policy(p) => policies.push(CompiledPolicy::compile(&p)?),
                 LoadedDocument::Exception(e) => exceptions.push(CompiledException::compile(&e)?),
-                d @ (LoadedDocument::ValidatingPolicy(_) | LoadedDocument::MutatingPolicy(_)) => {
+                d @ (LoadedDocument::ValidatingPolicy(_)
+                | LoadedDocument::MutatingPolicy(_)
+                | LoadedDocument::GeneratingPolicy(_)) => {
                     let (kind, name) = d.kind_and_name();
                     anyhow::bail!(
                         "{}: unsupported: policy kind {kind} ({name}) in apply yet (gavel test evaluates it)",

@@ -7,14 +7,16 @@ use super::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use super::values::{PolicyRuleValues, UserInfoFile, Values};
 use super::{OutputFormat, TestArgs};
 use crate::context::{ApiCallRequest, ResolveError, Resolver};
-use crate::engine::cel::{CelRequest, evaluate_mutating_policy, evaluate_validating_policy};
+use crate::engine::cel::{
+    CelRequest, evaluate_generating_policy, evaluate_mutating_policy, evaluate_validating_policy,
+};
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy,
+    CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
 };
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
@@ -237,6 +239,8 @@ struct Loaded {
     mutating: Vec<CompiledMutatingPolicy>,
     /// ValidatingPolicies, evaluated after the MutatingPolicies.
     validating: Vec<CompiledValidatingPolicy>,
+    /// GeneratingPolicies, evaluated last.
+    generating: Vec<CompiledGeneratingPolicy>,
     /// `spec.images` of the Context file.
     images: Vec<Value>,
     /// Policies rejected by validation: (name, reason).
@@ -256,6 +260,7 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         policies: Vec::new(),
         mutating: Vec::new(),
         validating: Vec::new(),
+        generating: Vec::new(),
         images: Vec::new(),
         invalid: Vec::new(),
         unsupported: Vec::new(),
@@ -298,6 +303,17 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
                         loaded.invalid.push((p.metadata.name.clone(), e))
                     }
                 },
+                LoadedDocument::GeneratingPolicy(p) => {
+                    match CompiledGeneratingPolicy::compile(&p) {
+                        Ok(c) => loaded.generating.push(c),
+                        Err(CelCompileError::Unsupported(_)) => loaded
+                            .unsupported
+                            .push((p.metadata.name.clone(), p.kind.clone())),
+                        Err(CelCompileError::Invalid(e)) => {
+                            loaded.invalid.push((p.metadata.name.clone(), e))
+                        }
+                    }
+                }
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     loaded.unsupported.push((name, kind))
                 }
@@ -392,7 +408,8 @@ struct Evaluated<'l> {
     /// The resource after the MutatingPolicies: what they report and what
     /// the ValidatingPolicies see.
     cel_mutated: Value,
-    /// One response per ValidatingPolicy, in load order.
+    /// One response per ValidatingPolicy and GeneratingPolicy, in load
+    /// order.
     validating: Vec<PolicyResponse<'l>>,
 }
 
@@ -495,10 +512,16 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
         }
         let cel_mutated = cel_mutated.unwrap_or_else(|| current.clone());
         let mut validating = Vec::with_capacity(loaded.validating.len());
-        if !loaded.validating.is_empty() {
+        if !loaded.validating.is_empty() || !loaded.generating.is_empty() {
             let (req, input) = cel_input(&cel_mutated);
             for p in &loaded.validating {
                 validating.push(evaluate_validating_policy(p, &req, &input, &resolver));
+            }
+            for p in &loaded.generating {
+                let response = evaluate_generating_policy(p, &req, &input, &resolver);
+                if !response.rules.is_empty() {
+                    validating.push(response);
+                }
             }
         }
         out.push(Evaluated {
@@ -913,6 +936,7 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
     outcome.policies = loaded.policies.len()
         + loaded.mutating.len()
         + loaded.validating.len()
+        + loaded.generating.len()
         + loaded.invalid.len()
         + loaded.unsupported.len();
     outcome.resources = loaded.resources.len();

@@ -225,7 +225,9 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         LoadedDocument::Unsupported { kind, name, .. } => {
             Err(format!("unsupported: kind {kind} ({name})"))
         }
-        d @ (LoadedDocument::ValidatingPolicy(_) | LoadedDocument::MutatingPolicy(_)) => {
+        d @ (LoadedDocument::ValidatingPolicy(_)
+        | LoadedDocument::MutatingPolicy(_)
+        | LoadedDocument::GeneratingPolicy(_)) => {
             let (kind, name) = d.kind_and_name();
             Err(format!(
                 "unsupported: kind {kind} ({name}) in the server yet"

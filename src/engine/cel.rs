@@ -1,10 +1,12 @@
 //! CEL evaluation: the variables a request gives (`object`, `oldObject`,
 //! `request`, `namespaceObject`, `variables`), lookups through the
 //! [`Resolver`], the checks of `validate.cel` and of the validating
-//! policy kinds, and the mutating policy kinds.
+//! policy kinds, and the mutating and generating policy kinds.
 
+mod generating;
 mod mutating;
 
+pub use generating::evaluate_generating_policy;
 pub use mutating::{MutatingOutcome, evaluate_mutating_policy};
 
 use super::{PolicyResponse, Request, RuleResponse, RuleStatus};

@@ -35,6 +35,8 @@ pub enum LoadedDocument {
     ValidatingPolicy(Box<super::cel_policy::ValidatingPolicyDoc>),
     /// policies.kyverno.io MutatingPolicy / NamespacedMutatingPolicy.
     MutatingPolicy(Box<super::cel_policy::MutatingPolicyDoc>),
+    /// policies.kyverno.io GeneratingPolicy / NamespacedGeneratingPolicy.
+    GeneratingPolicy(Box<super::cel_policy::GeneratingPolicyDoc>),
     /// A kind gavel does not evaluate yet (CEL policy kinds, VAP, ...), kept
     /// so callers can report it as unsupported rather than drop it.
     Unsupported {
@@ -52,6 +54,7 @@ impl LoadedDocument {
             LoadedDocument::Exception(e) => ("PolicyException", &e.metadata.name),
             LoadedDocument::ValidatingPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::MutatingPolicy(p) => (&p.kind, &p.metadata.name),
+            LoadedDocument::GeneratingPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::Unsupported { kind, name, .. } => (kind, name),
         }
     }
@@ -126,6 +129,9 @@ pub fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, 
         ),
         ("policies.kyverno.io", "MutatingPolicy" | "NamespacedMutatingPolicy") => Ok(
             LoadedDocument::MutatingPolicy(Box::new(decode_strict(file, index, doc)?)),
+        ),
+        ("policies.kyverno.io", "GeneratingPolicy" | "NamespacedGeneratingPolicy") => Ok(
+            LoadedDocument::GeneratingPolicy(Box::new(decode_strict(file, index, doc)?)),
         ),
         ("kyverno.io", "PolicyException") => Ok(LoadedDocument::Exception(Box::new(
             decode_strict(file, index, doc)?,

@@ -275,7 +275,9 @@ fn load_file(path: &Path) -> Result<(Vec<CompiledPolicy>, Vec<CompiledException>
             LoadedDocument::Unsupported { kind, name, .. } => {
                 return Err(format!("unsupported: kind {kind} ({name})"));
             }
-            d @ (LoadedDocument::ValidatingPolicy(_) | LoadedDocument::MutatingPolicy(_)) => {
+            d @ (LoadedDocument::ValidatingPolicy(_)
+            | LoadedDocument::MutatingPolicy(_)
+            | LoadedDocument::GeneratingPolicy(_)) => {
                 let (kind, name) = d.kind_and_name();
                 return Err(format!(
                     "unsupported: kind {kind} ({name}) in the server yet (gavel test evaluates it)"

@@ -1,0 +1,129 @@
+//! GeneratingPolicy: the `generate` expressions call `generator.Apply`,
+//! and what they ask for becomes the rule's downstream resources.
+
+use super::{CelRequest, ResolverLookups, bind_variables, conditions_hold, scope_view};
+use crate::context::Resolver;
+use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::policy::cel_policy::CompiledGeneratingPolicy;
+use serde_json::Value;
+
+/// One response named after the policy, with the downstream resources;
+/// none when the policy does not apply or its matchConditions are false
+/// (as Kyverno reports a GeneratingPolicy that did not match).
+pub fn evaluate_generating_policy<'p>(
+    policy: &'p CompiledGeneratingPolicy,
+    req: &Request,
+    input: &CelRequest,
+    resolver: &dyn Resolver,
+) -> PolicyResponse<'p> {
+    let scope = &policy.scope;
+    let mut response = PolicyResponse {
+        policy: &scope.name,
+        rules: Vec::new(),
+    };
+    if scope_view(scope, req, input).is_none() {
+        return response;
+    }
+    let lookups = ResolverLookups(resolver);
+    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
+    let respond = |status: RuleStatus, message: String| {
+        RuleResponse::new(&scope.name, status, message).of_type(RuleType::Generation)
+    };
+    match conditions_hold(&scope.match_conditions, &vars, &lookups) {
+        Ok(Some(_)) => return response,
+        Err(e) => {
+            response.rules.push(respond(
+                RuleStatus::Error,
+                format!("failed to evaluate match conditions: {e}"),
+            ));
+            return response;
+        }
+        Ok(None) => {}
+    }
+    let mut downstream = Vec::new();
+    for (i, program) in policy.generate.iter().enumerate() {
+        match program.eval_generating(&vars, &lookups) {
+            Ok((_, generated)) => {
+                downstream.extend(generated.into_iter().map(|(ns, o)| place(ns, o)))
+            }
+            Err(e) => {
+                response.rules.push(respond(
+                    RuleStatus::Error,
+                    format!("failed to evaluate generate[{i}]: {e}"),
+                ));
+                return response;
+            }
+        }
+    }
+    let mut rule = respond(RuleStatus::Pass, "policy evaluated successfully".into());
+    rule.resources = downstream;
+    response.rules.push(rule);
+    response
+}
+
+/// A downstream object in the namespace `generator.Apply` named.
+fn place(namespace: String, mut object: Value) -> Value {
+    if !namespace.is_empty()
+        && let Some(meta) = object.as_object_mut().map(|o| {
+            o.entry("metadata")
+                .or_insert_with(|| Value::Object(Default::default()))
+        })
+        && let Some(meta) = meta.as_object_mut()
+    {
+        meta.insert("namespace".into(), Value::String(namespace));
+    }
+    object
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::context::NoResolver;
+    use crate::policy::cel_policy::GeneratingPolicyDoc;
+    use serde_json::json;
+
+    const POLICY: &str = "apiVersion: policies.kyverno.io/v1alpha1
+kind: GeneratingPolicy
+metadata: {name: default-deny}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [namespaces]}
+  matchConditions:
+  - {name: not-system, expression: \"!object.metadata.name.startsWith('kube-')\"}
+  variables:
+  - {name: ns, expression: object.metadata.name}
+  generate:
+  - expression: >-
+      generator.Apply(variables.ns, [{'apiVersion': 'networking.k8s.io/v1',
+        'kind': 'NetworkPolicy', 'metadata': {'name': 'deny'}, 'spec': {'podSelector': {}}}])
+";
+
+    fn run(name: &str) -> Vec<(RuleStatus, Vec<Value>)> {
+        let doc: GeneratingPolicyDoc = serde_saphyr::from_str(POLICY).unwrap();
+        let p = CompiledGeneratingPolicy::compile(&doc).unwrap();
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}});
+        let req = Request::offline(&ns, "CREATE", Default::default(), None);
+        evaluate_generating_policy(&p, &req, &CelRequest::of(&req), &NoResolver)
+            .rules
+            .into_iter()
+            .map(|r| (r.status, r.resources))
+            .collect()
+    }
+
+    #[test]
+    fn generated_objects_land_in_the_named_namespace() {
+        let rules = run("team-a");
+        assert_eq!(rules.len(), 1);
+        assert_eq!(rules[0].0, RuleStatus::Pass);
+        assert_eq!(
+            rules[0].1,
+            vec![
+                json!({"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy",
+                "metadata": {"name": "deny", "namespace": "team-a"}, "spec": {"podSelector": {}}})
+            ]
+        );
+        // matchConditions false: no response at all.
+        assert!(run("kube-system").is_empty());
+    }
+}
