@@ -12,7 +12,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
 use gavel::server::handler::{Route, admit};
-use gavel::server::policies::Snapshot;
+use gavel::server::policies::{PolicySet, Snapshot};
 use std::hint::black_box;
 
 mod support;
@@ -21,8 +21,14 @@ mod support;
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn handler(c: &mut Criterion) {
-    let pss = Snapshot::new(support::pss_policies(), Vec::new(), 1);
-    let empty = Snapshot::new(Vec::new(), Vec::new(), 1);
+    let pss = Snapshot::new(
+        PolicySet {
+            policies: support::pss_policies(),
+            ..PolicySet::default()
+        },
+        1,
+    );
+    let empty = Snapshot::new(PolicySet::default(), 1);
     let route = Route::Validate(None);
     let mut group = c.benchmark_group("handler");
     for (id, file) in [

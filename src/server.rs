@@ -257,7 +257,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             }
             let s = dir.publisher.handle().load();
             tracing::info!(
-                policies = s.policies.len(),
+                policies = s.policy_count(),
                 exceptions = s.exceptions.len(),
                 dir = %opts.policies.display(),
                 "policies loaded"
@@ -335,7 +335,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 sync.refresh_and_log(&stores);
                 let s = sync.publisher.handle().load();
                 tracing::info!(
-                    policies = s.policies.len(),
+                    policies = s.policy_count(),
                     exceptions = s.exceptions.len(),
                     "stores synced; policies loaded"
                 );

@@ -259,3 +259,81 @@ fn deadline_expiry_follows_the_failure_policy() {
     let (_, body) = server.post("/validate/ignore", &compliant);
     assert_eq!(response(&body)["allowed"], true, "{body}");
 }
+
+#[test]
+fn cel_policy_kinds_are_served_from_the_same_snapshot() {
+    let dir = temp_dir("cel-kinds");
+    let policies = dir.join("policies");
+    std::fs::create_dir_all(&policies).unwrap();
+    std::fs::write(
+        policies.join("vpol.yaml"),
+        "apiVersion: policies.kyverno.io/v1alpha1
+kind: ValidatingPolicy
+metadata: {name: no-host-network}
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
+  validations:
+  - expression: '!object.spec.?hostNetwork.orValue(false)'
+    message: host networking is not allowed
+",
+    )
+    .unwrap();
+    std::fs::write(
+        policies.join("mpol.yaml"),
+        "apiVersion: policies.kyverno.io/v1alpha1
+kind: MutatingPolicy
+metadata: {name: always-pull}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: >-
+        Object{spec: Object.spec{containers: object.spec.containers.map(c,
+          Object.spec.containers{name: c.name, imagePullPolicy: 'Always'})}}
+",
+    )
+    .unwrap();
+    let server = Gavel::start(&policies, &dir);
+    assert_eq!(server.metric("gavel_policies"), 2.0);
+    let violating = examples().join("reviews/pod-violating.json");
+    let compliant = examples().join("reviews/pod-compliant.json");
+
+    let (_, body) = server.post("/validate", &violating);
+    let r = response(&body);
+    assert_eq!(r["allowed"], false, "{body}");
+    let message = r["status"]["message"].as_str().unwrap();
+    assert!(message.contains("no-host-network"), "{message}");
+    assert!(
+        message.contains("host networking is not allowed"),
+        "{message}"
+    );
+    let (_, body) = server.post("/validate", &compliant);
+    assert_eq!(response(&body)["allowed"], true, "{body}");
+
+    // The mutation comes back as a JSONPatch from the incoming Pod.
+    let (_, body) = server.post("/mutate", &compliant);
+    let r = response(&body);
+    assert_eq!(r["allowed"], true, "{body}");
+    assert_eq!(r["patchType"], "JSONPatch", "{body}");
+    use base64::Engine as _;
+    let patch: serde_json::Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(r["patch"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    let text = patch.to_string();
+    assert!(
+        text.contains("imagePullPolicy") && text.contains("Always"),
+        "{text}"
+    );
+    // The Ignore routes hold neither (both default to failurePolicy Fail).
+    let (_, body) = server.post("/validate/ignore", &violating);
+    assert_eq!(response(&body)["allowed"], true, "{body}");
+}

@@ -5,10 +5,16 @@ use super::ApplyArgs;
 use super::resources::load_resources;
 use super::values::{PolicyRuleValues, Values};
 use crate::context::NoResolver;
+use crate::engine::cel::{
+    CelRequest, evaluate_generating_policy, evaluate_mutating_policy, evaluate_validating_policy,
+};
 use crate::engine::generate::generate_policy;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
+use crate::policy::cel_policy::{
+    CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
+};
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use serde_json::{Value, json};
@@ -36,24 +42,67 @@ fn policy_files(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// The policy behind a response, for counting and the report.
+#[derive(Clone, Copy)]
+enum Source<'p> {
+    Classic(&'p CompiledPolicy),
+    /// ValidatingPolicy, MutatingPolicy, GeneratingPolicy: scored, and
+    /// audit-only when a ValidatingPolicy does not deny.
+    Cel {
+        audit: bool,
+    },
+}
+
+impl<'p> Source<'p> {
+    fn scored(self) -> bool {
+        match self {
+            Source::Classic(p) => p.scored,
+            Source::Cel { .. } => true,
+        }
+    }
+
+    fn is_audit(self, rule: &str) -> bool {
+        match self {
+            Source::Classic(p) => p
+                .rules
+                .iter()
+                .find(|cr| cr.name == rule)
+                .is_some_and(|cr| cr.is_audit()),
+            Source::Cel { audit } => audit,
+        }
+    }
+
+    fn annotation(self, key: &str) -> Option<&'p str> {
+        match self {
+            Source::Classic(p) => p.annotations.get(key).map(String::as_str),
+            Source::Cel { .. } => None,
+        }
+    }
+}
+
+fn cel_error(doc: &LoadedDocument, e: CelCompileError) -> anyhow::Error {
+    let (kind, name) = doc.kind_and_name();
+    anyhow::anyhow!("{kind} {name}: {e}")
+}
+
 pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     let mut policies = Vec::new();
     let mut exceptions = Vec::new();
+    let mut validating = Vec::new();
+    let mut mutating = Vec::new();
+    let mut generating = Vec::new();
     for path in policy_files(&args.policies) {
         let text = read_file(&path)?;
         for doc in load_policy_text(&path.display().to_string(), &text)? {
             match doc {
                 LoadedDocument::Policy(p) => policies.push(CompiledPolicy::compile(&p)?),
                 LoadedDocument::Exception(e) => exceptions.push(CompiledException::compile(&e)?),
-                d @ (LoadedDocument::ValidatingPolicy(_)
-                | LoadedDocument::MutatingPolicy(_)
-                | LoadedDocument::GeneratingPolicy(_)) => {
-                    let (kind, name) = d.kind_and_name();
-                    anyhow::bail!(
-                        "{}: unsupported: policy kind {kind} ({name}) in apply yet (gavel test evaluates it)",
-                        path.display(),
-                    )
-                }
+                LoadedDocument::ValidatingPolicy(ref p) => validating
+                    .push(CompiledValidatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
+                LoadedDocument::MutatingPolicy(ref p) => mutating
+                    .push(CompiledMutatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
+                LoadedDocument::GeneratingPolicy(ref p) => generating
+                    .push(CompiledGeneratingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     anyhow::bail!(
                         "{}: unsupported: policy kind {kind} ({name})",
@@ -83,7 +132,10 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     for path in &args.resources {
         resources.extend(load_resources(path)?);
     }
-    let rule_count: usize = policies.iter().map(|p| p.rules.len()).sum();
+    let rule_count: usize = policies.iter().map(|p| p.rules.len()).sum::<usize>()
+        + validating.len()
+        + mutating.len()
+        + generating.len();
     eprintln!(
         "Applying {rule_count} policy rule(s) to {} resource(s)...",
         resources.len()
@@ -102,7 +154,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         // Mutate policies first, in order, each on the previous output; the
         // other phases see the mutated resource (as `kyverno apply`).
         let mut resource = original.clone();
-        let mut responses: Vec<(&CompiledPolicy, PolicyResponse)> = Vec::new();
+        let mut responses: Vec<(Source, PolicyResponse)> = Vec::new();
         for policy in policies.iter().filter(|p| p.has_mutate()) {
             let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
             let mut ctx = req.json_context(policy.uses_images);
@@ -125,7 +177,34 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 );
                 resource = patched;
             }
-            responses.push((policy, outcome.response));
+            responses.push((Source::Classic(policy), outcome.response));
+        }
+        // kyverno-compat: every MutatingPolicy sees the same resource and
+        // the last one that mutated gives the result (as `kyverno apply`).
+        if !mutating.is_empty() {
+            let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
+            let input = CelRequest::of(&req);
+            let mut last = None;
+            for policy in &mutating {
+                let outcome = evaluate_mutating_policy(policy, &req, &input, &NoResolver);
+                if let Some(patched) = outcome.patched {
+                    if patched != resource {
+                        println!(
+                            "\nmutate policy {} applied to {}:\n{}---",
+                            outcome.response.policy,
+                            describe(&resource),
+                            serde_saphyr::to_string(&patched)?
+                        );
+                    }
+                    last = Some(patched);
+                }
+                if !outcome.response.rules.is_empty() {
+                    responses.push((Source::Cel { audit: false }, outcome.response));
+                }
+            }
+            if let Some(patched) = last {
+                resource = patched;
+            }
         }
         if resource != *original {
             written.push(resource.clone());
@@ -143,7 +222,10 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 exceptions: &exceptions,
                 rule_values: &rule_values,
             };
-            responses.push((policy, evaluate_policy(policy, &req, &ctx, &env)));
+            responses.push((
+                Source::Classic(policy),
+                evaluate_policy(policy, &req, &ctx, &env),
+            ));
             if policy.has_generate() {
                 let generated = generate_policy(policy, &req, &ctx, &env);
                 for r in &generated.rules {
@@ -157,19 +239,42 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                         written.push(g.clone());
                     }
                 }
-                responses.push((policy, generated));
+                responses.push((Source::Classic(policy), generated));
+            }
+        }
+        if !validating.is_empty() || !generating.is_empty() {
+            let input = CelRequest::of(&req);
+            for policy in &validating {
+                let response = evaluate_validating_policy(policy, &req, &input, &NoResolver);
+                if !response.rules.is_empty() {
+                    let audit = !policy.deny;
+                    responses.push((Source::Cel { audit }, response));
+                }
+            }
+            for policy in &generating {
+                let generated = evaluate_generating_policy(policy, &req, &input, &NoResolver);
+                for r in &generated.rules {
+                    for g in &r.resources {
+                        println!(
+                            "\ngenerate policy {} applied to {}:\n{}---",
+                            generated.policy,
+                            describe(resource),
+                            serde_saphyr::to_string(g)?
+                        );
+                        written.push(g.clone());
+                    }
+                }
+                if !generated.rules.is_empty() {
+                    responses.push((Source::Cel { audit: false }, generated));
+                }
             }
         }
         for (policy, resp) in responses {
             let mut failures = Vec::new();
             for r in &resp.rules {
-                let audit = policy
-                    .rules
-                    .iter()
-                    .find(|cr| cr.name == r.name)
-                    .is_some_and(|cr| cr.is_audit());
+                let audit = policy.is_audit(r.name);
                 let mut status = r.status;
-                if status == RuleStatus::Fail && (!policy.scored || (args.audit_warn && audit)) {
+                if status == RuleStatus::Fail && (!policy.scored() || (args.audit_warn && audit)) {
                     status = RuleStatus::Warn;
                 }
                 match status {
@@ -200,10 +305,10 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                     "rule": r.name,
                     "result": status.as_str(),
                     "message": r.message,
-                    "scored": policy.scored,
+                    "scored": policy.scored(),
                     "source": "kyverno",
-                    "severity": policy.annotations.get("policies.kyverno.io/severity"),
-                    "category": policy.annotations.get("policies.kyverno.io/category"),
+                    "severity": policy.annotation("policies.kyverno.io/severity"),
+                    "category": policy.annotation("policies.kyverno.io/category"),
                     "resources": [{
                         "apiVersion": resource.get("apiVersion"),
                         "kind": resource.get("kind"),

@@ -7,7 +7,7 @@
 use super::stores::Stores;
 use crate::policy::load::{LoadedDocument, classify};
 use crate::policy::{CompiledException, CompiledPolicy};
-use crate::server::policies::Publisher;
+use crate::server::policies::{PolicySet, Publisher};
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::Store;
@@ -96,7 +96,11 @@ impl PolicySync {
                     Compiled::None => {}
                 }
             }
-            self.publisher.publish(policies, exceptions);
+            self.publisher.publish(PolicySet {
+                policies,
+                exceptions,
+                ..PolicySet::default()
+            });
         }
         rejected
     }

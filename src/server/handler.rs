@@ -4,9 +4,11 @@
 use super::policies::Snapshot;
 use super::review::{self, ReviewError, Verdict};
 use crate::context::ClusterView;
+use crate::engine::cel::{CelRequest, evaluate_mutating_policy, evaluate_validating_policy};
 use crate::engine::mutate::mutate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
 use crate::patch::json_patch;
+use crate::policy::cel_policy::{CompiledMutatingPolicy, CompiledValidatingPolicy};
 use crate::policy::compile::FailurePolicy;
 use crate::policy::{CompiledPolicy, RuleBody};
 use std::time::{Duration, Instant};
@@ -122,7 +124,8 @@ pub fn admit(
                 }
                 responses.push(response);
             }
-            review::decide(&policies, &responses, req)
+            let cel = validate_cel(snapshot, failure_policy, req, view);
+            review::decide(&policies, &responses, &cel, req)
         }
         Route::Mutate(failure_policy) => {
             let selected = snapshot.mutate_indexes(failure_policy);
@@ -133,6 +136,7 @@ pub fn admit(
             mutate(
                 snapshot,
                 selected,
+                failure_policy,
                 req,
                 deadline,
                 view,
@@ -153,6 +157,27 @@ pub fn admit(
     })
 }
 
+/// Evaluates the ValidatingPolicies of the route.
+fn validate_cel<'s>(
+    snapshot: &'s Snapshot,
+    failure_policy: Option<FailurePolicy>,
+    req: &Request,
+    view: &dyn ClusterView,
+) -> Vec<(&'s CompiledValidatingPolicy, PolicyResponse<'s>)> {
+    let mut selected = snapshot
+        .validating
+        .iter()
+        .filter(|p| Snapshot::cel_selected(&p.scope, failure_policy))
+        .peekable();
+    if selected.peek().is_none() {
+        return Vec::new();
+    }
+    let input = CelRequest::of(req);
+    selected
+        .map(|p| (p, evaluate_validating_policy(p, req, &input, view)))
+        .collect()
+}
+
 /// Runs the mutate policies `selected`, in order, each on the previous
 /// one's output (§7.2). A policy with a failed rule denies the request
 /// under `failurePolicy: Fail`; under Ignore its changes are dropped. The
@@ -160,13 +185,19 @@ pub fn admit(
 fn mutate(
     snapshot: &Snapshot,
     selected: &[usize],
+    failure_policy: Option<FailurePolicy>,
     req: &Request,
     deadline: Option<Instant>,
     view: &dyn ClusterView,
     mut record: impl FnMut(usize, usize, RuleStatus, Duration),
 ) -> Verdict {
+    let cel: Vec<&CompiledMutatingPolicy> = snapshot
+        .mutating
+        .iter()
+        .filter(|p| Snapshot::cel_selected(&p.scope, failure_policy))
+        .collect();
     // Nothing to mutate on DELETE: there is no new object.
-    if req.object.is_null() || selected.is_empty() {
+    if req.object.is_null() || (selected.is_empty() && cel.is_empty()) {
         return Verdict {
             allowed: true,
             ..Verdict::default()
@@ -227,6 +258,36 @@ fn mutate(
                 ));
             }
             continue;
+        }
+        if let Some(patched) = outcome.patched {
+            let mut next = req_now.clone();
+            next.object = patched;
+            current = Some(next);
+        }
+    }
+    // Then the MutatingPolicies, each on the previous one's output.
+    for policy in cel {
+        let req_now = current.as_ref().unwrap_or(req);
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            if !policy.scope.failure_policy_ignore {
+                failed.push(format!(
+                    "policy {}: not evaluated: the request deadline passed",
+                    policy.name()
+                ));
+            }
+            continue;
+        }
+        let input = CelRequest::of(req_now);
+        let outcome = evaluate_mutating_policy(policy, req_now, &input, view);
+        for r in &outcome.response.rules {
+            // Under failurePolicy Ignore an error is already a skip.
+            if r.status == RuleStatus::Error {
+                failed.push(format!(
+                    "failed to apply policy {}: {}",
+                    policy.name(),
+                    r.message
+                ));
+            }
         }
         if let Some(patched) = outcome.patched {
             let mut next = req_now.clone();

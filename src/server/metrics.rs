@@ -504,7 +504,7 @@ impl prometheus_client::collector::Collector for RuleMetrics {
             None,
             MetricType::Gauge,
         )?)?;
-        ConstGauge::new(snapshot.policies.len() as i64).encode(encoder.encode_descriptor(
+        ConstGauge::new(snapshot.policy_count() as i64).encode(encoder.encode_descriptor(
             "gavel_policies",
             "Policies in the snapshot in force",
             None,

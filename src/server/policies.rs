@@ -1,5 +1,6 @@
-//! The policy set the server evaluates: every ClusterPolicy, Policy and
-//! PolicyException in a directory, compiled into one immutable [`Snapshot`]
+//! The policy set the server evaluates: every ClusterPolicy, Policy,
+//! PolicyException, ValidatingPolicy and MutatingPolicy in a directory,
+//! compiled into one immutable [`Snapshot`]
 //! published through arc-swap. A request loads the snapshot once and keeps
 //! it to the end, so it sees exactly one policy set.
 //!
@@ -9,6 +10,9 @@
 //! and counted.
 
 use super::metrics::{Metrics, RuleMetrics, RuleTable};
+use crate::policy::cel_policy::{
+    CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope,
+};
 use crate::policy::compile::FailurePolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text};
 use crate::policy::{CompiledException, CompiledPolicy};
@@ -19,11 +23,35 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+/// Compiled policies of every kind the server evaluates.
+#[derive(Debug, Clone, Default)]
+pub struct PolicySet {
+    pub policies: Vec<CompiledPolicy>,
+    pub exceptions: Vec<CompiledException>,
+    pub validating: Vec<CompiledValidatingPolicy>,
+    pub mutating: Vec<CompiledMutatingPolicy>,
+}
+
+impl PolicySet {
+    fn extend(&mut self, other: &PolicySet) {
+        self.policies.extend(other.policies.iter().cloned());
+        self.exceptions.extend(other.exceptions.iter().cloned());
+        self.validating.extend(other.validating.iter().cloned());
+        self.mutating.extend(other.mutating.iter().cloned());
+    }
+}
+
 /// One compiled policy set.
 #[derive(Default)]
 pub struct Snapshot {
     pub policies: Vec<CompiledPolicy>,
     pub exceptions: Vec<CompiledException>,
+    /// ValidatingPolicies, evaluated on the validate routes after the
+    /// classic policies.
+    pub validating: Vec<CompiledValidatingPolicy>,
+    /// MutatingPolicies, applied on the mutate routes after the classic
+    /// policies, each on the previous one's output.
+    pub mutating: Vec<CompiledMutatingPolicy>,
     /// Indexes into `policies` of the admission validate policies, per
     /// route: all, failurePolicy Fail, failurePolicy Ignore. Chosen once
     /// here rather than on every request.
@@ -41,11 +69,13 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn new(
-        policies: Vec<CompiledPolicy>,
-        exceptions: Vec<CompiledException>,
-        generation: u64,
-    ) -> Snapshot {
+    pub fn new(set: PolicySet, generation: u64) -> Snapshot {
+        let PolicySet {
+            policies,
+            exceptions,
+            validating,
+            mutating,
+        } = set;
         let select = |f: Option<FailurePolicy>, has: fn(&CompiledPolicy) -> bool| -> Vec<usize> {
             policies
                 .iter()
@@ -69,15 +99,37 @@ impl Snapshot {
             .flat_map(|p| &p.rules)
             .flat_map(|r| std::iter::once(&r.match_resources).chain(r.exclude.as_ref()))
             .chain(exceptions.iter().map(|e| &e.match_resources))
-            .any(|m| m.uses_namespace_selector());
+            .any(|m| m.uses_namespace_selector())
+            || validating
+                .iter()
+                .map(|p| &p.scope)
+                .chain(mutating.iter().map(|p| &p.scope))
+                .any(|s| s.match_constraints.namespace_selector.is_some());
         Snapshot {
             needs_namespace_labels,
             rule_table: Arc::new(RuleTable::new(&policies)),
             policies,
             exceptions,
+            validating,
+            mutating,
             validate,
             mutate,
             generation,
+        }
+    }
+
+    /// Policies of every kind (not exceptions).
+    pub fn policy_count(&self) -> usize {
+        self.policies.len() + self.validating.len() + self.mutating.len()
+    }
+
+    /// The CEL policies of a route: all, or those of one failurePolicy
+    /// (their default is Fail).
+    pub fn cel_selected(scope: &PolicyScope, f: Option<FailurePolicy>) -> bool {
+        match f {
+            None => true,
+            Some(FailurePolicy::Ignore) => scope.failure_policy_ignore,
+            Some(FailurePolicy::Fail) => !scope.failure_policy_ignore,
         }
     }
 
@@ -139,8 +191,8 @@ impl Publisher {
         self.current.load().generation
     }
 
-    pub fn publish(&self, policies: Vec<CompiledPolicy>, exceptions: Vec<CompiledException>) {
-        let snapshot = Snapshot::new(policies, exceptions, self.generation() + 1);
+    pub fn publish(&self, set: PolicySet) {
+        let snapshot = Snapshot::new(set, self.generation() + 1);
         if let Some(metrics) = &self.rule_metrics {
             metrics.track(snapshot.rule_table.clone());
         }
@@ -151,8 +203,7 @@ impl Publisher {
 /// What one file contributed, and the stamp it was loaded at.
 struct FileEntry {
     stamp: (Option<SystemTime>, u64),
-    policies: Vec<CompiledPolicy>,
-    exceptions: Vec<CompiledException>,
+    set: PolicySet,
 }
 
 /// The directory, its last good per-file results and the published snapshot.
@@ -197,15 +248,8 @@ impl PolicyStore {
                 continue;
             }
             match load_file(&path) {
-                Ok((policies, exceptions)) => {
-                    self.files.insert(
-                        path,
-                        FileEntry {
-                            stamp,
-                            policies,
-                            exceptions,
-                        },
-                    );
+                Ok(set) => {
+                    self.files.insert(path, FileEntry { stamp, set });
                     changed = true;
                 }
                 Err(reason) => {
@@ -219,8 +263,7 @@ impl PolicyStore {
                             path.clone(),
                             FileEntry {
                                 stamp,
-                                policies: Vec::new(),
-                                exceptions: Vec::new(),
+                                set: PolicySet::default(),
                             },
                         );
                     }
@@ -229,16 +272,11 @@ impl PolicyStore {
             }
         }
         if changed || self.publisher.generation() == 0 {
-            self.publisher.publish(
-                self.files
-                    .values()
-                    .flat_map(|f| f.policies.iter().cloned())
-                    .collect(),
-                self.files
-                    .values()
-                    .flat_map(|f| f.exceptions.iter().cloned())
-                    .collect(),
-            );
+            let mut set = PolicySet::default();
+            for f in self.files.values() {
+                set.extend(&f.set);
+            }
+            self.publisher.publish(set);
         }
         Ok(rejected)
     }
@@ -259,33 +297,40 @@ fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 
 /// Loads and compiles one file; any bad document rejects the whole file, so
 /// a half-edited file never replaces its last good version.
-fn load_file(path: &Path) -> Result<(Vec<CompiledPolicy>, Vec<CompiledException>), String> {
+fn load_file(path: &Path) -> Result<PolicySet, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let docs = load_policy_text(&path.display().to_string(), &text).map_err(|e| e.to_string())?;
-    let mut policies = Vec::new();
-    let mut exceptions = Vec::new();
+    let mut set = PolicySet::default();
+    let cel_error = |e: CelCompileError, (kind, name): (&str, &str)| format!("{kind} {name}: {e}");
     for doc in docs {
         match doc {
-            LoadedDocument::Policy(p) => {
-                policies.push(CompiledPolicy::compile(&p).map_err(|e| e.to_string())?)
-            }
-            LoadedDocument::Exception(e) => {
-                exceptions.push(CompiledException::compile(&e).map_err(|e| e.to_string())?)
-            }
+            LoadedDocument::Policy(p) => set
+                .policies
+                .push(CompiledPolicy::compile(&p).map_err(|e| e.to_string())?),
+            LoadedDocument::Exception(e) => set
+                .exceptions
+                .push(CompiledException::compile(&e).map_err(|e| e.to_string())?),
+            LoadedDocument::ValidatingPolicy(ref p) => set.validating.push(
+                CompiledValidatingPolicy::compile(p)
+                    .map_err(|e| cel_error(e, doc.kind_and_name()))?,
+            ),
+            LoadedDocument::MutatingPolicy(ref p) => set.mutating.push(
+                CompiledMutatingPolicy::compile(p)
+                    .map_err(|e| cel_error(e, doc.kind_and_name()))?,
+            ),
             LoadedDocument::Unsupported { kind, name, .. } => {
                 return Err(format!("unsupported: kind {kind} ({name})"));
             }
-            d @ (LoadedDocument::ValidatingPolicy(_)
-            | LoadedDocument::MutatingPolicy(_)
-            | LoadedDocument::GeneratingPolicy(_)) => {
-                let (kind, name) = d.kind_and_name();
+            LoadedDocument::GeneratingPolicy(_) => {
+                let (kind, name) = doc.kind_and_name();
                 return Err(format!(
-                    "unsupported: kind {kind} ({name}) in the server yet (gavel test evaluates it)"
+                    "unsupported: kind {kind} ({name}) in the server yet: generation runs in \
+                     cluster mode (gavel test evaluates it)"
                 ));
             }
         }
     }
-    Ok((policies, exceptions))
+    Ok(set)
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@ use super::yaml_text;
 use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus};
 use crate::matching::UserInfo;
 use crate::policy::CompiledPolicy;
+use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::compile::FailurePolicy;
 use serde::Deserialize;
 use serde_json::Value;
@@ -156,13 +157,32 @@ pub struct Verdict {
 /// `policies[i]`): an Enforce failure denies; an evaluation error denies
 /// only under `failurePolicy: Fail`; Audit failures are allowed, with a
 /// warning when the policy sets `emitWarning`.
+///
+/// `cel` are the ValidatingPolicies' responses: a failure denies under the
+/// Deny action and warns under Warn; an error denies under failurePolicy
+/// Fail, their default.
 pub fn decide(
     policies: &[&CompiledPolicy],
     responses: &[PolicyResponse],
+    cel: &[(&CompiledValidatingPolicy, PolicyResponse)],
     req: &Request,
 ) -> Verdict {
     let mut blocked: Vec<(&str, &str, &str)> = Vec::new();
     let mut warnings = Vec::new();
+    for (policy, resp) in cel {
+        for rule in &resp.rules {
+            let blocks = match rule.status {
+                RuleStatus::Fail => policy.deny,
+                RuleStatus::Error => !policy.scope.failure_policy_ignore,
+                _ => false,
+            };
+            if blocks {
+                blocked.push((resp.policy, rule.name, &rule.message));
+            } else if rule.status == RuleStatus::Fail && policy.warn {
+                warnings.push(format!("policy {}: {}", resp.policy, rule.message));
+            }
+        }
+    }
     for (policy, resp) in policies.iter().zip(responses) {
         for rule in &resp.rules {
             let enforce = policy
