@@ -16,8 +16,11 @@ fn example_suites_pass() {
         for outcome in run_test_file(&f, &Selector::default()) {
             assert!(outcome.passed(), "{}: {:#?}", f.display(), outcome.rows);
             assert!(!outcome.rows.is_empty(), "{}: no rows", f.display());
+            // Every row matched its expectation: a pass, or an expected
+            // skip (not an Excluded or Invalid Policy row).
             assert!(
-                outcome.rows.iter().all(|r| r.outcome == Outcome::Pass),
+                outcome.rows.iter().all(|r| r.outcome == Outcome::Pass
+                    || (r.outcome == Outcome::Skip && r.reason == "Ok")),
                 "{}: {:#?}",
                 f.display(),
                 outcome.rows
@@ -78,5 +81,24 @@ fn changed_expectations_fail_with_a_resource_diff() {
             "result: skip"
         ),
         ["Want skip, got pass"]
+    );
+    // Admission policies: the binding-selected failure and the mutation.
+    assert_eq!(
+        with_edited(
+            "admission-policies",
+            "kyverno-test.yaml",
+            "resources: [prod-big]\n  kind: Deployment\n  result: fail",
+            "resources: [prod-big]\n  kind: Deployment\n  result: pass"
+        ),
+        ["Want pass, got fail"]
+    );
+    assert_eq!(
+        with_edited(
+            "admission-policies",
+            "patched.yaml",
+            "replicas: 1",
+            "replicas: 2"
+        ),
+        ["Resource diff", "Resource diff"]
     );
 }

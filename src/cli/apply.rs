@@ -13,7 +13,8 @@ use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
+    AdmissionDocs, CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy,
+    CompiledValidatingPolicy,
 };
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
@@ -91,6 +92,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     let mut validating = Vec::new();
     let mut mutating = Vec::new();
     let mut generating = Vec::new();
+    let mut admission = AdmissionDocs::default();
     for path in policy_files(&args.policies) {
         let text = read_file(&path)?;
         for doc in load_policy_text(&path.display().to_string(), &text)? {
@@ -103,6 +105,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                     .push(CompiledMutatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
                 LoadedDocument::GeneratingPolicy(ref p) => generating
                     .push(CompiledGeneratingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
+                LoadedDocument::ValidatingAdmissionPolicy(p) => admission.validating.push(*p),
+                LoadedDocument::MutatingAdmissionPolicy(p) => admission.mutating.push(*p),
+                LoadedDocument::AdmissionPolicyBinding(b) => admission.bindings.push(*b),
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     anyhow::bail!(
                         "{}: unsupported: policy kind {kind} ({name})",
@@ -111,6 +116,22 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 }
             }
         }
+    }
+    // Admission policies once every file is read: bindings may come later.
+    let admission_error =
+        |kind: &str, name: &str, e: CelCompileError| anyhow::anyhow!("{kind} {name}: {e}");
+    for p in &admission.validating {
+        validating.push(
+            CompiledValidatingPolicy::compile_admission(p, &admission.bindings)
+                .map_err(|e| admission_error(&p.kind, &p.metadata.name, e))?,
+        );
+    }
+    let mut admission_mutating = Vec::new();
+    for p in &admission.mutating {
+        admission_mutating.push(
+            CompiledMutatingPolicy::compile_admission(p, &admission.bindings)
+                .map_err(|e| admission_error(&p.kind, &p.metadata.name, e))?,
+        );
     }
     let mut values = Values::default();
     if let Some(path) = &args.values_file {
@@ -134,6 +155,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     }
     let rule_count: usize = policies.iter().map(|p| p.rules.len()).sum::<usize>()
         + validating.len()
+        + admission_mutating.len()
         + mutating.len()
         + generating.len();
     eprintln!(
@@ -178,6 +200,26 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 resource = patched;
             }
             responses.push((Source::Classic(policy), outcome.response));
+        }
+        // MutatingAdmissionPolicies, each on the previous output.
+        for policy in &admission_mutating {
+            let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
+            let outcome =
+                evaluate_mutating_policy(policy, &req, &CelRequest::of(&req), &NoResolver);
+            if let Some(patched) = outcome.patched {
+                if patched != resource {
+                    println!(
+                        "\nmutate policy {} applied to {}:\n{}---",
+                        outcome.response.policy,
+                        describe(&resource),
+                        serde_saphyr::to_string(&patched)?
+                    );
+                }
+                resource = patched;
+            }
+            if !outcome.response.rules.is_empty() {
+                responses.push((Source::Cel { audit: false }, outcome.response));
+            }
         }
         // kyverno-compat: every MutatingPolicy sees the same resource and
         // the last one that mutated gives the result (as `kyverno apply`).

@@ -16,7 +16,8 @@ use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
+    AdmissionDocs, CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy,
+    CompiledValidatingPolicy,
 };
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
@@ -235,7 +236,10 @@ impl Resolver for MockResolver<'_> {
 
 struct Loaded {
     policies: Vec<CompiledPolicy>,
-    /// MutatingPolicies, evaluated after the classic policies (§2.4).
+    /// MutatingAdmissionPolicies, evaluated after the classic policies
+    /// (§2.4), each on the previous one's output.
+    admission_mutating: Vec<CompiledMutatingPolicy>,
+    /// MutatingPolicies, evaluated after those.
     mutating: Vec<CompiledMutatingPolicy>,
     /// ValidatingPolicies, evaluated after the MutatingPolicies.
     validating: Vec<CompiledValidatingPolicy>,
@@ -253,11 +257,33 @@ struct Loaded {
     user: UserInfoFile,
     /// Documents of every `cloneSourceResource` and `targetResources` file.
     objects: Vec<Value>,
+    /// Admission policies and bindings, until all files are read.
+    admission_docs: AdmissionDocs,
+}
+
+impl Loaded {
+    /// Files a compiled CEL policy, or records why it did not compile.
+    fn file_cel<T>(
+        &mut self,
+        kind: &str,
+        name: &str,
+        compiled: Result<T, CelCompileError>,
+        into: fn(&mut Loaded) -> &mut Vec<T>,
+    ) {
+        match compiled {
+            Ok(c) => into(self).push(c),
+            Err(CelCompileError::Unsupported(_)) => {
+                self.unsupported.push((name.into(), kind.into()))
+            }
+            Err(CelCompileError::Invalid(e)) => self.invalid.push((name.into(), e)),
+        }
+    }
 }
 
 fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
     let mut loaded = Loaded {
         policies: Vec::new(),
+        admission_mutating: Vec::new(),
         mutating: Vec::new(),
         validating: Vec::new(),
         generating: Vec::new(),
@@ -269,6 +295,7 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         values: Values::default(),
         user: UserInfoFile::default(),
         objects: Vec::new(),
+        admission_docs: AdmissionDocs::default(),
     };
     let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
         let text = read_file(path).map_err(|e| e.to_string())?;
@@ -283,36 +310,34 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
                 LoadedDocument::Exception(e) => loaded
                     .exceptions
                     .push(CompiledException::compile(&e).map_err(|e| e.to_string())?),
-                LoadedDocument::ValidatingPolicy(p) => {
-                    match CompiledValidatingPolicy::compile(&p) {
-                        Ok(c) => loaded.validating.push(c),
-                        Err(CelCompileError::Unsupported(_)) => loaded
-                            .unsupported
-                            .push((p.metadata.name.clone(), p.kind.clone())),
-                        Err(CelCompileError::Invalid(e)) => {
-                            loaded.invalid.push((p.metadata.name.clone(), e))
-                        }
-                    }
+                LoadedDocument::ValidatingPolicy(p) => loaded.file_cel(
+                    &p.kind,
+                    &p.metadata.name,
+                    CompiledValidatingPolicy::compile(&p),
+                    |l| &mut l.validating,
+                ),
+                LoadedDocument::MutatingPolicy(p) => loaded.file_cel(
+                    &p.kind,
+                    &p.metadata.name,
+                    CompiledMutatingPolicy::compile(&p),
+                    |l| &mut l.mutating,
+                ),
+                LoadedDocument::GeneratingPolicy(p) => loaded.file_cel(
+                    &p.kind,
+                    &p.metadata.name,
+                    CompiledGeneratingPolicy::compile(&p),
+                    |l| &mut l.generating,
+                ),
+                // Compiled once every file is read: a binding may come
+                // after its policy.
+                LoadedDocument::ValidatingAdmissionPolicy(p) => {
+                    loaded.admission_docs.validating.push(*p)
                 }
-                LoadedDocument::MutatingPolicy(p) => match CompiledMutatingPolicy::compile(&p) {
-                    Ok(c) => loaded.mutating.push(c),
-                    Err(CelCompileError::Unsupported(_)) => loaded
-                        .unsupported
-                        .push((p.metadata.name.clone(), p.kind.clone())),
-                    Err(CelCompileError::Invalid(e)) => {
-                        loaded.invalid.push((p.metadata.name.clone(), e))
-                    }
-                },
-                LoadedDocument::GeneratingPolicy(p) => {
-                    match CompiledGeneratingPolicy::compile(&p) {
-                        Ok(c) => loaded.generating.push(c),
-                        Err(CelCompileError::Unsupported(_)) => loaded
-                            .unsupported
-                            .push((p.metadata.name.clone(), p.kind.clone())),
-                        Err(CelCompileError::Invalid(e)) => {
-                            loaded.invalid.push((p.metadata.name.clone(), e))
-                        }
-                    }
+                LoadedDocument::MutatingAdmissionPolicy(p) => {
+                    loaded.admission_docs.mutating.push(*p)
+                }
+                LoadedDocument::AdmissionPolicyBinding(b) => {
+                    loaded.admission_docs.bindings.push(*b)
                 }
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     loaded.unsupported.push((name, kind))
@@ -326,6 +351,17 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
     }
     for p in &doc.exceptions {
         load_docs(p, &mut loaded)?;
+    }
+    let admission = std::mem::take(&mut loaded.admission_docs);
+    for p in &admission.validating {
+        let compiled = CompiledValidatingPolicy::compile_admission(p, &admission.bindings);
+        loaded.file_cel(&p.kind, &p.metadata.name, compiled, |l| &mut l.validating);
+    }
+    for p in &admission.mutating {
+        let compiled = CompiledMutatingPolicy::compile_admission(p, &admission.bindings);
+        loaded.file_cel(&p.kind, &p.metadata.name, compiled, |l| {
+            &mut l.admission_mutating
+        });
     }
     let mut seen = std::collections::HashSet::new();
     for p in &doc.resources {
@@ -499,6 +535,17 @@ fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
         // resource, and the last one that mutated gives the result all of
         // them report.
         let mut mutating = Vec::with_capacity(loaded.mutating.len());
+        // MutatingAdmissionPolicies first, each on the previous output.
+        for p in &loaded.admission_mutating {
+            let (req, input) = cel_input(&current);
+            let outcome = evaluate_mutating_policy(p, &req, &input, &resolver);
+            if let Some(patched) = outcome.patched {
+                current = patched;
+            }
+            if !outcome.response.rules.is_empty() {
+                mutating.push(outcome.response);
+            }
+        }
         let mut cel_mutated = None;
         if !loaded.mutating.is_empty() {
             let (req, input) = cel_input(&current);
@@ -934,6 +981,7 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
     let evaluated = evaluate(&doc, &loaded);
     outcome.rows = check_results(&doc, &loaded, &evaluated, selector);
     outcome.policies = loaded.policies.len()
+        + loaded.admission_mutating.len()
         + loaded.mutating.len()
         + loaded.validating.len()
         + loaded.generating.len()

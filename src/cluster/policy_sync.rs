@@ -231,7 +231,10 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         }
         d @ (LoadedDocument::ValidatingPolicy(_)
         | LoadedDocument::MutatingPolicy(_)
-        | LoadedDocument::GeneratingPolicy(_)) => {
+        | LoadedDocument::GeneratingPolicy(_)
+        | LoadedDocument::ValidatingAdmissionPolicy(_)
+        | LoadedDocument::MutatingAdmissionPolicy(_)
+        | LoadedDocument::AdmissionPolicyBinding(_)) => {
             let (kind, name) = d.kind_and_name();
             Err(format!(
                 "unsupported: kind {kind} ({name}) in the server yet"

@@ -14,10 +14,10 @@ use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, CelError, Lookup, Lookups};
 use crate::context::{ApiCallRequest, Resolver};
 use crate::matching::selector_matches;
-use crate::policy::cel_policy::{CelChecks, CompiledNamed};
 use crate::policy::cel_policy::{
-    CompiledValidatingPolicy, MatchConstraints, PodTemplate, PolicyScope, ResourceRule,
+    Bindings, CompiledValidatingPolicy, MatchConstraints, PodTemplate, PolicyScope, ResourceRule,
 };
+use crate::policy::cel_policy::{CelChecks, CompiledNamed};
 use kube_cel::cel::Value as CelValue;
 use kube_cel::cel::objects::{Key, Map};
 use serde_json::{Value, json};
@@ -386,8 +386,10 @@ impl RuleTarget<'_> {
             })
     }
 
+    /// As the API server matches: no resourceRules (a binding's
+    /// matchResources may have none) does not constrain.
     fn covered_by_constraints(&self, m: &MatchConstraints) -> bool {
-        m.resource_rules.iter().any(|r| self.covered_by(r))
+        (m.resource_rules.is_empty() || m.resource_rules.iter().any(|r| self.covered_by(r)))
             && !m.exclude_resource_rules.iter().any(|r| self.covered_by(r))
     }
 }
@@ -416,6 +418,20 @@ pub fn scope_view(
         operation: &req.operation,
     };
     let m = &scope.match_constraints;
+    let selected =
+        |m: &MatchConstraints| target.covered_by_constraints(m) && selectors_match(m, req);
+    match &scope.bindings {
+        Bindings::Own => {}
+        Bindings::Validating(bindings) => {
+            return bindings
+                .iter()
+                .any(|b| b.as_ref().is_none_or(selected))
+                .then_some(None);
+        }
+        Bindings::Mutating(bindings) => {
+            return (selected(m) && bindings.iter().any(selected)).then_some(None);
+        }
+    }
     let view = if target.covered_by_constraints(m) {
         None
     } else {
@@ -434,11 +450,16 @@ pub fn scope_view(
         }
         Some(controller.template)
     };
+    selectors_match(m, req).then_some(view)
+}
+
+/// The namespaceSelector and objectSelector of `m` accept the request.
+fn selectors_match(m: &MatchConstraints, req: &Request) -> bool {
     if let Some(sel) = &m.namespace_selector
         && !req.namespace().is_empty()
         && !selector_matches(sel, req.namespace_labels.as_ref())
     {
-        return None;
+        return false;
     }
     if let Some(sel) = &m.object_selector {
         let labels = req
@@ -446,10 +467,10 @@ pub fn scope_view(
             .pointer("/metadata/labels")
             .and_then(Value::as_object);
         if !selector_matches(sel, labels) {
-            return None;
+            return false;
         }
     }
-    Some(view)
+    true
 }
 
 /// Evaluates a ValidatingPolicy: one rule response named after the policy,

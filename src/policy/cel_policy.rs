@@ -318,6 +318,75 @@ const CONTROLLERS: &[ControllerView] = &[
     controller("batch", "cronjobs", PodTemplate::CronJob),
 ];
 
+/// `spec` of a ValidatingAdmissionPolicyBinding or
+/// MutatingAdmissionPolicyBinding.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BindingSpec {
+    pub policy_name: String,
+    #[serde(default)]
+    pub param_ref: Option<Value>,
+    #[serde(default)]
+    pub match_resources: Option<MatchConstraints>,
+    #[serde(default)]
+    pub validation_actions: Vec<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BindingDoc {
+    pub api_version: String,
+    pub kind: String,
+    pub metadata: crate::policy::types::ObjectMeta,
+    pub spec: BindingSpec,
+}
+
+/// Admission policies and bindings as loaded, compiled together once every
+/// file is read (a binding may come before or after its policy).
+#[derive(Debug, Clone, Default)]
+pub struct AdmissionDocs {
+    pub validating: Vec<ValidatingPolicyDoc>,
+    pub mutating: Vec<MutatingPolicyDoc>,
+    pub bindings: Vec<BindingDoc>,
+}
+
+/// How a Kubernetes admission policy's bindings select requests, the way
+/// Kyverno's CLI applies them offline.
+#[derive(Debug, Clone, Default)]
+pub enum Bindings {
+    /// A Kyverno kind, or an admission policy with no binding: the
+    /// policy's own matchConstraints.
+    #[default]
+    Own,
+    /// ValidatingAdmissionPolicy: the first binding with no matchResources
+    /// or with matching ones (the policy's own constraints are not
+    /// consulted, as in Kyverno's CLI).
+    Validating(Vec<Option<MatchConstraints>>),
+    /// MutatingAdmissionPolicy: the policy's constraints, and the
+    /// matchResources of some binding (one without them is passed over).
+    Mutating(Vec<MatchConstraints>),
+}
+
+/// The bindings of `kind` that name `policy`, or an error for what they
+/// use that gavel does not evaluate yet.
+fn bindings_for<'b>(
+    bindings: &'b [BindingDoc],
+    kind: &str,
+    policy: &str,
+) -> Result<Vec<&'b BindingDoc>, CelCompileError> {
+    let mine: Vec<&BindingDoc> = bindings
+        .iter()
+        .filter(|b| b.kind == format!("{kind}Binding") && b.spec.policy_name == policy)
+        .collect();
+    if let Some(b) = mine.iter().find(|b| b.spec.param_ref.is_some()) {
+        return Err(CelCompileError::Unsupported(format!(
+            "{}Binding {}: spec.paramRef",
+            kind, b.metadata.name
+        )));
+    }
+    Ok(mine)
+}
+
 /// What every CEL policy kind shares: the requests it applies to.
 #[derive(Debug, Clone)]
 pub struct PolicyScope {
@@ -329,6 +398,7 @@ pub struct PolicyScope {
     /// Pod controllers evaluated through their template (autogen).
     pub controllers: Vec<ControllerView>,
     pub failure_policy_ignore: bool,
+    pub bindings: Bindings,
 }
 
 impl PolicyScope {
@@ -379,6 +449,7 @@ impl PolicyScope {
             failure_policy_ignore: failure_policy == Some("Ignore"),
             match_constraints,
             controllers,
+            bindings: Bindings::Own,
         })
     }
 }
@@ -418,6 +489,26 @@ impl CompiledValidatingPolicy {
                 || spec.validation_actions.iter().any(|a| a == "Deny"),
             warn: spec.validation_actions.iter().any(|a| a == "Warn"),
         })
+    }
+
+    /// A ValidatingAdmissionPolicy with its bindings (of every loaded
+    /// binding, those naming it): no autogen, and failures deny.
+    pub fn compile_admission(
+        doc: &ValidatingPolicyDoc,
+        bindings: &[BindingDoc],
+    ) -> Result<CompiledValidatingPolicy, CelCompileError> {
+        let mut policy = CompiledValidatingPolicy::compile(doc)?;
+        policy.scope.controllers.clear();
+        policy.deny = true;
+        let mine = bindings_for(bindings, &doc.kind, &doc.metadata.name)?;
+        if !mine.is_empty() {
+            policy.scope.bindings = Bindings::Validating(
+                mine.iter()
+                    .map(|b| b.spec.match_resources.clone())
+                    .collect(),
+            );
+        }
+        Ok(policy)
     }
 
     pub fn name(&self) -> &str {
@@ -496,6 +587,10 @@ pub struct CompiledMutatingPolicy {
     pub scope: PolicyScope,
     pub variables: Vec<CompiledNamed>,
     pub mutations: Vec<CompiledMutation>,
+    /// A Kubernetes MutatingAdmissionPolicy: lists merge atomically (no
+    /// schema, as Kyverno's CLI applies them) and each mutation reports
+    /// its own result.
+    pub admission_policy: bool,
 }
 
 impl CompiledMutatingPolicy {
@@ -552,7 +647,28 @@ impl CompiledMutatingPolicy {
             )?,
             variables: compile_named(&spec.variables, "spec.variables")?,
             mutations,
+            admission_policy: false,
         })
+    }
+
+    /// A MutatingAdmissionPolicy with its bindings (of every loaded
+    /// binding, those naming it).
+    pub fn compile_admission(
+        doc: &MutatingPolicyDoc,
+        bindings: &[BindingDoc],
+    ) -> Result<CompiledMutatingPolicy, CelCompileError> {
+        let mut policy = CompiledMutatingPolicy::compile(doc)?;
+        policy.scope.controllers.clear();
+        policy.admission_policy = true;
+        let mine = bindings_for(bindings, &doc.kind, &doc.metadata.name)?;
+        if !mine.is_empty() {
+            policy.scope.bindings = Bindings::Mutating(
+                mine.iter()
+                    .filter_map(|b| b.spec.match_resources.clone())
+                    .collect(),
+            );
+        }
+        Ok(policy)
     }
 
     pub fn name(&self) -> &str {

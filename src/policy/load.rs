@@ -35,6 +35,14 @@ pub enum LoadedDocument {
     ValidatingPolicy(Box<super::cel_policy::ValidatingPolicyDoc>),
     /// policies.kyverno.io MutatingPolicy / NamespacedMutatingPolicy.
     MutatingPolicy(Box<super::cel_policy::MutatingPolicyDoc>),
+    /// admissionregistration.k8s.io ValidatingAdmissionPolicy (its spec is
+    /// a subset of a ValidatingPolicy's).
+    ValidatingAdmissionPolicy(Box<super::cel_policy::ValidatingPolicyDoc>),
+    /// admissionregistration.k8s.io MutatingAdmissionPolicy (its spec is a
+    /// subset of a MutatingPolicy's).
+    MutatingAdmissionPolicy(Box<super::cel_policy::MutatingPolicyDoc>),
+    /// A ValidatingAdmissionPolicyBinding or MutatingAdmissionPolicyBinding.
+    AdmissionPolicyBinding(Box<super::cel_policy::BindingDoc>),
     /// policies.kyverno.io GeneratingPolicy / NamespacedGeneratingPolicy.
     GeneratingPolicy(Box<super::cel_policy::GeneratingPolicyDoc>),
     /// A kind gavel does not evaluate yet (CEL policy kinds, VAP, ...), kept
@@ -55,6 +63,9 @@ impl LoadedDocument {
             LoadedDocument::ValidatingPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::MutatingPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::GeneratingPolicy(p) => (&p.kind, &p.metadata.name),
+            LoadedDocument::ValidatingAdmissionPolicy(p) => (&p.kind, &p.metadata.name),
+            LoadedDocument::MutatingAdmissionPolicy(p) => (&p.kind, &p.metadata.name),
+            LoadedDocument::AdmissionPolicyBinding(b) => (&b.kind, &b.metadata.name),
             LoadedDocument::Unsupported { kind, name, .. } => (kind, name),
         }
     }
@@ -130,6 +141,18 @@ pub fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, 
         ("policies.kyverno.io", "MutatingPolicy" | "NamespacedMutatingPolicy") => Ok(
             LoadedDocument::MutatingPolicy(Box::new(decode_strict(file, index, doc)?)),
         ),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => Ok(
+            LoadedDocument::ValidatingAdmissionPolicy(Box::new(decode_strict(file, index, doc)?)),
+        ),
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicy") => Ok(
+            LoadedDocument::MutatingAdmissionPolicy(Box::new(decode_strict(file, index, doc)?)),
+        ),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding" | "MutatingAdmissionPolicyBinding",
+        ) => Ok(LoadedDocument::AdmissionPolicyBinding(Box::new(
+            decode_strict(file, index, doc)?,
+        ))),
         ("policies.kyverno.io", "GeneratingPolicy" | "NamespacedGeneratingPolicy") => Ok(
             LoadedDocument::GeneratingPolicy(Box::new(decode_strict(file, index, doc)?)),
         ),

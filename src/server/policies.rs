@@ -321,6 +321,15 @@ fn load_file(path: &Path) -> Result<PolicySet, String> {
             LoadedDocument::Unsupported { kind, name, .. } => {
                 return Err(format!("unsupported: kind {kind} ({name})"));
             }
+            LoadedDocument::ValidatingAdmissionPolicy(_)
+            | LoadedDocument::MutatingAdmissionPolicy(_)
+            | LoadedDocument::AdmissionPolicyBinding(_) => {
+                let (kind, name) = doc.kind_and_name();
+                return Err(format!(
+                    "unsupported: kind {kind} ({name}) in the server: the API server enforces \
+                     admission policies itself (gavel test and apply evaluate them)"
+                ));
+            }
             LoadedDocument::GeneratingPolicy(_) => {
                 let (kind, name) = doc.kind_and_name();
                 return Err(format!(

@@ -63,6 +63,15 @@ pub fn evaluate_mutating_policy<'p>(
             RuleStatus::Error,
             format!("failed to evaluate match conditions: {e}"),
         ),
+        Ok(None) if policy.admission_policy => {
+            let (patched, results) = mutate_each(policy, req.object.clone(), &vars, &lookups);
+            outcome.patched = Some(patched);
+            outcome.response.rules = results
+                .into_iter()
+                .map(|(status, message)| respond(status, message))
+                .collect();
+            return outcome;
+        }
         Ok(None) => match mutate(policy, req.object.clone(), view, &vars, &lookups) {
             Ok(patched) => {
                 outcome.patched = Some(patched);
@@ -74,6 +83,95 @@ pub fn evaluate_mutating_policy<'p>(
     };
     outcome.response.rules.push(rule);
     outcome
+}
+
+/// A MutatingAdmissionPolicy, the way Kyverno's CLI applies one: each
+/// mutation reports pass (it changed the object), skip (no effect) or
+/// error (the object stays as it was), and lists merge atomically.
+fn mutate_each(
+    policy: &CompiledMutatingPolicy,
+    mut object: Value,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> (Value, Vec<(RuleStatus, String)>) {
+    if policy.mutations.is_empty() {
+        return (
+            object,
+            vec![(RuleStatus::Pass, "mutation returned no patchers".into())],
+        );
+    }
+    let mut results = Vec::with_capacity(policy.mutations.len());
+    let mut changed = false;
+    for mutation in &policy.mutations {
+        let rebound;
+        let vars = if changed {
+            let mut scope = vars.scope();
+            if let Err(e) = scope.set("object", json_to_cel(&object)) {
+                results.push((RuleStatus::Error, e.to_string()));
+                continue;
+            }
+            rebound = scope;
+            &rebound
+        } else {
+            vars
+        };
+        match apply_mutation(mutation, &object, None, None, vars, lookups) {
+            Ok(next) if next == object => {
+                results.push((RuleStatus::Skip, "mutation had no effect".into()))
+            }
+            Ok(next) => {
+                object = next;
+                changed = true;
+                results.push((RuleStatus::Pass, String::new()));
+            }
+            Err(e) => results.push((RuleStatus::Error, e)),
+        }
+    }
+    (object, results)
+}
+
+/// One mutation on `object`. `view` places an autogen Pod configuration
+/// in the template; `schema` decides how apply merges lists.
+fn apply_mutation(
+    mutation: &CompiledMutation,
+    object: &Value,
+    view: Option<PodTemplate>,
+    schema: Option<Schema>,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Result<Value, String> {
+    match mutation {
+        CompiledMutation::ApplyConfiguration(program) => {
+            let value = program.eval(vars, lookups).map_err(|e| e.to_string())?;
+            let mut config = match cel_to_json(&value)? {
+                config @ Value::Object(_) => config,
+                other => {
+                    return Err(format!(
+                        "applyConfiguration must evaluate to an Object, got {other}"
+                    ));
+                }
+            };
+            // Autogen: the expression wrote a Pod; place it in the template.
+            if let Some(t) = view {
+                config = wrap_in_template(config, t);
+            }
+            Ok(apply::merge(object, &config, schema))
+        }
+        CompiledMutation::JsonPatch(program) => {
+            let value = program.eval(vars, lookups).map_err(|e| e.to_string())?;
+            let ops = match cel_to_json(&value)? {
+                Value::Array(ops) => ops,
+                other => {
+                    return Err(format!(
+                        "jsonPatch must evaluate to a list of JSONPatch, got {other}"
+                    ));
+                }
+            };
+            let mut next = object.clone();
+            json_patch::apply(&mut next, &ops).map_err(|e| e.to_string())?;
+            Ok(next)
+        }
+    }
 }
 
 /// Runs the mutations in order on `object`.
@@ -102,47 +200,14 @@ fn mutate(
         } else {
             vars
         };
-        let failed = |e: String| format!("mutation {i}: {e}");
-        let before = object.clone();
-        match mutation {
-            CompiledMutation::ApplyConfiguration(program) => {
-                let value = program
-                    .eval(vars, lookups)
-                    .map_err(|e| failed(e.to_string()))?;
-                let mut config = match cel_to_json(&value).map_err(failed)? {
-                    config @ Value::Object(_) => config,
-                    other => {
-                        return Err(failed(format!(
-                            "applyConfiguration must evaluate to an Object, got {other}"
-                        )));
-                    }
-                };
-                // Autogen: the expression wrote a Pod; place it in the template.
-                if let Some(t) = view {
-                    config = wrap_in_template(config, t);
-                }
-                let schema = Schema::for_kind(
-                    object["apiVersion"].as_str().unwrap_or_default(),
-                    object["kind"].as_str().unwrap_or_default(),
-                );
-                object = apply::merge(&object, &config, schema);
-            }
-            CompiledMutation::JsonPatch(program) => {
-                let value = program
-                    .eval(vars, lookups)
-                    .map_err(|e| failed(e.to_string()))?;
-                let ops = match cel_to_json(&value).map_err(failed)? {
-                    Value::Array(ops) => ops,
-                    other => {
-                        return Err(failed(format!(
-                            "jsonPatch must evaluate to a list of JSONPatch, got {other}"
-                        )));
-                    }
-                };
-                json_patch::apply(&mut object, &ops).map_err(|e| failed(e.to_string()))?;
-            }
-        }
-        changed |= object != before;
+        let schema = Schema::for_kind(
+            object["apiVersion"].as_str().unwrap_or_default(),
+            object["kind"].as_str().unwrap_or_default(),
+        );
+        let next = apply_mutation(mutation, &object, view, schema, vars, lookups)
+            .map_err(|e| format!("mutation {i}: {e}"))?;
+        changed |= next != object;
+        object = next;
     }
     Ok(object)
 }
@@ -292,6 +357,35 @@ spec:
             patched.unwrap()["spec"]["template"],
             json!({"metadata": {"labels": {"x": "y"}},
                    "spec": {"containers": [{"name": "c"}], "dnsPolicy": "None"}})
+        );
+    }
+
+    #[test]
+    fn admission_policies_merge_lists_whole_and_report_each_mutation() {
+        let map = "apiVersion: admissionregistration.k8s.io/v1alpha1
+kind: MutatingAdmissionPolicy
+metadata: {name: m}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: \"Object{spec: Object.spec{containers: [Object.spec.containers{name: 'c', imagePullPolicy: 'Always'}]}}\"
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: \"Object{spec: Object.spec{containers: [Object.spec.containers{name: 'c', imagePullPolicy: 'Always'}]}}\"
+";
+        let doc: MutatingPolicyDoc = serde_saphyr::from_str(map).unwrap();
+        let p = CompiledMutatingPolicy::compile_admission(&doc, &[]).unwrap();
+        let (status, patched) = run(&p, &pod());
+        // The second mutation changes nothing: skip.
+        assert_eq!(status, vec![RuleStatus::Pass, RuleStatus::Skip]);
+        // No schema: the list is replaced, not merged by name.
+        assert_eq!(
+            patched.unwrap()["spec"]["containers"],
+            json!([{"name": "c", "imagePullPolicy": "Always"}])
         );
     }
 }
