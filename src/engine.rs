@@ -62,6 +62,8 @@ pub struct RuleResponse<'p> {
     /// What the rule produced besides a verdict: a generate rule's
     /// downstream resources, a mutate-existing rule's patched targets.
     pub resources: Vec<Value>,
+    /// Report properties: a CEL policy's auditAnnotations (key, value).
+    pub properties: Vec<(String, String)>,
 }
 
 impl<'p> RuleResponse<'p> {
@@ -76,6 +78,7 @@ impl<'p> RuleResponse<'p> {
             status,
             message: message.into(),
             resources: Vec::new(),
+            properties: Vec::new(),
         }
     }
 

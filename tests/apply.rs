@@ -21,6 +21,9 @@ spec:
   validations:
   - expression: \"object.spec.containers.all(c, !c.image.endsWith(':latest'))\"
     message: latest tag
+  auditAnnotations:
+  - key: images
+    valueExpression: \"object.spec.containers.map(c, c.image).join(',')\"
 ---
 apiVersion: policies.kyverno.io/v1alpha1
 kind: MutatingPolicy
@@ -54,10 +57,15 @@ fn pod(name: &str, image: &str) -> String {
 }
 
 fn apply(dir: &std::path::Path, resource: &str) -> (i32, String) {
+    apply_with(dir, resource, &[])
+}
+
+fn apply_with(dir: &std::path::Path, resource: &str, extra: &[&str]) -> (i32, String) {
     std::fs::write(dir.join("policies.yaml"), POLICIES).unwrap();
     std::fs::write(dir.join("pod.yaml"), resource).unwrap();
     let out = Command::new(env!("CARGO_BIN_EXE_gavel"))
         .args(["apply", "policies.yaml", "--resource", "pod.yaml"])
+        .args(extra)
         .current_dir(dir)
         .output()
         .unwrap();
@@ -85,4 +93,8 @@ fn cel_policy_kinds_are_applied() {
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("pass: 2, fail: 1"), "{out}");
     assert!(out.contains("no-latest: latest tag"), "{out}");
+
+    // auditAnnotations are the report result's properties.
+    let (_, out) = apply_with(&dir, &pod("web", "nginx:latest"), &["--policy-report"]);
+    assert!(out.contains("images: nginx:latest"), "{out}");
 }

@@ -342,7 +342,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                         r.message
                     );
                 }
-                report_results.push(json!({
+                let mut result = json!({
                     "policy": resp.policy,
                     "rule": r.name,
                     "result": status.as_str(),
@@ -357,7 +357,17 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                         "namespace": resource.pointer("/metadata/namespace"),
                         "name": resource.pointer("/metadata/name"),
                     }],
-                }));
+                });
+                // A CEL policy's auditAnnotations.
+                if !r.properties.is_empty() {
+                    result["properties"] = r
+                        .properties
+                        .iter()
+                        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                        .collect::<serde_json::Map<_, _>>()
+                        .into();
+                }
+                report_results.push(result);
             }
             if !failures.is_empty() && !args.policy_report {
                 println!(

@@ -337,6 +337,34 @@ pub fn run_validations(checks: &CelChecks, vars: &Activation, lookups: &dyn Look
     }
 }
 
+/// Evaluates auditAnnotations: each a string, or null to leave it out.
+pub fn audit_annotations(
+    annotations: &[CompiledNamed],
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for a in annotations {
+        let failed = |e: String| format!("failed to evaluate auditAnnotation {:?}: {e}", a.name);
+        match a
+            .program
+            .eval(vars, lookups)
+            .map_err(|e| failed(e.to_string()))?
+        {
+            CelValue::Null => {}
+            CelValue::String(v) if v.is_empty() => {}
+            CelValue::String(v) => out.push((a.name.clone(), v.to_string())),
+            other => {
+                return Err(failed(format!(
+                    "valueExpression must give a string or null, got {}",
+                    other.type_of()
+                )));
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// `validate.cel` of a rule: celPreconditions, variables, expressions.
 pub fn validate_rule(
     checks: &CelChecks,
@@ -510,11 +538,15 @@ pub fn evaluate_validating_policy<'p>(
         ),
         Ok(None) => {
             let vars = bind_variables(vars, &policy.checks.variables, &lookups);
-            match run_validations(&policy.checks, &vars, &lookups) {
+            let rule = match run_validations(&policy.checks, &vars, &lookups) {
                 CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),
                 CelVerdict::Fail(m) => respond(RuleStatus::Fail, m),
                 CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m),
                 CelVerdict::Error(e) => respond(RuleStatus::Error, e),
+            };
+            match audit_annotations(&policy.checks.audit_annotations, &vars, &lookups) {
+                Ok(properties) => RuleResponse { properties, ..rule },
+                Err(e) => respond(RuleStatus::Error, e),
             }
         }
     };
