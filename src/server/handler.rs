@@ -5,6 +5,7 @@ use super::policies::Snapshot;
 use super::review::{self, ReviewError, Verdict};
 use crate::context::ClusterView;
 use crate::engine::cel::{CelRequest, evaluate_mutating_policy, evaluate_validating_policy};
+use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
 use crate::patch::json_patch;
@@ -124,7 +125,7 @@ pub fn admit(
                 }
                 responses.push(response);
             }
-            let cel = validate_cel(snapshot, failure_policy, req, view);
+            let cel = validate_cel(snapshot, failure_policy, req, &ctx, view);
             review::decide(&policies, &responses, &cel, req)
         }
         Route::Mutate(failure_policy) => {
@@ -162,6 +163,7 @@ fn validate_cel<'s>(
     snapshot: &'s Snapshot,
     failure_policy: Option<FailurePolicy>,
     req: &Request,
+    ctx: &JsonContext,
     view: &dyn ClusterView,
 ) -> Vec<(&'s CompiledValidatingPolicy, PolicyResponse<'s>)> {
     let mut selected = snapshot
@@ -172,9 +174,18 @@ fn validate_cel<'s>(
     if selected.peek().is_none() {
         return Vec::new();
     }
-    let input = CelRequest::of(req);
+    // The request's CEL variables, shared with the classic policies'
+    // validate.cel rules.
+    let owned;
+    let input = match ctx.cel_request() {
+        Some(input) => input,
+        None => {
+            owned = CelRequest::of(req);
+            &owned
+        }
+    };
     selected
-        .map(|p| (p, evaluate_validating_policy(p, req, &input, view)))
+        .map(|p| (p, evaluate_validating_policy(p, req, input, view)))
         .collect()
 }
 
@@ -265,7 +276,9 @@ fn mutate(
             current = Some(next);
         }
     }
-    // Then the MutatingPolicies, each on the previous one's output.
+    // Then the MutatingPolicies, each on the previous one's output. The
+    // CEL variables are bound again only after a change.
+    let mut input: Option<CelRequest> = None;
     for policy in cel {
         let req_now = current.as_ref().unwrap_or(req);
         if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -277,8 +290,8 @@ fn mutate(
             }
             continue;
         }
-        let input = CelRequest::of(req_now);
-        let outcome = evaluate_mutating_policy(policy, req_now, &input, view);
+        let bound = input.get_or_insert_with(|| CelRequest::of(req_now));
+        let outcome = evaluate_mutating_policy(policy, req_now, bound, view);
         for r in &outcome.response.rules {
             // Under failurePolicy Ignore an error is already a skip.
             if r.status == RuleStatus::Error {
@@ -289,10 +302,13 @@ fn mutate(
                 ));
             }
         }
-        if let Some(patched) = outcome.patched {
+        if let Some(patched) = outcome.patched
+            && patched != req_now.object
+        {
             let mut next = req_now.clone();
             next.object = patched;
             current = Some(next);
+            input = None;
         }
     }
     if !failed.is_empty() {
