@@ -191,12 +191,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             };
             let outcome = mutate_policy(policy, &req, &ctx, &env);
             if let Some(patched) = outcome.patched {
-                println!(
-                    "\nmutate policy {} applied to {}:\n{}---",
-                    outcome.response.policy,
-                    describe(&resource),
-                    serde_saphyr::to_string(&patched)?
-                );
+                print_mutated(outcome.response.policy, &resource, &patched)?;
                 resource = patched;
             }
             responses.push((Source::Classic(policy), outcome.response));
@@ -208,12 +203,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 evaluate_mutating_policy(policy, &req, &CelRequest::of(&req), &NoResolver);
             if let Some(patched) = outcome.patched {
                 if patched != resource {
-                    println!(
-                        "\nmutate policy {} applied to {}:\n{}---",
-                        outcome.response.policy,
-                        describe(&resource),
-                        serde_saphyr::to_string(&patched)?
-                    );
+                    print_mutated(outcome.response.policy, &resource, &patched)?;
                 }
                 resource = patched;
             }
@@ -231,12 +221,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 let outcome = evaluate_mutating_policy(policy, &req, &input, &NoResolver);
                 if let Some(patched) = outcome.patched {
                     if patched != resource {
-                        println!(
-                            "\nmutate policy {} applied to {}:\n{}---",
-                            outcome.response.policy,
-                            describe(&resource),
-                            serde_saphyr::to_string(&patched)?
-                        );
+                        print_mutated(outcome.response.policy, &resource, &patched)?;
                     }
                     last = Some(patched);
                 }
@@ -270,17 +255,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             ));
             if policy.has_generate() {
                 let generated = generate_policy(policy, &req, &ctx, &env);
-                for r in &generated.rules {
-                    for g in &r.resources {
-                        println!(
-                            "\ngenerate policy {} applied to {}:\n{}---",
-                            generated.policy,
-                            describe(resource),
-                            serde_saphyr::to_string(g)?
-                        );
-                        written.push(g.clone());
-                    }
-                }
+                print_generated(&generated, resource, &mut written)?;
                 responses.push((Source::Classic(policy), generated));
             }
         }
@@ -295,17 +270,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             }
             for policy in &generating {
                 let generated = evaluate_generating_policy(policy, &req, &input, &NoResolver);
-                for r in &generated.rules {
-                    for g in &r.resources {
-                        println!(
-                            "\ngenerate policy {} applied to {}:\n{}---",
-                            generated.policy,
-                            describe(resource),
-                            serde_saphyr::to_string(g)?
-                        );
-                        written.push(g.clone());
-                    }
-                }
+                print_generated(&generated, resource, &mut written)?;
                 if !generated.rules.is_empty() {
                     responses.push((Source::Cel { audit: false }, generated));
                 }
@@ -402,6 +367,33 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     } else {
         0
     })
+}
+
+fn print_mutated(policy: &str, before: &Value, after: &Value) -> anyhow::Result<()> {
+    println!(
+        "\nmutate policy {policy} applied to {}:\n{}---",
+        describe(before),
+        serde_saphyr::to_string(after)?
+    );
+    Ok(())
+}
+
+/// Prints a generate response's downstream resources and keeps them for `-o`.
+fn print_generated(
+    generated: &PolicyResponse,
+    trigger: &Value,
+    written: &mut Vec<Value>,
+) -> anyhow::Result<()> {
+    for g in generated.rules.iter().flat_map(|r| &r.resources) {
+        println!(
+            "\ngenerate policy {} applied to {}:\n{}---",
+            generated.policy,
+            describe(trigger),
+            serde_saphyr::to_string(g)?
+        );
+        written.push(g.clone());
+    }
+    Ok(())
 }
 
 /// `-o`: one file per resource into a directory, else all into one file.

@@ -337,6 +337,30 @@ pub fn run_validations(checks: &CelChecks, vars: &Activation, lookups: &dyn Look
     }
 }
 
+/// The matchConditions of a CEL policy: `None` when they all hold;
+/// otherwise the status and message to answer with: skip when one is
+/// false (or cannot be evaluated under failurePolicy Ignore), else error.
+pub fn match_conditions_gate(
+    scope: &PolicyScope,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Option<(RuleStatus, String)> {
+    match conditions_hold(&scope.match_conditions, vars, lookups) {
+        Ok(None) => None,
+        Ok(Some(name)) => Some((
+            RuleStatus::Skip,
+            format!("match condition {name:?} not met"),
+        )),
+        Err(e) if scope.failure_policy_ignore => {
+            Some((RuleStatus::Skip, format!("match conditions: {e}")))
+        }
+        Err(e) => Some((
+            RuleStatus::Error,
+            format!("failed to evaluate match conditions: {e}"),
+        )),
+    }
+}
+
 /// Evaluates auditAnnotations: each a string, or null to leave it out.
 pub fn audit_annotations(
     annotations: &[CompiledNamed],
@@ -524,19 +548,9 @@ pub fn evaluate_validating_policy<'p>(
     let lookups = ResolverLookups(resolver);
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
-    let rule = match conditions_hold(&scope.match_conditions, vars, &lookups) {
-        Ok(Some(name)) => respond(
-            RuleStatus::Skip,
-            format!("match condition {name:?} not met"),
-        ),
-        Err(e) if scope.failure_policy_ignore => {
-            respond(RuleStatus::Skip, format!("match conditions: {e}"))
-        }
-        Err(e) => respond(
-            RuleStatus::Error,
-            format!("failed to evaluate match conditions: {e}"),
-        ),
-        Ok(None) => {
+    let rule = match match_conditions_gate(scope, vars, &lookups) {
+        Some((status, message)) => respond(status, message),
+        None => {
             let vars = bind_variables(vars, &policy.checks.variables, &lookups);
             let rule = match run_validations(&policy.checks, &vars, &lookups) {
                 CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),

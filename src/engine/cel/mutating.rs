@@ -3,7 +3,7 @@
 //! apply merges, or JSON Patch operations applied in turn.
 
 use super::{
-    CelRequest, ResolverLookups, bind_variables, conditions_hold, scope_view, template_view,
+    CelRequest, ResolverLookups, bind_variables, match_conditions_gate, scope_view, template_view,
 };
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, Lookups};
@@ -51,19 +51,9 @@ pub fn evaluate_mutating_policy<'p>(
     let respond = |status: RuleStatus, message: String| {
         RuleResponse::new(&scope.name, status, message).of_type(RuleType::Mutation)
     };
-    let rule = match conditions_hold(&scope.match_conditions, &vars, &lookups) {
-        Ok(Some(name)) => respond(
-            RuleStatus::Skip,
-            format!("match condition {name:?} not met"),
-        ),
-        Err(e) if scope.failure_policy_ignore => {
-            respond(RuleStatus::Skip, format!("match conditions: {e}"))
-        }
-        Err(e) => respond(
-            RuleStatus::Error,
-            format!("failed to evaluate match conditions: {e}"),
-        ),
-        Ok(None) if policy.admission_policy => {
+    let rule = match match_conditions_gate(scope, &vars, &lookups) {
+        Some((status, message)) => respond(status, message),
+        None if policy.admission_policy => {
             let (patched, results) = mutate_each(policy, req.object.clone(), &vars, &lookups);
             outcome.patched = Some(patched);
             outcome.response.rules = results
@@ -72,7 +62,7 @@ pub fn evaluate_mutating_policy<'p>(
                 .collect();
             return outcome;
         }
-        Ok(None) => match mutate(policy, req.object.clone(), view, &vars, &lookups) {
+        None => match mutate(policy, req.object.clone(), view, &vars, &lookups) {
             Ok(patched) => {
                 outcome.patched = Some(patched);
                 respond(RuleStatus::Pass, "success".into())
