@@ -6,7 +6,7 @@ mod interpreter;
 mod parser;
 
 pub use functions::go_sprint;
-pub use interpreter::{NULL, Root, Val, is_truthy, json_equal, number};
+pub use interpreter::{NULL, Root, Scope, Slot, Val, is_truthy, json_equal, number};
 pub use parser::Ast;
 
 use serde_json::Value;
@@ -43,7 +43,9 @@ impl Expression {
 
     /// Evaluates with plain JMESPath semantics: missing keys give null.
     pub fn search<'a>(&self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
-        interpreter::eval(&self.ast, interpreter::Val::Ref(data)).map(interpreter::Val::into_cow)
+        interpreter::eval(&self.ast, interpreter::Val::Ref(data))
+            .map(interpreter::Val::into_cow)
+            .map_err(|e| *e)
     }
 
     /// Evaluates as Kyverno resolves a `{{ }}` variable: a plain path through
@@ -55,7 +57,7 @@ impl Expression {
     /// [`Expression::resolve`] over any input, keeping the result lazy
     /// (borrowed parts stay borrowed).
     pub fn resolve_val<'a>(&self, root: Val<'a>) -> Result<Val<'a>, JmesError> {
-        let v = interpreter::eval(&self.ast, root.clone())?;
+        let v = interpreter::eval(&self.ast, root.clone()).map_err(|e| *e)?;
         if v.is_null()
             && let Some(key) = interpreter::missing_key(&self.ast, root)
         {

@@ -4,37 +4,24 @@
 //! It is layered rather than one JSON object: a rule or a foreach element
 //! gets a child scope over its parent, so leaving a scope is dropping it, and
 //! the request object and foreach elements are borrowed, never copied. The
-//! interpreter sees the layers as one object through [`Root`].
+//! layers are a JMESPath [`Scope`], which the interpreter reads as one
+//! object; `request` is a [`Root`] in it, served field by field.
 
 use super::Request;
 use super::cel::CelRequest;
-use crate::jmespath::{Root, Val};
+use crate::jmespath::{Root, Scope, Val};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::cell::OnceCell;
 
-/// A value in the context: borrowed from the request (or an enclosing
-/// scope) or computed.
-#[derive(Debug)]
-pub enum Slot<'p> {
-    Ref(&'p Value),
-    Own(Value),
-}
-
-impl Slot<'_> {
-    pub fn get(&self) -> &Value {
-        match self {
-            Slot::Ref(v) => v,
-            Slot::Own(v) => v,
-        }
-    }
-}
+pub use crate::jmespath::Slot;
 
 pub struct JsonContext<'p> {
     parent: Option<&'p JsonContext<'p>>,
-    request: Option<RequestRoot<'p>>,
-    /// Top-level names in the order they were set; the last one wins.
-    vars: Vec<(Cow<'static, str>, Slot<'p>)>,
+    scope: Scope<'p>,
+    /// The request's CEL variables, at the root of a request's context:
+    /// converted on first use and shared by every CEL rule evaluated for it.
+    cel: Option<(&'p Request, OnceCell<CelRequest>)>,
     delete: bool,
 }
 
@@ -50,8 +37,8 @@ impl<'p> JsonContext<'p> {
             .unwrap_or_default();
         let mut ctx = JsonContext {
             parent: None,
-            request: Some(RequestRoot::new(req)),
-            vars: Vec::with_capacity(4),
+            scope: Scope::new(Some(("request", Box::new(RequestRoot::new(req)))), 4),
+            cel: Some((req, OnceCell::new())),
             delete: req.operation == "DELETE",
         };
         ctx.set("serviceAccountName", Value::String(sa_name.to_string()));
@@ -72,17 +59,16 @@ impl<'p> JsonContext<'p> {
     /// with no request).
     pub fn from_value(data: Value) -> JsonContext<'static> {
         let delete = data.pointer("/request/operation").and_then(Value::as_str) == Some("DELETE");
-        let vars = match data {
-            Value::Object(m) => m
-                .into_iter()
-                .map(|(k, v)| (Cow::Owned(k), Slot::Own(v)))
-                .collect(),
-            _ => Vec::new(),
-        };
+        let mut scope = Scope::new(None, 0);
+        if let Value::Object(m) = data {
+            for (k, v) in m {
+                scope.set(k, Slot::Own(v));
+            }
+        }
         JsonContext {
             parent: None,
-            request: None,
-            vars,
+            scope,
+            cel: None,
             delete,
         }
     }
@@ -91,8 +77,8 @@ impl<'p> JsonContext<'p> {
     pub fn child(&'p self) -> JsonContext<'p> {
         JsonContext {
             parent: Some(self),
-            request: None,
-            vars: Vec::new(),
+            scope: self.scope.child(),
+            cel: None,
             delete: self.delete,
         }
     }
@@ -103,8 +89,8 @@ impl<'p> JsonContext<'p> {
 
     /// The request's CEL variables, when this context belongs to a request.
     pub fn cel_request(&self) -> Option<&CelRequest> {
-        match (&self.request, self.parent) {
-            (Some(r), _) => Some(r.cel.get_or_init(|| CelRequest::of(r.req))),
+        match (&self.cel, self.parent) {
+            (Some((req, cel)), _) => Some(cel.get_or_init(|| CelRequest::of(req))),
             (None, Some(p)) => p.cel_request(),
             (None, None) => None,
         }
@@ -112,17 +98,17 @@ impl<'p> JsonContext<'p> {
 
     /// The context as one JSON-like value for the JMESPath interpreter.
     pub fn root(&self) -> Val<'_> {
-        Val::Root(self)
+        Val::Scope(&self.scope)
     }
 
     /// Sets a top-level name.
     pub fn set(&mut self, name: impl Into<Cow<'static, str>>, value: Value) {
-        self.vars.push((name.into(), Slot::Own(value)));
+        self.scope.set(name, Slot::Own(value));
     }
 
     /// Sets a top-level name to a value borrowed from an enclosing scope.
     pub fn set_ref(&mut self, name: impl Into<Cow<'static, str>>, value: &'p Value) {
-        self.vars.push((name.into(), Slot::Ref(value)));
+        self.scope.set(name, Slot::Ref(value));
     }
 
     /// Sets a dotted path (`request.object.metadata.name`), creating objects
@@ -132,7 +118,7 @@ impl<'p> JsonContext<'p> {
             self.set(path.to_string(), value);
             return;
         };
-        let mut top = match self.field(first) {
+        let mut top = match self.scope.field(first) {
             Some(v) => v.into_owned(),
             None => Value::Object(Map::new()),
         };
@@ -153,40 +139,12 @@ impl<'p> JsonContext<'p> {
 
     /// A top-level value that is plain JSON (not the request view).
     pub fn get(&self, name: &str) -> Option<&Value> {
-        match self.vars.iter().rev().find(|(k, _)| k == name) {
-            Some((_, slot)) => Some(slot.get()),
-            None if self.request.is_some() && name == "request" => None,
-            None => self.parent.and_then(|p| p.get(name)),
-        }
-    }
-}
-
-impl Root for JsonContext<'_> {
-    fn field(&self, name: &str) -> Option<Val<'_>> {
-        if let Some((_, slot)) = self.vars.iter().rev().find(|(k, _)| k == name) {
-            return Some(Val::Ref(slot.get()));
-        }
-        if let Some(r) = &self.request
-            && name == "request"
-        {
-            return Some(Val::Root(r));
-        }
-        self.parent.and_then(|p| p.field(name))
+        self.scope.get(name)
     }
 
-    fn to_value(&self) -> Value {
-        let mut out = match self.parent {
-            Some(p) => p.to_value(),
-            None => Value::Object(Map::new()),
-        };
-        let m = out.as_object_mut().expect("context is an object");
-        if let Some(r) = &self.request {
-            m.insert("request".into(), r.to_value());
-        }
-        for (k, slot) in &self.vars {
-            m.insert(k.to_string(), slot.get().clone());
-        }
-        out
+    /// The whole context as one JSON object.
+    pub fn to_value(&self) -> Value {
+        self.scope.to_value()
     }
 }
 
@@ -197,9 +155,6 @@ struct RequestRoot<'r> {
     req: &'r Request,
     operation: Value,
     rest: OnceCell<Map<String, Value>>,
-    /// The request as CEL variables, converted on first use and shared by
-    /// every CEL rule evaluated for it.
-    cel: OnceCell<CelRequest>,
 }
 
 impl<'r> RequestRoot<'r> {
@@ -208,7 +163,6 @@ impl<'r> RequestRoot<'r> {
             req,
             operation: Value::String(req.operation.clone()),
             rest: OnceCell::new(),
-            cel: OnceCell::new(),
         }
     }
 

@@ -109,32 +109,32 @@ impl Path<'_> {
     /// often on the hot path (failed conditions, anyPattern alternatives)
     /// and `fmt` recursion costs several times more.
     fn render(&self) -> String {
-        let mut segs: Vec<Seg> = Vec::with_capacity(8);
-        let mut cur = Some(self);
-        while let Some(p) = cur {
-            if let Some(seg) = p.seg {
-                segs.push(seg);
-            }
-            cur = p.parent;
-        }
-        let len = segs
-            .iter()
-            .map(|s| match s {
-                Seg::Key(k) => k.len() + 1,
-                Seg::Index(_) => 21,
-            })
-            .sum::<usize>();
-        let mut out = String::with_capacity(len + 1);
+        let mut out = String::with_capacity(self.rendered_len());
         out.push('/');
-        let mut digits = [0u8; 20];
-        for seg in segs.iter().rev() {
-            match seg {
-                Seg::Key(k) => out.push_str(k),
-                Seg::Index(i) => out.push_str(format_index(*i, &mut digits)),
-            }
-            out.push('/');
-        }
+        self.write(&mut out, &mut [0u8; 20]);
         out
+    }
+
+    fn rendered_len(&self) -> usize {
+        let own = match self.seg {
+            Some(Seg::Key(k)) => k.len() + 1,
+            Some(Seg::Index(_)) => 4,
+            None => 1,
+        };
+        own + self.parent.map_or(0, Path::rendered_len)
+    }
+
+    /// Appends the segments from the root down, each followed by `/`.
+    fn write(&self, out: &mut String, digits: &mut [u8; 20]) {
+        if let Some(p) = self.parent {
+            p.write(out, digits);
+        }
+        match self.seg {
+            Some(Seg::Key(k)) => out.push_str(k),
+            Some(Seg::Index(i)) => out.push_str(format_index(i, digits)),
+            None => return,
+        }
+        out.push('/');
     }
 }
 

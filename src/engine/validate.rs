@@ -359,17 +359,20 @@ impl<'p> RuleValidator<'_, 'p> {
         RuleResponse::new(self.rule, status, message)
     }
 
-    fn message(&self, ctx: &JsonContext) -> Result<Option<String>, String> {
+    fn message(&self, ctx: &JsonContext) -> Result<Option<Cow<'_, str>>, String> {
         let Some(m) = &self.v.message else {
             return Ok(None);
         };
+        if !self.v.message_has_variables {
+            return Ok(Some(Cow::Borrowed(m)));
+        }
         let sub = Substituter {
             ctx,
             exprs: self.exprs,
             on_error: OnError::Fail,
         };
         match sub.string(m) {
-            Ok(Value::String(s)) => Ok(Some(s)),
+            Ok(Value::String(s)) => Ok(Some(Cow::Owned(s))),
             Ok(_) => Ok(Some(
                 "the produced message didn't resolve to a string, check your policy definition."
                     .into(),
@@ -381,7 +384,7 @@ impl<'p> RuleValidator<'_, 'p> {
     fn error_message(&self, ctx: &JsonContext, detail: &str, path: &str) -> String {
         let msg = match self.message(ctx) {
             Ok(Some(m)) => m,
-            Ok(None) => String::new(),
+            Ok(None) => Cow::Borrowed(""),
             Err(e) => return e,
         };
         // Built in one buffer: this runs for every failing rule.
@@ -423,7 +426,7 @@ impl<'p> RuleValidator<'_, 'p> {
                 Ok((false, _)) => self.respond(RuleStatus::Pass, self.pass),
                 Ok((true, _)) => {
                     let msg = match self.message(ctx) {
-                        Ok(Some(m)) if !m.is_empty() => m,
+                        Ok(Some(m)) if !m.is_empty() => m.into_owned(),
                         Ok(_) => ["validation error: rule ", self.rule, " failed"].concat(),
                         Err(e) => e,
                     };

@@ -147,10 +147,11 @@ impl Template {
                 };
                 match (expr.resolve_val(sub.ctx.root()), sub.on_error) {
                     // A string result may itself hold variables: substitute it fully.
-                    (Ok(Val::Ref(Value::String(s))), _) if s.contains("{{") => {
-                        sub.value(raw).map(Cow::Owned)
-                    }
-                    (Ok(Val::Own(Value::String(s))), _) if s.contains("{{") => {
+                    (Ok(v), _)
+                        if v.as_json()
+                            .and_then(Value::as_str)
+                            .is_some_and(|s| s.contains("{{")) =>
+                    {
                         sub.value(raw).map(Cow::Owned)
                     }
                     (Ok(v), _) => Ok(v.into_cow()),

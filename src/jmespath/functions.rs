@@ -130,7 +130,7 @@ pub fn call<'a>(name: &str, args: &[Ast], cur: Val<'a>) -> R {
         if let Ast::ExpRef(_) = a {
             return err(format!("{name}() does not take an expression reference"));
         }
-        vals.push(eval(a, cur.clone())?.into_cow());
+        vals.push(eval(a, cur.clone()).map_err(|e| *e)?.into_cow());
     }
     let n = args.len();
     let check = |want: usize| arity(name, args, want);
@@ -685,11 +685,15 @@ fn call_with_expref(name: &str, args: &[Ast], cur: Val<'_>) -> R {
     let Ast::ExpRef(expr) = expr else {
         return err(format!("{name}() expects an expression reference (&expr)"));
     };
-    let list = eval(list_arg, cur)?.into_owned();
+    let list = eval(list_arg, cur).map_err(|e| *e)?.into_owned();
     let items = want_arr(name, &list)?;
     let keyed: Vec<(Value, &Value)> = items
         .iter()
-        .map(|x| eval(expr, Val::Ref(x)).map(|k| (k.into_owned(), x)))
+        .map(|x| {
+            eval(expr, Val::Ref(x))
+                .map(|k| (k.into_owned(), x))
+                .map_err(|e| *e)
+        })
         .collect::<Result<_, _>>()?;
     match name {
         "map" => Ok(Value::Array(keyed.into_iter().map(|(k, _)| k).collect())),

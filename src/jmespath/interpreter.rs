@@ -13,14 +13,22 @@ use std::cmp::Ordering;
 /// A value during evaluation: borrowed from the input, computed, or a list
 /// of either that is only turned into JSON when something needs it (so
 /// projections over a large object copy nothing they do not return).
+///
+/// Kept to two words (every payload is one pointer) so that it, and the
+/// `Result` of each evaluation step, travel in registers: a wider enum is
+/// returned through memory and re-read at every step of the recursion.
 #[derive(Debug, Clone)]
 pub enum Val<'a> {
     Ref(&'a Value),
-    Own(Value),
-    List(Vec<Val<'a>>),
-    /// An object whose fields are looked up on demand (the policy engine's
-    /// layered context); turned into JSON only when used as a whole.
-    Root(&'a (dyn Root + 'a)),
+    Own(Box<Value>),
+    List(Box<Vec<Val<'a>>>),
+    /// The policy engine's layered context, whose fields are looked up on
+    /// demand; turned into JSON only when used as a whole.
+    Scope(&'a Scope<'a>),
+    /// An object of the scope that is likewise served field by field. A
+    /// reference to the box, not to the object, to stay one word wide.
+    #[allow(clippy::borrowed_box)]
+    Lazy(&'a Box<dyn Root + 'a>),
 }
 
 /// An object served field by field instead of as one JSON value, so that a
@@ -37,26 +45,54 @@ impl std::fmt::Debug for dyn Root + '_ {
     }
 }
 
+/// What one evaluation step gives; the error is boxed to keep the result
+/// two words wide.
+pub type Eval<'a> = Result<Val<'a>, Box<JmesError>>;
+
 pub static NULL: Value = Value::Null;
+static TRUE: Value = Value::Bool(true);
+static FALSE: Value = Value::Bool(false);
 
 pub fn null<'a>() -> Val<'a> {
     Val::Ref(&NULL)
 }
 
+fn boolean<'a>(b: bool) -> Val<'a> {
+    Val::Ref(if b { &TRUE } else { &FALSE })
+}
+
 impl<'a> Val<'a> {
-    pub fn is_null(&self) -> bool {
-        match self {
-            Val::Ref(v) => v.is_null(),
-            Val::Own(v) => v.is_null(),
-            Val::List(_) | Val::Root(_) => false,
+    /// A computed value; null and booleans need no allocation.
+    pub fn own(v: Value) -> Val<'a> {
+        match v {
+            Value::Null => null(),
+            Value::Bool(b) => boolean(b),
+            other => Val::Own(Box::new(other)),
         }
     }
 
+    pub fn list(items: Vec<Val<'a>>) -> Val<'a> {
+        Val::List(Box::new(items))
+    }
+
+    /// The value when it is plain JSON (not a list or a scope).
+    pub fn as_json(&self) -> Option<&Value> {
+        match self {
+            Val::Ref(v) => Some(v),
+            Val::Own(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.as_json().is_some_and(Value::is_null)
+    }
+
     pub fn is_array(&self) -> bool {
-        matches!(
-            self,
-            Val::Ref(Value::Array(_)) | Val::Own(Value::Array(_)) | Val::List(_)
-        )
+        match self {
+            Val::List(_) => true,
+            other => other.as_json().is_some_and(Value::is_array),
+        }
     }
 
     fn truthy(&self) -> bool {
@@ -64,7 +100,8 @@ impl<'a> Val<'a> {
             Val::Ref(v) => is_truthy(v),
             Val::Own(v) => is_truthy(v),
             Val::List(items) => !items.is_empty(),
-            Val::Root(r) => is_truthy(&r.to_value()),
+            Val::Scope(s) => is_truthy(&s.to_value()),
+            Val::Lazy(r) => is_truthy(&r.to_value()),
         }
     }
 
@@ -72,11 +109,12 @@ impl<'a> Val<'a> {
     pub fn into_cow(self) -> Cow<'a, Value> {
         match self {
             Val::Ref(v) => Cow::Borrowed(v),
-            Val::Own(v) => Cow::Owned(v),
+            Val::Own(v) => Cow::Owned(*v),
             Val::List(items) => Cow::Owned(Value::Array(
                 items.into_iter().map(Val::into_owned).collect(),
             )),
-            Val::Root(r) => Cow::Owned(r.to_value()),
+            Val::Scope(s) => Cow::Owned(s.to_value()),
+            Val::Lazy(r) => Cow::Owned(r.to_value()),
         }
     }
 
@@ -88,8 +126,11 @@ impl<'a> Val<'a> {
     pub fn into_elements(self) -> Option<Vec<Val<'a>>> {
         match self {
             Val::Ref(Value::Array(a)) => Some(a.iter().map(Val::Ref).collect()),
-            Val::Own(Value::Array(a)) => Some(a.into_iter().map(Val::Own).collect()),
-            Val::List(items) => Some(items),
+            Val::Own(v) => match *v {
+                Value::Array(a) => Some(a.into_iter().map(Val::own).collect()),
+                _ => None,
+            },
+            Val::List(items) => Some(*items),
             _ => None,
         }
     }
@@ -98,8 +139,12 @@ impl<'a> Val<'a> {
     fn into_values(self) -> Option<Vec<Val<'a>>> {
         match self {
             Val::Ref(Value::Object(m)) => Some(m.values().map(Val::Ref).collect()),
-            Val::Own(Value::Object(m)) => Some(m.into_iter().map(|(_, v)| Val::Own(v)).collect()),
-            Val::Root(r) => Val::Own(r.to_value()).into_values(),
+            Val::Own(v) => match *v {
+                Value::Object(m) => Some(m.into_iter().map(|(_, v)| Val::own(v)).collect()),
+                _ => None,
+            },
+            Val::Scope(s) => Val::own(s.to_value()).into_values(),
+            Val::Lazy(r) => Val::own(r.to_value()).into_values(),
             _ => None,
         }
     }
@@ -107,10 +152,110 @@ impl<'a> Val<'a> {
     fn field(self, key: &str) -> Val<'a> {
         match self {
             Val::Ref(Value::Object(m)) => m.get(key).map(Val::Ref).unwrap_or_else(null),
-            Val::Own(Value::Object(mut m)) => m.remove(key).map(Val::Own).unwrap_or_else(null),
-            Val::Root(r) => r.field(key).unwrap_or_else(null),
+            Val::Own(v) => match *v {
+                Value::Object(mut m) => m.remove(key).map(Val::own).unwrap_or_else(null),
+                _ => null(),
+            },
+            Val::Scope(s) => s.field(key).unwrap_or_else(null),
+            Val::Lazy(r) => r.field(key).unwrap_or_else(null),
             _ => null(),
         }
+    }
+}
+
+/// A layered scope of named values: the policy engine's JSON context. A
+/// rule or a foreach element gets a child scope over its parent, so
+/// leaving a scope is dropping it; values may be borrowed from the request
+/// or an enclosing scope, and one object (the admission request) may be
+/// served field by field.
+pub struct Scope<'p> {
+    parent: Option<&'p Scope<'p>>,
+    lazy: Option<(&'static str, Box<dyn Root + 'p>)>,
+    /// Names in the order they were set; the last one wins.
+    vars: Vec<(Cow<'static, str>, Slot<'p>)>,
+}
+
+/// A value in a scope: borrowed from the request (or an enclosing scope)
+/// or computed.
+#[derive(Debug)]
+pub enum Slot<'p> {
+    Ref(&'p Value),
+    Own(Value),
+}
+
+impl Slot<'_> {
+    pub fn get(&self) -> &Value {
+        match self {
+            Slot::Ref(v) => v,
+            Slot::Own(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scope({})", self.to_value())
+    }
+}
+
+impl<'p> Scope<'p> {
+    /// A root scope; `lazy` is an object served field by field under its name.
+    pub fn new(lazy: Option<(&'static str, Box<dyn Root + 'p>)>, capacity: usize) -> Scope<'p> {
+        Scope {
+            parent: None,
+            lazy,
+            vars: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// A scope over this one: what is set in it is gone when it is dropped.
+    pub fn child(&'p self) -> Scope<'p> {
+        Scope {
+            parent: Some(self),
+            lazy: None,
+            vars: Vec::new(),
+        }
+    }
+
+    pub fn set(&mut self, name: impl Into<Cow<'static, str>>, value: Slot<'p>) {
+        self.vars.push((name.into(), value));
+    }
+
+    /// A value that is plain JSON (not the lazy object) by name.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        match self.vars.iter().rev().find(|(k, _)| k == name) {
+            Some((_, slot)) => Some(slot.get()),
+            None if self.lazy.as_ref().is_some_and(|(k, _)| *k == name) => None,
+            None => self.parent.and_then(|p| p.get(name)),
+        }
+    }
+
+    pub fn field(&self, name: &str) -> Option<Val<'_>> {
+        if let Some((_, slot)) = self.vars.iter().rev().find(|(k, _)| k == name) {
+            return Some(Val::Ref(slot.get()));
+        }
+        if let Some((k, r)) = &self.lazy
+            && *k == name
+        {
+            return Some(Val::Lazy(r));
+        }
+        self.parent.and_then(|p| p.field(name))
+    }
+
+    /// The whole scope as one JSON object.
+    pub fn to_value(&self) -> Value {
+        let mut out = match self.parent {
+            Some(p) => p.to_value(),
+            None => Value::Object(serde_json::Map::new()),
+        };
+        let m = out.as_object_mut().expect("a scope is an object");
+        if let Some((k, r)) = &self.lazy {
+            m.insert(k.to_string(), r.to_value());
+        }
+        for (k, slot) in &self.vars {
+            m.insert(k.to_string(), slot.get().clone());
+        }
+        out
     }
 }
 
@@ -138,7 +283,7 @@ pub fn number(f: f64) -> Value {
 }
 
 /// Evaluates `ast` against `cur`.
-pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
+pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
     Ok(match ast {
         Ast::Identity | Ast::Current => cur,
         Ast::Field(k) => cur.field(k),
@@ -166,7 +311,7 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             None => null(),
         },
         Ast::Slice(start, stop, step) => match cur.into_elements() {
-            Some(items) => Val::List(slice(items, *start, *stop, *step)),
+            Some(items) => Val::list(slice(items, *start, *stop, *step)),
             None => null(),
         },
         Ast::Projection(l, r) => match eval(l, cur)?.into_elements() {
@@ -189,7 +334,7 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
                         }
                     }
                 }
-                Val::List(out)
+                Val::list(out)
             }
             None => null(),
         },
@@ -197,18 +342,17 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             Some(items) => {
                 let mut out = Vec::with_capacity(items.len());
                 for item in items {
-                    match item {
-                        Val::Ref(Value::Array(_)) | Val::Own(Value::Array(_)) | Val::List(_) => {
-                            out.extend(item.into_elements().unwrap_or_default())
-                        }
-                        other => out.push(other),
+                    if item.is_array() {
+                        out.extend(item.into_elements().unwrap_or_default());
+                    } else {
+                        out.push(item);
                     }
                 }
-                Val::List(out)
+                Val::list(out)
             }
             None => null(),
         },
-        Ast::Literal(v) => Val::Own(v.clone()),
+        Ast::Literal(v) => Val::own(v.clone()),
         Ast::MultiSelectList(items) => {
             if cur.is_null() {
                 return Ok(null());
@@ -217,7 +361,7 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             for item in items {
                 out.push(eval(item, cur.clone())?);
             }
-            Val::List(out)
+            Val::list(out)
         }
         Ast::MultiSelectHash(pairs) => {
             if cur.is_null() {
@@ -227,12 +371,12 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             for (k, item) in pairs {
                 out.insert(k.clone(), eval(item, cur.clone())?.into_owned());
             }
-            Val::Own(Value::Object(out))
+            Val::own(Value::Object(out))
         }
         Ast::Comparator(op, l, r) => {
             let left = eval(l, cur.clone())?.into_cow();
             let right = eval(r, cur)?.into_cow();
-            Val::Own(compare(*op, &left, &right))
+            Val::own(compare(*op, &left, &right))
         }
         Ast::Or(l, r) => {
             let left = eval(l, cur.clone())?;
@@ -242,16 +386,16 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Result<Val<'a>, JmesError> {
             let left = eval(l, cur.clone())?;
             if left.truthy() { eval(r, cur)? } else { left }
         }
-        Ast::Not(inner) => Val::Own(Value::Bool(!eval(inner, cur)?.truthy())),
+        Ast::Not(inner) => boolean(!eval(inner, cur)?.truthy()),
         Ast::Pipe(l, r) => {
             let left = eval(l, cur)?;
             eval(r, left)?
         }
-        Ast::Function(name, args) => Val::Own(functions::call(name, args, cur)?),
+        Ast::Function(name, args) => Val::own(functions::call(name, args, cur)?),
         Ast::ExpRef(_) => {
-            return Err(JmesError::Runtime(
+            return Err(Box::new(JmesError::Runtime(
                 "expression reference outside a function argument".into(),
-            ));
+            )));
         }
     })
 }
@@ -266,7 +410,7 @@ fn project<'a>(items: Vec<Val<'a>>, rhs: &Ast) -> Val<'a> {
             out.push(v);
         }
     }
-    Val::List(out)
+    Val::list(out)
 }
 
 fn compare(op: Cmp, l: &Value, r: &Value) -> Value {
@@ -346,7 +490,8 @@ pub fn missing_key(ast: &Ast, root: Val) -> Option<String> {
     fn step<'v>(k: &str, cur: Val<'v>) -> Result<Val<'v>, String> {
         match cur {
             Val::Ref(Value::Object(m)) => m.get(k).map(Val::Ref).ok_or_else(|| k.to_string()),
-            Val::Root(r) => r.field(k).ok_or_else(|| k.to_string()),
+            Val::Scope(s) => s.field(k).ok_or_else(|| k.to_string()),
+            Val::Lazy(r) => r.field(k).ok_or_else(|| k.to_string()),
             _ => Ok(null()),
         }
     }

@@ -267,6 +267,8 @@ pub enum ValidateCheck {
 pub struct ValidateRule {
     pub failure_action: FailureAction,
     pub message: Option<String>,
+    /// Whether `message` holds `{{ }}` and must be substituted per request.
+    pub message_has_variables: bool,
     pub allow_existing_violations: bool,
     pub check: ValidateCheck,
 }
@@ -587,6 +589,7 @@ fn compile_validation(
             .map(FailureAction::parse)
             .unwrap_or(policy_action),
         message: v.message.clone(),
+        message_has_variables: v.message.as_deref().is_some_and(|m| m.contains("{{")),
         allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
         check,
     }))

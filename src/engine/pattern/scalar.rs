@@ -21,6 +21,8 @@ enum Op {
 #[derive(Debug, Clone)]
 struct Operand {
     text: String,
+    /// Whether `text` holds `*` or `?`; without, a string compares by equality.
+    wildcard: bool,
     numeric: bool,
     duration: Option<Duration>,
     quantity: Option<Quantity>,
@@ -42,6 +44,7 @@ impl Operand {
                 None
             },
             numeric,
+            wildcard: wildcard::has_wildcard(&text),
             text,
         }
     }
@@ -225,7 +228,7 @@ fn compare(value: &Value, operand: &Operand, op: Op) -> bool {
     if operand.numeric {
         number_compare(value, operand, op)
     } else {
-        string_compare(value, &operand.text, op)
+        string_compare(value, operand, op)
     }
 }
 
@@ -240,11 +243,14 @@ fn go_float_e(f: f64) -> String {
     format!("{mant}E{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
 }
 
-fn string_compare(value: &Value, pattern: &str, op: Op) -> bool {
+fn string_compare(value: &Value, operand: &Operand, op: Op) -> bool {
     if op != Op::Equal && op != Op::NotEqual {
         return false;
     }
+    let pattern = operand.text.as_str();
     let matched = match value {
+        Value::String(s) if !operand.wildcard => pattern == s,
+        Value::Bool(b) if !operand.wildcard => pattern == if *b { "true" } else { "false" },
         Value::String(s) => wildcard::matches(pattern, s),
         Value::Number(n) => wildcard::matches(pattern, &go_float_e(n.as_f64().unwrap_or(0.0))),
         Value::Bool(b) => wildcard::matches(pattern, if *b { "true" } else { "false" }),
@@ -265,7 +271,7 @@ fn number_compare(value: &Value, operand: &Operand, op: Op) -> bool {
         // as a duration (no unit), so compare it as a quantity directly.
         Value::Number(n) if n.is_i64() || n.is_u64() => {
             let Some(p) = operand.quantity else {
-                return string_compare(value, &operand.text, op);
+                return string_compare(value, operand, op);
             };
             return order_holds(n.as_f64().unwrap_or(0.0).partial_cmp(&p.value), op);
         }
@@ -274,7 +280,7 @@ fn number_compare(value: &Value, operand: &Operand, op: Op) -> bool {
             owned.as_str()
         }
         Value::String(s) => s.as_str(),
-        Value::Bool(_) => return string_compare(value, &operand.text, op),
+        Value::Bool(_) => return string_compare(value, operand, op),
         _ => return false,
     };
     let ord = if let (Some(p), Some(v)) = (operand.duration, Duration::parse(text)) {
@@ -282,7 +288,7 @@ fn number_compare(value: &Value, operand: &Operand, op: Op) -> bool {
     } else if let (Some(p), Some(v)) = (operand.quantity, Quantity::parse(text)) {
         v.value.partial_cmp(&p.value)
     } else {
-        return string_compare(value, &operand.text, op);
+        return string_compare(value, operand, op);
     };
     order_holds(ord, op)
 }
