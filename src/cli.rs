@@ -223,6 +223,10 @@ pub struct ApplyArgs {
     /// directory (one file each).
     #[arg(short = 'o', long = "output")]
     pub output: Option<PathBuf>,
+    /// Params of parameterised CEL policies (validate.cel paramKind,
+    /// ValidatingAdmissionPolicy and MutatingAdmissionPolicy bindings).
+    #[arg(long = "parameter-resource")]
+    pub parameter_resources: Vec<PathBuf>,
 }
 
 /// Runs the command line; returns the process exit code.

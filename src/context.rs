@@ -73,6 +73,180 @@ pub trait Resolver: Send + Sync {
     fn image_metadata(&self, _image: &str) -> Result<Option<Value>, ResolveError> {
         Ok(None)
     }
+    /// Whether [`Resolver::resource`] and [`Resolver::resources`] see every
+    /// object there is, so that "not found" means not there. Policy params
+    /// are looked up only from such sources: elsewhere a missing param
+    /// would silently let requests through.
+    fn serves_objects(&self) -> bool {
+        false
+    }
+    /// Whether objects of `kind` live in namespaces (a paramKind's scope).
+    fn is_namespaced(&self, _api_version: &str, kind: &str) -> bool {
+        !is_cluster_scoped(kind)
+    }
+}
+
+/// Built-in (and common add-on) cluster-scoped kinds; any other kind is
+/// taken as namespaced.
+const CLUSTER_SCOPED: &[&str] = &[
+    "APIService",
+    "CertificateSigningRequest",
+    "ClusterCleanupPolicy",
+    "ClusterIssuer",
+    "ClusterPolicy",
+    "ClusterPolicyReport",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ComponentStatus",
+    "CSIDriver",
+    "CSINode",
+    "CustomResourceDefinition",
+    "FlowSchema",
+    "IngressClass",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+    "MutatingWebhookConfiguration",
+    "Namespace",
+    "Node",
+    "PersistentVolume",
+    "PodSecurityPolicy",
+    "PriorityClass",
+    "PriorityLevelConfiguration",
+    "RuntimeClass",
+    "SelfSubjectAccessReview",
+    "SelfSubjectRulesReview",
+    "StorageClass",
+    "SubjectAccessReview",
+    "TokenReview",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+    "ValidatingWebhookConfiguration",
+    "VolumeAttachment",
+    "ValidatingPolicy",
+    "MutatingPolicy",
+    "GeneratingPolicy",
+    "DeletingPolicy",
+    "ImageValidatingPolicy",
+    "GlobalContextEntry",
+    "ClusterRoleTemplate",
+    "VolumeSnapshotClass",
+    "VolumeSnapshotContent",
+    "ClusterTask",
+    "ClusterSecretStore",
+    "ClusterExternalSecret",
+    "NodePool",
+    "EC2NodeClass",
+    "ClusterPolicyException",
+];
+
+pub fn is_cluster_scoped(kind: &str) -> bool {
+    CLUSTER_SCOPED.contains(&kind)
+}
+
+/// Objects given as files (a test's params and clone sources, `gavel apply
+/// --parameter-resource`): the whole world for an offline run, so "not
+/// found" is an answer.
+#[derive(Debug, Clone, Copy)]
+pub struct Objects<'a>(pub &'a [Value]);
+
+fn identity(o: &Value) -> [&str; 4] {
+    let s = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    [
+        s("/apiVersion"),
+        s("/kind"),
+        s("/metadata/namespace"),
+        s("/metadata/name"),
+    ]
+}
+
+impl Objects<'_> {
+    /// An empty `namespace` finds the object in any namespace.
+    pub fn get(&self, api_version: &str, kind: &str, namespace: &str, name: &str) -> Option<Value> {
+        self.0
+            .iter()
+            .find(|o| {
+                let [a, k, ns, n] = identity(o);
+                a == api_version
+                    && k == kind
+                    && n == name
+                    && (namespace.is_empty() || ns == namespace)
+            })
+            .cloned()
+    }
+
+    pub fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
+        self.0
+            .iter()
+            .filter(|o| {
+                let [a, k, ns, _] = identity(o);
+                a == api_version && k == kind && ns == namespace
+            })
+            .cloned()
+            .collect()
+    }
+
+    /// Known kinds by the built-in table; others by the files themselves:
+    /// namespaced when an object of the kind names a namespace.
+    pub fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
+        let mut of_kind = self
+            .0
+            .iter()
+            .map(identity)
+            .filter(|[a, k, _, _]| *a == api_version && *k == kind);
+        match of_kind.next() {
+            Some(first) => !first[2].is_empty() || of_kind.any(|[_, _, ns, _]| !ns.is_empty()),
+            None => !is_cluster_scoped(kind),
+        }
+    }
+
+    pub fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        crate::patch::schema::kind_for_resource(api_version, resource)
+            .map(str::to_string)
+            .or_else(|| {
+                self.0.iter().map(identity).find_map(|[a, k, _, _]| {
+                    (a == api_version && crate::engine::cel::plural_of(k) == resource)
+                        .then(|| k.to_string())
+                })
+            })
+    }
+}
+
+impl Resolver for Objects<'_> {
+    fn config_map(&self, _: &str, _: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
+    fn api_call(&self, _: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
+    fn global_context(&self, _: &str) -> Result<Option<Arc<Value>>, ResolveError> {
+        Ok(None)
+    }
+    fn resource(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ResolveError> {
+        Ok(self.get(api_version, kind, namespace, name))
+    }
+    fn resources(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, ResolveError> {
+        Ok(self.list(api_version, kind, namespace))
+    }
+    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        Objects::kind_for_resource(self, api_version, resource)
+    }
+    fn serves_objects(&self) -> bool {
+        true
+    }
+    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
+        Objects::is_namespaced(self, api_version, kind)
+    }
 }
 
 /// A resolver with no sources at all.

@@ -313,7 +313,8 @@ async fn run(opts: ServeOptions) -> Result<()> {
                     debounce: cluster.debounce,
                 },
             );
-            let stores = Stores::start(informers, &cluster.stores);
+            let cel_kinds = crate::cluster::stores::discover_cel_policy_kinds(&informers).await;
+            let stores = Stores::start(informers, &cluster.stores, cel_kinds);
             let view = Arc::new(ResolverChain {
                 service: crate::context::service::ServiceClient::new(
                     cluster.fallback_cache.max_response_bytes,

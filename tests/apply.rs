@@ -1,7 +1,7 @@
 //! `gavel apply` with every policy kind: the counts, the exit code and the
 //! mutated and generated resources it prints.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn temp_dir(name: &str) -> PathBuf {
@@ -97,4 +97,48 @@ fn cel_policy_kinds_are_applied() {
     // auditAnnotations are the report result's properties.
     let (_, out) = apply_with(&dir, &pod("web", "nginx:latest"), &["--policy-report"]);
     assert!(out.contains("images: nginx:latest"), "{out}");
+}
+
+/// `--parameter-resource` supplies the params of parameterised policies;
+/// without it a param that must exist is an error, never a silent pass.
+#[test]
+fn parameter_resources_feed_parameterised_policies() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tests/policy-params");
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_gavel"))
+            .args(["apply", "policies.yaml", "--resource", "resources.yaml"])
+            .args(extra)
+            .current_dir(&example)
+            .output()
+            .unwrap();
+        (
+            out.status.code().unwrap_or(-1),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, out) = run(&["--parameter-resource", "params.yaml"]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("pass: 4, fail: 3, warn: 0, error: 1"), "{out}");
+    assert!(out.contains("at most 5 replicas (prod-limit)"), "{out}");
+    assert!(out.contains("at most 2 replicas (dev-limit-b)"), "{out}");
+    // The staging default came from the param.
+    assert!(out.contains("replicas: 2"), "{out}");
+
+    // The report: validation results only (not the mutation), with the
+    // validate.cel auditAnnotations as properties, and its own summary.
+    let (_, out) = run(&["--parameter-resource", "params.yaml", "--policy-report"]);
+    assert!(out.contains("registry: ghcr.io/team-a/"), "{out}");
+    assert!(!out.contains("rule: staging-replicas"), "{out}");
+    let start = out.find("apiVersion: wgpolicyk8s.io").expect("a report");
+    let report: serde_json::Value =
+        serde_saphyr::from_str(out[start..].split("\npass: ").next().unwrap()).unwrap();
+    assert_eq!(
+        report["summary"],
+        serde_json::json!({"pass": 3, "fail": 3, "warn": 0, "error": 1, "skip": 0})
+    );
+
+    let (code, out) = run(&[]);
+    assert_eq!(code, 1, "{out}");
+    assert!(out.contains("pass: 2, fail: 0, warn: 0, error: 6"), "{out}");
+    assert!(out.contains("no params found"), "{out}");
 }

@@ -1264,3 +1264,115 @@ fn stores_at_scale() {
         "RSS {rss} > 1.5 x raw {raw}"
     );
 }
+
+/// The CRD of a policies.kyverno.io kind, served at v1alpha1.
+fn cel_policy_crd(kind: &str, plural: &str, namespaced: bool) -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": format!("{plural}.policies.kyverno.io")},
+        "spec": {
+            "group": "policies.kyverno.io",
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase()},
+            "versions": [{"name": "v1alpha1", "served": true, "storage": true,
+                          "subresources": {"status": {}}}],
+        },
+    })
+}
+
+/// With Kyverno's CEL CRDs installed, ValidatingPolicies and
+/// MutatingPolicies are watched and served from the same snapshot as the
+/// ClusterPolicies; an invalid one is rejected and counted.
+#[test]
+fn cel_policy_kinds_are_watched() {
+    let server = TestApiServer::start();
+    for (kind, plural, namespaced) in [
+        ("ValidatingPolicy", "validatingpolicies", false),
+        (
+            "NamespacedValidatingPolicy",
+            "namespacedvalidatingpolicies",
+            true,
+        ),
+        ("MutatingPolicy", "mutatingpolicies", false),
+        (
+            "NamespacedMutatingPolicy",
+            "namespacedmutatingpolicies",
+            true,
+        ),
+    ] {
+        server.put(cel_policy_crd(kind, plural, namespaced));
+    }
+    let dir = temp_dir("cluster-cel-kinds");
+    let gavel = gavel_in_cluster(&server, &dir);
+    assert!(!denies_violating_pod(&gavel), "no policies yet");
+
+    let vpol = json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1",
+        "kind": "ValidatingPolicy",
+        "metadata": {"name": "no-host-network"},
+        "spec": {
+            "validationActions": ["Deny"],
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"], "resources": ["pods"]}]},
+            "validations": [{"expression": "!object.spec.?hostNetwork.orValue(false)",
+                             "message": "host networking is not allowed"}],
+        },
+    });
+    server.put(vpol.clone());
+    eventually(
+        "the ValidatingPolicy to be enforced",
+        Duration::from_secs(10),
+        || denies_violating_pod(&gavel),
+    );
+    let (_, body) = gavel.post("/validate", &examples().join("reviews/pod-violating.json"));
+    let message = response(&body)["status"]["message"].to_string();
+    assert!(
+        message.contains("host networking is not allowed"),
+        "{message}"
+    );
+
+    server.put(json!({
+        "apiVersion": "policies.kyverno.io/v1alpha1",
+        "kind": "MutatingPolicy",
+        "metadata": {"name": "always-pull"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["CREATE"], "resources": ["pods"]}]},
+            "mutations": [{"patchType": "ApplyConfiguration", "applyConfiguration": {
+                "expression": "Object{spec: Object.spec{containers: object.spec.containers.map(c, Object.spec.containers{name: c.name, imagePullPolicy: 'Always'})}}"}}],
+        },
+    }));
+    eventually(
+        "the MutatingPolicy to patch",
+        Duration::from_secs(10),
+        || {
+            let (_, body) = gavel.post("/mutate", &examples().join("reviews/pod-compliant.json"));
+            response(&body)["patchType"] == "JSONPatch"
+        },
+    );
+
+    // A broken edit is rejected; the previous version stays in force.
+    let mut broken = vpol.clone();
+    broken["spec"]["validations"][0]["expression"] = json!("object.spec.(");
+    server.put(broken);
+    eventually(
+        "the rejection to be counted",
+        Duration::from_secs(10),
+        || gavel.metric("gavel_policies_rejected_total") == 1.0,
+    );
+    assert!(denies_violating_pod(&gavel), "the previous version stays");
+    assert_eq!(gavel.metric("gavel_policies"), 2.0);
+
+    server.delete(
+        "policies.kyverno.io/v1alpha1",
+        "ValidatingPolicy",
+        "",
+        "no-host-network",
+    );
+    eventually(
+        "the ValidatingPolicy to be gone",
+        Duration::from_secs(10),
+        || !denies_violating_pod(&gavel),
+    );
+}

@@ -101,4 +101,24 @@ fn changed_expectations_fail_with_a_resource_diff() {
         ),
         ["Resource diff", "Resource diff"]
     );
+    // Params: a higher limit in the param lets the big Deployment through,
+    // and another default changes the mutation.
+    assert_eq!(
+        with_edited(
+            "policy-params",
+            "params.yaml",
+            "maxReplicas: 5",
+            "maxReplicas: 9"
+        ),
+        ["Want fail, got pass"]
+    );
+    assert_eq!(
+        with_edited(
+            "policy-params",
+            "params.yaml",
+            "defaultReplicas: 2",
+            "defaultReplicas: 3"
+        ),
+        ["Resource diff"]
+    );
 }

@@ -336,4 +336,24 @@ spec:
     // The Ignore routes hold neither (both default to failurePolicy Fail).
     let (_, body) = server.post("/validate/ignore", &violating);
     assert_eq!(response(&body)["allowed"], true, "{body}");
+
+    // Their results are counted under Kyverno's metric, one rule each
+    // named after the policy.
+    let vpol = [
+        "policy_name=\"no-host-network\"",
+        "rule_name=\"no-host-network\"",
+        "policy_type=\"cluster\"",
+        "policy_validation_mode=\"enforce\"",
+        "rule_type=\"validate\"",
+    ];
+    for result in ["rule_result=\"fail\"", "rule_result=\"pass\""] {
+        let series = [&vpol[..], &[result]].concat();
+        assert_eq!(server.series("kyverno_policy_results_total", &series), 1.0);
+    }
+    let mpol = [
+        "policy_name=\"always-pull\"",
+        "rule_type=\"mutate\"",
+        "rule_result=\"pass\"",
+    ];
+    assert_eq!(server.series("kyverno_policy_results_total", &mpol), 1.0);
 }

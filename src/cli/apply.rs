@@ -2,16 +2,16 @@
 //! output and exit codes (§16.1).
 
 use super::ApplyArgs;
-use super::resources::load_resources;
+use super::resources::{load_objects_as_written, load_resources};
 use super::values::{PolicyRuleValues, Values};
-use crate::context::NoResolver;
+use crate::context::Objects;
 use crate::engine::cel::{
     CelRequest, evaluate_generating_policy, evaluate_mutating_policy, evaluate_validating_policy,
 };
 use crate::engine::generate::generate_policy;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
-use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
+use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
 use crate::policy::cel_policy::{
     AdmissionDocs, CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy,
     CompiledValidatingPolicy,
@@ -153,6 +153,12 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     for path in &args.resources {
         resources.extend(load_resources(path)?);
     }
+    let mut params = Vec::new();
+    for path in &args.parameter_resources {
+        params.extend(load_objects_as_written(path)?);
+    }
+    // The params are the only objects offline; "not found" is an answer.
+    let resolver = Objects(&params);
     let rule_count: usize = policies.iter().map(|p| p.rules.len()).sum::<usize>()
         + validating.len()
         + admission_mutating.len()
@@ -185,7 +191,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             }
             let rule_values = PolicyRuleValues(values.rules.get(&policy.name));
             let env = EvalEnv {
-                resolver: &NoResolver,
+                resolver: &resolver,
                 exceptions: &exceptions,
                 rule_values: &rule_values,
             };
@@ -199,8 +205,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         // MutatingAdmissionPolicies, each on the previous output.
         for policy in &admission_mutating {
             let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
-            let outcome =
-                evaluate_mutating_policy(policy, &req, &CelRequest::of(&req), &NoResolver);
+            let outcome = evaluate_mutating_policy(policy, &req, &CelRequest::of(&req), &resolver);
             if let Some(patched) = outcome.patched {
                 if patched != resource {
                     print_mutated(outcome.response.policy, &resource, &patched)?;
@@ -218,7 +223,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             let input = CelRequest::of(&req);
             let mut last = None;
             for policy in &mutating {
-                let outcome = evaluate_mutating_policy(policy, &req, &input, &NoResolver);
+                let outcome = evaluate_mutating_policy(policy, &req, &input, &resolver);
                 if let Some(patched) = outcome.patched {
                     if patched != resource {
                         print_mutated(outcome.response.policy, &resource, &patched)?;
@@ -245,7 +250,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         for policy in &policies {
             let rule_values = PolicyRuleValues(values.rules.get(&policy.name));
             let env = EvalEnv {
-                resolver: &NoResolver,
+                resolver: &resolver,
                 exceptions: &exceptions,
                 rule_values: &rule_values,
             };
@@ -262,14 +267,14 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         if !validating.is_empty() || !generating.is_empty() {
             let input = CelRequest::of(&req);
             for policy in &validating {
-                let response = evaluate_validating_policy(policy, &req, &input, &NoResolver);
+                let response = evaluate_validating_policy(policy, &req, &input, &resolver);
                 if !response.rules.is_empty() {
                     let audit = !policy.deny;
                     responses.push((Source::Cel { audit }, response));
                 }
             }
             for policy in &generating {
-                let generated = evaluate_generating_policy(policy, &req, &input, &NoResolver);
+                let generated = evaluate_generating_policy(policy, &req, &input, &resolver);
                 print_generated(&generated, resource, &mut written)?;
                 if !generated.rules.is_empty() {
                     responses.push((Source::Cel { audit: false }, generated));
@@ -306,6 +311,10 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                         status.as_str(),
                         r.message
                     );
+                }
+                // The report holds validation results only, as Kyverno's.
+                if r.rule_type != RuleType::Validation {
+                    continue;
                 }
                 let mut result = json!({
                     "policy": resp.policy,
@@ -350,11 +359,24 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         write_resources(out, &written)?;
     }
     if args.policy_report {
+        // The report's summary counts its own (validation) results.
+        let count = |what: &str| {
+            report_results
+                .iter()
+                .filter(|r| r["result"] == what)
+                .count()
+        };
         let report = json!({
             "apiVersion": "wgpolicyk8s.io/v1alpha2",
             "kind": "ClusterPolicyReport",
             "metadata": {"name": "merged"},
-            "summary": {"pass": pass, "fail": fail, "warn": warn, "error": error, "skip": skip},
+            "summary": {
+                "pass": count("pass"),
+                "fail": count("fail"),
+                "warn": count("warn"),
+                "error": count("error"),
+                "skip": count("skip"),
+            },
             "results": report_results,
         });
         println!("{}", serde_saphyr::to_string(&report)?);

@@ -5,61 +5,7 @@ use crate::policy::load::{LoadError, parse_yaml_documents};
 use serde_json::Value;
 use std::path::Path;
 
-/// Built-in cluster-scoped kinds; any other kind is treated as namespaced.
-const CLUSTER_SCOPED: &[&str] = &[
-    "APIService",
-    "CertificateSigningRequest",
-    "ClusterCleanupPolicy",
-    "ClusterIssuer",
-    "ClusterPolicy",
-    "ClusterPolicyReport",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ComponentStatus",
-    "CSIDriver",
-    "CSINode",
-    "CustomResourceDefinition",
-    "FlowSchema",
-    "IngressClass",
-    "MutatingAdmissionPolicy",
-    "MutatingAdmissionPolicyBinding",
-    "MutatingWebhookConfiguration",
-    "Namespace",
-    "Node",
-    "PersistentVolume",
-    "PodSecurityPolicy",
-    "PriorityClass",
-    "PriorityLevelConfiguration",
-    "RuntimeClass",
-    "SelfSubjectAccessReview",
-    "SelfSubjectRulesReview",
-    "StorageClass",
-    "SubjectAccessReview",
-    "TokenReview",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "ValidatingWebhookConfiguration",
-    "VolumeAttachment",
-    "ValidatingPolicy",
-    "MutatingPolicy",
-    "GeneratingPolicy",
-    "DeletingPolicy",
-    "ImageValidatingPolicy",
-    "GlobalContextEntry",
-    "ClusterRoleTemplate",
-    "VolumeSnapshotClass",
-    "VolumeSnapshotContent",
-    "ClusterTask",
-    "ClusterSecretStore",
-    "ClusterExternalSecret",
-    "NodePool",
-    "EC2NodeClass",
-    "ClusterPolicyException",
-];
-
-pub fn is_cluster_scoped(kind: &str) -> bool {
-    CLUSTER_SCOPED.contains(&kind)
-}
+use crate::context::is_cluster_scoped;
 
 /// Kyverno normalises null maps in resources to `{}`.
 fn normalise(v: &mut Value) {
@@ -74,6 +20,16 @@ fn normalise(v: &mut Value) {
 
 /// Loads resources from `path`, defaulting the namespace of namespaced kinds.
 pub fn load_resources(path: &Path) -> Result<Vec<Value>, LoadError> {
+    load(path, true)
+}
+
+/// Loads objects from `path` with their namespaces as written: for params,
+/// whose kind's scope is read from the files themselves.
+pub fn load_objects_as_written(path: &Path) -> Result<Vec<Value>, LoadError> {
+    load(path, false)
+}
+
+fn load(path: &Path, default_namespaces: bool) -> Result<Vec<Value>, LoadError> {
     let file = path.display().to_string();
     let text = crate::policy::load::read_file(path)?;
     let mut out = Vec::new();
@@ -93,13 +49,17 @@ pub fn load_resources(path: &Path) -> Result<Vec<Value>, LoadError> {
         if kind == "List" {
             if let Some(Value::Array(items)) = doc.get_mut("items").map(Value::take) {
                 for mut item in items {
-                    default_namespace(&mut item);
+                    if default_namespaces {
+                        default_namespace(&mut item);
+                    }
                     out.push(item);
                 }
             }
             continue;
         }
-        default_namespace(&mut doc);
+        if default_namespaces {
+            default_namespace(&mut doc);
+        }
         normalise(&mut doc);
         out.push(doc);
     }

@@ -2,11 +2,11 @@
 //! and result matching and counting exactly as `kyverno test` does
 //! (see kyverno-test-semantics.md §1-§4, §7).
 
-use super::resources::{load_resources, resource_key};
+use super::resources::{load_objects_as_written, load_resources, resource_key};
 use super::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use super::values::{PolicyRuleValues, UserInfoFile, Values};
 use super::{OutputFormat, TestArgs};
-use crate::context::{ApiCallRequest, ResolveError, Resolver};
+use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
 use crate::engine::cel::{
     CelRequest, evaluate_generating_policy, evaluate_mutating_policy, evaluate_validating_policy,
 };
@@ -169,15 +169,7 @@ impl Resolver for MockResolver<'_> {
     }
 
     fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
-        crate::patch::schema::kind_for_resource(api_version, resource)
-            .map(str::to_string)
-            .or_else(|| {
-                self.objects.iter().find_map(|o| {
-                    let (api, kind, _, _) = resource_key(o);
-                    (api == api_version && crate::engine::cel::plural_of(&kind) == resource)
-                        .then_some(kind)
-                })
-            })
+        Objects(self.objects).kind_for_resource(api_version, resource)
     }
 
     fn image_metadata(&self, image: &str) -> Result<Option<Value>, ResolveError> {
@@ -203,17 +195,7 @@ impl Resolver for MockResolver<'_> {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Value>, ResolveError> {
-        Ok(self
-            .objects
-            .iter()
-            .find(|r| {
-                let (api, k, ns, n) = resource_key(r);
-                api == api_version
-                    && k == kind
-                    && n == name
-                    && (ns == namespace || namespace.is_empty())
-            })
-            .cloned())
+        Ok(Objects(self.objects).get(api_version, kind, namespace, name))
     }
 
     fn resources(
@@ -222,15 +204,15 @@ impl Resolver for MockResolver<'_> {
         kind: &str,
         namespace: &str,
     ) -> Result<Vec<Value>, ResolveError> {
-        Ok(self
-            .objects
-            .iter()
-            .filter(|r| {
-                let (api, k, ns, _) = resource_key(r);
-                api == api_version && k == kind && ns == namespace
-            })
-            .cloned()
-            .collect())
+        Ok(Objects(self.objects).list(api_version, kind, namespace))
+    }
+
+    fn serves_objects(&self) -> bool {
+        true
+    }
+
+    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
+        Objects(self.objects).is_namespaced(api_version, kind)
     }
 }
 
@@ -392,6 +374,11 @@ fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         loaded
             .objects
             .extend(load_resources(f).map_err(|e| e.to_string())?);
+    }
+    for f in &doc.param_resources {
+        loaded
+            .objects
+            .extend(load_objects_as_written(f).map_err(|e| e.to_string())?);
     }
     if let Some(path) = &doc.context {
         let text = read_file(path).map_err(|e| e.to_string())?;

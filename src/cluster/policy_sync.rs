@@ -5,6 +5,7 @@
 //! remembered until its next change.
 
 use super::stores::Stores;
+use crate::policy::cel_policy::{CompiledMutatingPolicy, CompiledValidatingPolicy};
 use crate::policy::load::{LoadedDocument, classify};
 use crate::policy::{CompiledException, CompiledPolicy};
 use crate::server::policies::{PolicySet, Publisher};
@@ -31,6 +32,8 @@ enum Compiled {
     None,
     Policy(Box<CompiledPolicy>),
     Exception(Box<CompiledException>),
+    Validating(Box<CompiledValidatingPolicy>),
+    Mutating(Box<CompiledMutatingPolicy>),
 }
 
 /// A policy object that could not be used, with the reason.
@@ -83,24 +86,24 @@ impl PolicySync {
         ] {
             changed |= self.refresh_kind(store, &resource, &mut seen, &mut rejected);
         }
+        for (resource, store) in &stores.cel_policies {
+            changed |= self.refresh_kind(store, resource, &mut seen, &mut rejected);
+        }
         let before = self.entries.len();
         self.entries.retain(|k, _| seen.contains(k));
         changed |= self.entries.len() != before;
         if changed || self.publisher.generation() == 0 {
-            let mut policies = Vec::new();
-            let mut exceptions = Vec::new();
+            let mut set = PolicySet::default();
             for e in self.entries.values() {
                 match &e.compiled {
-                    Compiled::Policy(p) => policies.push((**p).clone()),
-                    Compiled::Exception(x) => exceptions.push((**x).clone()),
+                    Compiled::Policy(p) => set.policies.push((**p).clone()),
+                    Compiled::Exception(x) => set.exceptions.push((**x).clone()),
+                    Compiled::Validating(p) => set.validating.push((**p).clone()),
+                    Compiled::Mutating(p) => set.mutating.push((**p).clone()),
                     Compiled::None => {}
                 }
             }
-            self.publisher.publish(PolicySet {
-                policies,
-                exceptions,
-                ..PolicySet::default()
-            });
+            self.publisher.publish(set);
         }
         rejected
     }
@@ -220,18 +223,30 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         }
     );
     match classify(&source, 0, value).map_err(|e| e.to_string())? {
-        LoadedDocument::Policy(p) => CompiledPolicy::compile(&p)
-            .map(|p| Compiled::Policy(Box::new(p)))
-            .map_err(|e| e.to_string()),
+        LoadedDocument::Policy(p) => {
+            let policy = CompiledPolicy::compile(&p).map_err(|e| e.to_string())?;
+            policy.check_servable()?;
+            Ok(Compiled::Policy(Box::new(policy)))
+        }
         LoadedDocument::Exception(e) => CompiledException::compile(&e)
             .map(|e| Compiled::Exception(Box::new(e)))
             .map_err(|e| e.to_string()),
         LoadedDocument::Unsupported { kind, name, .. } => {
             Err(format!("unsupported: kind {kind} ({name})"))
         }
-        d @ (LoadedDocument::ValidatingPolicy(_)
-        | LoadedDocument::MutatingPolicy(_)
-        | LoadedDocument::GeneratingPolicy(_)
+        ref d @ LoadedDocument::ValidatingPolicy(ref p) => CompiledValidatingPolicy::compile(p)
+            .map(|p| Compiled::Validating(Box::new(p)))
+            .map_err(|e| {
+                let (kind, name) = d.kind_and_name();
+                format!("{kind} {name}: {e}")
+            }),
+        ref d @ LoadedDocument::MutatingPolicy(ref p) => CompiledMutatingPolicy::compile(p)
+            .map(|p| Compiled::Mutating(Box::new(p)))
+            .map_err(|e| {
+                let (kind, name) = d.kind_and_name();
+                format!("{kind} {name}: {e}")
+            }),
+        d @ (LoadedDocument::GeneratingPolicy(_)
         | LoadedDocument::ValidatingAdmissionPolicy(_)
         | LoadedDocument::MutatingAdmissionPolicy(_)
         | LoadedDocument::AdmissionPolicyBinding(_)) => {

@@ -31,6 +31,10 @@ pub struct Stores {
     pub cluster_policies: Store<DynamicObject>,
     pub policies: Store<DynamicObject>,
     pub exceptions: Store<DynamicObject>,
+    /// The policies.kyverno.io kinds the cluster serves (ValidatingPolicy,
+    /// MutatingPolicy and their namespaced forms), at their preferred
+    /// version; none when their CRDs are not installed.
+    pub cel_policies: Vec<(ApiResource, Store<DynamicObject>)>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub config_maps: Arc<ConfigMapStore>,
     /// Bumped whenever a policy or exception store changes.
@@ -53,6 +57,33 @@ pub fn exception_resource() -> ApiResource {
     resource("kyverno.io", "v2", "PolicyException", "policyexceptions")
 }
 
+/// The CEL policy kinds gavel serves from the cluster.
+pub const CEL_POLICY_KINDS: &[&str] = &[
+    "ValidatingPolicy",
+    "NamespacedValidatingPolicy",
+    "MutatingPolicy",
+    "NamespacedMutatingPolicy",
+];
+
+/// Finds which of [`CEL_POLICY_KINDS`] the cluster serves, and at which
+/// version (the group's preferred one that has the kind). A cluster
+/// without Kyverno's CEL CRDs serves none; that is not an error.
+pub async fn discover_cel_policy_kinds(client: &Client) -> Vec<ApiResource> {
+    let group = match kube::discovery::group(client, "policies.kyverno.io").await {
+        Ok(group) => group,
+        Err(e) => {
+            tracing::info!(error = %e, "policies.kyverno.io is not served; CEL policy kinds are not watched");
+            return Vec::new();
+        }
+    };
+    group
+        .recommended_resources()
+        .into_iter()
+        .map(|(resource, _)| resource)
+        .filter(|r| CEL_POLICY_KINDS.contains(&r.kind.as_str()))
+        .collect()
+}
+
 /// Removes what no policy reads and what makes up most of an object's size.
 pub(crate) fn strip<K: Resource>(object: &mut K) {
     let meta = object.meta_mut();
@@ -66,7 +97,7 @@ impl Stores {
     /// Starts a reflector per store on the current runtime. Each keeps
     /// itself up to date (relisting after a 410 or a lost watch, with
     /// backoff) for as long as the runtime runs.
-    pub fn start(client: Client, opts: &StoreOptions) -> Stores {
+    pub fn start(client: Client, opts: &StoreOptions, cel_kinds: Vec<ApiResource>) -> Stores {
         let (changed_tx, policies_changed) = watch::channel(0u64);
         let dynamic = |ar: ApiResource| -> Store<DynamicObject> {
             let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
@@ -88,6 +119,10 @@ impl Stores {
         let cluster_policies = dynamic(cluster_policy_resource());
         let policies = dynamic(policy_resource());
         let exceptions = dynamic(exception_resource());
+        let cel_policies = cel_kinds
+            .into_iter()
+            .map(|r| (r.clone(), dynamic(r)))
+            .collect();
 
         let (namespaces, writer) = reflector::store();
         // Metadata only: namespaceSelector and namespace labels need no more.
@@ -112,6 +147,7 @@ impl Stores {
             cluster_policies,
             policies,
             exceptions,
+            cel_policies,
             namespaces,
             config_maps,
             policies_changed,
@@ -123,6 +159,9 @@ impl Stores {
         let _ = self.cluster_policies.wait_until_ready().await;
         let _ = self.policies.wait_until_ready().await;
         let _ = self.exceptions.wait_until_ready().await;
+        for (_, store) in &self.cel_policies {
+            let _ = store.wait_until_ready().await;
+        }
         let _ = self.namespaces.wait_until_ready().await;
         self.config_maps.wait_until_ready().await;
     }

@@ -1,5 +1,5 @@
 //! The leader's policy status duty: each ClusterPolicy, Policy and
-//! PolicyException gets a `Ready` condition saying whether its latest
+//! PolicyException (not the policies.kyverno.io kinds) gets a `Ready` condition saying whether its latest
 //! version is in force (`True`, reason `Succeeded`) or was rejected
 //! (`False`, reason `Failed`, with why). Written through the status
 //! subresource, only when it differs from what the object has, so running
@@ -27,10 +27,13 @@ async fn reconcile_one(
     (kind, namespace, name): &(String, String, String),
     status: &Result<(), String>,
 ) -> Result<bool, kube::Error> {
+    // The CEL kinds' status has its own schema (conditionStatus); their
+    // rejections are logged and counted, not written back.
     let resource = match kind.as_str() {
         "ClusterPolicy" => cluster_policy_resource(),
         "Policy" => policy_resource(),
-        _ => exception_resource(),
+        "PolicyException" => exception_resource(),
+        _ => return Ok(false),
     };
     let api: Api<DynamicObject> = if namespace.is_empty() {
         Api::all_with(client.clone(), &resource)

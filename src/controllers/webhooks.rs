@@ -7,6 +7,7 @@
 //! configuration comes back. Writes carry the resourceVersion they read;
 //! running twice yields the same objects.
 
+use crate::policy::cel_policy::PolicyScope as CelScope;
 use crate::policy::compile::{CompiledRule, FailurePolicy, RuleBody};
 use crate::server::policies::Snapshot;
 use arc_swap::ArcSwap;
@@ -166,6 +167,48 @@ impl Coverage {
         }
     }
 
+    /// A CEL policy's resourceRules as they are written (they name
+    /// resources, not kinds), plus the Pod controllers autogen covers.
+    fn add_cel(&mut self, scope: &CelScope, side: Side) {
+        let default_ops = side.default_operations();
+        let ops_of = |listed: &[String]| -> BTreeSet<&'static str> {
+            default_ops
+                .iter()
+                .copied()
+                .filter(|op| listed.iter().any(|o| o == "*" || o == op))
+                .collect()
+        };
+        for rule in &scope.match_constraints.resource_rules {
+            let ops = ops_of(&rule.operations);
+            if ops.is_empty() {
+                continue;
+            }
+            let wild = |list: &[String]| list.iter().any(|x| x == "*");
+            if wild(&rule.api_groups) || wild(&rule.api_versions) || wild(&rule.resources) {
+                self.everything.extend(&ops);
+                continue;
+            }
+            for g in &rule.api_groups {
+                for v in &rule.api_versions {
+                    let set = self.resources.entry((g.clone(), v.clone())).or_default();
+                    for r in &rule.resources {
+                        set.entry(r.clone()).or_default().extend(&ops);
+                    }
+                }
+            }
+            if rule.resources.iter().any(|r| r == "pods") {
+                for c in &scope.controllers {
+                    self.resources
+                        .entry((c.group.to_string(), "v1".into()))
+                        .or_default()
+                        .entry(c.resource.to_string())
+                        .or_default()
+                        .extend(&ops);
+                }
+            }
+        }
+    }
+
     fn rules(&self) -> Vec<RuleWithOperations> {
         let ordered = |ops: &BTreeSet<&str>| -> Vec<String> {
             OPERATIONS
@@ -237,6 +280,18 @@ fn desired(
                 }
             }
         }
+    }
+    let cel = snapshot
+        .validating
+        .iter()
+        .map(|p| (&p.scope, Side::Validating))
+        .chain(snapshot.mutating.iter().map(|p| (&p.scope, Side::Mutating)));
+    for (scope, side) in cel {
+        let c = coverage
+            .entry((side, !scope.failure_policy_ignore))
+            .or_default();
+        c.add_cel(scope, side);
+        c.timeout.get_or_insert(opts.timeout_seconds);
     }
     let mut out: BTreeMap<Side, Vec<Hook>> = BTreeMap::new();
     for side in [Side::Validating, Side::Mutating] {
@@ -496,5 +551,80 @@ pub async fn run(
             _ = leading.changed() => {}
             _ = opts.ca_bundle.changed() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::cel_policy::{CompiledValidatingPolicy, ValidatingPolicyDoc};
+    use crate::server::policies::PolicySet;
+
+    /// A ValidatingPolicy registers the resources its rules name, and the
+    /// Pod controllers autogen evaluates it for, under its failurePolicy.
+    #[test]
+    fn cel_policies_are_registered() {
+        let doc: ValidatingPolicyDoc = serde_saphyr::from_str(
+            "apiVersion: policies.kyverno.io/v1alpha1
+kind: ValidatingPolicy
+metadata: {name: v}
+spec:
+  failurePolicy: Ignore
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [pods]}
+  validations:
+  - expression: 'true'
+",
+        )
+        .unwrap();
+        let set = PolicySet {
+            validating: vec![CompiledValidatingPolicy::compile(&doc).unwrap()],
+            ..PolicySet::default()
+        };
+        let snapshot = Snapshot::new(set, 1);
+        let opts = WebhookOptions {
+            validating_name: "v".into(),
+            mutating_name: "m".into(),
+            target: WebhookTarget::Url("https://127.0.0.1:9443".into()),
+            ca_bundle: watch::channel(String::new()).1,
+            timeout_seconds: 10,
+            excluded_namespaces: Vec::new(),
+            resync: Duration::from_secs(60),
+        };
+        let hooks = desired(&snapshot, &KindMap::new(), &opts);
+        let validating = &hooks[&Side::Validating];
+        assert_eq!(validating.len(), 1);
+        assert_eq!(validating[0].path, "/validate/ignore");
+        let rules: Vec<(String, Vec<String>, Vec<String>)> = validating[0]
+            .rules
+            .iter()
+            .map(|r| {
+                (
+                    r.api_groups.clone().unwrap().join(","),
+                    r.resources.clone().unwrap(),
+                    r.operations.clone().unwrap(),
+                )
+            })
+            .collect();
+        let ops = vec!["CREATE".to_string(), "UPDATE".to_string()];
+        let resources = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            rules,
+            [
+                (
+                    String::new(),
+                    resources(&["pods", "replicationcontrollers"]),
+                    ops.clone()
+                ),
+                (
+                    "apps".into(),
+                    resources(&["daemonsets", "deployments", "replicasets", "statefulsets"]),
+                    ops.clone()
+                ),
+                ("batch".into(), resources(&["cronjobs", "jobs"]), ops),
+            ]
+        );
+        assert!(!hooks.contains_key(&Side::Mutating));
     }
 }

@@ -5,6 +5,7 @@
 
 mod generating;
 mod mutating;
+mod params;
 
 pub use generating::evaluate_generating_policy;
 pub use mutating::{MutatingOutcome, evaluate_mutating_policy};
@@ -15,7 +16,8 @@ use crate::cel::{Activation, CelError, Lookup, Lookups};
 use crate::context::{ApiCallRequest, Resolver};
 use crate::matching::selector_matches;
 use crate::policy::cel_policy::{
-    Bindings, CompiledValidatingPolicy, MatchConstraints, PodTemplate, PolicyScope, ResourceRule,
+    Bindings, CompiledBinding, CompiledValidatingPolicy, MatchConstraints, PodTemplate,
+    PolicyScope, ResourceRule,
 };
 use crate::policy::cel_policy::{CelChecks, CompiledNamed};
 use kube_cel::cel::Value as CelValue;
@@ -389,23 +391,59 @@ pub fn audit_annotations(
     Ok(out)
 }
 
-/// `validate.cel` of a rule: celPreconditions, variables, expressions.
+/// `validate.cel` of a rule: celPreconditions, then for each param (once
+/// without a paramKind) variables, expressions and auditAnnotations. The
+/// first param that fails decides; the annotations of every evaluation
+/// are returned.
 pub fn validate_rule(
     checks: &CelChecks,
     preconditions: &[CompiledNamed],
+    req: &Request,
     input: &CelRequest,
     resolver: &dyn Resolver,
-) -> CelVerdict {
+) -> (CelVerdict, Vec<(String, String)>) {
     let lookups = ResolverLookups(resolver);
     match conditions_hold(preconditions, input.activation(), &lookups) {
         Ok(None) => {}
         Ok(Some(name)) => {
-            return CelVerdict::NotMatched(format!("cel precondition {name:?} not met"));
+            let why = format!("cel precondition {name:?} not met");
+            return (CelVerdict::NotMatched(why), Vec::new());
         }
-        Err(e) => return CelVerdict::Error(format!("failed to evaluate cel preconditions: {e}")),
+        Err(e) => {
+            let why = format!("failed to evaluate cel preconditions: {e}");
+            return (CelVerdict::Error(why), Vec::new());
+        }
     }
-    let vars = bind_variables(input.activation(), &checks.variables, &lookups);
-    run_validations(checks, &vars, &lookups)
+    let (kind, reference) = match &checks.params {
+        Some(p) => (Some(&p.kind), p.reference.as_ref()),
+        None => (None, None),
+    };
+    let evaluate = |vars: &Activation| {
+        let vars = bind_variables(vars, &checks.variables, &lookups);
+        let verdict = run_validations(checks, &vars, &lookups);
+        match audit_annotations(&checks.audit_annotations, &vars, &lookups) {
+            Ok(properties) => (verdict, properties),
+            Err(e) => (CelVerdict::Error(e), Vec::new()),
+        }
+    };
+    match params::collect(kind, reference, req, resolver) {
+        Err(e) => (CelVerdict::Error(e), Vec::new()),
+        Ok(None) => evaluate(input.activation()),
+        Ok(Some(list)) => {
+            let mut properties = Vec::new();
+            for param in &list {
+                let (verdict, mut found) = match params::bind(input.activation(), param) {
+                    Ok(vars) => evaluate(&vars),
+                    Err(e) => (CelVerdict::Error(e), Vec::new()),
+                };
+                properties.append(&mut found);
+                if verdict != CelVerdict::Pass {
+                    return (verdict, properties);
+                }
+            }
+            (CelVerdict::Pass, properties)
+        }
+    }
 }
 
 fn listed(list: &[String], value: &str) -> bool {
@@ -446,14 +484,40 @@ impl RuleTarget<'_> {
     }
 }
 
-/// Whether a CEL policy applies to the request and how it sees it:
-/// `Some(None)` directly, `Some(Some(template))` through a Pod
-/// controller's template (autogen), `None` not at all.
-pub fn scope_view(
-    scope: &PolicyScope,
+/// How a CEL policy that applies to a request sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct View<'s> {
+    /// Through a Pod controller's template (autogen), or `None` for the
+    /// object itself.
+    pub template: Option<PodTemplate>,
+    /// The binding that selected the request (admission policies).
+    pub binding: Option<&'s CompiledBinding>,
+}
+
+impl View<'_> {
+    /// The params of this view: `None` without a paramKind (see
+    /// [`params::collect`]).
+    fn params(
+        &self,
+        scope: &PolicyScope,
+        req: &Request,
+        resolver: &dyn Resolver,
+    ) -> Result<Option<Vec<Value>>, String> {
+        params::collect(
+            scope.param_kind.as_ref(),
+            self.binding.and_then(|b| b.param_ref.as_ref()),
+            req,
+            resolver,
+        )
+    }
+}
+
+/// Whether a CEL policy applies to the request, and how it sees it.
+pub fn scope_view<'s>(
+    scope: &'s PolicyScope,
     req: &Request,
     input: &CelRequest,
-) -> Option<Option<PodTemplate>> {
+) -> Option<View<'s>> {
     if scope
         .namespace
         .as_deref()
@@ -472,19 +536,29 @@ pub fn scope_view(
     let m = &scope.match_constraints;
     let selected =
         |m: &MatchConstraints| target.covered_by_constraints(m) && selectors_match(m, req);
+    let bound = |binding: &'s CompiledBinding| View {
+        template: None,
+        binding: Some(binding),
+    };
     match &scope.bindings {
         Bindings::Own => {}
         Bindings::Validating(bindings) => {
             return bindings
                 .iter()
-                .any(|b| b.as_ref().is_none_or(selected))
-                .then_some(None);
+                .find(|b| b.match_resources.as_ref().is_none_or(selected))
+                .map(bound);
         }
         Bindings::Mutating(bindings) => {
-            return (selected(m) && bindings.iter().any(selected)).then_some(None);
+            if !selected(m) {
+                return None;
+            }
+            return bindings
+                .iter()
+                .find(|b| b.match_resources.as_ref().is_some_and(selected))
+                .map(bound);
         }
     }
-    let view = if target.covered_by_constraints(m) {
+    let template = if target.covered_by_constraints(m) {
         None
     } else {
         let pod = RuleTarget {
@@ -502,7 +576,10 @@ pub fn scope_view(
         }
         Some(controller.template)
     };
-    selectors_match(m, req).then_some(view)
+    selectors_match(m, req).then_some(View {
+        template,
+        binding: None,
+    })
 }
 
 /// The namespaceSelector and objectSelector of `m` accept the request.
@@ -541,14 +618,14 @@ pub fn evaluate_validating_policy<'p>(
     let Some(view) = scope_view(scope, req, input) else {
         return response;
     };
-    let vars = match view {
+    let vars = match view.template {
         Some(template) => input.view(req, template),
         None => input.activation(),
     };
     let lookups = ResolverLookups(resolver);
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
-    let rule = match match_conditions_gate(scope, vars, &lookups) {
+    let evaluate = |vars: &Activation| match match_conditions_gate(scope, vars, &lookups) {
         Some((status, message)) => respond(status, message),
         None => {
             let vars = bind_variables(vars, &policy.checks.variables, &lookups);
@@ -562,6 +639,25 @@ pub fn evaluate_validating_policy<'p>(
                 Ok(properties) => RuleResponse { properties, ..rule },
                 Err(e) => respond(RuleStatus::Error, e),
             }
+        }
+    };
+    let rule = match view.params(scope, req, resolver) {
+        Err(e) => respond(RuleStatus::Error, e),
+        Ok(None) => evaluate(vars),
+        // Each param is one evaluation of the policy; the first that does
+        // not pass decides.
+        Ok(Some(list)) => {
+            let mut last = respond(RuleStatus::Pass, params::NONE_FOUND.into());
+            for param in &list {
+                last = match params::bind(vars, param) {
+                    Ok(vars) => evaluate(&vars),
+                    Err(e) => respond(RuleStatus::Error, e),
+                };
+                if last.status != RuleStatus::Pass {
+                    break;
+                }
+            }
+            last
         }
     };
     response.rules.push(rule);

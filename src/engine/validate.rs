@@ -492,19 +492,20 @@ impl<'p> RuleValidator<'_, 'p> {
                         &built
                     }
                 };
-                Some(
-                    match super::cel::validate_rule(
-                        checks,
-                        self.cel_preconditions,
-                        input,
-                        self.resolver,
-                    ) {
-                        CelVerdict::Pass => self.respond(RuleStatus::Pass, self.pass),
-                        CelVerdict::NotMatched(why) => self.respond(RuleStatus::Skip, why),
-                        CelVerdict::Fail(message) => self.respond(RuleStatus::Fail, message),
-                        CelVerdict::Error(e) => self.respond(RuleStatus::Error, e),
-                    },
-                )
+                let (verdict, properties) = super::cel::validate_rule(
+                    checks,
+                    self.cel_preconditions,
+                    req,
+                    input,
+                    self.resolver,
+                );
+                let rule = match verdict {
+                    CelVerdict::Pass => self.respond(RuleStatus::Pass, self.pass),
+                    CelVerdict::NotMatched(why) => self.respond(RuleStatus::Skip, why),
+                    CelVerdict::Fail(message) => self.respond(RuleStatus::Fail, message),
+                    CelVerdict::Error(e) => self.respond(RuleStatus::Error, e),
+                };
+                Some(RuleResponse { properties, ..rule })
             }
             ValidateCheck::Unsupported(field) => {
                 Some(self.respond(RuleStatus::Error, format!("unsupported: {field}")))

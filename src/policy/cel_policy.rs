@@ -52,6 +52,63 @@ pub struct AuditAnnotation {
     pub value_expression: String,
 }
 
+/// `paramKind`: the kind of the objects a policy is parameterised with.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ParamKind {
+    pub api_version: String,
+    pub kind: String,
+}
+
+/// `paramRef`: which objects of the paramKind one binding (or one
+/// `validate.cel` rule) evaluates with.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ParamRef {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    #[serde(default)]
+    pub selector: Option<crate::policy::types::LabelSelector>,
+    #[serde(default)]
+    pub parameter_not_found_action: Option<String>,
+}
+
+impl ParamRef {
+    /// As the API server validates a paramRef: a name or a selector, and
+    /// an action of Allow or Deny.
+    fn check(&self, field: &str) -> Result<(), String> {
+        let named = self.name.as_deref().is_some_and(|n| !n.is_empty());
+        if named == self.selector.is_some() {
+            return Err(format!(
+                "{field}: exactly one of name and selector must be set"
+            ));
+        }
+        match self.parameter_not_found_action.as_deref() {
+            None | Some("Allow" | "Deny") => Ok(()),
+            Some(other) => Err(format!(
+                "{field}.parameterNotFoundAction: {other:?} is not Allow or Deny"
+            )),
+        }
+    }
+
+    /// Whether finding no params denies (`parameterNotFoundAction: Deny`)
+    /// rather than leaving the request alone.
+    pub fn deny_when_missing(&self) -> bool {
+        self.parameter_not_found_action.as_deref() == Some("Deny")
+    }
+}
+
+/// Where a policy's `params` come from: the paramKind and, from the
+/// binding (or the `validate.cel` rule), the paramRef. A paramKind without
+/// a paramRef is an evaluation error, as in the API server.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Params {
+    pub kind: ParamKind,
+    pub reference: Option<ParamRef>,
+}
+
 /// `validate.cel` of a ClusterPolicy rule.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
@@ -59,9 +116,9 @@ pub struct CelValidation {
     #[serde(default)]
     pub expressions: Vec<ValidationExpression>,
     #[serde(default)]
-    pub param_kind: Option<Value>,
+    pub param_kind: Option<ParamKind>,
     #[serde(default)]
-    pub param_ref: Option<Value>,
+    pub param_ref: Option<ParamRef>,
     #[serde(default)]
     pub variables: Vec<NamedExpression>,
     #[serde(default)]
@@ -90,6 +147,8 @@ pub struct CelChecks {
     pub variables: Vec<CompiledNamed>,
     pub validations: Vec<CompiledValidation>,
     pub audit_annotations: Vec<CompiledNamed>,
+    /// `validate.cel` with paramKind: evaluated once per param object.
+    pub params: Option<Params>,
 }
 
 fn compile(source: &str, field: &str) -> Result<Program, String> {
@@ -148,17 +207,19 @@ fn compile_annotations(
 }
 
 impl CelChecks {
-    /// Compiles `validate.cel` (at `field`). Params are not supported yet:
-    /// they fail loudly.
+    /// Compiles `validate.cel` (at `field`). A paramRef without a
+    /// paramKind has nothing to select and is ignored, as Kyverno does.
     pub fn compile_rule(raw: &Value, field: &str) -> Result<CelChecks, CelCompileError> {
         let v: CelValidation = serde_path_to_error::deserialize(raw.clone())
             .map_err(|e| format!("{field}.{}: {}", e.path(), e.inner()))?;
-        if v.param_kind.is_some() || v.param_ref.is_some() {
-            return Err(CelCompileError::Unsupported(format!(
-                "{field}.paramKind/paramRef"
-            )));
+        if let Some(r) = &v.param_ref {
+            r.check(&format!("{field}.paramRef"))?;
         }
         Ok(CelChecks {
+            params: v.param_kind.map(|kind| Params {
+                kind,
+                reference: v.param_ref,
+            }),
             variables: compile_named(&v.variables, &format!("{field}.variables"))?,
             validations: compile_validations(&v.expressions, &format!("{field}.expressions"))?,
             audit_annotations: compile_annotations(
@@ -177,6 +238,7 @@ impl CelChecks {
             variables: compile_named(variables, "spec.variables")?,
             validations: compile_validations(validations, "spec.validations")?,
             audit_annotations: compile_annotations(audit_annotations, "spec.auditAnnotations")?,
+            params: None,
         })
     }
 }
@@ -253,7 +315,7 @@ pub struct ValidatingPolicySpec {
     #[serde(default)]
     pub autogen: Option<Autogen>,
     #[serde(default)]
-    pub param_kind: Option<Value>,
+    pub param_kind: Option<ParamKind>,
     #[serde(default)]
     pub validation_configurations: Option<Value>,
 }
@@ -325,7 +387,7 @@ const CONTROLLERS: &[ControllerView] = &[
 pub struct BindingSpec {
     pub policy_name: String,
     #[serde(default)]
-    pub param_ref: Option<Value>,
+    pub param_ref: Option<ParamRef>,
     #[serde(default)]
     pub match_resources: Option<MatchConstraints>,
     #[serde(default)]
@@ -350,6 +412,13 @@ pub struct AdmissionDocs {
     pub bindings: Vec<BindingDoc>,
 }
 
+/// One binding of a Kubernetes admission policy.
+#[derive(Debug, Clone, Default)]
+pub struct CompiledBinding {
+    pub match_resources: Option<MatchConstraints>,
+    pub param_ref: Option<ParamRef>,
+}
+
 /// How a Kubernetes admission policy's bindings select requests, the way
 /// Kyverno's CLI applies them offline.
 #[derive(Debug, Clone, Default)]
@@ -361,30 +430,31 @@ pub enum Bindings {
     /// ValidatingAdmissionPolicy: the first binding with no matchResources
     /// or with matching ones (the policy's own constraints are not
     /// consulted, as in Kyverno's CLI).
-    Validating(Vec<Option<MatchConstraints>>),
+    Validating(Vec<CompiledBinding>),
     /// MutatingAdmissionPolicy: the policy's constraints, and the
     /// matchResources of some binding (one without them is passed over).
-    Mutating(Vec<MatchConstraints>),
+    Mutating(Vec<CompiledBinding>),
 }
 
-/// The bindings of `kind` that name `policy`, or an error for what they
-/// use that gavel does not evaluate yet.
-fn bindings_for<'b>(
-    bindings: &'b [BindingDoc],
+/// The bindings of `kind` that name `policy`, compiled.
+fn bindings_for(
+    bindings: &[BindingDoc],
     kind: &str,
     policy: &str,
-) -> Result<Vec<&'b BindingDoc>, CelCompileError> {
-    let mine: Vec<&BindingDoc> = bindings
+) -> Result<Vec<CompiledBinding>, CelCompileError> {
+    bindings
         .iter()
         .filter(|b| b.kind == format!("{kind}Binding") && b.spec.policy_name == policy)
-        .collect();
-    if let Some(b) = mine.iter().find(|b| b.spec.param_ref.is_some()) {
-        return Err(CelCompileError::Unsupported(format!(
-            "{}Binding {}: spec.paramRef",
-            kind, b.metadata.name
-        )));
-    }
-    Ok(mine)
+        .map(|b| {
+            if let Some(r) = &b.spec.param_ref {
+                r.check(&format!("{kind}Binding {}: spec.paramRef", b.metadata.name))?;
+            }
+            Ok(CompiledBinding {
+                match_resources: b.spec.match_resources.clone(),
+                param_ref: b.spec.param_ref.clone(),
+            })
+        })
+        .collect()
 }
 
 /// What every CEL policy kind shares: the requests it applies to.
@@ -399,6 +469,8 @@ pub struct PolicyScope {
     pub controllers: Vec<ControllerView>,
     pub failure_policy_ignore: bool,
     pub bindings: Bindings,
+    /// An admission policy's paramKind.
+    pub param_kind: Option<ParamKind>,
 }
 
 impl PolicyScope {
@@ -450,6 +522,7 @@ impl PolicyScope {
             match_constraints,
             controllers,
             bindings: Bindings::Own,
+            param_kind: None,
         })
     }
 }
@@ -468,7 +541,8 @@ pub struct CompiledValidatingPolicy {
 impl CompiledValidatingPolicy {
     pub fn compile(doc: &ValidatingPolicyDoc) -> Result<CompiledValidatingPolicy, CelCompileError> {
         let spec = &doc.spec;
-        if spec.param_kind.is_some() {
+        // Only the admission kinds have bindings to name the params.
+        if spec.param_kind.is_some() && doc.kind != "ValidatingAdmissionPolicy" {
             return Err(CelCompileError::Unsupported("spec.paramKind".into()));
         }
         Ok(CompiledValidatingPolicy {
@@ -499,14 +573,11 @@ impl CompiledValidatingPolicy {
     ) -> Result<CompiledValidatingPolicy, CelCompileError> {
         let mut policy = CompiledValidatingPolicy::compile(doc)?;
         policy.scope.controllers.clear();
+        policy.scope.param_kind = doc.spec.param_kind.clone();
         policy.deny = true;
         let mine = bindings_for(bindings, &doc.kind, &doc.metadata.name)?;
         if !mine.is_empty() {
-            policy.scope.bindings = Bindings::Validating(
-                mine.iter()
-                    .map(|b| b.spec.match_resources.clone())
-                    .collect(),
-            );
+            policy.scope.bindings = Bindings::Validating(mine);
         }
         Ok(policy)
     }
@@ -557,7 +628,7 @@ pub struct MutatingPolicySpec {
     #[serde(default)]
     pub autogen: Option<Autogen>,
     #[serde(default)]
-    pub param_kind: Option<Value>,
+    pub param_kind: Option<ParamKind>,
     #[serde(default)]
     pub target_match_constraints: Option<Value>,
 }
@@ -597,7 +668,8 @@ impl CompiledMutatingPolicy {
     pub fn compile(doc: &MutatingPolicyDoc) -> Result<CompiledMutatingPolicy, CelCompileError> {
         let spec = &doc.spec;
         let unsupported = |field: &str| Err(CelCompileError::Unsupported(field.into()));
-        if spec.param_kind.is_some() {
+        // Only the admission kinds have bindings to name the params.
+        if spec.param_kind.is_some() && doc.kind != "MutatingAdmissionPolicy" {
             return unsupported("spec.paramKind");
         }
         if spec.target_match_constraints.is_some() {
@@ -659,12 +731,13 @@ impl CompiledMutatingPolicy {
     ) -> Result<CompiledMutatingPolicy, CelCompileError> {
         let mut policy = CompiledMutatingPolicy::compile(doc)?;
         policy.scope.controllers.clear();
+        policy.scope.param_kind = doc.spec.param_kind.clone();
         policy.admission_policy = true;
         let mine = bindings_for(bindings, &doc.kind, &doc.metadata.name)?;
         if !mine.is_empty() {
             policy.scope.bindings = Bindings::Mutating(
-                mine.iter()
-                    .filter_map(|b| b.spec.match_resources.clone())
+                mine.into_iter()
+                    .filter(|b| b.match_resources.is_some())
                     .collect(),
             );
         }

@@ -364,6 +364,30 @@ impl CompiledPolicy {
         self.rules.iter().any(CompiledRule::is_validate)
     }
 
+    /// The first rule whose `validate.cel` has a paramKind. Params are
+    /// served from files offline; the server has no store of them yet.
+    pub fn parameterised_rule(&self) -> Option<&str> {
+        self.rules.iter().find_map(|r| match &r.body {
+            RuleBody::Validate(ValidateRule {
+                check: ValidateCheck::Cel(checks),
+                ..
+            }) if checks.params.is_some() => Some(r.name.as_str()),
+            _ => None,
+        })
+    }
+
+    /// Whether the server can enforce this policy: a reason when not.
+    pub fn check_servable(&self) -> Result<(), String> {
+        match self.parameterised_rule() {
+            Some(rule) => Err(format!(
+                "policy {} rule {rule}: unsupported: validate.cel.paramKind in the server \
+                 (params are served from files by gavel test and gavel apply)",
+                self.qualified_name()
+            )),
+            None => Ok(()),
+        }
+    }
+
     pub fn has_mutate(&self) -> bool {
         self.rules.iter().any(CompiledRule::is_mutate)
     }

@@ -125,7 +125,14 @@ pub fn admit(
                 }
                 responses.push(response);
             }
-            let cel = validate_cel(snapshot, failure_policy, req, &ctx, view);
+            let cel = validate_cel(
+                snapshot,
+                failure_policy,
+                req,
+                &ctx,
+                view,
+                |i, status, elapsed| cells.record(snapshot.validating_index(i), 0, status, elapsed),
+            );
             review::decide(&policies, &responses, &cel, req)
         }
         Route::Mutate(failure_policy) => {
@@ -158,18 +165,21 @@ pub fn admit(
     })
 }
 
-/// Evaluates the ValidatingPolicies of the route.
+/// Evaluates the ValidatingPolicies of the route, recording each result
+/// with the policy's index in `snapshot.validating`.
 fn validate_cel<'s>(
     snapshot: &'s Snapshot,
     failure_policy: Option<FailurePolicy>,
     req: &Request,
     ctx: &JsonContext,
     view: &dyn ClusterView,
+    mut record: impl FnMut(usize, RuleStatus, Duration),
 ) -> Vec<(&'s CompiledValidatingPolicy, PolicyResponse<'s>)> {
     let mut selected = snapshot
         .validating
         .iter()
-        .filter(|p| Snapshot::cel_selected(&p.scope, failure_policy))
+        .enumerate()
+        .filter(|(_, p)| Snapshot::cel_selected(&p.scope, failure_policy))
         .peekable();
     if selected.peek().is_none() {
         return Vec::new();
@@ -185,7 +195,15 @@ fn validate_cel<'s>(
         }
     };
     selected
-        .map(|p| (p, evaluate_validating_policy(p, req, input, view)))
+        .map(|(i, p)| {
+            let started = Instant::now();
+            let response = evaluate_validating_policy(p, req, input, view);
+            let elapsed = started.elapsed();
+            for r in &response.rules {
+                record(i, r.status, elapsed);
+            }
+            (p, response)
+        })
         .collect()
 }
 
@@ -202,10 +220,11 @@ fn mutate(
     view: &dyn ClusterView,
     mut record: impl FnMut(usize, usize, RuleStatus, Duration),
 ) -> Verdict {
-    let cel: Vec<&CompiledMutatingPolicy> = snapshot
+    let cel: Vec<(usize, &CompiledMutatingPolicy)> = snapshot
         .mutating
         .iter()
-        .filter(|p| Snapshot::cel_selected(&p.scope, failure_policy))
+        .enumerate()
+        .filter(|(_, p)| Snapshot::cel_selected(&p.scope, failure_policy))
         .collect();
     // Nothing to mutate on DELETE: there is no new object.
     if req.object.is_null() || (selected.is_empty() && cel.is_empty()) {
@@ -279,7 +298,7 @@ fn mutate(
     // Then the MutatingPolicies, each on the previous one's output. The
     // CEL variables are bound again only after a change.
     let mut input: Option<CelRequest> = None;
-    for policy in cel {
+    for (i, policy) in cel {
         let req_now = current.as_ref().unwrap_or(req);
         if deadline.is_some_and(|d| Instant::now() >= d) {
             if !policy.scope.failure_policy_ignore {
@@ -291,8 +310,11 @@ fn mutate(
             continue;
         }
         let bound = input.get_or_insert_with(|| CelRequest::of(req_now));
+        let started = Instant::now();
         let outcome = evaluate_mutating_policy(policy, req_now, bound, view);
+        let elapsed = started.elapsed();
         for r in &outcome.response.rules {
+            record(snapshot.mutating_index(i), 0, r.status, elapsed);
             // Under failurePolicy Ignore an error is already a skip.
             if r.status == RuleStatus::Error {
                 failed.push(format!(

@@ -10,6 +10,9 @@
 
 use super::policies::Snapshot;
 use crate::engine::RuleStatus;
+use crate::policy::cel_policy::{
+    CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope as CelScope,
+};
 use crate::policy::compile::PolicyScope;
 use crate::policy::{CompiledPolicy, RuleBody};
 use arc_swap::ArcSwap;
@@ -196,6 +199,23 @@ impl RuleLabels {
             })
             .collect()
     }
+
+    /// A CEL policy reports as one rule named after the policy.
+    fn of_cel(scope: &CelScope, rule_type: &'static str, enforce: bool) -> RuleLabels {
+        RuleLabels {
+            rule_type,
+            validation_mode: if enforce { "enforce" } else { "audit" },
+            policy_type: if scope.namespace.is_some() {
+                "namespaced"
+            } else {
+                "cluster"
+            },
+            background: "false",
+            policy_name: scope.name.clone(),
+            policy_namespace: scope.namespace.clone().unwrap_or_else(|| "-".into()),
+            rule_name: scope.name.clone(),
+        }
+    }
 }
 
 const RESULTS: [&str; 5] = ["pass", "fail", "warn", "error", "skip"];
@@ -237,12 +257,30 @@ pub struct RuleTable {
 }
 
 impl RuleTable {
-    pub fn new(policies: &[CompiledPolicy]) -> RuleTable {
+    /// Policies are numbered in order: the classic ones, then the
+    /// ValidatingPolicies, then the MutatingPolicies.
+    pub fn new(
+        policies: &[CompiledPolicy],
+        validating: &[CompiledValidatingPolicy],
+        mutating: &[CompiledMutatingPolicy],
+    ) -> RuleTable {
         let mut labels = Vec::new();
-        let mut offsets = Vec::with_capacity(policies.len());
+        let mut offsets = Vec::with_capacity(policies.len() + validating.len() + mutating.len());
         for p in policies {
             offsets.push(labels.len());
             labels.extend(RuleLabels::of(p));
+        }
+        for p in validating {
+            offsets.push(labels.len());
+            labels.push(RuleLabels::of_cel(&p.scope, "validate", p.deny));
+        }
+        for p in mutating {
+            offsets.push(labels.len());
+            labels.push(RuleLabels::of_cel(
+                &p.scope,
+                "mutate",
+                !p.scope.failure_policy_ignore,
+            ));
         }
         RuleTable {
             labels,

@@ -107,7 +107,7 @@ impl Snapshot {
                 .any(|s| s.match_constraints.namespace_selector.is_some());
         Snapshot {
             needs_namespace_labels,
-            rule_table: Arc::new(RuleTable::new(&policies)),
+            rule_table: Arc::new(RuleTable::new(&policies, &validating, &mutating)),
             policies,
             exceptions,
             validating,
@@ -116,6 +116,16 @@ impl Snapshot {
             mutate,
             generation,
         }
+    }
+
+    /// The rule-table index of ValidatingPolicy `i` (see [`RuleTable::new`]).
+    pub fn validating_index(&self, i: usize) -> usize {
+        self.policies.len() + i
+    }
+
+    /// The rule-table index of MutatingPolicy `i`.
+    pub fn mutating_index(&self, i: usize) -> usize {
+        self.policies.len() + self.validating.len() + i
     }
 
     /// Policies of every kind (not exceptions).
@@ -304,9 +314,11 @@ fn load_file(path: &Path) -> Result<PolicySet, String> {
     let cel_error = |e: CelCompileError, (kind, name): (&str, &str)| format!("{kind} {name}: {e}");
     for doc in docs {
         match doc {
-            LoadedDocument::Policy(p) => set
-                .policies
-                .push(CompiledPolicy::compile(&p).map_err(|e| e.to_string())?),
+            LoadedDocument::Policy(p) => {
+                let policy = CompiledPolicy::compile(&p).map_err(|e| e.to_string())?;
+                policy.check_servable()?;
+                set.policies.push(policy);
+            }
             LoadedDocument::Exception(e) => set
                 .exceptions
                 .push(CompiledException::compile(&e).map_err(|e| e.to_string())?),
@@ -375,6 +387,32 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         store.refresh().unwrap();
         assert_eq!(handle.load().policies.len(), 0);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The server has no store of params: a parameterised validate.cel
+    /// rule is rejected with the reason rather than failing every request.
+    #[test]
+    fn parameterised_rules_are_rejected_with_a_reason() {
+        let dir = std::env::temp_dir().join(format!("gavel-store-params-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("p.yaml");
+        std::fs::write(
+            &file,
+            "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {name: p}\nspec:\n  rules:\n  - name: r\n    match: {any: [{resources: {kinds: [Pod]}}]}\n    validate:\n      cel:\n        paramKind: {apiVersion: v1, kind: ConfigMap}\n        paramRef: {name: limits}\n        expressions: [{expression: 'true'}]\n",
+        )
+        .unwrap();
+        let mut store = PolicyStore::new(&dir);
+        let rejected = store.refresh().unwrap();
+        assert_eq!(rejected.len(), 1, "{rejected:?}");
+        assert!(
+            rejected[0]
+                .reason
+                .contains("unsupported: validate.cel.paramKind in the server"),
+            "{}",
+            rejected[0].reason
+        );
+        assert_eq!(store.publisher.handle().load().policies.len(), 0);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

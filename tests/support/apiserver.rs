@@ -278,6 +278,14 @@ impl TestApiServer {
             }
         };
         let stored = store.write(&ty, key, stored);
+        // A CustomResourceDefinition serves its type, as one created
+        // through the API does.
+        if rt.plural == "customresourcedefinitions" {
+            let t = ResourceType::from_crd(&stored).expect("a valid CustomResourceDefinition");
+            let mut types = self.shared.types.lock().unwrap();
+            types.retain(|x| !(x.group == t.group && x.plural == t.plural));
+            types.push(t);
+        }
         self.shared.changed.send_replace(store.rv);
         stored
     }

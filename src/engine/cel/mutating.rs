@@ -2,6 +2,7 @@
 //! previous one left: an ApplyConfiguration merged the way server-side
 //! apply merges, or JSON Patch operations applied in turn.
 
+use super::params::{self, NONE_FOUND};
 use super::{
     CelRequest, ResolverLookups, bind_variables, match_conditions_gate, scope_view, template_view,
 };
@@ -40,29 +41,52 @@ pub fn evaluate_mutating_policy<'p>(
     let Some(view) = scope_view(scope, req, input) else {
         return outcome;
     };
-    let base = match view {
+    let base = match view.template {
         Some(template) => input.view(req, template),
         None => input.activation(),
     };
     let lookups = ResolverLookups(resolver);
-    // Variables are evaluated once, on the incoming object, as the API
-    // server's lazily evaluated (and then cached) variables mostly are.
-    let vars = bind_variables(base, &policy.variables, &lookups);
     let respond = |status: RuleStatus, message: String| {
         RuleResponse::new(&scope.name, status, message).of_type(RuleType::Mutation)
     };
+    if policy.admission_policy {
+        let (patched, results) = match view.params(scope, req, resolver) {
+            Err(e) => (None, vec![(RuleStatus::Error, e)]),
+            Ok(None) => admission_mutations(policy, req.object.clone(), base, &lookups),
+            // One application of the policy per param, each on the object
+            // the previous one left.
+            Ok(Some(list)) if list.is_empty() => {
+                (None, vec![(RuleStatus::Pass, NONE_FOUND.into())])
+            }
+            Ok(Some(list)) => {
+                let mut object = req.object.clone();
+                let mut results = Vec::new();
+                for param in &list {
+                    let (next, mut r) = match params::bind(base, param) {
+                        Ok(vars) => admission_mutations(policy, object.clone(), &vars, &lookups),
+                        Err(e) => (None, vec![(RuleStatus::Error, e)]),
+                    };
+                    results.append(&mut r);
+                    if let Some(next) = next {
+                        object = next;
+                    }
+                }
+                (Some(object), results)
+            }
+        };
+        outcome.patched = patched;
+        outcome.response.rules = results
+            .into_iter()
+            .map(|(status, message)| respond(status, message))
+            .collect();
+        return outcome;
+    }
+    // Variables are evaluated once, on the incoming object, as the API
+    // server's lazily evaluated (and then cached) variables mostly are.
+    let vars = bind_variables(base, &policy.variables, &lookups);
     let rule = match match_conditions_gate(scope, &vars, &lookups) {
         Some((status, message)) => respond(status, message),
-        None if policy.admission_policy => {
-            let (patched, results) = mutate_each(policy, req.object.clone(), &vars, &lookups);
-            outcome.patched = Some(patched);
-            outcome.response.rules = results
-                .into_iter()
-                .map(|(status, message)| respond(status, message))
-                .collect();
-            return outcome;
-        }
-        None => match mutate(policy, req.object.clone(), view, &vars, &lookups) {
+        None => match mutate(policy, req.object.clone(), view.template, &vars, &lookups) {
             Ok(patched) => {
                 outcome.patched = Some(patched);
                 respond(RuleStatus::Pass, "success".into())
@@ -73,6 +97,25 @@ pub fn evaluate_mutating_policy<'p>(
     };
     outcome.response.rules.push(rule);
     outcome
+}
+
+/// One application of a MutatingAdmissionPolicy with `base` (and its
+/// params, when it has them): variables, matchConditions, mutations. The
+/// object is `None` when matchConditions stopped it.
+fn admission_mutations(
+    policy: &CompiledMutatingPolicy,
+    object: Value,
+    base: &Activation,
+    lookups: &dyn Lookups,
+) -> (Option<Value>, Vec<(RuleStatus, String)>) {
+    let vars = bind_variables(base, &policy.variables, lookups);
+    match match_conditions_gate(&policy.scope, &vars, lookups) {
+        Some(result) => (None, vec![result]),
+        None => {
+            let (patched, results) = mutate_each(policy, object, &vars, lookups);
+            (Some(patched), results)
+        }
+    }
 }
 
 /// A MutatingAdmissionPolicy, the way Kyverno's CLI applies one: each
