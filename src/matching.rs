@@ -503,6 +503,8 @@ pub struct MatchInput<'a> {
     pub group: &'a str,
     pub version: &'a str,
     pub kind: &'a str,
+    /// [`crate::policy::compile::kind_hash`] of `kind`.
+    pub kind_hash: u64,
     pub subresource: &'a str,
     pub operation: &'a str,
     pub name: &'a str,

@@ -43,6 +43,7 @@ fn input<'a>(labels: &'a Map<String, Value>, user: &'a UserInfo) -> MatchInput<'
         group: "",
         version: "v1",
         kind: "Pod",
+        kind_hash: crate::policy::compile::kind_hash("Pod"),
         subresource: "",
         operation: "CREATE",
         name: "web-1",

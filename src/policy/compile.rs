@@ -346,12 +346,82 @@ pub struct CompiledPolicy {
     pub apply_one: bool,
     /// Declared rules followed by their autogen variants.
     pub rules: Vec<CompiledRule>,
+    /// Which rules can match a kind, apart from the rules themselves.
+    pub rule_kinds: RuleKinds,
     pub exprs: Arc<ExprCache>,
     /// Whether any rule reads the `images` builtin variable, which costs a
     /// parse of every container image to provide.
     pub uses_images: bool,
     /// Whether any rule reads `element<N>` or `elementIndex<N>` (nested foreach).
     pub uses_numbered_elements: bool,
+}
+
+/// FNV-1a: a kind's hash, computed once per request and compared with the
+/// rules' (see [`RuleKinds`]).
+pub fn kind_hash(kind: &str) -> u64 {
+    kind.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The rules that can match a kind, as bit masks over the first 64 rules
+/// kept apart from the (large) rules: a request skips the rules of other
+/// kinds, typically the autogen rules of a Pod policy, without reading
+/// them. A hash match is only a candidate; the rule's kinds still decide.
+#[derive(Debug, Clone, Default)]
+pub struct RuleKinds {
+    /// Rules without a kinds list (any kind).
+    any: u64,
+    by_kind: Box<[(u64, u64)]>,
+    /// More than 64 rules: no index, every rule is a candidate.
+    unindexed: bool,
+}
+
+impl RuleKinds {
+    fn of(rules: &[CompiledRule]) -> RuleKinds {
+        if rules.len() > 64 {
+            return RuleKinds {
+                unindexed: true,
+                ..RuleKinds::default()
+            };
+        }
+        let mut any = 0;
+        let mut by_kind: Vec<(u64, u64)> = Vec::new();
+        for (i, rule) in rules.iter().enumerate() {
+            let bit = 1u64 << i;
+            match &rule.kinds {
+                None => any |= bit,
+                Some(kinds) => {
+                    for k in kinds {
+                        let h = kind_hash(k);
+                        match by_kind.iter_mut().find(|(x, _)| *x == h) {
+                            Some((_, mask)) => *mask |= bit,
+                            None => by_kind.push((h, bit)),
+                        }
+                    }
+                }
+            }
+        }
+        RuleKinds {
+            any,
+            by_kind: by_kind.into_boxed_slice(),
+            unindexed: false,
+        }
+    }
+
+    /// The candidate rules for a kind with hash `hash`, in order.
+    pub fn candidates(&self, hash: u64, rule_count: usize) -> impl Iterator<Item = usize> {
+        let mask = if self.unindexed {
+            u64::MAX
+        } else {
+            self.by_kind
+                .iter()
+                .filter(|(h, _)| *h == hash)
+                .fold(self.any, |m, (_, mask)| m | mask)
+        };
+        let unindexed = self.unindexed;
+        (0..rule_count).filter(move |&i| unindexed || mask & (1u64 << i) != 0)
+    }
 }
 
 impl CompiledPolicy {
@@ -492,6 +562,7 @@ impl CompiledPolicy {
             emit_warning: spec.emit_warning.unwrap_or(false),
             webhook_timeout_seconds: spec.webhook_timeout_seconds,
             apply_one: spec.apply_rules.as_deref() == Some("One"),
+            rule_kinds: RuleKinds::of(&rules),
             rules,
             exprs: Arc::new(exprs),
             uses_images,
@@ -751,5 +822,56 @@ impl CompiledException {
         self.exceptions
             .iter()
             .any(|(p, rules)| matches(p, policy) && rules.iter().any(|r| matches(r, rule)))
+    }
+}
+
+#[cfg(test)]
+mod rule_kinds_tests {
+    use super::*;
+    use crate::policy::load::{LoadedDocument, load_policy_text};
+
+    /// A Pod rule's autogen rules are not candidates for a Pod; a rule
+    /// without kinds is a candidate for every kind; order is kept.
+    #[test]
+    fn candidates_by_kind() {
+        let yaml = "apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - name: pods
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+  - name: anything
+    match: {any: [{resources: {names: [web]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+  - name: services
+    match: {any: [{resources: {kinds: [Service, Pod]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+";
+        let LoadedDocument::Policy(doc) = load_policy_text("p.yaml", yaml)
+            .unwrap()
+            .into_iter()
+            .next()
+            .unwrap()
+        else {
+            panic!("not a policy");
+        };
+        let p = CompiledPolicy::compile(&doc).unwrap();
+        let names = |kind: &str| -> Vec<&str> {
+            p.rule_kinds
+                .candidates(kind_hash(kind), p.rules.len())
+                .map(|i| p.rules[i].name.as_str())
+                .collect()
+        };
+        assert_eq!(names("Pod"), ["pods", "anything", "services"]);
+        assert_eq!(names("Service"), ["anything", "services"]);
+        assert_eq!(names("ConfigMap"), ["anything"]);
+        // Every rule is a candidate for some kind.
+        let all: std::collections::BTreeSet<&str> = ["Pod", "Service", "ConfigMap"]
+            .iter()
+            .flat_map(|k| names(k))
+            .collect();
+        assert_eq!(all.len(), p.rules.len());
     }
 }
