@@ -32,15 +32,21 @@ pub struct ApiCallRequest {
     pub headers: Vec<(String, String)>,
 }
 
-/// Source of external data for context entries. `Ok(None)` means the source
-/// is not available here: the entry is skipped and its variable stays
-/// undefined, as `kyverno test` does offline.
+/// Source of external data for context entries. `Ok(None)` (every default)
+/// means the source is not available here: the entry is skipped and its
+/// variable stays undefined, as `kyverno test` does offline.
 pub trait Resolver: Send + Sync {
-    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError>;
-    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError>;
+    fn config_map(&self, _namespace: &str, _name: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
+    fn api_call(&self, _call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        Ok(None)
+    }
     /// Shared, not copied: an entry may cache thousands of objects, and
     /// the policy's jmesPath usually selects a little of them.
-    fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError>;
+    fn global_context(&self, _name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
+        Ok(None)
+    }
     /// One object by identity: the source of a generate `clone`. Sources
     /// without objects (the admission path today) have none.
     fn resource(
@@ -212,15 +218,6 @@ impl Objects<'_> {
 }
 
 impl Resolver for Objects<'_> {
-    fn config_map(&self, _: &str, _: &str) -> Result<Option<Value>, ResolveError> {
-        Ok(None)
-    }
-    fn api_call(&self, _: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
-        Ok(None)
-    }
-    fn global_context(&self, _: &str) -> Result<Option<Arc<Value>>, ResolveError> {
-        Ok(None)
-    }
     fn resource(
         &self,
         api_version: &str,
@@ -253,17 +250,7 @@ impl Resolver for Objects<'_> {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoResolver;
 
-impl Resolver for NoResolver {
-    fn config_map(&self, _: &str, _: &str) -> Result<Option<Value>, ResolveError> {
-        Ok(None)
-    }
-    fn api_call(&self, _: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
-        Ok(None)
-    }
-    fn global_context(&self, _: &str) -> Result<Option<Arc<Value>>, ResolveError> {
-        Ok(None)
-    }
-}
+impl Resolver for NoResolver {}
 
 /// What admission reads about the cluster besides the request: context
 /// sources, and the labels of the request's namespace (for

@@ -151,10 +151,6 @@ struct MockResolver<'a> {
 }
 
 impl Resolver for MockResolver<'_> {
-    fn config_map(&self, _: &str, _: &str) -> Result<Option<Value>, ResolveError> {
-        Ok(None)
-    }
-
     fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
         let target = call
             .url_path
