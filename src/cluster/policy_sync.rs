@@ -5,7 +5,9 @@
 //! remembered until its next change.
 
 use super::stores::Stores;
-use crate::policy::cel_policy::{CompiledMutatingPolicy, CompiledValidatingPolicy};
+use crate::policy::cel_policy::{
+    CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy,
+};
 use crate::policy::load::{LoadedDocument, classify};
 use crate::policy::{CompiledException, CompiledPolicy};
 use crate::server::policies::{PolicySet, Publisher};
@@ -222,7 +224,13 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
             None => object.metadata.name.clone().unwrap_or_default(),
         }
     );
-    match classify(&source, 0, value).map_err(|e| e.to_string())? {
+    let doc = classify(&source, 0, value).map_err(|e| e.to_string())?;
+    let named = {
+        let (kind, name) = doc.kind_and_name();
+        let label = format!("{kind} {name}");
+        move |e: CelCompileError| format!("{label}: {e}")
+    };
+    match doc {
         LoadedDocument::Policy(p) => {
             let policy = CompiledPolicy::compile(&p).map_err(|e| e.to_string())?;
             policy.check_servable()?;
@@ -234,18 +242,12 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         LoadedDocument::Unsupported { kind, name, .. } => {
             Err(format!("unsupported: kind {kind} ({name})"))
         }
-        ref d @ LoadedDocument::ValidatingPolicy(ref p) => CompiledValidatingPolicy::compile(p)
+        LoadedDocument::ValidatingPolicy(p) => CompiledValidatingPolicy::compile(&p)
             .map(|p| Compiled::Validating(Box::new(p)))
-            .map_err(|e| {
-                let (kind, name) = d.kind_and_name();
-                format!("{kind} {name}: {e}")
-            }),
-        ref d @ LoadedDocument::MutatingPolicy(ref p) => CompiledMutatingPolicy::compile(p)
+            .map_err(named),
+        LoadedDocument::MutatingPolicy(p) => CompiledMutatingPolicy::compile(&p)
             .map(|p| Compiled::Mutating(Box::new(p)))
-            .map_err(|e| {
-                let (kind, name) = d.kind_and_name();
-                format!("{kind} {name}: {e}")
-            }),
+            .map_err(named),
         d @ (LoadedDocument::GeneratingPolicy(_)
         | LoadedDocument::ValidatingAdmissionPolicy(_)
         | LoadedDocument::MutatingAdmissionPolicy(_)

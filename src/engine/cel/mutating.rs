@@ -59,19 +59,22 @@ pub fn evaluate_mutating_policy<'p>(
                 (None, vec![(RuleStatus::Pass, NONE_FOUND.into())])
             }
             Ok(Some(list)) => {
-                let mut object = req.object.clone();
+                // `None` until some param's application ran, as without
+                // params when matchConditions stop it.
+                let mut object: Option<Value> = None;
                 let mut results = Vec::new();
                 for param in &list {
+                    let current = object.clone().unwrap_or_else(|| req.object.clone());
                     let (next, mut r) = match params::bind(base, param) {
-                        Ok(vars) => admission_mutations(policy, object.clone(), &vars, &lookups),
+                        Ok(vars) => admission_mutations(policy, current, &vars, &lookups),
                         Err(e) => (None, vec![(RuleStatus::Error, e)]),
                     };
                     results.append(&mut r);
-                    if let Some(next) = next {
+                    if next.is_some() {
                         object = next;
                     }
                 }
-                (Some(object), results)
+                (object, results)
             }
         };
         outcome.patched = patched;
