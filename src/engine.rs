@@ -177,7 +177,9 @@ impl Request {
     }
 
     fn metadata(&self, field: &str) -> Option<&Value> {
-        self.resource().get("metadata").and_then(|m| m.get(field))
+        let resource = self.resource().as_object()?;
+        let metadata = crate::json_map::get(resource, "metadata")?.as_object()?;
+        crate::json_map::get(metadata, field)
     }
 
     fn metadata_str(&self, field: &str) -> &str {

@@ -27,6 +27,7 @@ pub mod context;
 pub mod controllers;
 pub mod engine;
 pub mod jmespath;
+pub mod json_map;
 pub mod matching;
 pub mod patch;
 pub mod policy;

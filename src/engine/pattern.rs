@@ -111,7 +111,7 @@ impl Path<'_> {
     fn render(&self) -> String {
         let mut out = String::with_capacity(self.rendered_len());
         out.push('/');
-        self.write(&mut out, &mut [0u8; 20]);
+        self.write(&mut out);
         out
     }
 
@@ -125,30 +125,44 @@ impl Path<'_> {
     }
 
     /// Appends the segments from the root down, each followed by `/`.
-    fn write(&self, out: &mut String, digits: &mut [u8; 20]) {
+    fn write(&self, out: &mut String) {
         if let Some(p) = self.parent {
-            p.write(out, digits);
+            p.write(out);
         }
         match self.seg {
             Some(Seg::Key(k)) => out.push_str(k),
-            Some(Seg::Index(i)) => out.push_str(format_index(i, digits)),
+            Some(Seg::Index(i)) => out.push_str(IndexText::new(i).as_str()),
             None => return,
         }
         out.push('/');
     }
 }
 
-fn format_index(mut i: usize, buf: &mut [u8; 20]) -> &str {
-    let mut pos = buf.len();
-    loop {
-        pos -= 1;
-        buf[pos] = b'0' + (i % 10) as u8;
-        i /= 10;
-        if i == 0 {
-            break;
+/// An index as text without `fmt`, which costs several times more on the
+/// hot path (error paths, anyPattern alternatives).
+pub(super) struct IndexText {
+    digits: [u8; 20],
+    start: usize,
+}
+
+impl IndexText {
+    pub(super) fn new(mut i: usize) -> IndexText {
+        let mut digits = [0u8; 20];
+        let mut start = digits.len();
+        loop {
+            start -= 1;
+            digits[start] = b'0' + (i % 10) as u8;
+            i /= 10;
+            if i == 0 {
+                break;
+            }
         }
+        IndexText { digits, start }
     }
-    std::str::from_utf8(&buf[pos..]).expect("ascii digits")
+
+    pub(super) fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.digits[self.start..]).expect("ascii digits")
+    }
 }
 
 /// A map key of a pattern. Wildcard keys exist only directly under
@@ -391,8 +405,12 @@ fn show(v: &Value) -> String {
 }
 
 fn mismatch(path: &Path, value: &Value) -> PatternError {
+    // Scalars are shown without `fmt`: a failing rule builds one of these.
     let shown = match value {
         Value::String(s) => Cow::Borrowed(s.as_str()),
+        Value::Bool(true) => Cow::Borrowed("true"),
+        Value::Bool(false) => Cow::Borrowed("false"),
+        Value::Null => Cow::Borrowed("<nil>"),
         other => Cow::Owned(show(other)),
     };
     const PREFIX: &str = "value '";
@@ -442,7 +460,7 @@ fn map(resource: &Map<String, Value>, node: &MapNode, path: &Path) -> Res {
     }
     for (key, body) in &node.plain {
         key.each(resource, |k| {
-            let actual = resource.get(k);
+            let actual = crate::json_map::get(resource, k);
             match body {
                 PlainBody::Required if actual.is_none_or(Value::is_null) => {
                     Err(PatternError::fail(path, [k, " not found"].concat()))
@@ -463,7 +481,7 @@ fn anchor_element(
     path: &Path,
 ) -> Res {
     let child_path = path.key(key);
-    let actual = resource.get(key);
+    let actual = crate::json_map::get(resource, key);
     let node = match body {
         AnchorBody::Node(n) => n,
         AnchorBody::Existence(entries) => {

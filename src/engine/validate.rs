@@ -6,7 +6,7 @@ use super::cel::CelVerdict;
 use super::conditions;
 use super::context_loader;
 use super::json_context::{JsonContext, Slot};
-use super::pattern::{self, ErrorKind, PatternError};
+use super::pattern::{self, ErrorKind, IndexText, PatternError};
 use super::variables::{OnError, Substituter, VariableError};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::jmespath::Val;
@@ -595,19 +595,32 @@ impl<'p> RuleValidator<'_, 'p> {
                     };
                     match result {
                         Ok(()) => {
+                            let index = IndexText::new(i);
                             return self.respond(
                                 RuleStatus::Pass,
-                                format!("validation rule '{}' anyPattern[{i}] passed.", self.rule),
+                                [
+                                    "validation rule '",
+                                    self.rule,
+                                    "' anyPattern[",
+                                    index.as_str(),
+                                    "] passed.",
+                                ]
+                                .concat(),
                             );
                         }
-                        Err(e) if e.kind == ErrorKind::Skip => {
-                            skipped.push(format!("rule {}[{i}] skipped: {}", self.rule, e.message))
+                        Err(e) => {
+                            let (list, what, detail) = if e.kind == ErrorKind::Skip {
+                                (&mut skipped, "] skipped: ", e.message)
+                            } else if e.path.is_empty() {
+                                (&mut failed, "] failed: ", e.message)
+                            } else {
+                                (&mut failed, "] failed at path ", e.path)
+                            };
+                            let index = IndexText::new(i);
+                            list.push(
+                                ["rule ", self.rule, "[", index.as_str(), what, &detail].concat(),
+                            );
                         }
-                        Err(e) if e.path.is_empty() => {
-                            failed.push(format!("rule {}[{i}] failed: {}", self.rule, e.message))
-                        }
-                        Err(e) => failed
-                            .push(format!("rule {}[{i}] failed at path {}", self.rule, e.path)),
                     }
                 }
                 if failed.is_empty() && !skipped.is_empty() {
@@ -616,13 +629,10 @@ impl<'p> RuleValidator<'_, 'p> {
                 let errs = failed.join(" ");
                 let msg = match self.message(ctx) {
                     Ok(Some(m)) if !m.is_empty() => {
-                        if m.ends_with('.') {
-                            format!("validation error: {m} {errs}")
-                        } else {
-                            format!("validation error: {m}. {errs}")
-                        }
+                        let stop = if m.ends_with('.') { " " } else { ". " };
+                        ["validation error: ", &m, stop, &errs].concat()
                     }
-                    _ => format!("validation error: {errs}"),
+                    _ => ["validation error: ", &errs].concat(),
                 };
                 self.respond(RuleStatus::Fail, msg)
             }

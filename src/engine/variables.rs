@@ -75,11 +75,18 @@ pub fn expressions_in(s: &str) -> Vec<String> {
     out
 }
 
+/// Whether `s` holds `{{`. Faster than `str::contains` for a two-byte
+/// needle, which builds a searcher first: this runs on every rendered
+/// string.
+pub fn opens_variable(s: &str) -> bool {
+    s.as_bytes().windows(2).any(|w| w == b"{{")
+}
+
 pub fn has_variables(v: &Value) -> bool {
     match v {
-        Value::String(s) => s.contains("{{") || s.contains("$("),
+        Value::String(s) => opens_variable(s) || s.contains("$("),
         Value::Array(a) => a.iter().any(has_variables),
-        Value::Object(m) => m.iter().any(|(k, x)| k.contains("{{") || has_variables(x)),
+        Value::Object(m) => m.iter().any(|(k, x)| opens_variable(k) || has_variables(x)),
         _ => false,
     }
 }
@@ -150,7 +157,7 @@ impl Template {
                     (Ok(v), _)
                         if v.as_json()
                             .and_then(Value::as_str)
-                            .is_some_and(|s| s.contains("{{")) =>
+                            .is_some_and(opens_variable) =>
                     {
                         sub.value(raw).map(Cow::Owned)
                     }
@@ -210,7 +217,7 @@ impl Substituter<'_> {
     }
 
     pub fn string(&self, s: &str) -> Result<Value, VariableError> {
-        if !s.contains("{{") {
+        if !opens_variable(s) {
             return Ok(Value::String(s.to_string()));
         }
         let mut text = s.to_string();
@@ -248,7 +255,7 @@ impl Substituter<'_> {
             Value::Object(m) => {
                 let mut out = serde_json::Map::with_capacity(m.len());
                 for (k, x) in m {
-                    let key = if k.contains("{{") {
+                    let key = if opens_variable(k) {
                         match self.string(k)? {
                             Value::String(s) => s,
                             other => other.to_string(),

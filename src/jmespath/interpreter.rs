@@ -151,7 +151,9 @@ impl<'a> Val<'a> {
 
     fn field(self, key: &str) -> Val<'a> {
         match self {
-            Val::Ref(Value::Object(m)) => m.get(key).map(Val::Ref).unwrap_or_else(null),
+            Val::Ref(Value::Object(m)) => crate::json_map::get(m, key)
+                .map(Val::Ref)
+                .unwrap_or_else(null),
             Val::Own(v) => match *v {
                 Value::Object(mut m) => m.remove(key).map(Val::own).unwrap_or_else(null),
                 _ => null(),
@@ -339,17 +341,7 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
             None => null(),
         },
         Ast::Flatten(inner) => match eval(inner, cur)?.into_elements() {
-            Some(items) => {
-                let mut out = Vec::with_capacity(items.len());
-                for item in items {
-                    if item.is_array() {
-                        out.extend(item.into_elements().unwrap_or_default());
-                    } else {
-                        out.push(item);
-                    }
-                }
-                Val::list(out)
-            }
+            Some(items) => flatten(items),
             None => null(),
         },
         Ast::Literal(v) => Val::own(v.clone()),
@@ -401,7 +393,36 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
 }
 
 /// Evaluates `rhs` on each item, keeping the non-null results.
-fn project<'a>(items: Vec<Val<'a>>, rhs: &Ast) -> Val<'a> {
+/// `items` with the elements that are lists replaced by their elements.
+fn flatten(items: Vec<Val<'_>>) -> Val<'_> {
+    if !items.iter().any(Val::is_array) {
+        return Val::list(items);
+    }
+    let len = |v: &Val| match v {
+        Val::Ref(Value::Array(a)) => a.len(),
+        Val::List(l) => l.len(),
+        Val::Own(v) => v.as_array().map_or(1, Vec::len),
+        _ => 1,
+    };
+    let mut out = Vec::with_capacity(items.iter().map(len).sum());
+    for item in items {
+        match item {
+            // Borrowed lists are the common case: no intermediate vector.
+            Val::Ref(Value::Array(a)) => out.extend(a.iter().map(Val::Ref)),
+            Val::List(l) => out.extend(*l),
+            other if other.is_array() => out.extend(other.into_elements().unwrap_or_default()),
+            other => out.push(other),
+        }
+    }
+    Val::list(out)
+}
+
+fn project<'a>(mut items: Vec<Val<'a>>, rhs: &Ast) -> Val<'a> {
+    if matches!(rhs, Ast::Identity | Ast::Current) {
+        // `list[]` projects onto the elements themselves: keep the vector.
+        items.retain(|v| !v.is_null());
+        return Val::list(items);
+    }
     let mut out = Vec::with_capacity(items.len());
     for item in items {
         // kyverno-compat: an element whose right-hand side fails is dropped.
