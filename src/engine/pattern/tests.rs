@@ -126,3 +126,13 @@ fn anchor_parsing() {
     assert_eq!(parse_anchor("!(a)"), None);
     assert_eq!(parse_anchor("name"), None);
 }
+
+#[test]
+fn paths_render_root_first() {
+    assert_eq!(Path::ROOT.render(), "/");
+    let spec = Path::ROOT.key("spec");
+    let list = spec.key("containers");
+    let item = list.index(12);
+    assert_eq!(item.key("image").render(), "/spec/containers/12/image/");
+    assert_eq!(list.index(1234).render(), "/spec/containers/1234/");
+}
