@@ -29,7 +29,10 @@ fn standard_expressions() {
         ("people[?age].name", json!(["a", "b"])),
         ("nested[]", json!([1, 2, 3, [4]])),
         // Flatten over borrowed, computed and scalar elements; nulls dropped.
-        ("[nested, list, `[5]`, a.b.c, missing][]", json!([[1, 2], [3, [4]], 1, 2, 3, 4, 5, 1])),
+        (
+            "[nested, list, `[5]`, a.b.c, missing][]",
+            json!([[1, 2], [3, [4]], 1, 2, 3, 4, 5, 1]),
+        ),
         ("[missing, nested][][]", json!([1, 2, 3, [4]])),
         ("people[].age", json!([30, 20])),
         ("obj.*.v", json!([1, 2])),
