@@ -392,7 +392,6 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
     })
 }
 
-/// Evaluates `rhs` on each item, keeping the non-null results.
 /// `items` with the elements that are lists replaced by their elements.
 fn flatten(items: Vec<Val<'_>>) -> Val<'_> {
     if !items.iter().any(Val::is_array) {
@@ -417,6 +416,7 @@ fn flatten(items: Vec<Val<'_>>) -> Val<'_> {
     Val::list(out)
 }
 
+/// Evaluates `rhs` on each item, keeping the non-null results.
 fn project<'a>(mut items: Vec<Val<'a>>, rhs: &Ast) -> Val<'a> {
     if matches!(rhs, Ast::Identity | Ast::Current) {
         // `list[]` projects onto the elements themselves: keep the vector.
