@@ -101,14 +101,9 @@ pub fn evaluate_policy_observed<'p>(
         .rule_kinds
         .candidates(input.kind_hash, policy.rules.len())
     {
+        // The index already left out rules of other kinds; on a hash
+        // collision the match below decides.
         let rule = &policy.rules[index];
-        if rule
-            .kinds
-            .as_ref()
-            .is_some_and(|k| !k.iter().any(|k| k == input.kind))
-        {
-            continue;
-        }
         if !rule.match_resources.matches(input)
             || rule.exclude.as_ref().is_some_and(|e| e.excludes(input))
         {
