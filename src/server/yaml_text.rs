@@ -31,6 +31,11 @@ pub fn push_value(out: &mut String, s: &str, column: usize, indent: usize) -> us
 
 /// Appends `s` as a mapping key (never folded). Returns the column after it.
 pub fn push_key(out: &mut String, s: &str, column: usize) -> usize {
+    // Policy and rule names, the keys of a denial, are names: plain.
+    if is_plain_name(s) {
+        out.push_str(s);
+        return column + s.len();
+    }
     let mut w = Writer {
         out,
         column,
@@ -39,6 +44,29 @@ pub fn push_key(out: &mut String, s: &str, column: usize) -> usize {
     };
     w.write(s);
     w.column
+}
+
+/// A name (letters, digits, `-`, `.`, `_`, `/`, starting with a letter)
+/// that go-yaml would not read as a bool or null: it writes it plain. The
+/// other checks of [`style`] cannot trigger on these characters.
+fn is_plain_name(s: &str) -> bool {
+    /// The bytes of a name, as a table: a branch per byte costs more.
+    const NAME_BYTES: [bool; 256] = {
+        let mut table = [false; 256];
+        let mut b = 0;
+        while b < 256 {
+            let c = b as u8;
+            table[b] = c.is_ascii_alphanumeric() || matches!(c, b'-' | b'.' | b'_' | b'/');
+            b += 1;
+        }
+        table
+    };
+    let bytes = s.as_bytes();
+    bytes.first().is_some_and(u8::is_ascii_alphabetic)
+        && bytes
+            .iter()
+            .fold(true, |ok, &b| ok & NAME_BYTES[usize::from(b)])
+        && !resolves_to_non_string(s)
 }
 
 fn is_break(c: char) -> bool {
@@ -64,25 +92,34 @@ fn char_at(s: &str, i: usize) -> (char, usize) {
     (c, c.len_utf8())
 }
 
-/// The style go-yaml picks for a string value in block context. Works on
-/// bytes: the message text is ASCII almost always, and only the rare
-/// non-ASCII character is decoded.
+/// The style go-yaml picks for a string value in block context.
+#[cfg(test)]
 fn style(s: &str) -> Style {
-    if resolves_to_non_string(s) {
-        return Style::DoubleQuoted;
-    }
+    style_and_ascii(s).0
+}
+
+/// [`style`], and what [`ascii_scan`] says of `s`. Works on bytes: the
+/// message text is ASCII almost always, and only the rare non-ASCII
+/// character is decoded.
+fn style_and_ascii(s: &str) -> (Style, AsciiScan) {
     let bytes = s.as_bytes();
+    let scan = ascii_scan(bytes);
+    let ascii = scan.printable;
+    if resolves_to_non_string(s) {
+        return (Style::DoubleQuoted, scan);
+    }
     let block_indicators = s.starts_with("---") || s.starts_with("...");
     // Printable ASCII without tabs, the usual message: the same rules in
     // one tight pass over the bytes.
-    if let Some(plain) = ascii_plain_allowed(bytes) {
-        return if plain && !block_indicators {
+    if ascii && let Some(plain) = ascii_plain_allowed(bytes) {
+        let style = if plain && !block_indicators {
             Style::Plain
         } else {
             Style::SingleQuoted
         };
+        return (style, scan);
     }
-    style_walk(s)
+    (style_walk(s), scan)
 }
 
 /// [`style`] for any text, a character at a time.
@@ -154,22 +191,28 @@ fn style_walk(s: &str) -> Style {
     }
 }
 
-/// Whether every byte is printable ASCII (no tabs, no breaks). Written as
-/// a fold so that it vectorizes.
-fn printable_ascii(bytes: &[u8]) -> bool {
-    bytes
-        .iter()
-        .fold(true, |ok, &b| ok & (b.wrapping_sub(0x20) < 0x5f))
+struct AsciiScan {
+    /// Every byte is printable ASCII (no tabs, no breaks).
+    printable: bool,
+    /// Some byte is a single quote.
+    quote: bool,
 }
 
-/// For printable ASCII without tabs (else `None`): whether go-yaml would
-/// write it plain, leaving out the `---`/`...` prefixes that [`style`]
-/// checks.
+/// Folds over the bytes, which vectorize (one fold of a pair does not).
+fn ascii_scan(bytes: &[u8]) -> AsciiScan {
+    AsciiScan {
+        printable: bytes
+            .iter()
+            .fold(true, |ok, &b| ok & (b.wrapping_sub(0x20) < 0x5f)),
+        quote: bytes.iter().fold(false, |quote, &b| quote | (b == b'\'')),
+    }
+}
+
+/// For printable ASCII without tabs (checked by the caller; `None` when
+/// empty): whether go-yaml would write it plain, leaving out the
+/// `---`/`...` prefixes that [`style`] checks.
 fn ascii_plain_allowed(bytes: &[u8]) -> Option<bool> {
     let first = *bytes.first()?;
-    if !printable_ascii(bytes) {
-        return None;
-    }
     let indicator_first = matches!(
         first,
         b'#' | b','
@@ -244,11 +287,11 @@ struct Writer<'a> {
 
 impl Writer<'_> {
     fn write(&mut self, s: &str) {
-        let style = style(s);
-        let ascii = printable_ascii(s.as_bytes());
+        let (style, scan) = style_and_ascii(s);
+        let ascii = scan.printable;
         match style {
             Style::Plain if ascii => self.ascii_words(s, false),
-            Style::SingleQuoted if ascii && memchr::memchr(b'\'', s.as_bytes()).is_none() => {
+            Style::SingleQuoted if ascii && !scan.quote => {
                 self.put('\'');
                 self.ascii_words(s, true);
                 self.put('\'');
@@ -306,9 +349,13 @@ impl Writer<'_> {
 
     /// A line break and the continuation indent.
     fn write_indent(&mut self) {
-        self.out.push('\n');
-        for _ in 0..self.indent {
-            self.out.push(' ');
+        const LINE: &str = "\n                ";
+        match LINE.get(..1 + self.indent) {
+            Some(line) => self.out.push_str(line),
+            None => {
+                self.out.push('\n');
+                self.out.extend(std::iter::repeat_n(' ', self.indent));
+            }
         }
         self.column = self.indent;
     }
@@ -611,6 +658,62 @@ mod tests {
                 let end_b = w.column;
                 assert_eq!((a, end_a), (b, end_b), "{text:?} at {column}");
             }
+        }
+    }
+
+    /// The shortcut for names writes keys as the writer does.
+    #[test]
+    fn plain_names_match_the_writer() {
+        let mut names: Vec<String> = [
+            "disallow-capabilities",
+            "team-a/require-labels",
+            "autogen-cronjob-check_1",
+            "Rule.Name",
+            "y",
+            "no",
+            "On",
+            "NULL",
+            "nullable",
+            "true-ish",
+            "x1.5",
+            "e5",
+            "1abc",
+            "-x",
+            ".inf",
+            "",
+        ]
+        .map(String::from)
+        .to_vec();
+        let alphabet = [
+            b'a', b'y', b'N', b'o', b'0', b'-', b'.', b'_', b'/', b' ', b':',
+        ];
+        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
+        for n in 0..5_000 {
+            let len = 1 + n % 9;
+            names.push(
+                (0..len)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        alphabet[(seed % alphabet.len() as u64) as usize] as char
+                    })
+                    .collect(),
+            );
+        }
+        for name in &names {
+            let mut fast = String::new();
+            let fast_end = push_key(&mut fast, name, 2);
+            let mut slow = String::new();
+            let mut w = Writer {
+                out: &mut slow,
+                column: 2,
+                indent: 0,
+                allow_breaks: false,
+            };
+            w.write(name);
+            let slow_end = w.column;
+            assert_eq!((fast, fast_end), (slow, slow_end), "{name:?}");
         }
     }
 
