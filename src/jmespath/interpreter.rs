@@ -284,6 +284,20 @@ pub fn number(f: f64) -> Value {
     }
 }
 
+/// The value at `keys` under `v`, or null.
+fn field_path<'a>(mut v: &'a Value, keys: &[String]) -> &'a Value {
+    for k in keys {
+        v = match v {
+            Value::Object(m) => match crate::json_map::get(m, k) {
+                Some(x) => x,
+                None => return &NULL,
+            },
+            _ => return &NULL,
+        };
+    }
+    v
+}
+
 /// Evaluates `ast` against `cur`.
 pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
     Ok(match ast {
@@ -291,7 +305,12 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
         Ast::Field(k) => cur.field(k),
         Ast::FieldPath(keys) => {
             let mut cur = cur;
-            for k in keys {
+            for (i, k) in keys.iter().enumerate() {
+                if let Val::Ref(v) = cur {
+                    // Borrowed JSON from here on: walk the values, not a
+                    // Val per step.
+                    return Ok(Val::Ref(field_path(v, &keys[i..])));
+                }
                 cur = cur.field(k);
             }
             cur

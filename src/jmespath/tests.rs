@@ -58,6 +58,15 @@ fn standard_expressions() {
         // kyverno-compat: projection elements whose expression fails are dropped.
         ("people[].keys(age)", json!([])),
         ("`[{\"r\": {\"a\": 1}}, {}]`[].r.keys(@)[]", json!(["a"])),
+        // Field paths that leave the objects part way: null.
+        ("a.b.c.d || 'none'", json!("none")),
+        ("a.x.c || 'none'", json!("none")),
+        ("empty.x || 'none'", json!("none")),
+        ("spec.containers.name || 'none'", json!("none")),
+        (
+            "spec.containers[0].securityContext.capabilities.add",
+            json!(["NET_ADMIN"]),
+        ),
     ] {
         assert_eq!(run(expr, &data).unwrap(), want, "{expr}");
     }
