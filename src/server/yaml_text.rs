@@ -98,15 +98,14 @@ fn style(s: &str) -> Style {
     style_and_ascii(s).0
 }
 
-/// [`style`], and what [`ascii_scan`] says of `s`. Works on bytes: the
-/// message text is ASCII almost always, and only the rare non-ASCII
-/// character is decoded.
-fn style_and_ascii(s: &str) -> (Style, AsciiScan) {
+/// [`style`], and whether `s` is printable ASCII without tabs. Works on
+/// bytes: the message text is ASCII almost always, and only the rare
+/// non-ASCII character is decoded.
+fn style_and_ascii(s: &str) -> (Style, bool) {
     let bytes = s.as_bytes();
-    let scan = ascii_scan(bytes);
-    let ascii = scan.printable;
+    let ascii = printable_ascii(bytes);
     if resolves_to_non_string(s) {
-        return (Style::DoubleQuoted, scan);
+        return (Style::DoubleQuoted, ascii);
     }
     let block_indicators = s.starts_with("---") || s.starts_with("...");
     // Printable ASCII without tabs, the usual message: the same rules in
@@ -117,9 +116,9 @@ fn style_and_ascii(s: &str) -> (Style, AsciiScan) {
         } else {
             Style::SingleQuoted
         };
-        return (style, scan);
+        return (style, true);
     }
-    (style_walk(s), scan)
+    (style_walk(s), ascii)
 }
 
 /// [`style`] for any text, a character at a time.
@@ -191,21 +190,17 @@ fn style_walk(s: &str) -> Style {
     }
 }
 
-struct AsciiScan {
-    /// Every byte is printable ASCII (no tabs, no breaks).
-    printable: bool,
-    /// Some byte is a single quote.
-    quote: bool,
+/// Whether every byte is printable ASCII (no tabs, no breaks). Written as
+/// a fold so that it vectorizes.
+fn printable_ascii(bytes: &[u8]) -> bool {
+    bytes
+        .iter()
+        .fold(true, |ok, &b| ok & (b.wrapping_sub(0x20) < 0x5f))
 }
 
-/// Folds over the bytes, which vectorize (one fold of a pair does not).
-fn ascii_scan(bytes: &[u8]) -> AsciiScan {
-    AsciiScan {
-        printable: bytes
-            .iter()
-            .fold(true, |ok, &b| ok & (b.wrapping_sub(0x20) < 0x5f)),
-        quote: bytes.iter().fold(false, |quote, &b| quote | (b == b'\'')),
-    }
+/// Whether some byte is a single quote; a fold, like [`printable_ascii`].
+fn has_single_quote(bytes: &[u8]) -> bool {
+    bytes.iter().fold(false, |quote, &b| quote | (b == b'\''))
 }
 
 /// For printable ASCII without tabs (checked by the caller; `None` when
@@ -287,11 +282,10 @@ struct Writer<'a> {
 
 impl Writer<'_> {
     fn write(&mut self, s: &str) {
-        let (style, scan) = style_and_ascii(s);
-        let ascii = scan.printable;
+        let (style, ascii) = style_and_ascii(s);
         match style {
             Style::Plain if ascii => self.ascii_words(s, false),
-            Style::SingleQuoted if ascii && !scan.quote => {
+            Style::SingleQuoted if ascii && !has_single_quote(s.as_bytes()) => {
                 self.put('\'');
                 self.ascii_words(s, true);
                 self.put('\'');
