@@ -167,24 +167,29 @@ fn split_range(range: &str) -> Option<(&str, &str)> {
 }
 
 fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
-    let keys: Vec<Cow<str>> = match key {
-        Value::Array(a) => a.iter().map(sprint_cow).collect(),
-        Value::String(_) | Value::Number(_) | Value::Bool(_) => vec![sprint_cow(key)],
+    // The sides are walked in place rather than collected: a condition
+    // runs per rule and per foreach element, and most lists are short.
+    let keys: &[Value] = match key {
+        Value::Array(a) => a,
+        Value::String(_) | Value::Number(_) | Value::Bool(_) => std::slice::from_ref(key),
         _ => return false,
     };
-    let decide = |contained: &dyn Fn(&str) -> bool| match op {
-        SetOp::AnyIn => keys.iter().any(|k| contained(k)),
-        SetOp::AllIn => keys.iter().all(|k| contained(k)),
-        SetOp::AnyNotIn => keys.iter().any(|k| !contained(k)),
-        SetOp::AllNotIn => !keys.iter().any(|k| contained(k)),
+    let decide = |contained: &dyn Fn(&str) -> bool| {
+        let mut keys = keys.iter().map(sprint_cow);
+        match op {
+            SetOp::AnyIn => keys.any(|k| contained(&k)),
+            SetOp::AllIn => keys.all(|k| contained(&k)),
+            SetOp::AnyNotIn => keys.any(|k| !contained(&k)),
+            SetOp::AllNotIn => !keys.any(|k| contained(&k)),
+        }
     };
     // Either side may be the wildcard pattern; most hold none, so plain
     // equality decides without the matcher.
-    let in_list = |values: &[Cow<str>], k: &str| {
+    let in_list = |values: &[Value], k: &str| {
         let k_wild = wildcard::has_wildcard(k);
-        values.iter().any(|v| {
-            if k_wild || wildcard::has_wildcard(v) {
-                wildcard::matches(k, v) || wildcard::matches(v, k)
+        values.iter().map(sprint_cow).any(|v| {
+            if k_wild || wildcard::has_wildcard(&v) {
+                wildcard::matches(k, &v) || wildcard::matches(&v, k)
             } else {
                 k == v.as_ref()
             }
@@ -195,14 +200,15 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
         return decide(&|_| false);
     }
     match value {
-        Value::Array(a) => {
-            let values: Vec<Cow<str>> = a.iter().map(sprint_cow).collect();
-            decide(&|k| in_list(&values, k))
-        }
+        Value::Array(a) => decide(&|k| in_list(a, k)),
         Value::String(s) => {
             // A string value is a range `a-b`, a JSON array (e.g. from a
             // ConfigMap), or else a single-element list.
-            if split_range(s).is_some() && keys.iter().all(|k| Quantity::parse(k).is_some()) {
+            if split_range(s).is_some()
+                && keys
+                    .iter()
+                    .all(|k| Quantity::parse(&sprint_cow(k)).is_some())
+            {
                 return decide(&|k| in_range(k, s).unwrap_or(false));
             }
             let parsed = if s.trim_start().starts_with('[') {
@@ -210,11 +216,8 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
             } else {
                 None
             };
-            let values: Vec<Cow<str>> = match &parsed {
-                Some(arr) => arr.iter().map(sprint_cow).collect(),
-                None => vec![Cow::Borrowed(s.as_str())],
-            };
-            decide(&|k| in_list(&values, k))
+            let values = parsed.as_deref().unwrap_or(std::slice::from_ref(value));
+            decide(&|k| in_list(values, k))
         }
         _ => false,
     }
@@ -284,6 +287,9 @@ mod tests {
             (AnyIn, json!(["a"]), json!("[\"a\", \"b\"]"), true),
             (AnyIn, json!(8080), json!("8000-9000"), true),
             (AnyNotIn, json!([80, 8080]), json!("8000-9000"), true),
+            (AllIn, json!([1, 2.5]), json!([2.5, "1", 3]), true),
+            (AnyIn, json!(true), json!("true"), true),
+            (AllNotIn, json!(["NET_RAW"]), json!(["NET_*", ""]), false),
             (In, json!("a"), json!(["a", "b"]), true),
             (NotIn, json!("z"), json!(["a", "b"]), true),
             (GreaterThan, json!(5), json!(3), true),

@@ -551,3 +551,94 @@ impl prometheus_client::collector::Collector for RuleMetrics {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::load::{LoadedDocument, load_policy_text};
+
+    fn policy() -> CompiledPolicy {
+        let text = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: p
+spec:
+  rules:
+    - name: a
+      match:
+        any:
+          - resources:
+              kinds: [Pod]
+      validate:
+        message: m
+        pattern:
+          metadata:
+            name: "?*"
+    - name: b
+      match:
+        any:
+          - resources:
+              kinds: [Pod]
+      validate:
+        message: m
+        pattern:
+          metadata:
+            name: "?*"
+"#;
+        match load_policy_text("p.yaml", text).unwrap().remove(0) {
+            LoadedDocument::Policy(p) => CompiledPolicy::compile(&p).unwrap(),
+            _ => unreachable!("a ClusterPolicy"),
+        }
+    }
+
+    /// Requests record from many threads at once; a scrape sees them all.
+    #[test]
+    fn records_from_many_threads_add_up() {
+        let table = RuleTable::new(&[policy()], &[], &[]);
+        let threads = 9;
+        std::thread::scope(|s| {
+            for t in 0..threads {
+                let table = &table;
+                s.spawn(move || {
+                    let cells = table.resource("Pod", "default", "CREATE");
+                    for _ in 0..100 {
+                        cells.record(0, t % 2, RuleStatus::Pass, Duration::from_micros(3));
+                    }
+                    cells.record(0, 1, RuleStatus::Fail, Duration::from_secs(40));
+                });
+            }
+        });
+        let mut totals = BTreeMap::new();
+        RuleMetrics::add(&mut totals, &table);
+        let count = |rule: &str, result: &str| {
+            totals
+                .iter()
+                .filter(|(k, _)| k.5 == rule && k.9 == result)
+                .map(|(k, t)| {
+                    assert_eq!(
+                        (k.6.as_str(), k.7.as_str(), k.8.as_str()),
+                        ("Pod", "default", "create")
+                    );
+                    t
+                })
+                .fold(Totals::default(), |mut sum, t| {
+                    sum.count += t.count;
+                    sum.nanos += t.nanos;
+                    for (s, b) in sum.buckets.iter_mut().zip(&t.buckets) {
+                        *s += b;
+                    }
+                    sum
+                })
+        };
+        assert_eq!(totals.len(), 3);
+        let a = count("a", "pass");
+        assert_eq!(a.count, 100 * (threads as u64).div_ceil(2));
+        assert_eq!(a.nanos, a.count * 3_000);
+        assert_eq!(count("b", "pass").count, 100 * (threads as u64 / 2));
+        let failed = count("b", "fail");
+        assert_eq!(failed.count, threads as u64);
+        // Forty seconds is above every bucket boundary.
+        assert_eq!(failed.buckets[BUCKETS.len()], threads as u64);
+    }
+}
