@@ -557,36 +557,35 @@ mod tests {
     use super::*;
     use crate::policy::load::{LoadedDocument, load_policy_text};
 
+    /// A policy with two rules, `a` and `b`.
     fn policy() -> CompiledPolicy {
-        let text = r#"
-apiVersion: kyverno.io/v1
+        let rule = |name: &str| {
+            format!(
+                "
+    - name: {name}
+      match:
+        any:
+          - resources:
+              kinds: [Pod]
+      validate:
+        message: m
+        pattern:
+          metadata:
+            name: \"?*\""
+            )
+        };
+        let text = format!(
+            "apiVersion: kyverno.io/v1
 kind: ClusterPolicy
 metadata:
   name: p
 spec:
-  rules:
-    - name: a
-      match:
-        any:
-          - resources:
-              kinds: [Pod]
-      validate:
-        message: m
-        pattern:
-          metadata:
-            name: "?*"
-    - name: b
-      match:
-        any:
-          - resources:
-              kinds: [Pod]
-      validate:
-        message: m
-        pattern:
-          metadata:
-            name: "?*"
-"#;
-        match load_policy_text("p.yaml", text).unwrap().remove(0) {
+  rules:{}{}
+",
+            rule("a"),
+            rule("b")
+        );
+        match load_policy_text("p.yaml", &text).unwrap().remove(0) {
             LoadedDocument::Policy(p) => CompiledPolicy::compile(&p).unwrap(),
             _ => unreachable!("a ClusterPolicy"),
         }
