@@ -166,9 +166,25 @@ fn split_range(range: &str) -> Option<(&str, &str)> {
     .then_some((lo, hi))
 }
 
+/// `values` with every non-string printed as [`sprint`] does, so that a
+/// list is printed once rather than once per key; borrowed when it holds
+/// only strings, as lists in conditions nearly always do.
+fn as_strings(values: &[Value]) -> Cow<'_, [Value]> {
+    if values.iter().all(Value::is_string) {
+        Cow::Borrowed(values)
+    } else {
+        Cow::Owned(
+            values
+                .iter()
+                .map(|v| Value::String(sprint_cow(v).into_owned()))
+                .collect(),
+        )
+    }
+}
+
 fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
-    // The sides are walked in place rather than collected: a condition
-    // runs per rule and per foreach element, and most lists are short.
+    // The sides are compared where they lie rather than collected first:
+    // a condition runs per rule and per foreach element.
     let keys: &[Value] = match key {
         Value::Array(a) => a,
         Value::String(_) | Value::Number(_) | Value::Bool(_) => std::slice::from_ref(key),
@@ -200,7 +216,10 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
         return decide(&|_| false);
     }
     match value {
-        Value::Array(a) => decide(&|k| in_list(a, k)),
+        Value::Array(a) => {
+            let values = as_strings(a);
+            decide(&|k| in_list(&values, k))
+        }
         Value::String(s) => {
             // A string value is a range `a-b`, a JSON array (e.g. from a
             // ConfigMap), or else a single-element list.
@@ -216,8 +235,8 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
             } else {
                 None
             };
-            let values = parsed.as_deref().unwrap_or(std::slice::from_ref(value));
-            decide(&|k| in_list(values, k))
+            let values = as_strings(parsed.as_deref().unwrap_or(std::slice::from_ref(value)));
+            decide(&|k| in_list(&values, k))
         }
         _ => false,
     }
