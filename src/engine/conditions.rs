@@ -167,8 +167,8 @@ fn split_range(range: &str) -> Option<(&str, &str)> {
 }
 
 /// `values` with every non-string printed as [`sprint`] does, so that a
-/// list is printed once rather than once per key; borrowed when it holds
-/// only strings, as lists in conditions nearly always do.
+/// list is printed once rather than once per comparison; borrowed when it
+/// holds only strings, as lists in conditions nearly always do.
 fn as_strings(values: &[Value]) -> Cow<'_, [Value]> {
     if values.iter().all(Value::is_string) {
         Cow::Borrowed(values)
@@ -182,32 +182,39 @@ fn as_strings(values: &[Value]) -> Cow<'_, [Value]> {
     }
 }
 
+/// The strings of a list made by [`as_strings`].
+fn strs(values: &[Value]) -> impl Iterator<Item = &str> {
+    values.iter().filter_map(Value::as_str)
+}
+
 fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
-    // The sides are compared where they lie rather than collected first:
-    // a condition runs per rule and per foreach element.
-    let keys: &[Value] = match key {
-        Value::Array(a) => a,
-        Value::String(_) | Value::Number(_) | Value::Bool(_) => std::slice::from_ref(key),
+    // Both sides are compared as strings where they lie rather than
+    // collected first: a condition runs per rule and per foreach element.
+    let keys = match key {
+        Value::Array(a) => as_strings(a),
+        Value::String(_) | Value::Number(_) | Value::Bool(_) => {
+            as_strings(std::slice::from_ref(key))
+        }
         _ => return false,
     };
     let decide = |contained: &dyn Fn(&str) -> bool| {
-        let mut keys = keys.iter().map(sprint_cow);
+        let mut keys = strs(&keys);
         match op {
-            SetOp::AnyIn => keys.any(|k| contained(&k)),
-            SetOp::AllIn => keys.all(|k| contained(&k)),
-            SetOp::AnyNotIn => keys.any(|k| !contained(&k)),
-            SetOp::AllNotIn => !keys.any(|k| contained(&k)),
+            SetOp::AnyIn => keys.any(contained),
+            SetOp::AllIn => keys.all(contained),
+            SetOp::AnyNotIn => keys.any(|k| !contained(k)),
+            SetOp::AllNotIn => !keys.any(contained),
         }
     };
     // Either side may be the wildcard pattern; most hold none, so plain
     // equality decides without the matcher.
     let in_list = |values: &[Value], k: &str| {
         let k_wild = wildcard::has_wildcard(k);
-        values.iter().map(sprint_cow).any(|v| {
-            if k_wild || wildcard::has_wildcard(&v) {
-                wildcard::matches(k, &v) || wildcard::matches(&v, k)
+        strs(values).any(|v| {
+            if k_wild || wildcard::has_wildcard(v) {
+                wildcard::matches(k, v) || wildcard::matches(v, k)
             } else {
-                k == v.as_ref()
+                k == v
             }
         })
     };
@@ -223,11 +230,7 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
         Value::String(s) => {
             // A string value is a range `a-b`, a JSON array (e.g. from a
             // ConfigMap), or else a single-element list.
-            if split_range(s).is_some()
-                && keys
-                    .iter()
-                    .all(|k| Quantity::parse(&sprint_cow(k)).is_some())
-            {
+            if split_range(s).is_some() && strs(&keys).all(|k| Quantity::parse(k).is_some()) {
                 return decide(&|k| in_range(k, s).unwrap_or(false));
             }
             let parsed = if s.trim_start().starts_with('[') {
