@@ -189,3 +189,58 @@ fn foreach_context_uses_the_resolver() {
     // list is empty and the deny fires.
     assert_eq!(got, vec![RuleStatus::Pass]);
 }
+
+/// The messages of failing and skipped patterns, as Kyverno words them:
+/// the path for a failure, each alternative's note for anyPattern.
+#[test]
+fn pattern_messages() {
+    let cases: &[(&str, &str, RuleStatus, &str)] = &[
+        (
+            "pattern fail names the path",
+            "    validate: {message: 'no latest', pattern: {spec: {containers: [{image: '!*:latest'}]}}}\n",
+            RuleStatus::Fail,
+            "validation error: no latest. rule r failed at path /spec/containers/1/image/",
+        ),
+        (
+            "anyPattern lists every alternative",
+            "    validate: {message: 'app label.', anyPattern: [{metadata: {labels: {app: db}}}, {spec: {containers: [{name: a}]}}]}\n",
+            RuleStatus::Fail,
+            "validation error: app label. rule r[0] failed at path /metadata/labels/app/ rule r[1] failed at path /spec/containers/1/name/",
+        ),
+        (
+            "anyPattern skipped alternatives",
+            "    validate: {anyPattern: [{spec: {containers: [{(name): z, image: x}]}}, {(metadata): {(name): q}}]}\n",
+            RuleStatus::Skip,
+            "rule r[0] skipped: conditional anchor mismatch: value 'a' does not match the pattern rule r[1] skipped: conditional anchor mismatch: conditional anchor mismatch: value 'p' does not match the pattern",
+        ),
+        (
+            "nested conditional anchors",
+            "    validate: {pattern: {(metadata): {(labels): {(app): db}}}}\n",
+            RuleStatus::Skip,
+            "conditional anchor mismatch: conditional anchor mismatch: conditional anchor mismatch: value 'web' does not match the pattern",
+        ),
+        (
+            "a number is shown as JSON",
+            "    validate: {pattern: {spec: {containers: [{(ports): [{containerPort: 80}]}]}}}\n",
+            RuleStatus::Skip,
+            "conditional anchor mismatch: value '8080' does not match the pattern",
+        ),
+    ];
+    for (name, body, status, message) in cases {
+        let (policies, exceptions) = load(&policy(body));
+        let object: Value = parse_yaml_documents("r.yaml", POD).unwrap().remove(0);
+        let req = Request::offline(&object, "CREATE", Default::default(), None);
+        let env = EvalEnv {
+            resolver: &NoResolver,
+            exceptions: &exceptions,
+            rule_values: &(),
+        };
+        let responses = evaluate(&policies, &req, &env);
+        let rule = &responses[0].rules[0];
+        assert_eq!(
+            (rule.status, rule.message.as_ref()),
+            (*status, *message),
+            "{name}"
+        );
+    }
+}

@@ -49,25 +49,100 @@ pub enum ErrorKind {
     Negation,
 }
 
+/// Why a resource does not match; `'r` is the resource's lifetime.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PatternError {
+pub struct PatternError<'r> {
     pub kind: ErrorKind,
     /// Path of the failing element (`/spec/containers/0/image/`); empty when none.
     pub path: String,
-    pub message: String,
+    detail: Detail<'r>,
 }
 
-impl PatternError {
-    fn fail(path: &Path, message: String) -> PatternError {
+/// The message of a [`PatternError`]. A failing rule reports only the path,
+/// and probes (anyPattern alternatives, existence anchors) drop most
+/// errors, so the common mismatch keeps its value and is worded on demand.
+#[derive(Debug, Clone, PartialEq)]
+enum Detail<'r> {
+    Text(String),
+    /// `value '<v>' does not match the pattern`, after an anchor's
+    /// `<tag> mismatch: ` when one turned it into a skip.
+    Mismatch {
+        anchor: Option<&'static str>,
+        value: &'r Value,
+    },
+}
+
+impl<'r> PatternError<'r> {
+    fn fail(path: &Path, message: String) -> PatternError<'r> {
         PatternError {
             kind: ErrorKind::Fail,
             path: path.render(),
-            message,
+            detail: Detail::Text(message),
+        }
+    }
+
+    /// The error's message, as Kyverno words it.
+    pub fn message(&self) -> Cow<'_, str> {
+        match &self.detail {
+            Detail::Text(t) => Cow::Borrowed(t),
+            Detail::Mismatch { anchor, value } => {
+                // Scalars are shown without `fmt`.
+                let shown = match value {
+                    Value::String(s) => Cow::Borrowed(s.as_str()),
+                    Value::Bool(true) => Cow::Borrowed("true"),
+                    Value::Bool(false) => Cow::Borrowed("false"),
+                    Value::Null => Cow::Borrowed("<nil>"),
+                    other => Cow::Owned(show(other)),
+                };
+                let mut out = String::new();
+                if let Some(tag) = anchor {
+                    out.push_str(tag);
+                    out.push_str(" mismatch: ");
+                }
+                out.push_str("value '");
+                out.push_str(&shown);
+                out.push_str("' does not match the pattern");
+                Cow::Owned(out)
+            }
+        }
+    }
+
+    pub fn into_message(self) -> String {
+        match self.detail {
+            Detail::Text(t) => t,
+            _ => self.message().into_owned(),
+        }
+    }
+
+    /// The same error as seen through a conditional or global anchor.
+    fn under_anchor(self, tag: &'static str) -> PatternError<'r> {
+        let detail = match self.detail {
+            Detail::Mismatch {
+                anchor: None,
+                value,
+            } => Detail::Mismatch {
+                anchor: Some(tag),
+                value,
+            },
+            detail => {
+                let inner = PatternError {
+                    kind: self.kind,
+                    path: String::new(),
+                    detail,
+                }
+                .into_message();
+                Detail::Text([tag, " mismatch: ", &inner].concat())
+            }
+        };
+        PatternError {
+            kind: ErrorKind::Skip,
+            path: self.path,
+            detail,
         }
     }
 }
 
-type Res = Result<(), PatternError>;
+type Res<'r> = Result<(), PatternError<'r>>;
 
 #[derive(Clone, Copy)]
 enum Seg<'a> {
@@ -176,11 +251,11 @@ enum Key {
 
 impl Key {
     /// Calls `f` with each resource key this pattern key stands for.
-    fn each<'r>(
+    fn each<'r, 'e>(
         &'r self,
         resource: &'r Map<String, Value>,
-        mut f: impl FnMut(&'r str) -> Res,
-    ) -> Res {
+        mut f: impl FnMut(&'r str) -> Res<'e>,
+    ) -> Res<'e> {
         match self {
             Key::Exact(k) => f(k),
             Key::Wildcard(w) => {
@@ -261,7 +336,7 @@ impl CompiledPattern {
         }
     }
 
-    pub fn validate(&self, resource: &Value) -> Res {
+    pub fn validate<'r>(&self, resource: &'r Value) -> Res<'r> {
         element(resource, &self.root, &Path::ROOT)
     }
 }
@@ -376,7 +451,7 @@ impl Node {
 
 /// Validates `resource` against `pattern`, compiling it first (for patterns
 /// built at evaluation time, e.g. after variable substitution).
-pub fn validate(resource: &Value, pattern: &Value) -> Res {
+pub fn validate<'r>(resource: &'r Value, pattern: &Value) -> Res<'r> {
     CompiledPattern::compile(pattern).validate(resource)
 }
 
@@ -404,25 +479,18 @@ fn show(v: &Value) -> String {
     }
 }
 
-fn mismatch(path: &Path, value: &Value) -> PatternError {
-    // Scalars are shown without `fmt`: a failing rule builds one of these.
-    let shown = match value {
-        Value::String(s) => Cow::Borrowed(s.as_str()),
-        Value::Bool(true) => Cow::Borrowed("true"),
-        Value::Bool(false) => Cow::Borrowed("false"),
-        Value::Null => Cow::Borrowed("<nil>"),
-        other => Cow::Owned(show(other)),
-    };
-    const PREFIX: &str = "value '";
-    const SUFFIX: &str = "' does not match the pattern";
-    let mut message = String::with_capacity(PREFIX.len() + shown.len() + SUFFIX.len());
-    message.push_str(PREFIX);
-    message.push_str(&shown);
-    message.push_str(SUFFIX);
-    PatternError::fail(path, message)
+fn mismatch<'r>(path: &Path, value: &'r Value) -> PatternError<'r> {
+    PatternError {
+        kind: ErrorKind::Fail,
+        path: path.render(),
+        detail: Detail::Mismatch {
+            anchor: None,
+            value,
+        },
+    }
 }
 
-fn element(resource: &Value, node: &Node, path: &Path) -> Res {
+fn element<'r>(resource: &'r Value, node: &Node, path: &Path) -> Res<'r> {
     match node {
         Node::Map(m) => match resource {
             Value::Object(r) => map(r, m, path),
@@ -452,7 +520,7 @@ fn element(resource: &Value, node: &Node, path: &Path) -> Res {
     }
 }
 
-fn map(resource: &Map<String, Value>, node: &MapNode, path: &Path) -> Res {
+fn map<'r>(resource: &'r Map<String, Value>, node: &MapNode, path: &Path) -> Res<'r> {
     for (anchor, key, body) in &node.anchored {
         key.each(resource, |k| {
             anchor_element(*anchor, k, body, resource, path)
@@ -473,13 +541,13 @@ fn map(resource: &Map<String, Value>, node: &MapNode, path: &Path) -> Res {
     Ok(())
 }
 
-fn anchor_element(
+fn anchor_element<'r>(
     anchor: Anchor,
     key: &str,
     body: &AnchorBody,
-    resource: &Map<String, Value>,
+    resource: &'r Map<String, Value>,
     path: &Path,
-) -> Res {
+) -> Res<'r> {
     let child_path = path.key(key);
     let actual = crate::json_map::get(resource, key);
     let node = match body {
@@ -528,17 +596,13 @@ fn anchor_element(
                     if e.kind == ErrorKind::Negation {
                         e
                     } else {
-                        PatternError {
-                            kind: ErrorKind::Skip,
-                            path: e.path,
-                            message: [tag, " mismatch: ", &e.message].concat(),
-                        }
+                        e.under_anchor(tag)
                     }
                 }),
                 None => Err(PatternError {
                     kind: ErrorKind::Skip,
                     path: child_path.render(),
-                    message: [tag, " key doesn't exist in the resource"].concat(),
+                    detail: Detail::Text([tag, " key doesn't exist in the resource"].concat()),
                 }),
             }
         }
@@ -551,7 +615,7 @@ fn anchor_element(
                 let p = child_path.render();
                 Err(PatternError {
                     kind: ErrorKind::Negation,
-                    message: [&p, " is not allowed"].concat(),
+                    detail: Detail::Text([&p, " is not allowed"].concat()),
                     path: p,
                 })
             }
@@ -561,7 +625,7 @@ fn anchor_element(
     }
 }
 
-fn array(resource: &[Value], node: &ArrayNode, path: &Path) -> Res {
+fn array<'r>(resource: &'r [Value], node: &ArrayNode, path: &Path) -> Res<'r> {
     match node {
         ArrayNode::Empty => Err(PatternError::fail(path, "pattern array empty".into())),
         ArrayNode::OfMaps(first) => {
@@ -578,7 +642,7 @@ fn array(resource: &[Value], node: &ArrayNode, path: &Path) -> Res {
                 Some(e) if applied == 0 => Err(PatternError {
                     kind: ErrorKind::Skip,
                     path: path.render(),
-                    message: e.message,
+                    detail: e.detail,
                 }),
                 _ => Ok(()),
             }

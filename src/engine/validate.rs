@@ -85,7 +85,6 @@ pub fn evaluate_policy_observed<'p>(
     env: &EvalEnv,
     mut timer: Option<&mut RuleTimer>,
 ) -> PolicyResponse<'p> {
-    let mut rules = Vec::new();
     if let Some(t) = timer.as_mut() {
         t.start();
     }
@@ -94,13 +93,15 @@ pub fn evaluate_policy_observed<'p>(
     {
         return PolicyResponse {
             policy: policy.qualified_name(),
-            rules,
+            rules: Vec::new(),
         };
     }
-    for index in policy
+    let candidates = policy
         .rule_kinds
-        .candidates(input.kind_hash, policy.rules.len())
-    {
+        .candidates(input.kind_hash, policy.rules.len());
+    // Sized once: most policies answer a request with one rule.
+    let mut rules = Vec::with_capacity(candidates.len());
+    for index in candidates {
         // The index already left out rules of other kinds; on a hash
         // collision the match below decides.
         let rule = &policy.rules[index];
@@ -352,11 +353,11 @@ pub fn eval_conditions(
 
 /// Validates `resource` against a pattern: the compiled form when it has
 /// no variables, else substituted and compiled now.
-fn check_pattern(
+fn check_pattern<'r>(
     sub: &Substituter,
     p: &Pattern,
-    resource: &Value,
-) -> Result<Result<(), PatternError>, VariableError> {
+    resource: &'r Value,
+) -> Result<Result<(), PatternError<'r>>, VariableError> {
     match &p.compiled {
         Some(c) => Ok(c.validate(resource)),
         None => Ok(pattern::validate(resource, &sub.value(&p.value)?)),
@@ -564,20 +565,19 @@ impl<'p> RuleValidator<'_, 'p> {
                 match result {
                     Ok(()) => self.respond(RuleStatus::Pass, self.pass),
                     Err(e) if e.kind == ErrorKind::Skip => {
-                        self.respond(RuleStatus::Skip, e.message)
+                        self.respond(RuleStatus::Skip, e.into_message())
                     }
                     Err(e) if e.path.is_empty() => {
-                        self.respond(RuleStatus::Error, self.error_message(ctx, &e.message, ""))
+                        self.respond(RuleStatus::Error, self.error_message(ctx, &e.message(), ""))
                     }
-                    Err(e) => self.respond(
-                        RuleStatus::Fail,
-                        self.error_message(ctx, &e.message, &e.path),
-                    ),
+                    Err(e) => self.respond(RuleStatus::Fail, self.error_message(ctx, "", &e.path)),
                 }
             }
             ValidateCheck::AnyPattern(pats) => {
-                let mut failed = Vec::new();
-                let mut skipped = Vec::new();
+                // Each alternative's note goes straight into the message,
+                // separated by spaces: no string per alternative.
+                let mut failed = String::new();
+                let mut skipped = String::new();
                 for (i, p) in pats.iter().enumerate() {
                     let result = match check_pattern(&sub, p, resource) {
                         Ok(r) => r,
@@ -588,9 +588,9 @@ impl<'p> RuleValidator<'_, 'p> {
                             );
                         }
                     };
-                    match result {
+                    let index = IndexText::new(i);
+                    let e = match result {
                         Ok(()) => {
-                            let index = IndexText::new(i);
                             return self.respond(
                                 RuleStatus::Pass,
                                 [
@@ -603,31 +603,41 @@ impl<'p> RuleValidator<'_, 'p> {
                                 .concat(),
                             );
                         }
-                        Err(e) => {
-                            let (list, what, detail) = if e.kind == ErrorKind::Skip {
-                                (&mut skipped, "] skipped: ", e.message)
-                            } else if e.path.is_empty() {
-                                (&mut failed, "] failed: ", e.message)
-                            } else {
-                                (&mut failed, "] failed at path ", e.path)
-                            };
-                            let index = IndexText::new(i);
-                            list.push(
-                                ["rule ", self.rule, "[", index.as_str(), what, &detail].concat(),
-                            );
-                        }
+                        Err(e) => e,
+                    };
+                    let (list, what) = if e.kind == ErrorKind::Skip {
+                        (&mut skipped, "] skipped: ")
+                    } else if e.path.is_empty() {
+                        (&mut failed, "] failed: ")
+                    } else {
+                        (&mut failed, "] failed at path ")
+                    };
+                    let detail = if e.kind != ErrorKind::Skip && !e.path.is_empty() {
+                        Cow::Borrowed(e.path.as_str())
+                    } else {
+                        e.message()
+                    };
+                    let parts = ["rule ", self.rule, "[", index.as_str(), what, &detail];
+                    if list.is_empty() {
+                        // Room for every alternative's note, so it grows once at most.
+                        let one: usize = parts.iter().map(|p| p.len()).sum();
+                        list.reserve((one + 1) * (pats.len() - i));
+                    } else {
+                        list.push(' ');
+                    }
+                    for part in parts {
+                        list.push_str(part);
                     }
                 }
                 if failed.is_empty() && !skipped.is_empty() {
-                    return self.respond(RuleStatus::Skip, skipped.join(" "));
+                    return self.respond(RuleStatus::Skip, skipped);
                 }
-                let errs = failed.join(" ");
                 let msg = match self.message(ctx) {
                     Ok(Some(m)) if !m.is_empty() => {
                         let stop = if m.ends_with('.') { " " } else { ". " };
-                        ["validation error: ", &m, stop, &errs].concat()
+                        ["validation error: ", &m, stop, &failed].concat()
                     }
-                    _ => ["validation error: ", &errs].concat(),
+                    _ => ["validation error: ", &failed].concat(),
                 };
                 self.respond(RuleStatus::Fail, msg)
             }

@@ -410,19 +410,53 @@ impl RuleKinds {
     }
 
     /// The candidate rules for a kind with hash `hash`, in order.
-    pub fn candidates(&self, hash: u64, rule_count: usize) -> impl Iterator<Item = usize> {
-        let mask = if self.unindexed {
-            u64::MAX
-        } else {
-            self.by_kind
-                .iter()
-                .filter(|(h, _)| *h == hash)
-                .fold(self.any, |m, (_, mask)| m | mask)
-        };
-        let unindexed = self.unindexed;
-        (0..rule_count).filter(move |&i| unindexed || mask & (1u64 << i) != 0)
+    pub fn candidates(&self, hash: u64, rule_count: usize) -> Candidates {
+        if self.unindexed {
+            return Candidates {
+                mask: 0,
+                unindexed: 0..rule_count,
+            };
+        }
+        let mask = self
+            .by_kind
+            .iter()
+            .filter(|(h, _)| *h == hash)
+            .fold(self.any, |m, (_, mask)| m | mask);
+        Candidates {
+            mask,
+            unindexed: 0..0,
+        }
     }
 }
+
+/// Indexes of candidate rules, in order; its exact length lets a policy's
+/// response be allocated once.
+#[derive(Debug, Clone)]
+pub struct Candidates {
+    mask: u64,
+    /// Every rule, when the policy has too many to index.
+    unindexed: std::ops::Range<usize>,
+}
+
+impl Iterator for Candidates {
+    type Item = usize;
+
+    fn next(&mut self) -> Option<usize> {
+        if self.mask == 0 {
+            return self.unindexed.next();
+        }
+        let i = self.mask.trailing_zeros() as usize;
+        self.mask &= self.mask - 1;
+        Some(i)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = self.mask.count_ones() as usize + self.unindexed.len();
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Candidates {}
 
 impl CompiledPolicy {
     /// `ns/name` for a namespaced Policy, `name` otherwise, as Kyverno reports it.

@@ -217,7 +217,7 @@ fn check_anchors(
             continue;
         }
         if let Err(e) = pattern::validate(value, expected) {
-            return Err(e.message);
+            return Err(e.into_message());
         }
     }
     Ok(())
