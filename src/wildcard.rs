@@ -6,15 +6,57 @@ pub fn matches(pattern: &str, text: &str) -> bool {
     if pattern == "*" {
         return true;
     }
-    if !has_wildcard(pattern) {
-        return pattern == text;
+    // One pass over the pattern finds its stars and any `?`: the scans
+    // cost more than the matching on the short keys and values seen here.
+    let (mut first_star, mut last_star, mut any_unit) = (None, 0, false);
+    for (i, b) in pattern.bytes().enumerate() {
+        match b {
+            b'*' => {
+                first_star.get_or_insert(i);
+                last_star = i;
+            }
+            b'?' => any_unit = true,
+            _ => {}
+        }
     }
-    if pattern.is_ascii() && text.is_ascii() {
-        return match_units(pattern.as_bytes(), text.as_bytes());
+    match (first_star, any_unit) {
+        (None, false) => pattern == text,
+        (Some(first), false) => match_stars(pattern, text, first, last_star),
+        _ if pattern.is_ascii() && text.is_ascii() => {
+            match_units(pattern.as_bytes(), text.as_bytes())
+        }
+        _ => {
+            let p: Vec<char> = pattern.chars().collect();
+            let t: Vec<char> = text.chars().collect();
+            match_units(&p, &t)
+        }
     }
-    let p: Vec<char> = pattern.chars().collect();
-    let t: Vec<char> = text.chars().collect();
-    match_units(&p, &t)
+}
+
+/// A pattern whose only wildcard is `*`, first at byte `first` and last at
+/// `last`: the text must start with what precedes the first star, end with
+/// what follows the last, and hold the pieces between in order. Taking
+/// each piece at its first place is enough, since stars absorb whatever
+/// lies between.
+fn match_stars(pattern: &str, text: &str, first: usize, last: usize) -> bool {
+    let (prefix, suffix) = (&pattern[..first], &pattern[last + 1..]);
+    if text.len() < prefix.len() + suffix.len()
+        || !text.starts_with(prefix)
+        || !text.ends_with(suffix)
+    {
+        return false;
+    }
+    let mut rest = &text[prefix.len()..text.len() - suffix.len()];
+    for piece in pattern[first + 1..last.max(first + 1)]
+        .split('*')
+        .filter(|p| !p.is_empty())
+    {
+        match rest.find(piece) {
+            Some(i) => rest = &rest[i + piece.len()..],
+            None => return false,
+        }
+    }
+    true
 }
 
 /// Iterative `*`/`?` matching with single-star backtracking.
@@ -72,8 +114,61 @@ mod tests {
             ("a*b*c", "aXbY", false),
             ("Pod", "Pod", true),
             ("Pod", "pod", false),
+            ("a*a", "a", false),
+            ("a*a", "aa", true),
+            ("*ab*ab*", "xabyab", true),
+            ("*ab*ab*", "xaby", false),
+            ("ab*ba", "aba", false),
+            ("**", "", true),
+            ("a**b", "ab", true),
+            ("é*ü", "éxü", true),
+            ("*ü", "ü", true),
+            ("localhost/*", "localhost/profile", true),
+            ("localhost/*", "runtime/default", false),
+            (
+                "container.apparmor.security.beta.kubernetes.io/*",
+                "container.apparmor.security.beta.kubernetes.io/web",
+                true,
+            ),
         ] {
             assert_eq!(matches(pattern, text), want, "{pattern} ~ {text}");
+            // The unit-by-unit matcher is the reference for every shortcut.
+            let p: Vec<char> = pattern.chars().collect();
+            let t: Vec<char> = text.chars().collect();
+            assert_eq!(
+                super::match_units(&p, &t),
+                want,
+                "reference: {pattern} ~ {text}"
+            );
+        }
+    }
+
+    /// Every pattern over `a`, `b`, `*` and every text over `a`, `b` up to
+    /// five long: the star-only shortcut agrees with the unit matcher.
+    #[test]
+    fn stars_agree_with_the_unit_matcher() {
+        fn all(alphabet: &[u8], max: usize) -> Vec<String> {
+            let mut out = vec![String::new()];
+            let mut last = vec![String::new()];
+            for _ in 0..max {
+                last = last
+                    .iter()
+                    .flat_map(|s| alphabet.iter().map(move |&c| format!("{s}{}", c as char)))
+                    .collect();
+                out.extend(last.iter().cloned());
+            }
+            out
+        }
+        let texts = all(b"ab", 5);
+        for pattern in all(b"ab*", 5).iter().filter(|p| p.contains('*')) {
+            for text in &texts {
+                let (first, last) = (pattern.find('*').unwrap(), pattern.rfind('*').unwrap());
+                assert_eq!(
+                    super::match_stars(pattern, text, first, last),
+                    super::match_units(pattern.as_bytes(), text.as_bytes()),
+                    "{pattern} ~ {text}"
+                );
+            }
         }
     }
 }

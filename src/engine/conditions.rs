@@ -25,16 +25,34 @@ fn sprint_cow(v: &Value) -> Cow<'_, str> {
 
 /// Evaluates `key <operator> value`.
 pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
+    evaluate_with(op, key, value, false)
+}
+
+/// Whether `v` is a list whose entries are compared plainly by the set
+/// operators: strings without a wildcard, numbers and bools.
+pub fn is_plain_list(v: &Value) -> bool {
+    v.as_array().is_some_and(|items| {
+        items.iter().all(|v| match v {
+            Value::String(s) => !wildcard::has_wildcard(s),
+            Value::Number(_) | Value::Bool(_) => true,
+            _ => false,
+        })
+    })
+}
+
+/// [`evaluate`], told whether `value` passed [`is_plain_list`]: the
+/// policy's literal lists are checked once, when compiled.
+pub fn evaluate_with(op: Operator, key: &Value, value: &Value, plain_list: bool) -> bool {
     use Operator::*;
     match op {
         Equals => equals(key, value),
         NotEquals => !equals(key, value),
         In => in_op(key, value, false),
         NotIn => in_op(key, value, true),
-        AnyIn => set_op(key, value, SetOp::AnyIn),
-        AllIn => set_op(key, value, SetOp::AllIn),
-        AnyNotIn => set_op(key, value, SetOp::AnyNotIn),
-        AllNotIn => set_op(key, value, SetOp::AllNotIn),
+        AnyIn => set_op(key, value, SetOp::AnyIn, plain_list),
+        AllIn => set_op(key, value, SetOp::AllIn, plain_list),
+        AnyNotIn => set_op(key, value, SetOp::AnyNotIn, plain_list),
+        AllNotIn => set_op(key, value, SetOp::AllNotIn, plain_list),
         GreaterThan | DurationGreaterThan => {
             numeric(key, value).is_some_and(|o| o == Ordering::Greater)
         }
@@ -187,7 +205,7 @@ fn strs(values: &[Value]) -> impl Iterator<Item = &str> {
     values.iter().filter_map(Value::as_str)
 }
 
-fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
+fn set_op(key: &Value, value: &Value, op: SetOp, plain_list: bool) -> bool {
     // Both sides are compared as strings where they lie rather than
     // collected first: a condition runs per rule and per foreach element.
     let keys = match key {
@@ -208,10 +226,10 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
     };
     // Either side may be the wildcard pattern; most hold none, so plain
     // equality decides without the matcher.
-    let in_list = |values: &[Value], k: &str| {
+    let in_list = |values: &[Value], k: &str, plain: bool| {
         let k_wild = wildcard::has_wildcard(k);
         strs(values).any(|v| {
-            if k_wild || wildcard::has_wildcard(v) {
+            if k_wild || (!plain && wildcard::has_wildcard(v)) {
                 wildcard::matches(k, v) || wildcard::matches(v, k)
             } else {
                 k == v
@@ -225,7 +243,7 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
     match value {
         Value::Array(a) => {
             let values = as_strings(a);
-            decide(&|k| in_list(&values, k))
+            decide(&|k| in_list(&values, k, plain_list))
         }
         Value::String(s) => {
             // A string value is a range `a-b`, a JSON array (e.g. from a
@@ -239,7 +257,7 @@ fn set_op(key: &Value, value: &Value, op: SetOp) -> bool {
                 None
             };
             let values = as_strings(parsed.as_deref().unwrap_or(std::slice::from_ref(value)));
-            decide(&|k| in_list(&values, k))
+            decide(&|k| in_list(&values, k, false))
         }
         _ => false,
     }
@@ -322,8 +340,25 @@ mod tests {
             (LessThanOrEquals, json!(3), json!(3), true),
             (GreaterThan, json!("abc"), json!("abd"), false),
             (DurationGreaterThan, json!("2h"), json!(3600), true),
+            (
+                AnyIn,
+                json!("NET_*"),
+                json!(["NET_ADMIN", "SYS_TIME"]),
+                true,
+            ),
+            (AllNotIn, json!(["a*"]), json!(["ab"]), false),
+            (AnyNotIn, json!(["a", "b?"]), json!(["a", "bc"]), false),
         ] {
             assert_eq!(evaluate(op, &key, &value), want, "{op:?} {key} {value}");
+            // A literal list without wildcards, as the compiler marks it,
+            // must give the same answer through the shortcut.
+            if is_plain_list(&value) {
+                assert_eq!(
+                    evaluate_with(op, &key, &value, true),
+                    want,
+                    "plain list: {op:?} {key} {value}"
+                );
+            }
         }
     }
 }

@@ -319,7 +319,12 @@ pub fn eval_conditions(
         let op = cond.operator.clone()?;
         let key = cond.key.render(&sub).map_err(|e| e.to_string())?;
         let value = cond.value.render(&sub).map_err(|e| e.to_string())?;
-        Ok(conditions::evaluate(op, &key, &value))
+        Ok(conditions::evaluate_with(
+            op,
+            &key,
+            &value,
+            cond.value_is_plain_list,
+        ))
     };
     let mut messages = String::new();
     if let Some(any) = &c.any {

@@ -152,6 +152,9 @@ pub struct Condition {
     /// `None` for an unknown operator: evaluating it is a rule error, as in Kyverno.
     pub operator: Result<Operator, String>,
     pub value: Template,
+    /// `value` is a literal list with no wildcard in any entry, so the set
+    /// operators compare its entries plainly without scanning them.
+    pub value_is_plain_list: bool,
     pub message: Option<String>,
 }
 
@@ -214,10 +217,14 @@ impl Condition {
             .get("operator")
             .and_then(Value::as_str)
             .unwrap_or_default();
+        let value = Template::new(m.get("value").cloned().unwrap_or(Value::Null));
+        let value_is_plain_list =
+            matches!(&value, Template::Literal(v) if crate::engine::conditions::is_plain_list(v));
         Ok(Condition {
             key: Template::new(m.get("key").cloned().unwrap_or(Value::Null)),
             operator: Operator::parse(op).ok_or_else(|| format!("unknown operator {op:?}")),
-            value: Template::new(m.get("value").cloned().unwrap_or(Value::Null)),
+            value,
+            value_is_plain_list,
             message: m.get("message").and_then(Value::as_str).map(str::to_string),
         })
     }
