@@ -83,34 +83,13 @@ impl<'r> PatternError<'r> {
 
     /// The error's message, as Kyverno words it.
     pub fn message(&self) -> Cow<'_, str> {
-        match &self.detail {
-            Detail::Text(t) => Cow::Borrowed(t),
-            Detail::Mismatch { anchor, value } => {
-                // Scalars are shown without `fmt`.
-                let shown = match value {
-                    Value::String(s) => Cow::Borrowed(s.as_str()),
-                    Value::Bool(true) => Cow::Borrowed("true"),
-                    Value::Bool(false) => Cow::Borrowed("false"),
-                    Value::Null => Cow::Borrowed("<nil>"),
-                    other => Cow::Owned(show(other)),
-                };
-                let mut out = String::new();
-                if let Some(tag) = anchor {
-                    out.push_str(tag);
-                    out.push_str(" mismatch: ");
-                }
-                out.push_str("value '");
-                out.push_str(&shown);
-                out.push_str("' does not match the pattern");
-                Cow::Owned(out)
-            }
-        }
+        self.detail.text()
     }
 
     pub fn into_message(self) -> String {
         match self.detail {
             Detail::Text(t) => t,
-            _ => self.message().into_owned(),
+            other => other.text().into_owned(),
         }
     }
 
@@ -124,21 +103,39 @@ impl<'r> PatternError<'r> {
                 anchor: Some(tag),
                 value,
             },
-            detail => {
-                let inner = PatternError {
-                    kind: self.kind,
-                    path: String::new(),
-                    detail,
-                }
-                .into_message();
-                Detail::Text([tag, " mismatch: ", &inner].concat())
-            }
+            other => Detail::Text([tag, " mismatch: ", &other.text()].concat()),
         };
         PatternError {
             kind: ErrorKind::Skip,
             path: self.path,
             detail,
         }
+    }
+}
+
+impl Detail<'_> {
+    fn text(&self) -> Cow<'_, str> {
+        let (anchor, value) = match self {
+            Detail::Text(t) => return Cow::Borrowed(t),
+            Detail::Mismatch { anchor, value } => (anchor, value),
+        };
+        // Scalars are shown without `fmt`.
+        let shown = match value {
+            Value::String(s) => Cow::Borrowed(s.as_str()),
+            Value::Bool(true) => Cow::Borrowed("true"),
+            Value::Bool(false) => Cow::Borrowed("false"),
+            Value::Null => Cow::Borrowed("<nil>"),
+            other => Cow::Owned(show(other)),
+        };
+        let mut out = String::new();
+        if let Some(tag) = anchor {
+            out.push_str(tag);
+            out.push_str(" mismatch: ");
+        }
+        out.push_str("value '");
+        out.push_str(&shown);
+        out.push_str("' does not match the pattern");
+        Cow::Owned(out)
     }
 }
 
