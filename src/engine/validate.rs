@@ -610,17 +610,16 @@ impl<'p> RuleValidator<'_, 'p> {
                         }
                         Err(e) => e,
                     };
-                    let (list, what) = if e.kind == ErrorKind::Skip {
-                        (&mut skipped, "] skipped: ")
+                    let (list, what, detail) = if e.kind == ErrorKind::Skip {
+                        (&mut skipped, "] skipped: ", e.message())
                     } else if e.path.is_empty() {
-                        (&mut failed, "] failed: ")
+                        (&mut failed, "] failed: ", e.message())
                     } else {
-                        (&mut failed, "] failed at path ")
-                    };
-                    let detail = if e.kind != ErrorKind::Skip && !e.path.is_empty() {
-                        Cow::Borrowed(e.path.as_str())
-                    } else {
-                        e.message()
+                        (
+                            &mut failed,
+                            "] failed at path ",
+                            Cow::Borrowed(e.path.as_str()),
+                        )
                     };
                     let parts = ["rule ", self.rule, "[", index.as_str(), what, &detail];
                     if list.is_empty() {
