@@ -176,10 +176,13 @@ impl Request {
         }
     }
 
-    fn metadata(&self, field: &str) -> Option<&Value> {
+    fn metadata_map(&self) -> Option<&Map<String, Value>> {
         let resource = self.resource().as_object()?;
-        let metadata = crate::json_map::get(resource, "metadata")?.as_object()?;
-        crate::json_map::get(metadata, field)
+        crate::json_map::get(resource, "metadata")?.as_object()
+    }
+
+    fn metadata(&self, field: &str) -> Option<&Value> {
+        crate::json_map::get(self.metadata_map()?, field)
     }
 
     fn metadata_str(&self, field: &str) -> &str {
@@ -197,6 +200,10 @@ impl Request {
     }
 
     pub fn match_input(&self) -> MatchInput<'_> {
+        // The metadata map is found once for its five fields.
+        let metadata = self.metadata_map();
+        let field = |name: &str| metadata.and_then(|m| crate::json_map::get(m, name));
+        let text = |name: &str| field(name).and_then(Value::as_str).unwrap_or_default();
         MatchInput {
             group: &self.gvk.group,
             version: &self.gvk.version,
@@ -204,11 +211,11 @@ impl Request {
             kind_hash: crate::policy::compile::kind_hash(&self.gvk.kind),
             subresource: &self.subresource,
             operation: &self.operation,
-            name: self.name(),
-            generate_name: self.metadata_str("generateName"),
-            namespace: self.namespace(),
-            labels: self.metadata("labels").and_then(Value::as_object),
-            annotations: self.metadata("annotations").and_then(Value::as_object),
+            name: text("name"),
+            generate_name: text("generateName"),
+            namespace: text("namespace"),
+            labels: field("labels").and_then(Value::as_object),
+            annotations: field("annotations").and_then(Value::as_object),
             namespace_labels: self.namespace_labels.as_ref(),
             user: &self.user,
         }

@@ -177,23 +177,40 @@ impl<'a> Path<'a> {
 }
 
 impl Path<'_> {
-    /// Renders `/spec/containers/0/image/`. Built by hand: errors are made
-    /// often on the hot path (failed conditions, anyPattern alternatives)
-    /// and `fmt` recursion costs several times more.
+    /// Segments kept on the stack while rendering; deeper paths (rare)
+    /// render by recursion.
+    const RENDER_DEPTH: usize = 8;
+
+    /// Renders `/spec/containers/0/image/`. Built by hand: every failing
+    /// rule renders its path, and `fmt` recursion costs several times more.
     fn render(&self) -> String {
-        let mut out = String::with_capacity(self.rendered_len());
+        let mut segs = [Seg::Index(0); Self::RENDER_DEPTH];
+        let mut depth = 0;
+        let mut len = 1;
+        let mut cur = Some(self);
+        while let Some(p) = cur {
+            if let Some(seg) = p.seg {
+                if depth == Self::RENDER_DEPTH {
+                    return self.render_deep();
+                }
+                len += seg.rendered_len();
+                segs[depth] = seg;
+                depth += 1;
+            }
+            cur = p.parent;
+        }
+        let mut out = String::with_capacity(len);
         out.push('/');
-        self.write(&mut out);
+        for seg in segs[..depth].iter().rev() {
+            seg.push_to(&mut out);
+        }
         out
     }
 
-    fn rendered_len(&self) -> usize {
-        let own = match self.seg {
-            Some(Seg::Key(k)) => k.len() + 1,
-            Some(Seg::Index(_)) => 4,
-            None => 1,
-        };
-        own + self.parent.map_or(0, Path::rendered_len)
+    fn render_deep(&self) -> String {
+        let mut out = String::from("/");
+        self.write(&mut out);
+        out
     }
 
     /// Appends the segments from the root down, each followed by `/`.
@@ -201,13 +218,36 @@ impl Path<'_> {
         if let Some(p) = self.parent {
             p.write(out);
         }
-        match self.seg {
-            Some(Seg::Key(k)) => out.push_str(k),
-            Some(Seg::Index(i)) => out.push_str(IndexText::new(i).as_str()),
-            None => return,
+        if let Some(seg) = self.seg {
+            seg.push_to(out);
+        }
+    }
+}
+
+impl Seg<'_> {
+    fn rendered_len(self) -> usize {
+        match self {
+            Seg::Key(k) => k.len() + 1,
+            Seg::Index(_) => 4,
+        }
+    }
+
+    /// Appends the segment and its `/`.
+    #[inline]
+    fn push_to(self, out: &mut String) {
+        match self {
+            Seg::Key(k) => out.push_str(k),
+            // Most lists in a Pod are short: one digit needs no buffer.
+            Seg::Index(i) if i < 10 => out.push(char::from(b'0' + i as u8)),
+            Seg::Index(i) => push_long_index(out, i),
         }
         out.push('/');
     }
+}
+
+#[cold]
+fn push_long_index(out: &mut String, i: usize) {
+    out.push_str(IndexText::new(i).as_str());
 }
 
 /// An index as text without `fmt`, which costs several times more on the

@@ -136,3 +136,23 @@ fn paths_render_root_first() {
     assert_eq!(item.key("image").render(), "/spec/containers/12/image/");
     assert_eq!(list.index(1234).render(), "/spec/containers/1234/");
 }
+
+#[test]
+fn deep_paths_render_like_shallow_ones() {
+    // Paths of every depth up to beyond the render buffer, where the
+    // recursive fallback takes over.
+    fn descend(path: &Path, depth: usize, want: &str) {
+        assert_eq!(path.render(), want, "depth {depth}");
+        if depth == Path::RENDER_DEPTH + 3 {
+            return;
+        }
+        let index = depth * 7;
+        let list = path.key("items");
+        descend(
+            &list.index(index),
+            depth + 1,
+            &format!("{want}items/{index}/"),
+        );
+    }
+    descend(&Path::ROOT, 0, "/");
+}
