@@ -41,6 +41,11 @@ impl Expression {
         &self.source
     }
 
+    /// Whether the expression reads nothing of its root but the field `name`.
+    pub fn reads_only_root_field(&self, name: &str) -> bool {
+        self.ast.reads_only_root_field(name)
+    }
+
     /// Evaluates with plain JMESPath semantics: missing keys give null.
     pub fn search<'a>(&self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
         interpreter::eval(&self.ast, interpreter::Val::Ref(data))

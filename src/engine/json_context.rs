@@ -12,7 +12,7 @@ use super::cel::CelRequest;
 use crate::jmespath::{Root, Scope, Val};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 
 pub use crate::jmespath::Slot;
 
@@ -23,7 +23,17 @@ pub struct JsonContext<'p> {
     /// converted on first use and shared by every CEL rule evaluated for it.
     cel: Option<(&'p Request, OnceCell<CelRequest>)>,
     delete: bool,
+    /// At a request's root: results of conditions that read only `request`
+    /// (see `Condition::memo`), shared by every rule evaluated for it.
+    memo: Option<RefCell<Vec<(u32, bool)>>>,
+    /// `request` was set here or in a scope above, so it may no longer be
+    /// the request the memo describes.
+    request_replaced: bool,
 }
+
+/// Memoised conditions per request; past this many, the rest are evaluated
+/// each time (a linear scan stays cheaper than evaluating).
+const MEMO_CAPACITY: usize = 64;
 
 impl<'p> JsonContext<'p> {
     /// The context of one request: `request.*` and the builtin variables;
@@ -40,6 +50,8 @@ impl<'p> JsonContext<'p> {
             scope: Scope::new(Some(("request", Box::new(RequestRoot::new(req)))), 4),
             cel: Some((req, OnceCell::new())),
             delete: req.operation == "DELETE",
+            memo: Some(RefCell::new(Vec::new())),
+            request_replaced: false,
         };
         ctx.set("serviceAccountName", Value::String(sa_name.to_string()));
         ctx.set(
@@ -70,6 +82,8 @@ impl<'p> JsonContext<'p> {
             scope,
             cel: None,
             delete,
+            memo: None,
+            request_replaced: false,
         }
     }
 
@@ -80,6 +94,35 @@ impl<'p> JsonContext<'p> {
             scope: self.scope.child(),
             cel: None,
             delete: self.delete,
+            memo: None,
+            request_replaced: self.request_replaced,
+        }
+    }
+
+    /// The memoised result of condition `id` for this request, if any.
+    pub fn memo_get(&self, id: u32) -> Option<bool> {
+        let memo = self.memo_cell()?.borrow();
+        memo.iter().find(|(i, _)| *i == id).map(|(_, r)| *r)
+    }
+
+    /// Records the result of condition `id` for this request.
+    pub fn memo_put(&self, id: u32, result: bool) {
+        if let Some(cell) = self.memo_cell() {
+            let mut memo = cell.borrow_mut();
+            if memo.len() < MEMO_CAPACITY {
+                memo.push((id, result));
+            }
+        }
+    }
+
+    fn memo_cell(&self) -> Option<&RefCell<Vec<(u32, bool)>>> {
+        if self.request_replaced {
+            return None;
+        }
+        match (&self.memo, self.parent) {
+            (Some(m), _) => Some(m),
+            (None, Some(p)) => p.memo_cell(),
+            (None, None) => None,
         }
     }
 
@@ -103,11 +146,15 @@ impl<'p> JsonContext<'p> {
 
     /// Sets a top-level name.
     pub fn set(&mut self, name: impl Into<Cow<'static, str>>, value: Value) {
+        let name = name.into();
+        self.request_replaced |= name == "request";
         self.scope.set(name, Slot::Own(value));
     }
 
     /// Sets a top-level name to a value borrowed from an enclosing scope.
     pub fn set_ref(&mut self, name: impl Into<Cow<'static, str>>, value: &'p Value) {
+        let name = name.into();
+        self.request_replaced |= name == "request";
         self.scope.set(name, Slot::Ref(value));
     }
 
@@ -256,5 +303,29 @@ mod tests {
         assert_eq!(search(&ctx, "request.missing"), json!("<error>"));
         assert_eq!(search(&ctx, "keys(request) | length(@)"), json!(8));
         assert_eq!(search(&ctx, "serviceAccountName"), json!(""));
+    }
+
+    #[test]
+    fn memo_is_shared_down_the_scopes_until_request_is_replaced() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let req = Request::offline(&pod, "CREATE", Default::default(), None);
+        let root = JsonContext::for_request(&req, false);
+        root.memo_put(7, true);
+        let mut child = root.child();
+        assert_eq!(child.memo_get(7), Some(true));
+        child.set("element", json!(1));
+        assert_eq!(child.memo_get(7), Some(true));
+        {
+            let mut replaced = child.child();
+            replaced.set_path("request.operation", json!("DELETE"));
+            assert_eq!(replaced.memo_get(7), None);
+            // A scope under the replacement sees it too.
+            assert_eq!(replaced.child().memo_get(7), None);
+        }
+        assert_eq!(child.memo_get(7), Some(true));
+        // Only a request's context has a memo.
+        let plain = JsonContext::from_value(json!({"request": {"operation": "CREATE"}}));
+        plain.memo_put(7, true);
+        assert_eq!(plain.memo_get(7), None);
     }
 }

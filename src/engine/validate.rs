@@ -316,15 +316,17 @@ pub fn eval_conditions(
         on_error: OnError::EmptyString,
     };
     let one = |cond: &crate::policy::Condition| -> Result<bool, String> {
+        if let Some(hit) = cond.memo.and_then(|id| ctx.memo_get(id)) {
+            return Ok(hit);
+        }
         let op = cond.operator.clone()?;
         let key = cond.key.render(&sub).map_err(|e| e.to_string())?;
         let value = cond.value.render(&sub).map_err(|e| e.to_string())?;
-        Ok(conditions::evaluate_with(
-            op,
-            &key,
-            &value,
-            cond.value_is_plain_list,
-        ))
+        let result = conditions::evaluate_with(op, &key, &value, cond.value_is_plain_list);
+        if let Some(id) = cond.memo {
+            ctx.memo_put(id, result);
+        }
+        Ok(result)
     };
     let mut messages = String::new();
     if let Some(any) = &c.any {
@@ -799,5 +801,51 @@ impl<'p> RuleValidator<'_, 'p> {
         };
         self.nesting -= 1;
         r
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn request_only_conditions_are_memoised_per_request() {
+        let not_delete = Conditions::parse(&json!({"all": [{
+            "key": "{{ request.operation || 'BACKGROUND' }}",
+            "operator": "NotEquals",
+            "value": "DELETE"
+        }]}))
+        .unwrap();
+        let per_element = Conditions::parse(&json!({"all": [{
+            "key": "{{ element }}",
+            "operator": "Equals",
+            "value": 1
+        }]}))
+        .unwrap();
+        let memo = |c: &Conditions| c.all.as_ref().unwrap()[0].memo;
+        assert!(memo(&not_delete).is_some());
+        assert_eq!(memo(&per_element), None);
+        // The same text anywhere shares the id.
+        let again = Conditions::parse(&json!([{
+            "key": "{{ request.operation || 'BACKGROUND' }}",
+            "operator": "NotEquals",
+            "value": "DELETE"
+        }]))
+        .unwrap();
+        assert_eq!(memo(&again), memo(&not_delete));
+
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let req = Request::offline(&pod, "CREATE", Default::default(), None);
+        let exprs = ExprCache::default();
+        let root = req.json_context(false);
+        let holds = |c: &Conditions, ctx: &JsonContext| eval_conditions(c, ctx, &exprs).unwrap().0;
+        assert!(holds(&not_delete, &root));
+        assert_eq!(root.memo_get(memo(&not_delete).unwrap()), Some(true));
+        // A scope that replaced the request evaluates afresh.
+        let mut replaced = root.child();
+        replaced.set_path("request.operation", json!("DELETE"));
+        assert!(!holds(&not_delete, &replaced));
+        assert!(holds(&again, &root.child()));
     }
 }

@@ -130,6 +130,22 @@ impl Template {
         Template::Mixed(v)
     }
 
+    /// Whether rendering reads nothing of the context but `request`: the
+    /// result is then the same for every rule of a request.
+    pub fn reads_only_request(&self) -> bool {
+        match self {
+            Template::Literal(_) => true,
+            Template::Whole(exprs, _) => {
+                let (expr, delete) = exprs.as_ref();
+                expr.reads_only_root_field("request")
+                    && delete
+                        .as_ref()
+                        .is_none_or(|d| d.reads_only_root_field("request"))
+            }
+            Template::Mixed(_) => false,
+        }
+    }
+
     /// The value as written in the policy.
     pub fn raw(&self) -> &Value {
         match self {

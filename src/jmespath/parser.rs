@@ -38,6 +38,35 @@ pub enum Ast {
     ExpRef(Box<Ast>),
 }
 
+impl Ast {
+    /// Whether evaluating this against the root reads nothing of the root
+    /// but its field `name`: what a right-hand side, a projection or an
+    /// expression reference reads is relative to a value it is given, not
+    /// to the root. `@` or an index at the root reads the whole root.
+    pub fn reads_only_root_field(&self, name: &str) -> bool {
+        match self {
+            Ast::Field(k) => k == name,
+            Ast::FieldPath(keys) => keys.first().is_some_and(|k| k == name),
+            Ast::Subexpression(l, _)
+            | Ast::IndexExpression(l, _)
+            | Ast::Projection(l, _)
+            | Ast::ValueProjection(l, _)
+            | Ast::FilterProjection(l, _, _)
+            | Ast::Pipe(l, _)
+            | Ast::Flatten(l)
+            | Ast::Not(l) => l.reads_only_root_field(name),
+            Ast::Comparator(_, l, r) | Ast::Or(l, r) | Ast::And(l, r) => {
+                l.reads_only_root_field(name) && r.reads_only_root_field(name)
+            }
+            Ast::MultiSelectList(items) => items.iter().all(|a| a.reads_only_root_field(name)),
+            Ast::MultiSelectHash(pairs) => pairs.iter().all(|(_, a)| a.reads_only_root_field(name)),
+            Ast::Function(_, args) => args.iter().all(|a| a.reads_only_root_field(name)),
+            Ast::Literal(_) | Ast::ExpRef(_) => true,
+            Ast::Identity | Ast::Current | Ast::Index(_) | Ast::Slice(..) => false,
+        }
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Cmp {
     Eq,

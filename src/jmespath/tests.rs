@@ -160,3 +160,31 @@ fn function_errors() {
         assert!(run(expr, &data).is_err(), "{expr} should fail");
     }
 }
+
+#[test]
+fn what_reads_only_one_root_field() {
+    for (expr, want) in [
+        ("request.operation || 'BACKGROUND'", true),
+        ("request.object.spec.[initContainers, containers][]", true),
+        ("request.object.spec.containers[].image", true),
+        (
+            "request.object.spec.containers[?name == element.name]",
+            true,
+        ),
+        ("length(request.object.spec.containers) > `1`", true),
+        ("map(&name, request.object.spec.containers)", true),
+        ("request.object | keys(@)", true),
+        ("`\"literal\"`", true),
+        ("element.securityContext.capabilities.drop[] || `[]`", false),
+        ("request.operation || serviceAccountName", false),
+        ("[request.name, images]", false),
+        ("{a: request.name, b: element}", false),
+        ("@", false),
+        ("[0]", false),
+        ("keys(@)", false),
+        ("requests.operation", false),
+    ] {
+        let e = Expression::parse(expr).unwrap();
+        assert_eq!(e.reads_only_root_field("request"), want, "{expr}");
+    }
+}

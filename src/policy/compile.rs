@@ -156,6 +156,22 @@ pub struct Condition {
     /// operators compare its entries plainly without scanning them.
     pub value_is_plain_list: bool,
     pub message: Option<String>,
+    /// Set when the condition reads only `request`: its result is then
+    /// memoised per request under this id, which every condition of the
+    /// same text shares (most policies repeat the same precondition).
+    pub memo: Option<u32>,
+}
+
+/// The memo id of a condition's text. Ids live as long as the process:
+/// there are as many as distinct request-only conditions ever compiled.
+fn condition_memo_id(key: &Value, operator: Operator, value: &Value) -> u32 {
+    use std::collections::HashMap;
+    use std::sync::{LazyLock, Mutex, PoisonError};
+    static IDS: LazyLock<Mutex<HashMap<String, u32>>> = LazyLock::new(Default::default);
+    let text = format!("{key}\u{0}{operator:?}\u{0}{value}");
+    let mut ids = IDS.lock().unwrap_or_else(PoisonError::into_inner);
+    let next = u32::try_from(ids.len()).unwrap_or(u32::MAX);
+    *ids.entry(text).or_insert(next)
 }
 
 /// `{any, all}` conditions; the legacy bare list is `all`.
@@ -220,12 +236,21 @@ impl Condition {
         let value = Template::new(m.get("value").cloned().unwrap_or(Value::Null));
         let value_is_plain_list =
             matches!(&value, Template::Literal(v) if crate::engine::conditions::is_plain_list(v));
+        let key = Template::new(m.get("key").cloned().unwrap_or(Value::Null));
+        let operator = Operator::parse(op).ok_or_else(|| format!("unknown operator {op:?}"));
+        let memo = match operator {
+            Ok(op) if key.reads_only_request() && value.reads_only_request() => {
+                Some(condition_memo_id(key.raw(), op, value.raw()))
+            }
+            _ => None,
+        };
         Ok(Condition {
-            key: Template::new(m.get("key").cloned().unwrap_or(Value::Null)),
-            operator: Operator::parse(op).ok_or_else(|| format!("unknown operator {op:?}")),
+            key,
+            operator,
             value,
             value_is_plain_list,
             message: m.get("message").and_then(Value::as_str).map(str::to_string),
+            memo,
         })
     }
 }
