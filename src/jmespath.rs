@@ -47,7 +47,7 @@ impl Expression {
     }
 
     /// Evaluates with plain JMESPath semantics: missing keys give null.
-    pub fn search<'a>(&self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
+    pub fn search<'a>(&'a self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
         interpreter::eval(&self.ast, interpreter::Val::Ref(data))
             .map(interpreter::Val::into_cow)
             .map_err(|e| *e)
@@ -55,13 +55,13 @@ impl Expression {
 
     /// Evaluates as Kyverno resolves a `{{ }}` variable: a plain path through
     /// a key that does not exist is an error rather than null.
-    pub fn resolve<'a>(&self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
+    pub fn resolve<'a>(&'a self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
         self.resolve_val(Val::Ref(data)).map(Val::into_cow)
     }
 
     /// [`Expression::resolve`] over any input, keeping the result lazy
     /// (borrowed parts stay borrowed).
-    pub fn resolve_val<'a>(&self, root: Val<'a>) -> Result<Val<'a>, JmesError> {
+    pub fn resolve_val<'a>(&'a self, root: Val<'a>) -> Result<Val<'a>, JmesError> {
         let v = interpreter::eval(&self.ast, root.clone()).map_err(|e| *e)?;
         if v.is_null()
             && let Some(key) = interpreter::missing_key(&self.ast, root)

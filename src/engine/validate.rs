@@ -242,9 +242,9 @@ pub(super) fn before_body<'p>(
 /// with its `{{ }}` substituted first.
 pub(super) fn foreach_list<'c>(
     list: &str,
-    parsed: Option<&crate::jmespath::Expression>,
+    parsed: Option<&'c crate::jmespath::Expression>,
     ctx: &'c JsonContext<'c>,
-    exprs: &ExprCache,
+    exprs: &'c ExprCache,
 ) -> Result<Val<'c>, String> {
     if let Some(e) = parsed {
         return e.resolve_val(ctx.root()).map_err(|e| e.to_string());

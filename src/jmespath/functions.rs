@@ -119,7 +119,7 @@ pub fn go_sprint(v: &Value) -> String {
 }
 
 /// Calls function `name` with unevaluated `args` against the current node.
-pub fn call<'a>(name: &str, args: &[Ast], cur: Val<'a>) -> R {
+pub fn call<'a>(name: &str, args: &'a [Ast], cur: Val<'a>) -> R {
     // Functions that take expression references evaluate them per element.
     match name {
         "sort_by" | "max_by" | "min_by" | "map" => return call_with_expref(name, args, cur),

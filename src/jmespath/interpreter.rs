@@ -299,7 +299,7 @@ fn field_path<'a>(mut v: &'a Value, keys: &[String]) -> &'a Value {
 }
 
 /// Evaluates `ast` against `cur`.
-pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
+pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
     Ok(match ast {
         Ast::Identity | Ast::Current => cur,
         Ast::Field(k) => cur.field(k),
@@ -335,6 +335,13 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
             Some(items) => Val::list(slice(items, *start, *stop, *step)),
             None => null(),
         },
+        // `list[]...`: flattened and projected in one pass.
+        Ast::Projection(l, r) if matches!(**l, Ast::Flatten(_)) => {
+            let Ast::Flatten(inner) = &**l else {
+                unreachable!("matched above")
+            };
+            flatten_project(eval(inner, cur)?, r)
+        }
         Ast::Projection(l, r) => match eval(l, cur)?.into_elements() {
             Some(items) => project(items, r),
             None => null(),
@@ -363,7 +370,7 @@ pub fn eval<'a>(ast: &Ast, cur: Val<'a>) -> Eval<'a> {
             Some(items) => flatten(items),
             None => null(),
         },
-        Ast::Literal(v) => Val::own(v.clone()),
+        Ast::Literal(v) => Val::Ref(v),
         Ast::MultiSelectList(items) => {
             if cur.is_null() {
                 return Ok(null());
@@ -435,8 +442,59 @@ fn flatten(items: Vec<Val<'_>>) -> Val<'_> {
     Val::list(out)
 }
 
+/// `project(flatten(list), rhs)` without the flattened list in between:
+/// `rhs` is evaluated on each element of each array element of `list` and
+/// on each other element, keeping the non-null results.
+fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Val<'a> {
+    let identity = matches!(rhs, Ast::Identity | Ast::Current);
+    let mut out = Vec::new();
+    let mut take = |item: Val<'a>| {
+        let v = if identity {
+            item
+        } else {
+            // kyverno-compat: an element whose right-hand side fails is dropped.
+            match eval(rhs, item) {
+                Ok(v) => v,
+                Err(_) => return,
+            }
+        };
+        if !v.is_null() {
+            out.push(v);
+        }
+    };
+    match list {
+        // Borrowed lists are the common case: no vector of the elements.
+        Val::Ref(Value::Array(items)) => {
+            for item in items {
+                match item {
+                    Value::Array(inner) => inner.iter().map(Val::Ref).for_each(&mut take),
+                    other => take(Val::Ref(other)),
+                }
+            }
+        }
+        other => {
+            let Some(items) = other.into_elements() else {
+                return null();
+            };
+            for item in items {
+                match item {
+                    Val::Ref(Value::Array(inner)) => inner.iter().map(Val::Ref).for_each(&mut take),
+                    Val::List(inner) => inner.into_iter().for_each(&mut take),
+                    item if item.is_array() => item
+                        .into_elements()
+                        .unwrap_or_default()
+                        .into_iter()
+                        .for_each(&mut take),
+                    item => take(item),
+                }
+            }
+        }
+    }
+    Val::list(out)
+}
+
 /// Evaluates `rhs` on each item, keeping the non-null results.
-fn project<'a>(mut items: Vec<Val<'a>>, rhs: &Ast) -> Val<'a> {
+fn project<'a>(mut items: Vec<Val<'a>>, rhs: &'a Ast) -> Val<'a> {
     if matches!(rhs, Ast::Identity | Ast::Current) {
         // `list[]` projects onto the elements themselves: keep the vector.
         items.retain(|v| !v.is_null());

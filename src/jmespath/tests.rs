@@ -188,3 +188,64 @@ fn what_reads_only_one_root_field() {
         assert_eq!(e.reads_only_root_field("request"), want, "{expr}");
     }
 }
+
+#[test]
+fn flatten_then_project_in_one_pass_matches_the_two_steps() {
+    use super::interpreter::{Val, eval};
+    use super::parser::parse;
+    let data = json!({
+        "mixed": [[1, null, [2]], null, 3, {"a": 1}, [], [{"a": 2}, {"b": 3}], "s"],
+        "maps": [{"a": [1, 2]}, {"a": 3}, {"a": null}, {"b": 1}],
+        "scalar": 5,
+        "spec": {"initContainers": [{"name": "i"}], "containers": [{"name": "c", "ports": [{"hostPort": 80}, {}]}]}
+    });
+    // Left sides: borrowed arrays, computed lists, owned arrays, non-lists.
+    let lefts = [
+        "mixed",
+        "maps",
+        "scalar",
+        "missing",
+        "spec.[ephemeralContainers, initContainers, containers]",
+        "maps[*].a",
+        "`[[1, 2], 3, null, [null]]`",
+        "mixed[?@]",
+    ];
+    let rights = [
+        "",
+        "a",
+        "name",
+        "ports[].hostPort",
+        "to_string(@)",
+        "not_null(@, 'x')",
+        "[@]",
+        "length(@)",
+    ];
+    for left in lefts {
+        for right in rights {
+            let text = match right {
+                "" => format!("{left}[]"),
+                r if r.starts_with('[') => format!("{left}[]{r}"),
+                r => format!("{left}[].{r}"),
+            };
+            let fused = parse(&text).unwrap();
+            let super::parser::Ast::Projection(l, r) = &fused else {
+                panic!("{text}: not a projection: {fused:?}")
+            };
+            assert!(matches!(**l, super::parser::Ast::Flatten(_)), "{fused:?}");
+            // The same in two steps: the flattened value, then a projection over it.
+            let two_steps = super::parser::Ast::Pipe(
+                l.clone(),
+                Box::new(super::parser::Ast::Projection(
+                    Box::new(super::parser::Ast::Current),
+                    r.clone(),
+                )),
+            );
+            let run = |ast| {
+                eval(ast, Val::Ref(&data))
+                    .map(Val::into_owned)
+                    .map_err(|e| e.to_string())
+            };
+            assert_eq!(run(&fused), run(&two_steps), "{text}");
+        }
+    }
+}

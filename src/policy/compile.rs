@@ -66,10 +66,13 @@ impl ExprCache {
     /// Resolves `source` against `data` with Kyverno's variable semantics,
     /// using the pre-parsed expression; text built at evaluation time (nested
     /// variables) is parsed on the spot.
-    pub fn resolve<'a>(&self, source: &str, root: Val<'a>) -> Result<Val<'a>, JmesError> {
+    pub fn resolve<'a>(&'a self, source: &str, root: Val<'a>) -> Result<Val<'a>, JmesError> {
         match self.exprs.get(source) {
             Some(e) => e.resolve_val(root),
-            None => Expression::parse(source)?.resolve_val(root),
+            // The result may borrow the expression's literals: owned here.
+            None => Expression::parse(source)?
+                .resolve_val(root)
+                .map(|v| Val::own(v.into_owned())),
         }
     }
 
