@@ -335,16 +335,13 @@ pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
             Some(items) => Val::list(slice(items, *start, *stop, *step)),
             None => null(),
         },
-        // `list[]...`: flattened and projected in one pass.
-        Ast::Projection(l, r) if matches!(**l, Ast::Flatten(_)) => {
-            let Ast::Flatten(inner) = &**l else {
-                unreachable!("matched above")
-            };
-            flatten_project(eval(inner, cur)?, r)
-        }
-        Ast::Projection(l, r) => match eval(l, cur)?.into_elements() {
-            Some(items) => project(items, r),
-            None => null(),
+        Ast::Projection(l, r) => match &**l {
+            // `list[]...`: flattened and projected in one pass.
+            Ast::Flatten(inner) => flatten_project(eval(inner, cur)?, r),
+            _ => match eval(l, cur)?.into_elements() {
+                Some(items) => project(items, r),
+                None => null(),
+            },
         },
         Ast::ValueProjection(l, r) => match eval(l, cur)?.into_values() {
             Some(items) => project(items, r),
@@ -431,15 +428,25 @@ fn flatten(items: Vec<Val<'_>>) -> Val<'_> {
     };
     let mut out = Vec::with_capacity(items.iter().map(len).sum());
     for item in items {
-        match item {
-            // Borrowed lists are the common case: no intermediate vector.
-            Val::Ref(Value::Array(a)) => out.extend(a.iter().map(Val::Ref)),
-            Val::List(l) => out.extend(*l),
-            other if other.is_array() => out.extend(other.into_elements().unwrap_or_default()),
-            other => out.push(other),
-        }
+        splice(item, |v| out.push(v));
     }
     Val::list(out)
+}
+
+/// Calls `f` with each element of `item` when it is an array, else with
+/// `item` itself: one step of a flatten.
+fn splice<'a>(item: Val<'a>, mut f: impl FnMut(Val<'a>)) {
+    match item {
+        // Borrowed lists are the common case: no intermediate vector.
+        Val::Ref(Value::Array(a)) => a.iter().map(Val::Ref).for_each(f),
+        Val::List(l) => l.into_iter().for_each(f),
+        other if other.is_array() => other
+            .into_elements()
+            .unwrap_or_default()
+            .into_iter()
+            .for_each(f),
+        other => f(other),
+    }
 }
 
 /// `project(flatten(list), rhs)` without the flattened list in between:
@@ -466,29 +473,13 @@ fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Val<'a> {
         // Borrowed lists are the common case: no vector of the elements.
         Val::Ref(Value::Array(items)) => {
             for item in items {
-                match item {
-                    Value::Array(inner) => inner.iter().map(Val::Ref).for_each(&mut take),
-                    other => take(Val::Ref(other)),
-                }
+                splice(Val::Ref(item), &mut take);
             }
         }
-        other => {
-            let Some(items) = other.into_elements() else {
-                return null();
-            };
-            for item in items {
-                match item {
-                    Val::Ref(Value::Array(inner)) => inner.iter().map(Val::Ref).for_each(&mut take),
-                    Val::List(inner) => inner.into_iter().for_each(&mut take),
-                    item if item.is_array() => item
-                        .into_elements()
-                        .unwrap_or_default()
-                        .into_iter()
-                        .for_each(&mut take),
-                    item => take(item),
-                }
-            }
-        }
+        other => match other.into_elements() {
+            Some(items) => items.into_iter().for_each(|item| splice(item, &mut take)),
+            None => return null(),
+        },
     }
     Val::list(out)
 }
