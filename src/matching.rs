@@ -26,12 +26,15 @@ pub struct KindSelector {
 pub struct Part {
     text: String,
     wildcard: bool,
+    /// The part is `*`: it matches anything, without a comparison.
+    any: bool,
 }
 
 impl Part {
     fn new(text: String) -> Part {
         Part {
             wildcard: wildcard::has_wildcard(&text),
+            any: text == "*",
             text,
         }
     }
@@ -44,9 +47,12 @@ impl Part {
         self.wildcard
     }
 
+    #[inline]
     pub fn matches(&self, value: &str) -> bool {
-        if self.wildcard {
-            self.text == "*" || wildcard::matches(&self.text, value)
+        if self.any {
+            true
+        } else if self.wildcard {
+            wildcard::matches(&self.text, value)
         } else {
             self.text == value
         }
@@ -167,8 +173,12 @@ impl CompiledDescription {
     }
 
     fn is_empty(&self) -> bool {
-        self.kinds.is_empty()
-            && self.names.is_empty()
+        self.kinds.is_empty() && self.checks_only_kinds()
+    }
+
+    /// Nothing but `kinds` (if anything) is set.
+    fn checks_only_kinds(&self) -> bool {
+        self.names.is_empty()
             && self.namespaces.is_empty()
             && self.annotations.is_empty()
             && self.selector.is_none()
@@ -176,16 +186,17 @@ impl CompiledDescription {
             && self.operations.is_empty()
     }
 
+    fn kinds_match(&self, input: &MatchInput) -> bool {
+        self.kinds
+            .iter()
+            .any(|k| k.matches(input.group, input.version, input.kind, input.subresource))
+    }
+
     fn matches(&self, input: &MatchInput) -> bool {
         if !self.operations.is_empty() && !self.operations.iter().any(|o| o == input.operation) {
             return false;
         }
-        if !self.kinds.is_empty()
-            && !self
-                .kinds
-                .iter()
-                .any(|k| k.matches(input.group, input.version, input.kind, input.subresource))
-        {
+        if !self.kinds.is_empty() && !self.kinds_match(input) {
             return false;
         }
         if !self.names.is_empty() {
@@ -301,11 +312,23 @@ struct CompiledFilter {
     subjects: Vec<Subject>,
     roles: Vec<String>,
     cluster_roles: Vec<String>,
+    shape: FilterShape,
+}
+
+/// What a filter checks, decided when it is compiled: most rules match on
+/// kinds alone, and their check need not visit the empty fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum FilterShape {
+    /// Nothing to match on: kyverno-compat "match cannot be empty" never matches.
+    Never,
+    /// Only `resources.kinds`.
+    KindsOnly,
+    General,
 }
 
 impl CompiledFilter {
     fn compile(f: &ResourceFilter) -> Result<CompiledFilter, String> {
-        Ok(CompiledFilter {
+        let mut filter = CompiledFilter {
             resources: f
                 .resources
                 .as_ref()
@@ -314,7 +337,30 @@ impl CompiledFilter {
             subjects: f.subjects.clone(),
             roles: f.roles.clone(),
             cluster_roles: f.cluster_roles.clone(),
-        })
+            shape: FilterShape::General,
+        };
+        filter.shape = filter.shape();
+        Ok(filter)
+    }
+
+    fn shape(&self) -> FilterShape {
+        let resources_empty = self
+            .resources
+            .as_ref()
+            .is_none_or(CompiledDescription::is_empty);
+        if self.has_user_info() {
+            FilterShape::General
+        } else if resources_empty {
+            FilterShape::Never
+        } else if self
+            .resources
+            .as_ref()
+            .is_some_and(CompiledDescription::checks_only_kinds)
+        {
+            FilterShape::KindsOnly
+        } else {
+            FilterShape::General
+        }
     }
 
     fn has_user_info(&self) -> bool {
@@ -322,13 +368,10 @@ impl CompiledFilter {
     }
 
     fn matches(&self, input: &MatchInput) -> bool {
-        let resources_empty = self
-            .resources
-            .as_ref()
-            .is_none_or(CompiledDescription::is_empty);
-        if resources_empty && !self.has_user_info() {
-            // kyverno-compat: "match cannot be empty" never matches.
-            return false;
+        match (self.shape, &self.resources) {
+            (FilterShape::Never, _) => return false,
+            (FilterShape::KindsOnly, Some(r)) => return r.kinds_match(input),
+            _ => {}
         }
         if let Some(r) = &self.resources
             && !r.matches(input)

@@ -73,12 +73,13 @@ enum Detail<'r> {
 }
 
 impl<'r> PatternError<'r> {
-    fn fail(path: &Path, message: String) -> PatternError<'r> {
-        PatternError {
+    #[cold]
+    fn fail(path: &Path, message: String) -> Box<PatternError<'r>> {
+        Box::new(PatternError {
             kind: ErrorKind::Fail,
             path: path.render(),
             detail: Detail::Text(message),
-        }
+        })
     }
 
     /// The error's message, as Kyverno words it.
@@ -94,8 +95,8 @@ impl<'r> PatternError<'r> {
     }
 
     /// The same error as seen through a conditional or global anchor.
-    fn under_anchor(self, tag: &'static str) -> PatternError<'r> {
-        let detail = match self.detail {
+    fn under_anchor(mut self: Box<Self>, tag: &'static str) -> Box<PatternError<'r>> {
+        let detail = match std::mem::replace(&mut self.detail, Detail::Text(String::new())) {
             Detail::Mismatch {
                 anchor: None,
                 value,
@@ -105,11 +106,9 @@ impl<'r> PatternError<'r> {
             },
             other => Detail::Text([tag, " mismatch: ", &other.text()].concat()),
         };
-        PatternError {
-            kind: ErrorKind::Skip,
-            path: self.path,
-            detail,
-        }
+        self.kind = ErrorKind::Skip;
+        self.detail = detail;
+        self
     }
 }
 
@@ -139,7 +138,9 @@ impl Detail<'_> {
     }
 }
 
-type Res<'r> = Result<(), PatternError<'r>>;
+/// The error is boxed: the common outcome, `Ok`, then travels in a
+/// register instead of through a result the size of the error.
+type Res<'r> = Result<(), Box<PatternError<'r>>>;
 
 #[derive(Clone, Copy)]
 enum Seg<'a> {
@@ -373,7 +374,7 @@ impl CompiledPattern {
         }
     }
 
-    pub fn validate<'r>(&self, resource: &'r Value) -> Res<'r> {
+    pub fn validate<'r>(&self, resource: &'r Value) -> Result<(), Box<PatternError<'r>>> {
         element(resource, &self.root, &Path::ROOT)
     }
 }
@@ -488,7 +489,7 @@ impl Node {
 
 /// Validates `resource` against `pattern`, compiling it first (for patterns
 /// built at evaluation time, e.g. after variable substitution).
-pub fn validate<'r>(resource: &'r Value, pattern: &Value) -> Res<'r> {
+pub fn validate<'r>(resource: &'r Value, pattern: &Value) -> Result<(), Box<PatternError<'r>>> {
     CompiledPattern::compile(pattern).validate(resource)
 }
 
@@ -516,15 +517,16 @@ fn show(v: &Value) -> String {
     }
 }
 
-fn mismatch<'r>(path: &Path, value: &'r Value) -> PatternError<'r> {
-    PatternError {
+#[cold]
+fn mismatch<'r>(path: &Path, value: &'r Value) -> Box<PatternError<'r>> {
+    Box::new(PatternError {
         kind: ErrorKind::Fail,
         path: path.render(),
         detail: Detail::Mismatch {
             anchor: None,
             value,
         },
-    }
+    })
 }
 
 fn element<'r>(resource: &'r Value, node: &Node, path: &Path) -> Res<'r> {
@@ -636,11 +638,11 @@ fn anchor_element<'r>(
                         e.under_anchor(tag)
                     }
                 }),
-                None => Err(PatternError {
+                None => Err(Box::new(PatternError {
                     kind: ErrorKind::Skip,
                     path: child_path.render(),
                     detail: Detail::Text([tag, " key doesn't exist in the resource"].concat()),
-                }),
+                })),
             }
         }
         Anchor::Equality => match actual {
@@ -650,11 +652,11 @@ fn anchor_element<'r>(
         Anchor::Negation => match actual {
             Some(_) => {
                 let p = child_path.render();
-                Err(PatternError {
+                Err(Box::new(PatternError {
                     kind: ErrorKind::Negation,
                     detail: Detail::Text([&p, " is not allowed"].concat()),
                     path: p,
-                })
+                }))
             }
             None => Ok(()),
         },
@@ -667,7 +669,7 @@ fn array<'r>(resource: &'r [Value], node: &ArrayNode, path: &Path) -> Res<'r> {
         ArrayNode::Empty => Err(PatternError::fail(path, "pattern array empty".into())),
         ArrayNode::OfMaps(first) => {
             let mut applied = 0;
-            let mut skipped: Option<PatternError> = None;
+            let mut skipped: Option<Box<PatternError>> = None;
             for (i, item) in resource.iter().enumerate() {
                 match element(item, first, &path.index(i)) {
                     Ok(()) => applied += 1,
@@ -676,11 +678,11 @@ fn array<'r>(resource: &'r [Value], node: &ArrayNode, path: &Path) -> Res<'r> {
                 }
             }
             match skipped {
-                Some(e) if applied == 0 => Err(PatternError {
-                    kind: ErrorKind::Skip,
-                    path: path.render(),
-                    detail: e.detail,
-                }),
+                Some(mut e) if applied == 0 => {
+                    e.kind = ErrorKind::Skip;
+                    e.path = path.render();
+                    Err(e)
+                }
                 _ => Ok(()),
             }
         }

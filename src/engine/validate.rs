@@ -364,7 +364,7 @@ fn check_pattern<'r>(
     sub: &Substituter,
     p: &Pattern,
     resource: &'r Value,
-) -> Result<Result<(), PatternError<'r>>, VariableError> {
+) -> Result<Result<(), Box<PatternError<'r>>>, VariableError> {
     match &p.compiled {
         Some(c) => Ok(c.validate(resource)),
         None => Ok(pattern::validate(resource, &sub.value(&p.value)?)),

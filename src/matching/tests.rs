@@ -121,3 +121,67 @@ fn resource_filters() {
     }
     assert!(!compile(json!({})).excludes(&i));
 }
+
+/// The shortcut a filter takes by its shape decides as the general check does.
+#[test]
+fn filter_shapes_agree_with_the_general_check() {
+    let labels = json!({"app": "web"}).as_object().unwrap().clone();
+    let user = UserInfo {
+        username: "alice".into(),
+        ..Default::default()
+    };
+    let requests = [
+        ("", "v1", "Pod", ""),
+        ("", "v1", "Pod", "exec"),
+        ("apps", "v1", "Deployment", ""),
+        ("", "v1", "Service", ""),
+    ];
+    for (filter, shape) in [
+        (
+            json!({"resources": {"kinds": ["Pod"]}}),
+            FilterShape::KindsOnly,
+        ),
+        (
+            json!({"resources": {"kinds": ["Pod/exec", "apps/v1/Deploy*"]}}),
+            FilterShape::KindsOnly,
+        ),
+        (
+            json!({"resources": {"kinds": ["*"]}}),
+            FilterShape::KindsOnly,
+        ),
+        (
+            json!({"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}}),
+            FilterShape::General,
+        ),
+        (
+            json!({"resources": {"kinds": ["Pod"]}, "subjects": [{"kind": "User", "name": "alice"}]}),
+            FilterShape::General,
+        ),
+        (
+            json!({"resources": {"names": ["web-*"]}}),
+            FilterShape::General,
+        ),
+        (json!({"resources": {}}), FilterShape::Never),
+        (json!({}), FilterShape::Never),
+    ] {
+        let f = CompiledFilter::compile(&serde_json::from_value(filter.clone()).unwrap()).unwrap();
+        assert_eq!(f.shape, shape, "{filter}");
+        let general = CompiledFilter {
+            shape: FilterShape::General,
+            ..f.clone()
+        };
+        for (group, version, kind, subresource) in requests {
+            let i = MatchInput {
+                group,
+                version,
+                kind,
+                kind_hash: crate::policy::compile::kind_hash(kind),
+                subresource,
+                ..input(&labels, &user)
+            };
+            // kyverno-compat: an empty filter never matches, whatever the request.
+            let want = shape != FilterShape::Never && general.matches(&i);
+            assert_eq!(f.matches(&i), want, "{filter} on {kind}/{subresource}");
+        }
+    }
+}
