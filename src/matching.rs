@@ -344,22 +344,14 @@ impl CompiledFilter {
     }
 
     fn shape(&self) -> FilterShape {
-        let resources_empty = self
-            .resources
-            .as_ref()
-            .is_none_or(CompiledDescription::is_empty);
         if self.has_user_info() {
-            FilterShape::General
-        } else if resources_empty {
-            FilterShape::Never
-        } else if self
-            .resources
-            .as_ref()
-            .is_some_and(CompiledDescription::checks_only_kinds)
-        {
-            FilterShape::KindsOnly
-        } else {
-            FilterShape::General
+            return FilterShape::General;
+        }
+        match &self.resources {
+            None => FilterShape::Never,
+            Some(d) if d.is_empty() => FilterShape::Never,
+            Some(d) if d.checks_only_kinds() => FilterShape::KindsOnly,
+            Some(_) => FilterShape::General,
         }
     }
 
@@ -368,10 +360,15 @@ impl CompiledFilter {
     }
 
     fn matches(&self, input: &MatchInput) -> bool {
-        match (self.shape, &self.resources) {
-            (FilterShape::Never, _) => return false,
-            (FilterShape::KindsOnly, Some(r)) => return r.kinds_match(input),
-            _ => {}
+        match self.shape {
+            FilterShape::Never => return false,
+            FilterShape::KindsOnly => {
+                return self
+                    .resources
+                    .as_ref()
+                    .is_some_and(|r| r.kinds_match(input));
+            }
+            FilterShape::General => {}
         }
         if let Some(r) = &self.resources
             && !r.matches(input)

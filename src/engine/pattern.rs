@@ -96,7 +96,8 @@ impl<'r> PatternError<'r> {
 
     /// The same error as seen through a conditional or global anchor.
     fn under_anchor(mut self: Box<Self>, tag: &'static str) -> Box<PatternError<'r>> {
-        let detail = match std::mem::replace(&mut self.detail, Detail::Text(String::new())) {
+        // Reworded in its own box: a skip costs no second allocation.
+        self.detail = match std::mem::replace(&mut self.detail, Detail::Text(String::new())) {
             Detail::Mismatch {
                 anchor: None,
                 value,
@@ -107,7 +108,6 @@ impl<'r> PatternError<'r> {
             other => Detail::Text([tag, " mismatch: ", &other.text()].concat()),
         };
         self.kind = ErrorKind::Skip;
-        self.detail = detail;
         self
     }
 }
@@ -374,7 +374,7 @@ impl CompiledPattern {
         }
     }
 
-    pub fn validate<'r>(&self, resource: &'r Value) -> Result<(), Box<PatternError<'r>>> {
+    pub fn validate<'r>(&self, resource: &'r Value) -> Res<'r> {
         element(resource, &self.root, &Path::ROOT)
     }
 }
@@ -489,7 +489,7 @@ impl Node {
 
 /// Validates `resource` against `pattern`, compiling it first (for patterns
 /// built at evaluation time, e.g. after variable substitution).
-pub fn validate<'r>(resource: &'r Value, pattern: &Value) -> Result<(), Box<PatternError<'r>>> {
+pub fn validate<'r>(resource: &'r Value, pattern: &Value) -> Res<'r> {
     CompiledPattern::compile(pattern).validate(resource)
 }
 
