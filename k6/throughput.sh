@@ -7,6 +7,9 @@
 #
 #   k6/throughput.sh [seconds per round] [rounds] [connections]
 #
+# POLICIES=DIR serves another policy set in place of the 17 (a subset of
+# them shows how the ratio moves with the engine's share of the work).
+#
 # Prints requests/s per round and the ratio of the medians. Needs wrk
 # (Debian: apt-get install wrk) and a release build.
 set -euo pipefail
@@ -27,7 +30,7 @@ for port in "$GAVEL_PORT" "$BASE_PORT" "$EMPTY_PORT"; do
     exit 1
   fi
 done
-./target/release/gavel serve --listen "127.0.0.1:$GAVEL_PORT" --policies examples/policies/pod-security \
+./target/release/gavel serve --listen "127.0.0.1:$GAVEL_PORT" --policies "${POLICIES:-examples/policies/pod-security}" \
   --ca-out "$work/ca.pem" --log-level warn &
 pids=($!)
 mkdir "$work/no-policies"
