@@ -58,7 +58,7 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
-    // Short runs: there are 34 of them. Each includes the per-call cost
+    // Short runs, one per policy and Pod. Each includes the per-call cost
     // that the empty set measures, so they add up to more than pss17.
     let mut single = c.benchmark_group("single");
     single
