@@ -454,6 +454,9 @@ fn splice<'a>(item: Val<'a>, mut f: impl FnMut(Val<'a>)) {
 /// on each other element, keeping the non-null results.
 fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Val<'a> {
     let identity = matches!(rhs, Ast::Identity | Ast::Current);
+    if identity && let Some(flat) = already_flat(&list) {
+        return Val::Ref(flat);
+    }
     let mut out = Vec::new();
     let mut take = |item: Val<'a>| {
         let v = if identity {
@@ -482,6 +485,36 @@ fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Val<'a> {
         },
     }
     Val::list(out)
+}
+
+/// The borrowed array that `list[]` equals: `list` itself when none of its
+/// elements is an array or null, or the one such array in a list whose other
+/// items are null (`spec.[initContainers, containers][]` with one of them
+/// set). Policies flatten lists of scalars or of containers far more often
+/// than nested lists, and this keeps their results borrowed.
+fn already_flat<'a>(list: &Val<'a>) -> Option<&'a Value> {
+    let flat = |v: &'a Value| match v {
+        Value::Array(items) => items
+            .iter()
+            .all(|i| !matches!(i, Value::Array(_) | Value::Null))
+            .then_some(v),
+        _ => None,
+    };
+    match list {
+        Val::Ref(v) => flat(v),
+        Val::List(items) => {
+            let mut found = None;
+            for item in items.iter() {
+                match item {
+                    Val::Ref(Value::Null) => {}
+                    Val::Ref(v) if found.is_none() => found = Some(flat(v)?),
+                    _ => return None,
+                }
+            }
+            found
+        }
+        _ => None,
+    }
 }
 
 /// Evaluates `rhs` on each item, keeping the non-null results.

@@ -206,6 +206,10 @@ fn flatten_then_project_in_one_pass_matches_the_two_steps() {
         "scalar",
         "missing",
         "spec.[ephemeralContainers, initContainers, containers]",
+        // Already flat: the array itself, or the one array among nulls.
+        "spec.containers",
+        "spec.[ephemeralContainers, containers]",
+        "`[1, \"a\", {}]`",
         "maps[*].a",
         "`[[1, 2], 3, null, [null]]`",
         "mixed[?@]",
