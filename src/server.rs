@@ -8,6 +8,7 @@
 //! server gracefully.
 
 pub mod handler;
+pub mod json_text;
 pub mod metrics;
 pub mod policies;
 pub mod review;

@@ -1,6 +1,7 @@
 //! Routes and the admission handler, independent of the transport so that
 //! benches and tests can drive it without TLS.
 
+use super::json_text::JsonText;
 use super::policies::Snapshot;
 use super::review::{self, ReviewError, Verdict};
 use crate::context::ClusterView;
@@ -333,7 +334,10 @@ fn mutate(
     if !failed.is_empty() {
         return Verdict {
             allowed: false,
-            message: Some(format!("mutation failed: {}", failed.join("; "))),
+            message: Some(JsonText::escape(&format!(
+                "mutation failed: {}",
+                failed.join("; ")
+            ))),
             warnings,
             patch: None,
         };

@@ -1,6 +1,7 @@
 //! `admission.k8s.io/v1` AdmissionReview: decoding a request into the
 //! engine's [`Request`], and the verdict back into a response review.
 
+use super::json_text::{self, JsonText, JsonWriter};
 use super::yaml_text;
 use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus};
 use crate::matching::UserInfo;
@@ -146,8 +147,8 @@ impl Review {
 #[derive(Debug, Default, PartialEq)]
 pub struct Verdict {
     pub allowed: bool,
-    /// Kyverno's denial text, when denied.
-    pub message: Option<String>,
+    /// Kyverno's denial text, when denied, escaped for the response.
+    pub message: Option<JsonText>,
     pub warnings: Vec<String>,
     /// The JSONPatch (RFC 6902 operations, serialised) of a mutation.
     pub patch: Option<Vec<u8>>,
@@ -228,7 +229,7 @@ pub fn decide(
 /// Kyverno's denial text: a header naming the resource, then the failed
 /// rules as the YAML map policy -> rule -> message that Go's yaml.Marshal
 /// writes (keys sorted, long messages folded).
-fn blocked_message(req: &Request, mut blocked: Vec<(&str, &str, &str)>) -> String {
+fn blocked_message(req: &Request, mut blocked: Vec<(&str, &str, &str)>) -> JsonText {
     blocked.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     // A map keeps the last message of a repeated policy and rule.
     blocked.reverse();
@@ -238,31 +239,38 @@ fn blocked_message(req: &Request, mut blocked: Vec<(&str, &str, &str)>) -> Strin
         .iter()
         .map(|b| b.0.len() + b.1.len() + b.2.len())
         .sum();
-    let mut message = String::with_capacity(96 + text_len + text_len / 8);
-    message.push_str("\n\nresource ");
-    message.push_str(&req.gvk.kind);
-    message.push('/');
+    // Written escaped for the response as it is built: the text is
+    // kilobytes, and a second pass to escape it cost as much as writing it.
+    let mut message = JsonWriter::with_capacity(96 + text_len + text_len / 8);
+    message.line_feed();
+    message.line_feed();
+    message.verbatim("resource ");
+    message.text(&req.gvk.kind);
+    message.verbatim("/");
     let ns = req.namespace();
     if !ns.is_empty() {
-        message.push_str(ns);
-        message.push('/');
+        message.text(ns);
+        message.verbatim("/");
     }
-    message.push_str(req.name());
-    message.push_str(" was blocked due to the following policies \n\n");
+    message.text(req.name());
+    message.verbatim(" was blocked due to the following policies ");
+    message.line_feed();
+    message.line_feed();
     let mut previous_policy = None;
     for (policy, rule, text) in blocked {
         if previous_policy != Some(policy) {
             yaml_text::push_key(&mut message, policy, 0);
-            message.push_str(":\n");
+            message.verbatim(":");
+            message.line_feed();
             previous_policy = Some(policy);
         }
-        message.push_str("  ");
+        message.verbatim("  ");
         let column = yaml_text::push_key(&mut message, rule, 2);
-        message.push_str(": ");
+        message.verbatim(": ");
         yaml_text::push_value(&mut message, text, column + 2, 4);
-        message.push('\n');
+        message.line_feed();
     }
-    message
+    message.finish()
 }
 
 /// The response review for `uid`, written directly: it is on every
@@ -271,7 +279,7 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
     let extra = verdict
         .message
         .as_ref()
-        .map_or(0, |m| m.len() + m.len() / 16 + 64)
+        .map_or(0, |m| m.as_escaped().len() + 64)
         + verdict.patch.as_ref().map_or(0, |p| p.len() * 4 / 3 + 48)
         + verdict.warnings.iter().map(|w| w.len() + 8).sum::<usize>();
     let mut out = Vec::with_capacity(128 + uid.len() + extra);
@@ -285,9 +293,9 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
         br#","allowed":false"#
     });
     if let Some(message) = &verdict.message {
-        out.extend_from_slice(br#","status":{"status":"Failure","code":400,"message":"#);
-        push_json_str(&mut out, message);
-        out.push(b'}');
+        out.extend_from_slice(br#","status":{"status":"Failure","code":400,"message":""#);
+        out.extend_from_slice(message.as_escaped().as_bytes());
+        out.extend_from_slice(b"\"}");
     }
     if let Some(patch) = &verdict.patch {
         out.extend_from_slice(br#","patchType":"JSONPatch","patch":""#);
@@ -310,84 +318,12 @@ pub fn encode(uid: &str, verdict: &Verdict) -> Vec<u8> {
     out
 }
 
-/// Appends `s` as a JSON string. A denial message is kilobytes of YAML
-/// lines whose only control character is the line feed: once a vectorized
-/// pass has seen that, memchr jumps from one character to escape to the
-/// next. Other text takes the general loop, eight bytes at a time.
+/// Appends `s` as a JSON string.
 fn push_json_str(out: &mut Vec<u8>, s: &str) {
-    let bytes = s.as_bytes();
-    out.reserve(bytes.len() + 2);
+    out.reserve(s.len() + 2);
     out.push(b'"');
-    let only_line_feeds = bytes.iter().fold(true, |ok, &b| {
-        ok & ((b >= 0x20) | (b == b'\n')) & (b != b'"') & (b != b'\\')
-    });
-    if only_line_feeds {
-        let mut start = 0;
-        for i in memchr::memchr_iter(b'\n', bytes) {
-            out.extend_from_slice(&bytes[start..i]);
-            out.extend_from_slice(b"\\n");
-            start = i + 1;
-        }
-        out.extend_from_slice(&bytes[start..]);
-    } else {
-        push_json_escaped(out, bytes);
-    }
+    json_text::escape_into(s, |part| out.extend_from_slice(part.as_bytes()));
     out.push(b'"');
-}
-
-/// The body of a JSON string for any text, eight bytes checked at a time.
-fn push_json_escaped(out: &mut Vec<u8>, bytes: &[u8]) {
-    const ONES: u64 = 0x0101_0101_0101_0101;
-    const HIGHS: u64 = 0x8080_8080_8080_8080;
-    // The high bit of a byte is set where `x` has a byte below 0x20, a
-    // quote or a backslash. Bytes >= 0x80 (UTF-8) are never flagged. A
-    // borrow can flag a byte above a real hit, never below one, so the
-    // lowest flag is exact.
-    let escapes = |x: u64| {
-        let zeros = |v: u64| v.wrapping_sub(ONES) & !v & HIGHS;
-        (x.wrapping_sub(ONES * 0x20) & !x & HIGHS)
-            | zeros(x ^ (ONES * u64::from(b'"')))
-            | zeros(x ^ (ONES * u64::from(b'\\')))
-    };
-    let mut start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if let Some(chunk) = bytes.get(i..i + 8) {
-            let word = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-            match escapes(word) {
-                0 => {
-                    i += 8;
-                    continue;
-                }
-                flags => i += flags.trailing_zeros() as usize / 8,
-            }
-        }
-        let escape: &[u8] = match bytes[i] {
-            b'"' => b"\\\"",
-            b'\\' => b"\\\\",
-            b'\n' => b"\\n",
-            b'\r' => b"\\r",
-            b'\t' => b"\\t",
-            0x08 => b"\\b",
-            0x0c => b"\\f",
-            b if b < 0x20 => {
-                out.extend_from_slice(&bytes[start..i]);
-                out.extend_from_slice(format!("\\u{b:04x}").as_bytes());
-                i += 1;
-                start = i;
-                continue;
-            }
-            _ => {
-                i += 1;
-                continue;
-            }
-        };
-        out.extend_from_slice(&bytes[start..i]);
-        out.extend_from_slice(escape);
-        i += 1;
-        start = i;
-    }
-    out.extend_from_slice(&bytes[start..]);
 }
 
 #[cfg(test)]
@@ -401,30 +337,12 @@ mod tests {
     }
 
     #[test]
-    fn json_strings_escape_like_serde_json() {
-        let mut cases: Vec<String> = vec![
-            String::new(),
-            "plain".into(),
-            "quote \" backslash \\ newline \n tab \t cr \r".into(),
-            "\u{1} \u{8} \u{c} \u{1f} \u{7f} é ü 日本 🎉".into(),
-            // A denial: lines, quotes and backslashes, and nothing else to escape.
-            "policy:\n  rule: 'a \"quoted\" C:\\path'\n\n".repeat(40),
-        ];
-        // Every control and special character at every offset within a chunk.
-        for c in (0u8..0x80).map(char::from) {
-            for offset in 0..9 {
-                cases.push(format!("{}{c}{}", "x".repeat(offset), "y".repeat(9)));
-            }
-        }
-        for s in cases {
-            let mut ours = Vec::new();
-            push_json_str(&mut ours, &s);
-            assert_eq!(
-                String::from_utf8(ours).unwrap(),
-                serde_json::to_string(&s).unwrap(),
-                "{s:?}"
-            );
-        }
+    fn json_strings_are_quoted_and_escaped() {
+        // The escaping itself is tested in json_text.
+        let s = "a \"quote\" and a\nline";
+        let mut ours = Vec::new();
+        push_json_str(&mut ours, s);
+        assert_eq!(ours, serde_json::to_vec(s).unwrap());
     }
 
     #[test]

@@ -5,8 +5,84 @@
 //! by the value's indent. Users grep and parse these messages, so the text
 //! matches Kyverno's byte for byte rather than approximately.
 
+use super::json_text::JsonWriter;
+
 /// go-yaml's preferred line width.
 const BEST_WIDTH: usize = 80;
+
+/// Where the YAML goes: a plain string, or the body of a JSON string being
+/// built (a denial), which then needs no second pass to escape it.
+pub trait Sink {
+    /// Whether text must be checked for characters to escape.
+    const ESCAPES: bool;
+    /// Text that may hold characters to escape.
+    fn text(&mut self, s: &str);
+    /// Text known to hold none: printable ASCII without a quote or a
+    /// backslash.
+    fn verbatim(&mut self, s: &str);
+    fn line_feed(&mut self);
+
+    /// A line feed and `indent` spaces: a folded line's continuation.
+    fn line_feed_indent(&mut self, indent: usize) {
+        self.line_feed();
+        (0..indent).for_each(|_| self.verbatim(" "));
+    }
+}
+
+impl Sink for String {
+    const ESCAPES: bool = false;
+
+    fn text(&mut self, s: &str) {
+        self.push_str(s);
+    }
+
+    fn verbatim(&mut self, s: &str) {
+        self.push_str(s);
+    }
+
+    fn line_feed(&mut self) {
+        self.push('\n');
+    }
+
+    fn line_feed_indent(&mut self, indent: usize) {
+        const LINE: &str = "\n                ";
+        match LINE.get(..1 + indent) {
+            Some(line) => self.push_str(line),
+            None => {
+                self.push('\n');
+                self.extend(std::iter::repeat_n(' ', indent));
+            }
+        }
+    }
+}
+
+impl Sink for JsonWriter {
+    const ESCAPES: bool = true;
+
+    fn text(&mut self, s: &str) {
+        JsonWriter::text(self, s);
+    }
+
+    fn verbatim(&mut self, s: &str) {
+        JsonWriter::verbatim(self, s);
+    }
+
+    fn line_feed(&mut self) {
+        JsonWriter::line_feed(self);
+    }
+
+    fn line_feed_indent(&mut self, indent: usize) {
+        // `\n` escaped, then the spaces.
+        const LINE: &str = "\\n                ";
+        match LINE.get(..2 + indent) {
+            Some(line) => JsonWriter::verbatim(self, line),
+            None => {
+                JsonWriter::line_feed(self);
+                (0..indent).for_each(|_| JsonWriter::verbatim(self, " "));
+            }
+        }
+    }
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Style {
@@ -18,7 +94,7 @@ enum Style {
 /// Appends `s` as a block mapping value. `column` is where the value
 /// starts (after `key: `); folded lines are indented by `indent`.
 /// Returns the column after the value.
-pub fn push_value(out: &mut String, s: &str, column: usize, indent: usize) -> usize {
+pub fn push_value(out: &mut impl Sink, s: &str, column: usize, indent: usize) -> usize {
     let mut w = Writer {
         out,
         column,
@@ -30,10 +106,11 @@ pub fn push_value(out: &mut String, s: &str, column: usize, indent: usize) -> us
 }
 
 /// Appends `s` as a mapping key (never folded). Returns the column after it.
-pub fn push_key(out: &mut String, s: &str, column: usize) -> usize {
-    // Policy and rule names, the keys of a denial, are names: plain.
+pub fn push_key(out: &mut impl Sink, s: &str, column: usize) -> usize {
+    // Policy and rule names, the keys of a denial, are names: plain, and
+    // nothing in them is escaped in JSON either.
     if is_plain_name(s) {
-        out.push_str(s);
+        out.verbatim(s);
         return column + s.len();
     }
     let mut w = Writer {
@@ -98,25 +175,44 @@ fn style(s: &str) -> Style {
     style_and_ascii(s).0
 }
 
-/// [`style`], and whether `s` is printable ASCII without tabs. Works on
-/// bytes: the message text is ASCII almost always, and only the rare
-/// non-ASCII character is decoded.
-fn style_and_ascii(s: &str) -> (Style, bool) {
+/// What one pass over a value's bytes tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ascii {
+    /// Not printable ASCII (or a tab).
+    No,
+    /// Printable ASCII with a quote or a backslash, which JSON escapes.
+    Printable,
+    /// Printable ASCII with nothing JSON escapes: the usual message.
+    Verbatim,
+}
+
+/// [`style`], and what the bytes of `s` are. Works on bytes: the message
+/// text is ASCII almost always, and only the rare non-ASCII character is
+/// decoded.
+fn style_and_ascii(s: &str) -> (Style, Ascii) {
     let bytes = s.as_bytes();
-    let ascii = printable_ascii(bytes);
+    let ascii = if verbatim_ascii(bytes) {
+        Ascii::Verbatim
+    } else if printable_ascii(bytes) {
+        Ascii::Printable
+    } else {
+        Ascii::No
+    };
     if resolves_to_non_string(s) {
         return (Style::DoubleQuoted, ascii);
     }
     let block_indicators = s.starts_with("---") || s.starts_with("...");
     // Printable ASCII without tabs, the usual message: the same rules in
     // one tight pass over the bytes.
-    if ascii && let Some(plain) = ascii_plain_allowed(bytes) {
+    if ascii != Ascii::No
+        && let Some(plain) = ascii_plain_allowed(bytes)
+    {
         let style = if plain && !block_indicators {
             Style::Plain
         } else {
             Style::SingleQuoted
         };
-        return (style, true);
+        return (style, ascii);
     }
     (style_walk(s), ascii)
 }
@@ -188,6 +284,15 @@ fn style_walk(s: &str) -> Style {
     } else {
         Style::DoubleQuoted
     }
+}
+
+/// Whether every byte is printable ASCII other than a quote and a
+/// backslash: nothing in it is escaped in YAML's plain or single-quoted
+/// styles, nor in JSON. One fold, so that it vectorizes.
+fn verbatim_ascii(bytes: &[u8]) -> bool {
+    bytes.iter().fold(true, |ok, &b| {
+        ok & (b.wrapping_sub(0x20) < 0x5f) & (b != b'"') & (b != b'\\')
+    })
 }
 
 /// Whether every byte is printable ASCII (no tabs, no breaks). Written as
@@ -273,22 +378,25 @@ fn resolves_to_non_string(s: &str) -> bool {
             || (plain.parse::<f64>().is_ok() && !unsigned.starts_with(['i', 'I', 'n', 'N'])))
 }
 
-struct Writer<'a> {
-    out: &'a mut String,
+struct Writer<'a, S: Sink> {
+    out: &'a mut S,
     column: usize,
     indent: usize,
     allow_breaks: bool,
 }
 
-impl Writer<'_> {
+impl<S: Sink> Writer<'_, S> {
     fn write(&mut self, s: &str) {
         let (style, ascii) = style_and_ascii(s);
+        let escape = S::ESCAPES && ascii != Ascii::Verbatim;
         match style {
-            Style::Plain if ascii => self.ascii_words(s, false),
-            Style::SingleQuoted if ascii && !has_single_quote(s.as_bytes()) => {
-                self.put('\'');
-                self.ascii_words(s, true);
-                self.put('\'');
+            Style::Plain if ascii != Ascii::No => self.ascii_words(s, false, escape),
+            Style::SingleQuoted if ascii != Ascii::No && !has_single_quote(s.as_bytes()) => {
+                self.out.verbatim("'");
+                self.column += 1;
+                self.ascii_words(s, true, escape);
+                self.out.verbatim("'");
+                self.column += 1;
             }
             Style::Plain => self.plain(s),
             Style::SingleQuoted => self.single_quoted(s),
@@ -299,17 +407,20 @@ impl Writer<'_> {
     /// Plain or single-quoted printable ASCII with no quote in it: a
     /// column per byte, so the text is copied a line at a time, looking
     /// only at the spaces past column 80 where a fold can happen.
-    fn ascii_words(&mut self, s: &str, quoted: bool) {
+    /// `escape`: the sink escapes and `s` holds a quote or a backslash.
+    fn ascii_words(&mut self, s: &str, quoted: bool, escape: bool) {
         let bytes = s.as_bytes();
         let mut pos = 0;
         loop {
             // The column at byte j is self.column + (j - pos); a fold needs
             // it past BEST_WIDTH.
             let from = pos + (BEST_WIDTH + 1).saturating_sub(self.column);
-            let fold = (from < bytes.len())
+            // The first space past the column is a few bytes away: a plain
+            // scan, with none of memchr's setup per line.
+            let fold = (self.allow_breaks && from < bytes.len())
                 .then(|| {
-                    memchr::memchr_iter(b' ', &bytes[from..])
-                        .map(|j| j + from)
+                    (from..bytes.len())
+                        .filter(|&j| bytes[j] == b' ')
                         .find(|&j| {
                             let previous_space = j > 0 && bytes[j - 1] == b' ';
                             let next_space = bytes.get(j + 1) == Some(&b' ');
@@ -318,17 +429,16 @@ impl Writer<'_> {
                             !previous_space && !next_space && inside
                         })
                 })
-                .flatten()
-                .filter(|_| self.allow_breaks);
+                .flatten();
             match fold {
                 Some(j) => {
-                    self.out.push_str(&s[pos..j]);
+                    self.ascii(&s[pos..j], escape);
                     self.column += j - pos;
                     self.write_indent();
                     pos = j + 1;
                 }
                 None => {
-                    self.out.push_str(&s[pos..]);
+                    self.ascii(&s[pos..], escape);
                     self.column += bytes.len() - pos;
                     return;
                 }
@@ -336,27 +446,36 @@ impl Writer<'_> {
         }
     }
 
+    fn ascii(&mut self, s: &str, escape: bool) {
+        if escape {
+            self.out.text(s);
+        } else {
+            self.out.verbatim(s);
+        }
+    }
+
     fn put(&mut self, c: char) {
-        self.out.push(c);
+        self.out.text(c.encode_utf8(&mut [0; 4]));
         self.column += 1;
     }
 
     /// A line break and the continuation indent.
     fn write_indent(&mut self) {
-        const LINE: &str = "\n                ";
-        match LINE.get(..1 + self.indent) {
-            Some(line) => self.out.push_str(line),
-            None => {
-                self.out.push('\n');
-                self.out.extend(std::iter::repeat_n(' ', self.indent));
-            }
-        }
+        self.out.line_feed_indent(self.indent);
         self.column = self.indent;
+    }
+
+    fn write_spaces(&mut self, n: usize) {
+        const SPACES: &str = "                ";
+        match SPACES.get(..n) {
+            Some(spaces) => self.out.verbatim(spaces),
+            None => (0..n).for_each(|_| self.out.verbatim(" ")),
+        }
     }
 
     /// Appends a run of characters with no space, break or quote in it.
     fn run(&mut self, run: &str) {
-        self.out.push_str(run);
+        self.out.text(run);
         self.column += run.bytes().filter(|b| b & 0xc0 != 0x80).count();
     }
 
@@ -434,9 +553,13 @@ impl Writer<'_> {
                 // A line break in a quoted scalar is written twice (the
                 // first only ends the line), then the text resumes indented.
                 if !breaks && c == '\n' {
-                    self.out.push('\n');
+                    self.out.line_feed();
                 }
-                self.out.push(c);
+                if c == '\n' {
+                    self.out.line_feed();
+                } else {
+                    self.out.text(c.encode_utf8(&mut [0; 4]));
+                }
                 self.column = 0;
                 breaks = true;
                 i += width;
@@ -445,7 +568,7 @@ impl Writer<'_> {
                     self.write_indent_after_break();
                 }
                 if c == '\'' {
-                    self.out.push_str("''");
+                    self.out.verbatim("''");
                     self.column += 2;
                     i += 1;
                 } else {
@@ -465,9 +588,7 @@ impl Writer<'_> {
 
     /// The indent at the start of a line that a break already began.
     fn write_indent_after_break(&mut self) {
-        for _ in 0..self.indent {
-            self.out.push(' ');
-        }
+        self.write_spaces(self.indent);
         self.column = self.indent;
     }
 
@@ -651,6 +772,47 @@ mod tests {
                 }
                 let end_b = w.column;
                 assert_eq!((a, end_a), (b, end_b), "{text:?} at {column}");
+            }
+        }
+    }
+
+    /// Written into a JSON string body, every style gives exactly the YAML
+    /// text escaped, folds and columns included.
+    #[test]
+    fn json_sink_writes_the_text_escaped() {
+        let alphabet = [
+            "a", " ", ":", "'", "\"", "\\", "\n", "\t", "\r", "\u{7}", "é", "日", "b", "#",
+        ];
+        let mut seed = 0x5851_f42d_4c95_7f2d_u64;
+        let mut texts: Vec<String> = vec![
+            "plain words".into(),
+            "validation error: it's \"quoted\" and C:\\path".into(),
+            "true".into(),
+            "x".repeat(200),
+        ];
+        for n in 0..5_000 {
+            let len = 1 + n % 120;
+            texts.push(
+                (0..len)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        alphabet[(seed % alphabet.len() as u64) as usize]
+                    })
+                    .collect(),
+            );
+        }
+        for text in &texts {
+            for column in [0, 79, 81] {
+                let mut yaml = String::new();
+                let yaml_end = push_key(&mut yaml, text, column);
+                let yaml_end = push_value(&mut yaml, text, yaml_end, 4);
+                let mut json = JsonWriter::default();
+                let json_end = push_key(&mut json, text, column);
+                let json_end = push_value(&mut json, text, json_end, 4);
+                assert_eq!(json_end, yaml_end, "{text:?} at {column}");
+                assert_eq!(json.finish().unescape(), yaml, "{text:?} at {column}");
             }
         }
     }
