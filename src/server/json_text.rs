@@ -25,8 +25,9 @@ impl JsonText {
         &self.0
     }
 
-    /// The text itself, for logs and tests.
-    pub fn unescape(&self) -> String {
+    /// The text itself.
+    #[cfg(test)]
+    pub(crate) fn unescape(&self) -> String {
         serde_json::from_str(&["\"", &self.0, "\""].concat())
             .expect("JsonText holds a valid JSON string body")
     }

@@ -240,7 +240,8 @@ fn blocked_message(req: &Request, mut blocked: Vec<(&str, &str, &str)>) -> JsonT
         .map(|b| b.0.len() + b.1.len() + b.2.len())
         .sum();
     // Written escaped for the response as it is built: the text is
-    // kilobytes, and a second pass to escape it cost as much as writing it.
+    // kilobytes, and a second pass to escape it cost half as much again as
+    // writing it.
     let mut message = JsonWriter::with_capacity(96 + text_len + text_len / 8);
     message.line_feed();
     message.line_feed();

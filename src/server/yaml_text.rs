@@ -22,12 +22,22 @@ pub trait Sink {
     fn verbatim(&mut self, s: &str);
     fn line_feed(&mut self);
 
+    fn spaces(&mut self, n: usize) {
+        match SPACES.get(..n) {
+            Some(spaces) => self.verbatim(spaces),
+            None => (0..n).for_each(|_| self.verbatim(" ")),
+        }
+    }
+
     /// A line feed and `indent` spaces: a folded line's continuation.
     fn line_feed_indent(&mut self, indent: usize) {
         self.line_feed();
-        (0..indent).for_each(|_| self.verbatim(" "));
+        self.spaces(indent);
     }
 }
+
+/// Indents up to this long are written as one piece.
+const SPACES: &str = "                ";
 
 impl Sink for String {
     const ESCAPES: bool = false;
@@ -42,17 +52,6 @@ impl Sink for String {
 
     fn line_feed(&mut self) {
         self.push('\n');
-    }
-
-    fn line_feed_indent(&mut self, indent: usize) {
-        const LINE: &str = "\n                ";
-        match LINE.get(..1 + indent) {
-            Some(line) => self.push_str(line),
-            None => {
-                self.push('\n');
-                self.extend(std::iter::repeat_n(' ', indent));
-            }
-        }
     }
 }
 
@@ -71,14 +70,14 @@ impl Sink for JsonWriter {
         JsonWriter::line_feed(self);
     }
 
+    /// One piece for the usual indent: a denial folds every 80 columns.
     fn line_feed_indent(&mut self, indent: usize) {
-        // `\n` escaped, then the spaces.
         const LINE: &str = "\\n                ";
         match LINE.get(..2 + indent) {
             Some(line) => JsonWriter::verbatim(self, line),
             None => {
                 JsonWriter::line_feed(self);
-                (0..indent).for_each(|_| JsonWriter::verbatim(self, " "));
+                self.spaces(indent);
             }
         }
     }
@@ -178,7 +177,7 @@ fn style(s: &str) -> Style {
 /// What one pass over a value's bytes tells.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Ascii {
-    /// Not printable ASCII (or a tab).
+    /// Not printable ASCII: a tab, a break, a control or a non-ASCII character.
     No,
     /// Printable ASCII with a quote or a backslash, which JSON escapes.
     Printable,
@@ -465,14 +464,6 @@ impl<S: Sink> Writer<'_, S> {
         self.column = self.indent;
     }
 
-    fn write_spaces(&mut self, n: usize) {
-        const SPACES: &str = "                ";
-        match SPACES.get(..n) {
-            Some(spaces) => self.out.verbatim(spaces),
-            None => (0..n).for_each(|_| self.out.verbatim(" ")),
-        }
-    }
-
     /// Appends a run of characters with no space, break or quote in it.
     fn run(&mut self, run: &str) {
         self.out.text(run);
@@ -552,10 +543,10 @@ impl<S: Sink> Writer<'_, S> {
             } else if is_break(c) {
                 // A line break in a quoted scalar is written twice (the
                 // first only ends the line), then the text resumes indented.
-                if !breaks && c == '\n' {
-                    self.out.line_feed();
-                }
                 if c == '\n' {
+                    if !breaks {
+                        self.out.line_feed();
+                    }
                     self.out.line_feed();
                 } else {
                     self.out.text(c.encode_utf8(&mut [0; 4]));
@@ -588,7 +579,7 @@ impl<S: Sink> Writer<'_, S> {
 
     /// The indent at the start of a line that a break already began.
     fn write_indent_after_break(&mut self) {
-        self.write_spaces(self.indent);
+        self.out.spaces(self.indent);
         self.column = self.indent;
     }
 
