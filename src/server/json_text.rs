@@ -16,11 +16,6 @@ impl JsonText {
         JsonText(out)
     }
 
-    /// Wraps text that is already escaped (built through [`JsonWriter`]).
-    fn escaped(text: String) -> JsonText {
-        JsonText(text)
-    }
-
     pub fn as_escaped(&self) -> &str {
         &self.0
     }
@@ -64,7 +59,7 @@ impl JsonWriter {
     }
 
     pub fn finish(self) -> JsonText {
-        JsonText::escaped(self.out)
+        JsonText(self.out)
     }
 }
 

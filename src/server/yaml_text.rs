@@ -656,6 +656,24 @@ mod tests {
         out
     }
 
+    /// `count` texts of 1 to `max_len` pieces drawn from `alphabet` by an
+    /// xorshift generator seeded with `seed`: the same texts on every run.
+    fn random_texts(seed: u64, count: usize, max_len: usize, alphabet: &[&str]) -> Vec<String> {
+        let mut seed = seed;
+        (0..count)
+            .map(|n| {
+                (0..1 + n % max_len)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        alphabet[(seed % alphabet.len() as u64) as usize]
+                    })
+                    .collect()
+            })
+            .collect()
+    }
+
     #[test]
     fn picks_go_yaml_styles() {
         assert_eq!(style("plain words"), Style::Plain);
@@ -724,18 +742,8 @@ mod tests {
     /// made of the characters that matter.
     #[test]
     fn ascii_fast_paths_match_the_walk() {
-        let alphabet = [b'a', b' ', b':', b'#', b'\'', b'-', b'?', b'b'];
-        let mut seed = 0x2545_f491_4f6c_dd1d_u64;
-        for n in 0..20_000 {
-            let len = 1 + n % 130;
-            let text: String = (0..len)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 7;
-                    seed ^= seed << 17;
-                    alphabet[(seed % alphabet.len() as u64) as usize] as char
-                })
-                .collect();
+        let alphabet = ["a", " ", ":", "#", "'", "-", "?", "b"];
+        for text in random_texts(0x2545_f491_4f6c_dd1d, 20_000, 130, &alphabet) {
             let fast = style(&text);
             if fast == Style::DoubleQuoted {
                 continue;
@@ -774,26 +782,13 @@ mod tests {
         let alphabet = [
             "a", " ", ":", "'", "\"", "\\", "\n", "\t", "\r", "\u{7}", "é", "日", "b", "#",
         ];
-        let mut seed = 0x5851_f42d_4c95_7f2d_u64;
         let mut texts: Vec<String> = vec![
             "plain words".into(),
             "validation error: it's \"quoted\" and C:\\path".into(),
             "true".into(),
             "x".repeat(200),
         ];
-        for n in 0..5_000 {
-            let len = 1 + n % 120;
-            texts.push(
-                (0..len)
-                    .map(|_| {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        alphabet[(seed % alphabet.len() as u64) as usize]
-                    })
-                    .collect(),
-            );
-        }
+        texts.extend(random_texts(0x5851_f42d_4c95_7f2d, 5_000, 120, &alphabet));
         for text in &texts {
             for column in [0, 79, 81] {
                 let mut yaml = String::new();
@@ -831,23 +826,8 @@ mod tests {
         ]
         .map(String::from)
         .to_vec();
-        let alphabet = [
-            b'a', b'y', b'N', b'o', b'0', b'-', b'.', b'_', b'/', b' ', b':',
-        ];
-        let mut seed = 0x9e37_79b9_7f4a_7c15_u64;
-        for n in 0..5_000 {
-            let len = 1 + n % 9;
-            names.push(
-                (0..len)
-                    .map(|_| {
-                        seed ^= seed << 13;
-                        seed ^= seed >> 7;
-                        seed ^= seed << 17;
-                        alphabet[(seed % alphabet.len() as u64) as usize] as char
-                    })
-                    .collect(),
-            );
-        }
+        let alphabet = ["a", "y", "N", "o", "0", "-", ".", "_", "/", " ", ":"];
+        names.extend(random_texts(0x9e37_79b9_7f4a_7c15, 5_000, 9, &alphabet));
         for name in &names {
             let mut fast = String::new();
             let fast_end = push_key(&mut fast, name, 2);
