@@ -3,7 +3,7 @@
 
 use super::json_text::JsonText;
 use super::policies::Snapshot;
-use super::review::{self, ReviewError, Verdict};
+use super::review::{self, DenialHeads, ReviewError, Verdict};
 use crate::context::ClusterView;
 use crate::engine::cel::{CelRequest, evaluate_mutating_policy, evaluate_validating_policy};
 use crate::engine::json_context::JsonContext;
@@ -91,9 +91,11 @@ pub fn admit(
                 exceptions: &snapshot.exceptions,
                 rule_values: &(),
             };
-            let policies: Vec<&CompiledPolicy> =
-                selected.iter().map(|&i| &snapshot.policies[i]).collect();
-            let ctx = req.json_context(policies.iter().any(|p| p.uses_images));
+            let policies: Vec<(&CompiledPolicy, &DenialHeads)> = selected
+                .iter()
+                .map(|&i| (&snapshot.policies[i], &snapshot.denial_heads[i]))
+                .collect();
+            let ctx = req.json_context(policies.iter().any(|(p, _)| p.uses_images));
             let input = req.match_input();
             let cells =
                 snapshot
@@ -104,7 +106,7 @@ pub fn admit(
             // measures anyway, rather than with clock reads of its own.
             let mut timer = validate::RuleTimer::started();
             let mut clock = Instant::now();
-            for (&index, policy) in selected.iter().zip(&policies) {
+            for (&index, &(policy, _)) in selected.iter().zip(&policies) {
                 if deadline.is_some_and(|d| clock >= d) {
                     responses.push(not_evaluated(policy));
                     continue;
@@ -376,6 +378,94 @@ fn not_evaluated(policy: &CompiledPolicy) -> PolicyResponse<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::context::NoResolver;
+    use crate::policy::load::{LoadedDocument, load_policy_text};
+    use crate::server::policies::PolicySet;
+    use std::path::Path;
+
+    fn example_pod_security() -> Snapshot {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policies/pod-security");
+        let mut files: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        files.sort();
+        let mut policies = Vec::new();
+        for file in files {
+            let text = std::fs::read_to_string(&file).unwrap();
+            for doc in load_policy_text(&file.display().to_string(), &text).unwrap() {
+                if let LoadedDocument::Policy(p) = doc {
+                    policies.push(CompiledPolicy::compile(&p).unwrap());
+                }
+            }
+        }
+        assert_eq!(policies.len(), 17);
+        Snapshot::new(
+            PolicySet {
+                policies,
+                ..PolicySet::default()
+            },
+            1,
+        )
+    }
+
+    /// The denial of the example violating Pod names 17 failing rules: each
+    /// message is started from its rule's prerendered head, and the text is
+    /// the one written without heads.
+    #[test]
+    fn denials_start_from_prerendered_heads() {
+        let body = std::fs::read(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/reviews/pod-violating.json"),
+        )
+        .unwrap();
+        let route = Route::Validate(None);
+        let mut snapshot = example_pod_security();
+        let headed = admit(route, &body, &snapshot, None, &NoResolver).unwrap();
+        assert!(!headed.allowed);
+
+        let req = review::decode(&body).unwrap().request;
+        let ctx = req.json_context(false);
+        let input = req.match_input();
+        let env = EvalEnv {
+            resolver: &NoResolver,
+            exceptions: &[],
+            rule_values: &(),
+        };
+        let mut failing = 0;
+        for (policy, heads) in snapshot.policies.iter().zip(&snapshot.denial_heads) {
+            let response =
+                validate::evaluate_policy_observed(policy, &req, &input, &ctx, &env, None);
+            for rule in response
+                .rules
+                .iter()
+                .filter(|r| r.status == RuleStatus::Fail)
+            {
+                failing += 1;
+                let index = policy
+                    .rules
+                    .iter()
+                    .position(|r| r.name == rule.name)
+                    .unwrap();
+                assert!(
+                    heads.started(index, &rule.message),
+                    "{}/{}: no head starts {:?}",
+                    policy.name,
+                    rule.name,
+                    rule.message
+                );
+            }
+        }
+        assert_eq!(failing, 17);
+
+        for heads in &mut snapshot.denial_heads {
+            *heads = DenialHeads::default();
+        }
+        let written = admit(route, &body, &snapshot, None, &NoResolver).unwrap();
+        assert_eq!(
+            String::from_utf8(headed.body).unwrap(),
+            String::from_utf8(written.body).unwrap()
+        );
+    }
 
     #[test]
     fn routes() {

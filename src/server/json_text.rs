@@ -20,6 +20,11 @@ impl JsonText {
         &self.0
     }
 
+    /// This text without its escaped end `suffix`, if it ends so.
+    pub fn strip_suffix(&self, suffix: &str) -> Option<JsonText> {
+        self.0.strip_suffix(suffix).map(|t| JsonText(t.to_owned()))
+    }
+
     /// The text itself.
     #[cfg(test)]
     pub(crate) fn unescape(&self) -> String {
@@ -56,6 +61,11 @@ impl JsonWriter {
 
     pub fn line_feed(&mut self) {
         self.out.push_str("\\n");
+    }
+
+    /// Appends text already escaped.
+    pub fn escaped(&mut self, text: &JsonText) {
+        self.out.push_str(&text.0);
     }
 
     pub fn finish(self) -> JsonText {

@@ -10,6 +10,7 @@
 //! and counted.
 
 use super::metrics::{Metrics, RuleMetrics, RuleTable};
+use super::review::DenialHeads;
 use crate::policy::cel_policy::{
     CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope,
 };
@@ -63,6 +64,8 @@ pub struct Snapshot {
     pub generation: u64,
     /// Per-rule result counters of this snapshot's policies.
     pub rule_table: Arc<RuleTable>,
+    /// The start of each policy's denial messages, by policy index.
+    pub denial_heads: Vec<DenialHeads>,
     /// Some policy or exception matches on namespaceSelector, so requests
     /// need their namespace's labels; looked up only then.
     pub needs_namespace_labels: bool,
@@ -108,6 +111,7 @@ impl Snapshot {
         Snapshot {
             needs_namespace_labels,
             rule_table: Arc::new(RuleTable::new(&policies, &validating, &mutating)),
+            denial_heads: policies.iter().map(DenialHeads::of).collect(),
             policies,
             exceptions,
             validating,

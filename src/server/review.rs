@@ -5,9 +5,9 @@ use super::json_text::{self, JsonText, JsonWriter};
 use super::yaml_text;
 use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus};
 use crate::matching::UserInfo;
-use crate::policy::CompiledPolicy;
 use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::compile::FailurePolicy;
+use crate::policy::{CompiledPolicy, RuleBody};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -154,8 +154,66 @@ pub struct Verdict {
     pub patch: Option<Vec<u8>>,
 }
 
+/// The start of each rule's message in a denial, rendered when the policy
+/// set is compiled (see [`yaml_text::ValueHead`]): the messages the engine
+/// writes for a failing rule with a fixed `validate.message`.
+#[derive(Debug, Default)]
+pub struct DenialHeads {
+    /// By rule index.
+    rules: Vec<Vec<yaml_text::ValueHead>>,
+}
+
+impl DenialHeads {
+    pub fn of(policy: &CompiledPolicy) -> DenialHeads {
+        let rules = policy
+            .rules
+            .iter()
+            .map(|rule| {
+                let RuleBody::Validate(v) = &rule.body else {
+                    return Vec::new();
+                };
+                if v.message_has_variables {
+                    return Vec::new();
+                }
+                let message = v.message.as_deref().unwrap_or_default();
+                // Where `blocked_message` writes the value: after `  <rule>: `.
+                let column = yaml_text::push_key(&mut String::new(), &rule.name, 2) + 2;
+                let indent = 4;
+                // A failed pattern or anyPattern:
+                // `validation error: <message>. rule <name> failed at path <path>`.
+                let stop = match message {
+                    "" => "",
+                    m if m.ends_with('.') => " ",
+                    _ => ". ",
+                };
+                let failed = ["validation error: ", message, stop, "rule ", &rule.name].concat();
+                let mut heads: Vec<_> = yaml_text::ValueHead::quoted_start(&failed, column, indent)
+                    .into_iter()
+                    .collect();
+                if !message.is_empty() {
+                    // A deny, and a deny in a foreach.
+                    heads.push(yaml_text::ValueHead::whole(message, column, indent));
+                    heads.push(yaml_text::ValueHead::whole(
+                        &["validation failure: ", message].concat(),
+                        column,
+                        indent,
+                    ));
+                }
+                heads
+            })
+            .collect();
+        DenialHeads { rules }
+    }
+
+    /// Whether a head of rule `index` starts `message`.
+    #[cfg(test)]
+    pub(super) fn started(&self, index: usize, message: &str) -> bool {
+        self.rules[index].iter().any(|h| h.starts(message))
+    }
+}
+
 /// Decides from the policy responses (`responses[i]` belongs to
-/// `policies[i]`): an Enforce failure denies; an evaluation error denies
+/// `policies[i]`, whose denial heads are beside it): an Enforce failure denies; an evaluation error denies
 /// only under `failurePolicy: Fail`; Audit failures are allowed, with a
 /// warning when the policy sets `emitWarning`.
 ///
@@ -163,12 +221,12 @@ pub struct Verdict {
 /// Deny action and warns under Warn; an error denies under failurePolicy
 /// Fail, their default.
 pub fn decide(
-    policies: &[&CompiledPolicy],
+    policies: &[(&CompiledPolicy, &DenialHeads)],
     responses: &[PolicyResponse],
     cel: &[(&CompiledValidatingPolicy, PolicyResponse)],
     req: &Request,
 ) -> Verdict {
-    let mut blocked: Vec<(&str, &str, &str)> = Vec::new();
+    let mut blocked: Vec<Blocked> = Vec::new();
     let mut warnings = Vec::new();
     for (policy, resp) in cel {
         for rule in &resp.rules {
@@ -178,19 +236,16 @@ pub fn decide(
                 _ => false,
             };
             if blocks {
-                blocked.push((resp.policy, rule.name, &rule.message));
+                blocked.push((resp.policy, rule.name, &rule.message, &[]));
             } else if rule.status == RuleStatus::Fail && policy.warn {
                 warnings.push(format!("policy {}: {}", resp.policy, rule.message));
             }
         }
     }
-    for (policy, resp) in policies.iter().zip(responses) {
+    for ((policy, heads), resp) in policies.iter().zip(responses) {
         for rule in &resp.rules {
-            let enforce = policy
-                .rules
-                .iter()
-                .find(|r| r.name == rule.name)
-                .is_none_or(|r| !r.is_audit());
+            let index = policy.rules.iter().position(|r| r.name == rule.name);
+            let enforce = index.is_none_or(|i| !policy.rules[i].is_audit());
             let blocks = match rule.status {
                 RuleStatus::Fail => enforce,
                 RuleStatus::Error => policy.failure_policy == FailurePolicy::Fail,
@@ -201,7 +256,10 @@ pub fn decide(
                     // Sized once: a denial often names many rules.
                     blocked.reserve(responses.iter().map(|r| r.rules.len()).sum());
                 }
-                blocked.push((resp.policy, rule.name, &rule.message));
+                let heads = index
+                    .and_then(|i| heads.rules.get(i))
+                    .map_or(&[][..], Vec::as_slice);
+                blocked.push((resp.policy, rule.name, &rule.message, heads));
             } else if rule.status == RuleStatus::Fail && policy.emit_warning {
                 warnings.push(format!(
                     "policy {}.{}: {}",
@@ -229,7 +287,11 @@ pub fn decide(
 /// Kyverno's denial text: a header naming the resource, then the failed
 /// rules as the YAML map policy -> rule -> message that Go's yaml.Marshal
 /// writes (keys sorted, long messages folded).
-fn blocked_message(req: &Request, mut blocked: Vec<(&str, &str, &str)>) -> JsonText {
+/// A failed rule in a denial: policy, rule, message, and the heads its
+/// message may start with.
+type Blocked<'a> = (&'a str, &'a str, &'a str, &'a [yaml_text::ValueHead]);
+
+fn blocked_message(req: &Request, mut blocked: Vec<Blocked>) -> JsonText {
     blocked.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
     // A map keeps the last message of a repeated policy and rule.
     blocked.reverse();
@@ -258,7 +320,7 @@ fn blocked_message(req: &Request, mut blocked: Vec<(&str, &str, &str)>) -> JsonT
     message.line_feed();
     message.line_feed();
     let mut previous_policy = None;
-    for (policy, rule, text) in blocked {
+    for (policy, rule, text, heads) in blocked {
         if previous_policy != Some(policy) {
             yaml_text::push_key(&mut message, policy, 0);
             message.verbatim(":");
@@ -268,7 +330,7 @@ fn blocked_message(req: &Request, mut blocked: Vec<(&str, &str, &str)>) -> JsonT
         message.verbatim("  ");
         let column = yaml_text::push_key(&mut message, rule, 2);
         message.verbatim(": ");
-        yaml_text::push_value(&mut message, text, column + 2, 4);
+        yaml_text::push_value_headed(&mut message, text, column + 2, 4, heads);
         message.line_feed();
     }
     message.finish()

@@ -5,7 +5,7 @@
 //! by the value's indent. Users grep and parse these messages, so the text
 //! matches Kyverno's byte for byte rather than approximately.
 
-use super::json_text::JsonWriter;
+use super::json_text::{JsonText, JsonWriter};
 
 /// go-yaml's preferred line width.
 const BEST_WIDTH: usize = 80;
@@ -102,6 +102,126 @@ pub fn push_value(out: &mut impl Sink, s: &str, column: usize, indent: usize) ->
     };
     w.write(s);
     w.column
+}
+
+/// The start of a block mapping value, rendered ahead of time for the JSON
+/// sink. A denial's values are rule messages that begin with text fixed
+/// when the policy is compiled (`validation error: <message>. rule
+/// <name>`); rendering that part once per policy set leaves only the rest
+/// (the path that failed) to write per request. What [`push_value_headed`]
+/// writes is byte for byte what [`push_value`] writes.
+#[derive(Debug, Clone)]
+pub struct ValueHead {
+    text: Box<str>,
+    /// The value's column and its folded lines' indent.
+    column: usize,
+    indent: usize,
+    rendered: JsonText,
+    /// The column after `rendered`.
+    end: usize,
+    /// `rendered` is the whole value (the value is `text`), or the start of
+    /// a single-quoted value that goes on past `text`.
+    whole: bool,
+}
+
+impl ValueHead {
+    /// The value `text` exactly, starting at `column`.
+    pub fn whole(text: &str, column: usize, indent: usize) -> ValueHead {
+        let mut out = JsonWriter::default();
+        let end = push_value(&mut out, text, column, indent);
+        ValueHead {
+            text: text.into(),
+            column,
+            indent,
+            rendered: out.finish(),
+            end,
+            whole: true,
+        }
+    }
+
+    /// The start of any value that is `text` followed by printable ASCII
+    /// other than a single quote. `None` unless every such value is written
+    /// single-quoted, the same up to the end of `text`:
+    /// - `: ` in `text` rules out the plain style and its space a number or
+    ///   a bool; printable ASCII after it adds no break or special
+    ///   character, so the style stays single-quoted;
+    /// - a fold happens at a space, decided by the columns before it and the
+    ///   characters on either side; `text` ends in something other than a
+    ///   space, so what follows cannot change a fold inside it.
+    pub fn quoted_start(text: &str, column: usize, indent: usize) -> Option<ValueHead> {
+        let bytes = text.as_bytes();
+        if !verbatim_ascii(bytes)
+            || has_single_quote(bytes)
+            || !text.contains(": ")
+            || bytes.last().is_none_or(|&b| b == b' ')
+        {
+            return None;
+        }
+        // Written with a stand-in for the rest, which ends the text with
+        // the stand-in and the closing quote.
+        let mut out = JsonWriter::default();
+        let end = push_value(&mut out, &[text, "x"].concat(), column, indent);
+        let rendered = out.finish().strip_suffix("x'")?;
+        Some(ValueHead {
+            text: text.into(),
+            column,
+            indent,
+            rendered,
+            end: end - 2,
+            whole: false,
+        })
+    }
+
+    /// Whether this head applies to `s` (at its own column).
+    #[cfg(test)]
+    pub(super) fn starts(&self, s: &str) -> bool {
+        self.write(&mut JsonWriter::default(), s, self.column, self.indent)
+            .is_some()
+    }
+
+    /// Writes `s` starting at `column` when this head applies to it;
+    /// returns the column after it.
+    fn write(&self, out: &mut JsonWriter, s: &str, column: usize, indent: usize) -> Option<usize> {
+        if (column, indent) != (self.column, self.indent) {
+            return None;
+        }
+        if self.whole {
+            if s != &*self.text {
+                return None;
+            }
+            out.escaped(&self.rendered);
+            return Some(self.end);
+        }
+        let rest = s.strip_prefix(&*self.text)?.as_bytes();
+        if rest.is_empty() || !printable_ascii(rest) || has_single_quote(rest) {
+            return None;
+        }
+        out.escaped(&self.rendered);
+        let mut w = Writer {
+            out,
+            column: self.end,
+            indent,
+            allow_breaks: true,
+        };
+        w.ascii_words(s, self.text.len(), true, !verbatim_ascii(rest));
+        w.out.verbatim("'");
+        Some(w.column + 1)
+    }
+}
+
+/// [`push_value`] into the JSON sink, copying the rendering of the first
+/// of `heads` that applies to `s`.
+pub fn push_value_headed(
+    out: &mut JsonWriter,
+    s: &str,
+    column: usize,
+    indent: usize,
+    heads: &[ValueHead],
+) -> usize {
+    heads
+        .iter()
+        .find_map(|h| h.write(out, s, column, indent))
+        .unwrap_or_else(|| push_value(out, s, column, indent))
 }
 
 /// Appends `s` as a mapping key (never folded). Returns the column after it.
@@ -389,11 +509,11 @@ impl<S: Sink> Writer<'_, S> {
         let (style, ascii) = style_and_ascii(s);
         let escape = S::ESCAPES && ascii != Ascii::Verbatim;
         match style {
-            Style::Plain if ascii != Ascii::No => self.ascii_words(s, false, escape),
+            Style::Plain if ascii != Ascii::No => self.ascii_words(s, 0, false, escape),
             Style::SingleQuoted if ascii != Ascii::No && !has_single_quote(s.as_bytes()) => {
                 self.out.verbatim("'");
                 self.column += 1;
-                self.ascii_words(s, true, escape);
+                self.ascii_words(s, 0, true, escape);
                 self.out.verbatim("'");
                 self.column += 1;
             }
@@ -406,10 +526,12 @@ impl<S: Sink> Writer<'_, S> {
     /// Plain or single-quoted printable ASCII with no quote in it: a
     /// column per byte, so the text is copied a line at a time, looking
     /// only at the spaces past column 80 where a fold can happen.
-    /// `escape`: the sink escapes and `s` holds a quote or a backslash.
-    fn ascii_words(&mut self, s: &str, quoted: bool, escape: bool) {
+    /// Writing starts at byte `start` (a [`ValueHead`] wrote what is
+    /// before it). `escape`: the sink escapes and the text written holds a
+    /// quote or a backslash.
+    fn ascii_words(&mut self, s: &str, start: usize, quoted: bool, escape: bool) {
         let bytes = s.as_bytes();
-        let mut pos = 0;
+        let mut pos = start;
         loop {
             // The column at byte j is self.column + (j - pos); a fold needs
             // it past BEST_WIDTH.
@@ -801,6 +923,80 @@ mod tests {
                 assert_eq!(json.finish().unescape(), yaml, "{text:?} at {column}");
             }
         }
+    }
+
+    /// A value started from a prerendered head is written exactly as in
+    /// full, whatever follows the head; and the heads do apply to the
+    /// usual message (a sentence, a colon, a path with no space).
+    #[test]
+    fn value_heads_write_what_the_writer_writes() {
+        let head_alphabet = [
+            "word ", "a", ": ", " ", "x.", "b", "#", "-", "'", "\"", "\t", "é",
+        ];
+        let tail_alphabet = [
+            " failed at path ",
+            "/spec/",
+            "0",
+            " ",
+            "/",
+            ":",
+            "#",
+            "\"",
+            "\\",
+            "'",
+            "\n",
+            "日",
+        ];
+        let mut heads = random_texts(0x2545_f491_4f6c_dd1d, 200, 40, &head_alphabet);
+        // And as many shaped like a message, which a quoted head can start.
+        let message_alphabet = &head_alphabet[..8];
+        heads.extend(
+            random_texts(0x6a09_e667_f3bc_c908, 200, 30, message_alphabet)
+                .into_iter()
+                .map(|h| [h.as_str(), ": ", h.as_str(), "z"].concat()),
+        );
+        heads.push(
+            "validation error: Privileged mode is disallowed. The fields spec.containers[*].securityContext.privileged must be unset or set to `false`. rule privileged-containers"
+                .into(),
+        );
+        let tails = random_texts(0x9e37_79b9_7f4a_7c15, 60, 12, &tail_alphabet);
+        let mut started = 0;
+        for head in &heads {
+            for column in [2, 30, 79, 90] {
+                let quoted = ValueHead::quoted_start(head, column, 4);
+                let whole = ValueHead::whole(head, column, 4);
+                let candidates: Vec<ValueHead> = quoted.iter().cloned().chain([whole]).collect();
+                for tail in std::iter::once("").chain(tails.iter().map(String::as_str)) {
+                    let text = [head, tail].concat();
+                    let mut full = JsonWriter::default();
+                    let full_end = push_value(&mut full, &text, column, 4);
+                    let mut headed = JsonWriter::default();
+                    let headed_end = push_value_headed(&mut headed, &text, column, 4, &candidates);
+                    assert_eq!(
+                        headed.finish(),
+                        full.finish(),
+                        "{head:?} + {tail:?} at {column}"
+                    );
+                    assert_eq!(headed_end, full_end, "{head:?} + {tail:?} at {column}");
+                    if let Some(q) = &quoted {
+                        started += usize::from(
+                            q.write(&mut JsonWriter::default(), &text, column, 4)
+                                .is_some(),
+                        );
+                    }
+                }
+                // Made for one column, a head is not used at another.
+                let mut elsewhere = JsonWriter::default();
+                assert!(
+                    candidates[0]
+                        .write(&mut elsewhere, head, column + 1, 4)
+                        .is_none()
+                );
+            }
+        }
+        assert!(started > 5_000, "quoted heads applied {started} times");
+        let usual = heads.last().unwrap();
+        assert!(ValueHead::quoted_start(usual, 25, 4).is_some());
     }
 
     /// The shortcut for names writes keys as the writer does.
