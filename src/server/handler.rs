@@ -383,13 +383,18 @@ mod tests {
     use crate::server::policies::PolicySet;
     use std::path::Path;
 
-    fn example_pod_security() -> Snapshot {
+    /// The example Pod Security policies, in reverse order of their names
+    /// when `reversed` (a denial sorts them back).
+    fn example_pod_security(reversed: bool) -> Snapshot {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/policies/pod-security");
         let mut files: Vec<_> = std::fs::read_dir(&dir)
             .unwrap()
             .map(|e| e.unwrap().path())
             .collect();
         files.sort();
+        if reversed {
+            files.reverse();
+        }
         let mut policies = Vec::new();
         for file in files {
             let text = std::fs::read_to_string(&file).unwrap();
@@ -411,7 +416,7 @@ mod tests {
 
     /// The denial of the example violating Pod names 17 failing rules: each
     /// message is started from its rule's prerendered head, and the text is
-    /// the one written without heads.
+    /// the one written without heads, whatever the order of the policies.
     #[test]
     fn denials_start_from_prerendered_heads() {
         let body = std::fs::read(
@@ -419,9 +424,11 @@ mod tests {
         )
         .unwrap();
         let route = Route::Validate(None);
-        let mut snapshot = example_pod_security();
+        let mut snapshot = example_pod_security(false);
         let headed = admit(route, &body, &snapshot, None, &NoResolver).unwrap();
         assert!(!headed.allowed);
+        let reversed = admit(route, &body, &example_pod_security(true), None, &NoResolver).unwrap();
+        assert_eq!(reversed.body, headed.body);
 
         let req = review::decode(&body).unwrap().request;
         let ctx = req.json_context(false);

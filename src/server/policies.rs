@@ -111,7 +111,7 @@ impl Snapshot {
         Snapshot {
             needs_namespace_labels,
             rule_table: Arc::new(RuleTable::new(&policies, &validating, &mutating)),
-            denial_heads: policies.iter().map(DenialHeads::of).collect(),
+            denial_heads: DenialHeads::of_set(&policies),
             policies,
             exceptions,
             validating,

@@ -7,7 +7,7 @@ use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus};
 use crate::matching::UserInfo;
 use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::compile::FailurePolicy;
-use crate::policy::{CompiledPolicy, RuleBody};
+use crate::policy::{CompiledPolicy, CompiledRule, RuleBody};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -154,62 +154,121 @@ pub struct Verdict {
     pub patch: Option<Vec<u8>>,
 }
 
-/// The start of each rule's message in a denial, rendered when the policy
-/// set is compiled (see [`yaml_text::ValueHead`]): the messages the engine
-/// writes for a failing rule with a fixed `validate.message`.
+/// A policy's part of a denial, rendered when the policy set is compiled:
+/// its line, each rule's key, and the start of each rule's message (see
+/// [`yaml_text::ValueHead`]) for a failing rule with a fixed
+/// `validate.message`. Per request, only what varies is written.
 #[derive(Debug, Default)]
 pub struct DenialHeads {
+    /// `<policy>:` and its line feed.
+    policy_line: JsonText,
     /// By rule index.
-    rules: Vec<Vec<yaml_text::ValueHead>>,
+    rules: Vec<RuleHeads>,
+}
+
+#[derive(Debug)]
+struct RuleHeads {
+    /// `  <rule>: `, and the column after it.
+    line: JsonText,
+    column: usize,
+    /// Where the rule sorts among the rules of every policy of the set.
+    rank: u32,
+    heads: Vec<yaml_text::ValueHead>,
 }
 
 impl DenialHeads {
-    pub fn of(policy: &CompiledPolicy) -> DenialHeads {
+    /// The denial heads of `policies`, ranked among each other.
+    pub fn of_set(policies: &[CompiledPolicy]) -> Vec<DenialHeads> {
+        let mut all: Vec<DenialHeads> = policies.iter().map(DenialHeads::of).collect();
+        let mut order: Vec<(&str, &str, usize, usize)> = policies
+            .iter()
+            .enumerate()
+            .flat_map(|(p, policy)| {
+                let name = policy.qualified_name();
+                policy
+                    .rules
+                    .iter()
+                    .enumerate()
+                    .map(move |(r, rule)| (name, rule.name.as_str(), p, r))
+            })
+            .collect();
+        order.sort();
+        let mut rank = 0;
+        for (i, &(policy, rule, p, r)) in order.iter().enumerate() {
+            if i > 0 && (order[i - 1].0, order[i - 1].1) != (policy, rule) {
+                rank += 1;
+            }
+            all[p].rules[r].rank = rank;
+        }
+        all
+    }
+
+    fn of(policy: &CompiledPolicy) -> DenialHeads {
+        let mut policy_line = JsonWriter::default();
+        yaml_text::push_key(&mut policy_line, policy.qualified_name(), 0);
+        policy_line.verbatim(":");
+        policy_line.line_feed();
         let rules = policy
             .rules
             .iter()
             .map(|rule| {
-                let RuleBody::Validate(v) = &rule.body else {
-                    return Vec::new();
-                };
-                if v.message_has_variables {
-                    return Vec::new();
+                let mut line = JsonWriter::default();
+                line.verbatim("  ");
+                let column = yaml_text::push_key(&mut line, &rule.name, 2) + 2;
+                line.verbatim(": ");
+                RuleHeads {
+                    line: line.finish(),
+                    column,
+                    rank: 0,
+                    heads: message_heads(rule, column),
                 }
-                let message = v.message.as_deref().unwrap_or_default();
-                // Where `blocked_message` writes the value: after `  <rule>: `.
-                let column = yaml_text::push_key(&mut String::new(), &rule.name, 2) + 2;
-                let indent = 4;
-                // A failed pattern or anyPattern:
-                // `validation error: <message>. rule <name> failed at path <path>`.
-                let stop = match message {
-                    "" => "",
-                    m if m.ends_with('.') => " ",
-                    _ => ". ",
-                };
-                let failed = ["validation error: ", message, stop, "rule ", &rule.name].concat();
-                let mut heads: Vec<_> = yaml_text::ValueHead::quoted_start(&failed, column, indent)
-                    .into_iter()
-                    .collect();
-                if !message.is_empty() {
-                    // A deny, and a deny in a foreach.
-                    heads.push(yaml_text::ValueHead::whole(message, column, indent));
-                    heads.push(yaml_text::ValueHead::whole(
-                        &["validation failure: ", message].concat(),
-                        column,
-                        indent,
-                    ));
-                }
-                heads
             })
             .collect();
-        DenialHeads { rules }
+        DenialHeads {
+            policy_line: policy_line.finish(),
+            rules,
+        }
     }
 
     /// Whether a head of rule `index` starts `message`.
     #[cfg(test)]
     pub(super) fn started(&self, index: usize, message: &str) -> bool {
-        self.rules[index].iter().any(|h| h.starts(message))
+        self.rules[index].heads.iter().any(|h| h.starts(message))
     }
+}
+
+/// The starts of the messages the engine writes for a failing `rule`
+/// whose value begins at `column`.
+fn message_heads(rule: &CompiledRule, column: usize) -> Vec<yaml_text::ValueHead> {
+    let RuleBody::Validate(v) = &rule.body else {
+        return Vec::new();
+    };
+    if v.message_has_variables {
+        return Vec::new();
+    }
+    let message = v.message.as_deref().unwrap_or_default();
+    let indent = 4;
+    // A failed pattern or anyPattern:
+    // `validation error: <message>. rule <name> failed at path <path>`.
+    let stop = match message {
+        "" => "",
+        m if m.ends_with('.') => " ",
+        _ => ". ",
+    };
+    let failed = ["validation error: ", message, stop, "rule ", &rule.name].concat();
+    let mut heads: Vec<_> = yaml_text::ValueHead::quoted_start(&failed, column, indent)
+        .into_iter()
+        .collect();
+    if !message.is_empty() {
+        // A deny, and a deny in a foreach.
+        heads.push(yaml_text::ValueHead::whole(message, column, indent));
+        heads.push(yaml_text::ValueHead::whole(
+            &["validation failure: ", message].concat(),
+            column,
+            indent,
+        ));
+    }
+    heads
 }
 
 /// Decides from the policy responses (`responses[i]` belongs to
@@ -236,7 +295,12 @@ pub fn decide(
                 _ => false,
             };
             if blocks {
-                blocked.push((resp.policy, rule.name, &rule.message, &[]));
+                blocked.push(Blocked {
+                    policy: resp.policy,
+                    rule: rule.name,
+                    message: &rule.message,
+                    rendered: None,
+                });
             } else if rule.status == RuleStatus::Fail && policy.warn {
                 warnings.push(format!("policy {}: {}", resp.policy, rule.message));
             }
@@ -256,10 +320,14 @@ pub fn decide(
                     // Sized once: a denial often names many rules.
                     blocked.reserve(responses.iter().map(|r| r.rules.len()).sum());
                 }
-                let heads = index
-                    .and_then(|i| heads.rules.get(i))
-                    .map_or(&[][..], Vec::as_slice);
-                blocked.push((resp.policy, rule.name, &rule.message, heads));
+                blocked.push(Blocked {
+                    policy: resp.policy,
+                    rule: rule.name,
+                    message: &rule.message,
+                    rendered: index
+                        .and_then(|i| heads.rules.get(i))
+                        .map(|r| (&heads.policy_line, r)),
+                });
             } else if rule.status == RuleStatus::Fail && policy.emit_warning {
                 warnings.push(format!(
                     "policy {}.{}: {}",
@@ -284,22 +352,33 @@ pub fn decide(
     }
 }
 
+/// A failed rule in a denial, with its policy's line and its own key and
+/// message heads when they were rendered ahead (not for ValidatingPolicies).
+struct Blocked<'a> {
+    policy: &'a str,
+    rule: &'a str,
+    message: &'a str,
+    rendered: Option<(&'a JsonText, &'a RuleHeads)>,
+}
+
 /// Kyverno's denial text: a header naming the resource, then the failed
 /// rules as the YAML map policy -> rule -> message that Go's yaml.Marshal
 /// writes (keys sorted, long messages folded).
-/// A failed rule in a denial: policy, rule, message, and the heads its
-/// message may start with.
-type Blocked<'a> = (&'a str, &'a str, &'a str, &'a [yaml_text::ValueHead]);
-
 fn blocked_message(req: &Request, mut blocked: Vec<Blocked>) -> JsonText {
-    blocked.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+    // Sorted by policy and rule: by their ranks when every rule has one,
+    // which compares numbers instead of names.
+    if blocked.iter().all(|b| b.rendered.is_some()) {
+        blocked.sort_by_key(|b| b.rendered.map(|(_, r)| r.rank));
+    } else {
+        blocked.sort_by(|a, b| (a.policy, a.rule).cmp(&(b.policy, b.rule)));
+    }
     // A map keeps the last message of a repeated policy and rule.
     blocked.reverse();
-    blocked.dedup_by(|a, b| (a.0, a.1) == (b.0, b.1));
+    blocked.dedup_by(|a, b| (a.policy, a.rule) == (b.policy, b.rule));
     blocked.reverse();
     let text_len: usize = blocked
         .iter()
-        .map(|b| b.0.len() + b.1.len() + b.2.len())
+        .map(|b| b.policy.len() + b.rule.len() + b.message.len())
         .sum();
     // Written escaped for the response as it is built: the text is
     // kilobytes, and a second pass to escape it cost half as much again as
@@ -320,17 +399,31 @@ fn blocked_message(req: &Request, mut blocked: Vec<Blocked>) -> JsonText {
     message.line_feed();
     message.line_feed();
     let mut previous_policy = None;
-    for (policy, rule, text, heads) in blocked {
-        if previous_policy != Some(policy) {
-            yaml_text::push_key(&mut message, policy, 0);
-            message.verbatim(":");
-            message.line_feed();
-            previous_policy = Some(policy);
+    for b in blocked {
+        if previous_policy != Some(b.policy) {
+            match b.rendered {
+                Some((policy_line, _)) => message.escaped(policy_line),
+                None => {
+                    yaml_text::push_key(&mut message, b.policy, 0);
+                    message.verbatim(":");
+                    message.line_feed();
+                }
+            }
+            previous_policy = Some(b.policy);
         }
-        message.verbatim("  ");
-        let column = yaml_text::push_key(&mut message, rule, 2);
-        message.verbatim(": ");
-        yaml_text::push_value_headed(&mut message, text, column + 2, 4, heads);
+        let (column, heads) = match b.rendered {
+            Some((_, rule)) => {
+                message.escaped(&rule.line);
+                (rule.column, &rule.heads[..])
+            }
+            None => {
+                message.verbatim("  ");
+                let column = yaml_text::push_key(&mut message, b.rule, 2);
+                message.verbatim(": ");
+                (column + 2, &[][..])
+            }
+        };
+        yaml_text::push_value_headed(&mut message, b.message, column, 4, heads);
         message.line_feed();
     }
     message.finish()

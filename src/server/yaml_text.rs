@@ -193,7 +193,15 @@ impl ValueHead {
             return Some(self.end);
         }
         let rest = s.strip_prefix(&*self.text)?.as_bytes();
-        if rest.is_empty() || !printable_ascii(rest) || has_single_quote(rest) {
+        // One pass over the rest: whether it is printable ASCII with no
+        // single quote, and whether JSON escapes something in it.
+        let (other, escapes) = rest.iter().fold((false, false), |(other, escapes), &b| {
+            (
+                other | (b.wrapping_sub(0x20) >= 0x5f) | (b == b'\''),
+                escapes | (b == b'"') | (b == b'\\'),
+            )
+        });
+        if rest.is_empty() || other {
             return None;
         }
         out.escaped(&self.rendered);
@@ -203,7 +211,7 @@ impl ValueHead {
             indent,
             allow_breaks: true,
         };
-        w.ascii_words(s, self.text.len(), true, !verbatim_ascii(rest));
+        w.ascii_words(s, self.text.len(), true, escapes);
         w.out.verbatim("'");
         Some(w.column + 1)
     }
