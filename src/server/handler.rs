@@ -379,8 +379,7 @@ fn not_evaluated(policy: &CompiledPolicy) -> PolicyResponse<'_> {
 mod tests {
     use super::*;
     use crate::context::NoResolver;
-    use crate::policy::load::{LoadedDocument, load_policy_text};
-    use crate::server::policies::PolicySet;
+    use crate::server::policies::{PolicySet, load_file};
     use std::path::Path;
 
     /// The example Pod Security policies, in reverse order of their names
@@ -395,15 +394,10 @@ mod tests {
         if reversed {
             files.reverse();
         }
-        let mut policies = Vec::new();
-        for file in files {
-            let text = std::fs::read_to_string(&file).unwrap();
-            for doc in load_policy_text(&file.display().to_string(), &text).unwrap() {
-                if let LoadedDocument::Policy(p) = doc {
-                    policies.push(CompiledPolicy::compile(&p).unwrap());
-                }
-            }
-        }
+        let policies: Vec<CompiledPolicy> = files
+            .iter()
+            .flat_map(|file| load_file(file).unwrap().policies)
+            .collect();
         assert_eq!(policies.len(), 17);
         Snapshot::new(
             PolicySet {

@@ -311,7 +311,7 @@ fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 
 /// Loads and compiles one file; any bad document rejects the whole file, so
 /// a half-edited file never replaces its last good version.
-fn load_file(path: &Path) -> Result<PolicySet, String> {
+pub(super) fn load_file(path: &Path) -> Result<PolicySet, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     let docs = load_policy_text(&path.display().to_string(), &text).map_err(|e| e.to_string())?;
     let mut set = PolicySet::default();

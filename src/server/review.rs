@@ -154,6 +154,9 @@ pub struct Verdict {
     pub patch: Option<Vec<u8>>,
 }
 
+/// The indent of a denial message's folded lines, under `  <rule>: `.
+const VALUE_INDENT: usize = 4;
+
 /// A policy's part of a denial, rendered when the policy set is compiled:
 /// its line, each rule's key, and the start of each rule's message (see
 /// [`yaml_text::ValueHead`]) for a failing rule with a fixed
@@ -247,7 +250,7 @@ fn message_heads(rule: &CompiledRule, column: usize) -> Vec<yaml_text::ValueHead
         return Vec::new();
     }
     let message = v.message.as_deref().unwrap_or_default();
-    let indent = 4;
+    let indent = VALUE_INDENT;
     // A failed pattern or anyPattern:
     // `validation error: <message>. rule <name> failed at path <path>`.
     let stop = match message {
@@ -272,9 +275,10 @@ fn message_heads(rule: &CompiledRule, column: usize) -> Vec<yaml_text::ValueHead
 }
 
 /// Decides from the policy responses (`responses[i]` belongs to
-/// `policies[i]`, whose denial heads are beside it): an Enforce failure denies; an evaluation error denies
-/// only under `failurePolicy: Fail`; Audit failures are allowed, with a
-/// warning when the policy sets `emitWarning`.
+/// `policies[i]`, whose denial heads are beside it): an Enforce failure
+/// denies; an evaluation error denies only under `failurePolicy: Fail`;
+/// Audit failures are allowed, with a warning when the policy sets
+/// `emitWarning`.
 ///
 /// `cel` are the ValidatingPolicies' responses: a failure denies under the
 /// Deny action and warns under Warn; an error denies under failurePolicy
@@ -423,7 +427,7 @@ fn blocked_message(req: &Request, mut blocked: Vec<Blocked>) -> JsonText {
                 (column + 2, &[][..])
             }
         };
-        yaml_text::push_value_headed(&mut message, b.message, column, 4, heads);
+        yaml_text::push_value_headed(&mut message, b.message, column, VALUE_INDENT, heads);
         message.line_feed();
     }
     message.finish()

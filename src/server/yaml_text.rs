@@ -193,6 +193,9 @@ impl ValueHead {
             return Some(self.end);
         }
         let rest = s.strip_prefix(&*self.text)?.as_bytes();
+        if rest.is_empty() {
+            return None;
+        }
         // One pass over the rest: whether it is printable ASCII with no
         // single quote, and whether JSON escapes something in it.
         let (other, escapes) = rest.iter().fold((false, false), |(other, escapes), &b| {
@@ -201,7 +204,7 @@ impl ValueHead {
                 escapes | (b == b'"') | (b == b'\\'),
             )
         });
-        if rest.is_empty() || other {
+        if other {
             return None;
         }
         out.escaped(&self.rendered);
