@@ -259,8 +259,12 @@ fn message_heads(rule: &CompiledRule, column: usize) -> Vec<yaml_text::ValueHead
         _ => ". ",
     };
     let failed = ["validation error: ", message, stop, "rule ", &rule.name].concat();
-    let mut heads: Vec<_> = yaml_text::ValueHead::quoted_start(&failed, column, indent)
+    // The path's leading `/` ends the longest head: what follows it is
+    // the rest of the path, which rarely holds a space to fold at.
+    let at_path = [failed.as_str(), " failed at path /"].concat();
+    let mut heads: Vec<_> = [at_path.as_str(), failed.as_str()]
         .into_iter()
+        .filter_map(|text| yaml_text::ValueHead::quoted_start(text, column, indent))
         .collect();
     if !message.is_empty() {
         // A deny, and a deny in a foreach.
