@@ -966,10 +966,10 @@ mod tests {
                 .into_iter()
                 .map(|h| [h.as_str(), ": ", h.as_str(), "z"].concat()),
         );
-        heads.push(
-            "validation error: Privileged mode is disallowed. The fields spec.containers[*].securityContext.privileged must be unset or set to `false`. rule privileged-containers"
-                .into(),
-        );
+        let failed = "validation error: Privileged mode is disallowed. The fields spec.containers[*].securityContext.privileged must be unset or set to `false`. rule privileged-containers";
+        heads.push(failed.into());
+        // The longest head of a failed pattern ends at the path's first `/`.
+        heads.push([failed, " failed at path /"].concat());
         let tails = random_texts(0x9e37_79b9_7f4a_7c15, 60, 12, &tail_alphabet);
         let mut started = 0;
         for head in &heads {
