@@ -304,6 +304,29 @@ pub(super) fn prepare_rule<'p>(
     }
 }
 
+/// Appends the start of a failed pattern's message,
+/// `validation error: <message>. rule <rule>`; [`FAILED_AT_PATH`] and the
+/// path follow it. The server renders its denial heads from the same text.
+#[inline]
+pub fn push_failure_start(out: &mut String, message: &str, rule: &str) {
+    out.push_str("validation error: ");
+    if !message.is_empty() {
+        out.push_str(message);
+        if !message.ends_with('.') {
+            out.push('.');
+        }
+        out.push(' ');
+    }
+    out.push_str("rule ");
+    out.push_str(rule);
+}
+
+/// What comes between a failed pattern's [`push_failure_start`] and its path.
+pub const FAILED_AT_PATH: &str = " failed at path ";
+
+/// What a foreach puts before the message of the element that failed.
+pub const FOREACH_FAILURE: &str = "validation failure: ";
+
 /// Evaluates `{any, all}` conditions; returns (result, messages of the deciding conditions).
 pub fn eval_conditions(
     c: &Conditions,
@@ -423,21 +446,12 @@ impl<'p> RuleValidator<'_, 'p> {
         };
         // Built in one buffer: this runs for every failing rule.
         let mut out = String::with_capacity(msg.len() + self.rule.len() + path.len() + 64);
-        out.push_str("validation error: ");
-        if !msg.is_empty() {
-            out.push_str(&msg);
-            if !msg.ends_with('.') {
-                out.push('.');
-            }
-            out.push(' ');
-        }
-        out.push_str("rule ");
-        out.push_str(self.rule);
+        push_failure_start(&mut out, &msg, self.rule);
         if path.is_empty() {
             out.push_str(" execution error: ");
             out.push_str(detail);
         } else {
-            out.push_str(" failed at path ");
+            out.push_str(FAILED_AT_PATH);
             out.push_str(path);
         }
         out
@@ -736,19 +750,13 @@ impl<'p> RuleValidator<'_, 'p> {
                         continue;
                     }
                     return (
-                        self.respond(
-                            RuleStatus::Error,
-                            ["validation failure: ", &r.message].concat(),
-                        ),
+                        self.respond(RuleStatus::Error, [FOREACH_FAILURE, &r.message].concat()),
                         applied,
                     );
                 }
                 Some(r) if r.status != RuleStatus::Pass => {
                     return (
-                        self.respond(
-                            RuleStatus::Fail,
-                            ["validation failure: ", &r.message].concat(),
-                        ),
+                        self.respond(RuleStatus::Fail, [FOREACH_FAILURE, &r.message].concat()),
                         applied,
                     );
                 }

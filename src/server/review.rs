@@ -3,7 +3,7 @@
 
 use super::json_text::{self, JsonText, JsonWriter};
 use super::yaml_text;
-use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus};
+use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus, validate};
 use crate::matching::UserInfo;
 use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::compile::FailurePolicy;
@@ -250,29 +250,23 @@ fn message_heads(rule: &CompiledRule, column: usize) -> Vec<yaml_text::ValueHead
         return Vec::new();
     }
     let message = v.message.as_deref().unwrap_or_default();
-    let indent = VALUE_INDENT;
-    // A failed pattern or anyPattern:
-    // `validation error: <message>. rule <name> failed at path <path>`.
-    let stop = match message {
-        "" => "",
-        m if m.ends_with('.') => " ",
-        _ => ". ",
-    };
-    let failed = ["validation error: ", message, stop, "rule ", &rule.name].concat();
+    // A failed pattern or anyPattern, as the engine words it.
+    let mut failed = String::new();
+    validate::push_failure_start(&mut failed, message, &rule.name);
     // The path's leading `/` ends the longest head: what follows it is
     // the rest of the path, which rarely holds a space to fold at.
-    let at_path = [failed.as_str(), " failed at path /"].concat();
+    let at_path = [&failed, validate::FAILED_AT_PATH, "/"].concat();
     let mut heads: Vec<_> = [at_path.as_str(), failed.as_str()]
         .into_iter()
-        .filter_map(|text| yaml_text::ValueHead::quoted_start(text, column, indent))
+        .filter_map(|text| yaml_text::ValueHead::quoted_start(text, column, VALUE_INDENT))
         .collect();
     if !message.is_empty() {
         // A deny, and a deny in a foreach.
-        heads.push(yaml_text::ValueHead::whole(message, column, indent));
+        heads.push(yaml_text::ValueHead::whole(message, column, VALUE_INDENT));
         heads.push(yaml_text::ValueHead::whole(
-            &["validation failure: ", message].concat(),
+            &[validate::FOREACH_FAILURE, message].concat(),
             column,
-            indent,
+            VALUE_INDENT,
         ));
     }
     heads
