@@ -59,11 +59,19 @@ pub struct RuleResponse<'p> {
     pub rule_type: RuleType,
     pub status: RuleStatus,
     pub message: Cow<'p, str>,
-    /// What the rule produced besides a verdict: a generate rule's
-    /// downstream resources, a mutate-existing rule's patched targets.
-    pub resources: Vec<Value>,
+    /// What the rule produced besides a verdict; boxed, because most rules
+    /// produce nothing and every response is moved a few times on the hot path.
+    outputs: Option<Box<RuleOutputs>>,
+}
+
+/// What a rule produced besides a verdict.
+#[derive(Debug, Clone, Default, PartialEq)]
+struct RuleOutputs {
+    /// A generate rule's downstream resources, a mutate-existing rule's
+    /// patched targets.
+    resources: Vec<Value>,
     /// Report properties: a CEL policy's auditAnnotations (key, value).
-    pub properties: Vec<(String, String)>,
+    properties: Vec<(String, String)>,
 }
 
 impl<'p> RuleResponse<'p> {
@@ -77,9 +85,37 @@ impl<'p> RuleResponse<'p> {
             rule_type: RuleType::Validation,
             status,
             message: message.into(),
-            resources: Vec::new(),
-            properties: Vec::new(),
+            outputs: None,
         }
+    }
+
+    /// A generate rule's downstream resources, a mutate-existing rule's
+    /// patched targets.
+    pub fn resources(&self) -> &[Value] {
+        self.outputs.as_ref().map_or(&[], |o| &o.resources)
+    }
+
+    /// Report properties: a CEL policy's auditAnnotations (key, value).
+    pub fn properties(&self) -> &[(String, String)] {
+        self.outputs.as_ref().map_or(&[], |o| &o.properties)
+    }
+
+    pub fn into_resources(self) -> Vec<Value> {
+        self.outputs.map(|o| o.resources).unwrap_or_default()
+    }
+
+    pub fn with_resources(mut self, resources: Vec<Value>) -> RuleResponse<'p> {
+        if !resources.is_empty() || self.outputs.is_some() {
+            self.outputs.get_or_insert_default().resources = resources;
+        }
+        self
+    }
+
+    pub fn with_properties(mut self, properties: Vec<(String, String)>) -> RuleResponse<'p> {
+        if !properties.is_empty() || self.outputs.is_some() {
+            self.outputs.get_or_insert_default().properties = properties;
+        }
+        self
     }
 
     /// A response of the given rule type.

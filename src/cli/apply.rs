@@ -333,9 +333,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                     }],
                 });
                 // A CEL policy's auditAnnotations.
-                if !r.properties.is_empty() {
+                if !r.properties().is_empty() {
                     result["properties"] = r
-                        .properties
+                        .properties()
                         .iter()
                         .map(|(k, v)| (k.clone(), Value::String(v.clone())))
                         .collect::<serde_json::Map<_, _>>()
@@ -406,7 +406,7 @@ fn print_generated(
     trigger: &Value,
     written: &mut Vec<Value>,
 ) -> anyhow::Result<()> {
-    for g in generated.rules.iter().flat_map(|r| &r.resources) {
+    for g in generated.rules.iter().flat_map(|r| r.resources()) {
         println!(
             "\ngenerate policy {} applied to {}:\n{}---",
             generated.policy,

@@ -771,7 +771,7 @@ fn check_results(
                     // Resources to compare: (actual, expected file). A
                     // generate rule gives one row per downstream resource, a
                     // mutate-existing rule one per patched target.
-                    let existing = r.rule_type == RuleType::Mutation && !r.resources.is_empty();
+                    let existing = r.rule_type == RuleType::Mutation && !r.resources().is_empty();
                     let mut compare: Vec<(&Value, &str)> = Vec::new();
                     if let Some(file) = &expected.patched_resources
                         && !existing
@@ -789,8 +789,8 @@ fn check_results(
                         _ => None,
                     };
                     let mut produced_rows: Vec<Option<&Value>> = vec![None];
-                    if produced_file.is_some() && !r.resources.is_empty() {
-                        produced_rows = r.resources.iter().map(Some).collect();
+                    if produced_file.is_some() && !r.resources().is_empty() {
+                        produced_rows = r.resources().iter().map(Some).collect();
                     }
                     for produced in produced_rows {
                         let mut checks = compare.clone();

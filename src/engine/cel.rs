@@ -636,7 +636,7 @@ pub fn evaluate_validating_policy<'p>(
                 CelVerdict::Error(e) => respond(RuleStatus::Error, e),
             };
             match audit_annotations(&policy.checks.audit_annotations, &vars, &lookups) {
-                Ok(properties) => RuleResponse { properties, ..rule },
+                Ok(properties) => rule.with_properties(properties),
                 Err(e) => respond(RuleStatus::Error, e),
             }
         }

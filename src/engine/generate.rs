@@ -64,14 +64,11 @@ pub fn generate_policy<'p>(
             Ok(resources) if resources.is_empty() => {
                 respond(RuleStatus::Skip, "no resources to generate".into())
             }
-            Ok(resources) => {
-                let mut r = respond(
-                    RuleStatus::Pass,
-                    format!("generated {} resource(s)", resources.len()),
-                );
-                r.resources = resources;
-                r
-            }
+            Ok(resources) => respond(
+                RuleStatus::Pass,
+                format!("generated {} resource(s)", resources.len()),
+            )
+            .with_resources(resources),
         });
     }
     PolicyResponse {

@@ -104,14 +104,11 @@ pub fn mutate_policy<'p>(
                 Ok(patched) if patched.is_empty() => {
                     respond(RuleStatus::Skip, "no targets patched".into())
                 }
-                Ok(patched) => {
-                    let mut r = respond(
-                        RuleStatus::Pass,
-                        format!("mutated {} target(s)", patched.len()),
-                    );
-                    r.resources = patched;
-                    r
-                }
+                Ok(patched) => respond(
+                    RuleStatus::Pass,
+                    format!("mutated {} target(s)", patched.len()),
+                )
+                .with_resources(patched),
             };
             rules.push(response);
             continue;

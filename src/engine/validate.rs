@@ -553,7 +553,7 @@ impl<'p> RuleValidator<'_, 'p> {
                     CelVerdict::Fail(message) => self.respond(RuleStatus::Fail, message),
                     CelVerdict::Error(e) => self.respond(RuleStatus::Error, e),
                 };
-                Some(RuleResponse { properties, ..rule })
+                Some(rule.with_properties(properties))
             }
             ValidateCheck::Unsupported(field) => {
                 Some(self.respond(RuleStatus::Error, format!("unsupported: {field}")))

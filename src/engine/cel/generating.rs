@@ -55,9 +55,8 @@ pub fn evaluate_generating_policy<'p>(
             }
         }
     }
-    let mut rule = respond(RuleStatus::Pass, "policy evaluated successfully".into());
-    rule.resources = downstream;
-    response.rules.push(rule);
+    let rule = respond(RuleStatus::Pass, "policy evaluated successfully".into());
+    response.rules.push(rule.with_resources(downstream));
     response
 }
 
@@ -107,7 +106,7 @@ spec:
         evaluate_generating_policy(&p, &req, &CelRequest::of(&req), &NoResolver)
             .rules
             .into_iter()
-            .map(|r| (r.status, r.resources))
+            .map(|r| (r.status, r.into_resources()))
             .collect()
     }
 
