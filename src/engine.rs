@@ -100,20 +100,38 @@ impl<'p> RuleResponse<'p> {
         self.outputs.as_ref().map_or(&[], |o| &o.properties)
     }
 
+    /// The downstream resources or patched targets, taken out.
     pub fn into_resources(self) -> Vec<Value> {
         self.outputs.map(|o| o.resources).unwrap_or_default()
     }
 
+    /// This response with `resources` as its downstream resources or
+    /// patched targets.
     pub fn with_resources(mut self, resources: Vec<Value>) -> RuleResponse<'p> {
-        if !resources.is_empty() || self.outputs.is_some() {
-            self.outputs.get_or_insert_default().resources = resources;
+        if resources.is_empty() && self.outputs.is_none() {
+            return self;
         }
-        self
+        self.outputs.get_or_insert_default().resources = resources;
+        self.without_empty_outputs()
     }
 
+    /// This response with `properties` as its report properties.
     pub fn with_properties(mut self, properties: Vec<(String, String)>) -> RuleResponse<'p> {
-        if !properties.is_empty() || self.outputs.is_some() {
-            self.outputs.get_or_insert_default().properties = properties;
+        if properties.is_empty() && self.outputs.is_none() {
+            return self;
+        }
+        self.outputs.get_or_insert_default().properties = properties;
+        self.without_empty_outputs()
+    }
+
+    /// Keeps "no outputs" as `None` only, so that equal responses compare equal.
+    fn without_empty_outputs(mut self) -> RuleResponse<'p> {
+        if self
+            .outputs
+            .as_ref()
+            .is_some_and(|o| o.resources.is_empty() && o.properties.is_empty())
+        {
+            self.outputs = None;
         }
         self
     }
@@ -295,4 +313,31 @@ pub struct EvalEnv<'a> {
     pub resolver: &'a dyn Resolver,
     pub exceptions: &'a [CompiledException],
     pub rule_values: &'a dyn RuleValues,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn rule_outputs_are_kept_and_cleared() {
+        let plain = RuleResponse::new("r", RuleStatus::Pass, "ok");
+        let with = plain
+            .clone()
+            .with_resources(vec![json!({"kind": "ConfigMap"})]);
+        assert_eq!(with.resources(), &[json!({"kind": "ConfigMap"})]);
+        assert!(with.properties().is_empty());
+        let both = with.with_properties(vec![("k".into(), "v".into())]);
+        assert_eq!(both.properties(), &[("k".to_string(), "v".to_string())]);
+        assert_eq!(both.resources().len(), 1);
+        // Emptied again, it equals a response that never had outputs.
+        let emptied = both.with_resources(Vec::new()).with_properties(Vec::new());
+        assert_eq!(emptied, plain);
+        assert!(plain.clone().with_properties(Vec::new()).outputs.is_none());
+        assert_eq!(
+            plain.with_resources(vec![json!(1)]).into_resources(),
+            vec![json!(1)]
+        );
+    }
 }
