@@ -107,32 +107,25 @@ impl<'p> RuleResponse<'p> {
 
     /// This response with `resources` as its downstream resources or
     /// patched targets.
-    pub fn with_resources(mut self, resources: Vec<Value>) -> RuleResponse<'p> {
-        if resources.is_empty() && self.outputs.is_none() {
-            return self;
-        }
-        self.outputs.get_or_insert_default().resources = resources;
-        self.without_empty_outputs()
+    pub fn with_resources(self, resources: Vec<Value>) -> RuleResponse<'p> {
+        self.with_outputs(|o| o.resources = resources)
     }
 
     /// This response with `properties` as its report properties.
-    pub fn with_properties(mut self, properties: Vec<(String, String)>) -> RuleResponse<'p> {
-        if properties.is_empty() && self.outputs.is_none() {
-            return self;
-        }
-        self.outputs.get_or_insert_default().properties = properties;
-        self.without_empty_outputs()
+    pub fn with_properties(self, properties: Vec<(String, String)>) -> RuleResponse<'p> {
+        self.with_outputs(|o| o.properties = properties)
     }
 
-    /// Keeps "no outputs" as `None` only, so that equal responses compare equal.
-    fn without_empty_outputs(mut self) -> RuleResponse<'p> {
-        if self
+    /// Applies `set` to the outputs. No outputs stay `None` (no box), so
+    /// that equal responses compare equal.
+    fn with_outputs(mut self, set: impl FnOnce(&mut RuleOutputs)) -> RuleResponse<'p> {
+        let mut outputs = self
             .outputs
-            .as_ref()
-            .is_some_and(|o| o.resources.is_empty() && o.properties.is_empty())
-        {
-            self.outputs = None;
-        }
+            .take()
+            .map_or_else(RuleOutputs::default, |b| *b);
+        set(&mut outputs);
+        let empty = outputs.resources.is_empty() && outputs.properties.is_empty();
+        self.outputs = (!empty).then(|| Box::new(outputs));
         self
     }
 
