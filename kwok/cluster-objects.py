@@ -5,6 +5,7 @@ Deployments whose Pods land on the fake Nodes. About half of the Pods
 violate the restricted Pod Security profile, as in k6/admission.js.
 
 Usage: kwok/cluster-objects.py [--nodes N] [--pods N] [--namespaces N]
+(e2e/cluster.sh up runs it with --pods 0 --namespaces 0 for its Nodes.)
 """
 import argparse
 import sys
@@ -40,7 +41,8 @@ def namespaces(n):
 
 
 def deployments(pods, n_namespaces, per_deployment=50):
-    count = max(1, pods // per_deployment)
+    # --pods 0 (e2e/cluster.sh up creates only the Nodes) yields none.
+    count = -(-pods // per_deployment)
     for i in range(count):
         compliant = i % 2 == 0
         container = {"name": "app", "image": "registry.example.com/app:1.0"}

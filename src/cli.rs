@@ -125,6 +125,10 @@ pub struct ServeArgs {
     /// timeoutSeconds of the webhooks (1 to 30).
     #[arg(long, alias = "webhookTimeout", default_value_t = 10)]
     pub webhook_timeout: i32,
+    /// ClusterRole that owns the webhook configurations: deleting it (helm
+    /// uninstall does) garbage-collects them. The chart passes its own.
+    #[arg(long)]
+    pub owner_cluster_role: Option<String>,
     /// Seconds between checks of the webhook configuration by the leader.
     #[arg(long, default_value_t = 10.0)]
     pub webhook_resync_seconds: f64,
@@ -337,6 +341,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<crate::server::Clu
             excluded_namespaces: vec![args.namespace.clone(), "kube-system".into()],
             resync: seconds(args.webhook_resync_seconds),
             ca_file: args.tls_ca.clone(),
+            owner_cluster_role: args.owner_cluster_role.clone(),
         },
         fallback_cache: crate::context::api::CacheOptions {
             ttl: std::time::Duration::from_secs(args.fallback_cache_ttl_seconds.max(1)),

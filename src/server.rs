@@ -84,6 +84,8 @@ pub struct WebhookSettings {
     pub resync: Duration,
     /// PEM file of the CA of operator-provided certificates.
     pub ca_file: Option<PathBuf>,
+    /// The ClusterRole that owns the webhook configurations.
+    pub owner_cluster_role: Option<String>,
 }
 
 /// What every connection shares.
@@ -445,6 +447,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             timeout_seconds: w.timeout_seconds,
             excluded_namespaces: w.excluded_namespaces.clone(),
             resync: w.resync,
+            owner_cluster_role: w.owner_cluster_role.clone(),
         };
         if let Some(statuses) = policy_statuses {
             let leading =

@@ -16,7 +16,10 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, LabelSelectorRequirement};
+use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
+    LabelSelector, LabelSelectorRequirement, OwnerReference,
+};
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
 use serde::Serialize;
@@ -29,6 +32,9 @@ use tokio::sync::watch;
 
 /// Label on every configuration gavel manages.
 pub const MANAGED_BY: (&str, &str) = ("webhook.gavel.dev/managed-by", "gavel");
+
+/// How often the leader looks for a new policy snapshot to register.
+const POLICY_CHECK: Duration = Duration::from_millis(500);
 
 /// Where the API server reaches gavel.
 #[derive(Debug, Clone)]
@@ -56,6 +62,14 @@ pub struct WebhookOptions {
     /// broken gavel cannot block its own recovery.
     pub excluded_namespaces: Vec<String>,
     pub resync: Duration,
+    /// The ClusterRole that owns both configurations. Deleting it (as `helm
+    /// uninstall` does) lets the garbage collector delete them, so a cluster
+    /// is never left with webhooks that point at nothing, even when no gavel
+    /// pod runs to clean up. While it is missing nothing is written: an
+    /// unowned configuration created during an uninstall would outlive it.
+    /// kyverno-compat: Kyverno's webhook controller owns its configurations
+    /// by its `*:webhook` ClusterRole the same way.
+    pub owner_cluster_role: Option<String>,
 }
 
 /// (group, version, resource) of every kind, from discovery.
@@ -440,11 +454,30 @@ impl Configuration for MutatingWebhookConfiguration {
     }
 }
 
-/// Makes configuration `name` hold `hooks`; Ok(true) when it wrote.
+/// The owner reference to the ClusterRole `name`: Ok(None) when it does
+/// not exist.
+async fn owner(client: &Client, name: &str) -> Result<Option<Vec<OwnerReference>>, kube::Error> {
+    let role = Api::<ClusterRole>::all(client.clone())
+        .get_opt(name)
+        .await?;
+    Ok(role.and_then(|role| {
+        Some(vec![OwnerReference {
+            api_version: "rbac.authorization.k8s.io/v1".into(),
+            kind: "ClusterRole".into(),
+            name: name.into(),
+            uid: role.metadata.uid?,
+            ..Default::default()
+        }])
+    }))
+}
+
+/// Makes configuration `name` hold `hooks` (and `owners`, when given);
+/// Ok(true) when it wrote.
 async fn reconcile<C: Configuration>(
     api: &Api<C>,
     name: &str,
     hooks: Vec<C::Webhook>,
+    owners: Option<&[OwnerReference]>,
 ) -> Result<bool, kube::Error> {
     let labels = BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]);
     let result = match api.get_opt(name).await? {
@@ -452,6 +485,7 @@ async fn reconcile<C: Configuration>(
             let mut config = C::named(ObjectMeta {
                 name: Some(name.into()),
                 labels: Some(labels),
+                owner_references: owners.map(<[_]>::to_vec),
                 ..Default::default()
             });
             *config.webhooks() = Some(hooks);
@@ -465,10 +499,15 @@ async fn reconcile<C: Configuration>(
                 .is_some_and(|l| l.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1));
             // The API drops an empty list: none and empty are the same.
             let same = existing.webhooks().as_deref().unwrap_or_default() == hooks.as_slice();
-            if same && has_label {
+            let owned =
+                owners.is_none_or(|o| existing.meta().owner_references.as_deref() == Some(o));
+            if same && has_label && owned {
                 return Ok(false);
             }
             *existing.webhooks() = Some(hooks);
+            if let Some(owners) = owners {
+                existing.meta_mut().owner_references = Some(owners.to_vec());
+            }
             existing
                 .meta_mut()
                 .labels
@@ -513,7 +552,19 @@ pub async fn run(
                 }
             }
         }
-        if let Some((_, map)) = &kinds {
+        // The owner's uid is read each round: a reinstalled chart has a new one.
+        let owners = match &opts.owner_cluster_role {
+            None => Ok(None),
+            Some(name) => match owner(&client, name).await {
+                Ok(Some(owners)) => Ok(Some(owners)),
+                Ok(None) => Err(format!("ClusterRole {name} (the owner) does not exist")),
+                Err(e) => Err(format!("reading ClusterRole {name} (the owner): {e}")),
+            },
+        };
+        if let Err(e) = &owners {
+            tracing::warn!(error = %e, "webhook configurations not written");
+        }
+        if let (Some((_, map)), Ok(owners)) = (&kinds, &owners) {
             let mut hooks = desired(&current, map, &opts);
             let v: Vec<_> = hooks
                 .remove(&Side::Validating)
@@ -530,11 +581,11 @@ pub async fn run(
             for (name, written) in [
                 (
                     &opts.validating_name,
-                    reconcile(&validating_api, &opts.validating_name, v).await,
+                    reconcile(&validating_api, &opts.validating_name, v, owners.as_deref()).await,
                 ),
                 (
                     &opts.mutating_name,
-                    reconcile(&mutating_api, &opts.mutating_name, m).await,
+                    reconcile(&mutating_api, &opts.mutating_name, m, owners.as_deref()).await,
                 ),
             ] {
                 match written {
@@ -546,8 +597,22 @@ pub async fn run(
                 }
             }
         }
+        // A new policy snapshot is registered at once: a policy a user
+        // applies must not wait for the resync to be enforced. The snapshot
+        // is an ArcSwap without notifications; reading its generation twice
+        // a second costs nothing.
+        let generation = current.generation;
+        let changed_policies = async {
+            loop {
+                tokio::time::sleep(POLICY_CHECK).await;
+                if snapshot.load().generation != generation {
+                    return;
+                }
+            }
+        };
         tokio::select! {
             _ = tokio::time::sleep(opts.resync) => {}
+            _ = changed_policies => {}
             _ = leading.changed() => {}
             _ = opts.ca_bundle.changed() => {}
         }
@@ -589,6 +654,7 @@ spec:
             target: WebhookTarget::Url("https://127.0.0.1:9443".into()),
             ca_bundle: watch::channel(String::new()).1,
             timeout_seconds: 10,
+            owner_cluster_role: None,
             excluded_namespaces: Vec::new(),
             resync: Duration::from_secs(60),
         };

@@ -8,4 +8,6 @@
 #![allow(clippy::result_large_err)]
 
 pub mod apiserver;
+pub mod balancer;
+pub mod cluster;
 pub mod gavel;

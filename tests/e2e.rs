@@ -1,0 +1,788 @@
+//! gavel on a real control plane: etcd, kube-apiserver,
+//! kube-controller-manager, kube-scheduler and kwok built from Go modules by
+//! `e2e/cluster.sh`, gavel's chart installed with the real Helm CLI, and three
+//! gavel replicas running as host processes with the identity of the
+//! ServiceAccount the chart created (a TokenRequest token), so the chart's
+//! RBAC is exactly what is enforced. The API server calls the replicas
+//! through a loopback load balancer, at the URL gavel registers.
+//!
+//! One test walks the steps in order on one cluster (starting one costs
+//! about half a minute of the machine's two cores); each step says what it
+//! proves and what it measured.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use support::balancer::Balancer;
+use support::cluster::{RealCluster, eventually, repo, service_account_kubeconfig};
+use support::gavel::temp_dir;
+
+const NAMESPACE: &str = "gavel";
+const RELEASE: &str = "gavel";
+const SERVICE_ACCOUNT: &str = "system:serviceaccount:gavel:gavel";
+const LEASES: [&str; 3] = ["gavel-webhooks", "gavel-certs", "gavel-policy-status"];
+const VALIDATING: &str = "gavel-resource-validating-webhook-cfg";
+const MUTATING: &str = "gavel-resource-mutating-webhook-cfg";
+
+#[test]
+fn gavel_on_a_real_control_plane() {
+    let dir = temp_dir("e2e");
+    let cluster = RealCluster::start(&dir.join("cluster"), 10);
+    install_kyverno_crds(&cluster);
+    let mut gavel = Gavel::install(&cluster, &dir);
+    step("policies applied with kubectl are enforced", || {
+        policies_are_enforced(&cluster, &gavel)
+    });
+    step("the hot path makes no API calls", || {
+        hot_path_makes_no_api_calls(&cluster, &gavel)
+    });
+    step("a killed leader is replaced", || {
+        leader_failover(&cluster, &mut gavel)
+    });
+    step("helm uninstall leaves nothing behind", || {
+        uninstall(&cluster, &mut gavel)
+    });
+}
+
+fn step(name: &str, f: impl FnOnce()) {
+    let _ = std::io::Write::flush(&mut std::io::stderr());
+    let started = Instant::now();
+    eprintln!("e2e: {name} ...");
+    f();
+    eprintln!("e2e: {name}: ok in {:.1}s", started.elapsed().as_secs_f64());
+}
+
+/// Kyverno's CRDs, pinned with Kyverno in e2e/versions.env, as a user
+/// installs them before gavel's chart (server-side: some are too large for
+/// the last-applied annotation).
+fn install_kyverno_crds(cluster: &RealCluster) {
+    let crds = support::cluster::cache().join("kyverno-crds");
+    cluster.kubectl(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
+    cluster.kubectl(&[
+        "wait",
+        "--for",
+        "condition=Established",
+        "crd",
+        "--all",
+        "--timeout",
+        "60s",
+    ]);
+}
+
+/// The chart installed by Helm and its replicas running on this machine.
+struct Gavel {
+    dir: PathBuf,
+    /// `gavel serve`'s arguments exactly as the chart's Deployment renders them.
+    chart_args: Vec<String>,
+    kubeconfig: PathBuf,
+    balancer: Balancer,
+    replicas: Vec<Replica>,
+}
+
+struct Replica {
+    identity: String,
+    port: u16,
+    child: Child,
+}
+
+impl Gavel {
+    fn install(cluster: &RealCluster, dir: &Path) -> Gavel {
+        // The GlobalContextEntry of the hot-path step reads Services: a user
+        // grants that through the chart's extraReadRules.
+        let values = dir.join("values.yaml");
+        std::fs::write(
+            &values,
+            "rbac:\n  extraReadRules:\n    - apiGroups: [\"\"]\n      resources: [\"services\"]\n",
+        )
+        .unwrap();
+        let chart = repo().join("charts/gavel");
+        let out = cluster.helm(&[
+            "install",
+            RELEASE,
+            chart.to_str().unwrap(),
+            "--namespace",
+            NAMESPACE,
+            "--create-namespace",
+            "--values",
+            values.to_str().unwrap(),
+        ]);
+        assert!(
+            out.status.success(),
+            "helm install: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let chart_args = deployment_args(cluster);
+        let kubeconfig = dir.join("gavel.kubeconfig");
+        service_account_kubeconfig(cluster, NAMESPACE, "gavel", &kubeconfig);
+        let balancer = Balancer::start(vec![]);
+        let mut gavel = Gavel {
+            dir: dir.to_path_buf(),
+            chart_args,
+            kubeconfig,
+            balancer,
+            replicas: vec![],
+        };
+        let started = Instant::now();
+        for i in 0..3 {
+            let replica = gavel.spawn(&format!("gavel-{i}"));
+            gavel.replicas.push(replica);
+        }
+        gavel.balancer.set_backends(gavel.ports());
+        for replica in &gavel.replicas {
+            wait_ready(replica, Duration::from_secs(60));
+        }
+        // With no policy yet they hold no webhook; step 1 checks the ones policies add.
+        eventually(
+            "the webhook configurations",
+            Duration::from_secs(60),
+            || {
+                cluster
+                    .get(&["validatingwebhookconfiguration", VALIDATING])
+                    .is_some()
+                    && cluster
+                        .get(&["mutatingwebhookconfiguration", MUTATING])
+                        .is_some()
+            },
+        );
+        eprintln!(
+            "e2e: 3 replicas ready and webhooks registered {:.1}s after start",
+            started.elapsed().as_secs_f64()
+        );
+        gavel
+    }
+
+    fn ports(&self) -> Vec<u16> {
+        self.replicas.iter().map(|r| r.port).collect()
+    }
+
+    /// Starts one replica with the chart's arguments, changed only where a
+    /// host process must differ from a pod: its address, where it writes the
+    /// CA, the kubeconfig of the chart's ServiceAccount, and the URL the API
+    /// server calls (the balancer) in place of the Service.
+    fn spawn(&self, identity: &str) -> Replica {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let mut args = vec!["serve".to_string()];
+        args.extend(
+            self.chart_args
+                .iter()
+                .filter(|a| !a.starts_with("--listen=") && !a.starts_with("--ca-out="))
+                .cloned(),
+        );
+        args.push(format!("--listen=127.0.0.1:{port}"));
+        args.push(format!(
+            "--ca-out={}",
+            self.dir.join(format!("{identity}-ca.pem")).display()
+        ));
+        args.push(format!("--kubeconfig={}", self.kubeconfig.display()));
+        args.push(format!(
+            "--webhook-url=https://127.0.0.1:{}",
+            self.balancer.port
+        ));
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join(format!("{identity}.log")))
+            .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_gavel"))
+            .args(&args)
+            .env("POD_NAMESPACE", NAMESPACE)
+            .env("POD_NAME", identity)
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("starting gavel");
+        Replica {
+            identity: identity.to_string(),
+            port,
+            child,
+        }
+    }
+
+    /// The sum over replicas of one metric series.
+    fn metric_sum(&self, name: &str, labels: &[&str]) -> f64 {
+        self.replicas
+            .iter()
+            .map(|r| series(&scrape(r.port), name, labels))
+            .sum()
+    }
+}
+
+impl Drop for Gavel {
+    fn drop(&mut self) {
+        for replica in &mut self.replicas {
+            let _ = replica.child.kill();
+            let _ = replica.child.wait();
+        }
+    }
+}
+
+/// The container args of the Deployment the chart rendered, without `serve`.
+fn deployment_args(cluster: &RealCluster) -> Vec<String> {
+    let out = cluster.helm(&["get", "manifest", RELEASE, "--namespace", NAMESPACE]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    for doc in text.split("\n---") {
+        let Ok(value) = serde_saphyr::from_str::<Value>(doc) else {
+            continue;
+        };
+        if value["kind"] == "Deployment" {
+            let args = value["spec"]["template"]["spec"]["containers"][0]["args"]
+                .as_array()
+                .unwrap();
+            assert_eq!(args[0], "serve");
+            return args[1..]
+                .iter()
+                .map(|a| a.as_str().unwrap().to_string())
+                .collect();
+        }
+    }
+    panic!("no Deployment in the chart's manifest");
+}
+
+/// (status, body) of a GET on a replica, as the kubelet probes it (HTTPS
+/// without verifying the serving certificate).
+fn get(port: u16, path: &str) -> (u16, String) {
+    let out = Command::new("curl")
+        .args(["-sk", "-w", "\n%{http_code}"])
+        .arg(format!("https://127.0.0.1:{port}{path}"))
+        .output()
+        .expect("curl");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_string())
+}
+
+fn wait_ready(replica: &Replica, timeout: Duration) {
+    eventually(
+        &format!("{} to be ready", replica.identity),
+        timeout,
+        || get(replica.port, "/health/readiness").0 == 200,
+    );
+}
+
+fn scrape(port: u16) -> String {
+    get(port, "/metrics").1
+}
+
+/// The value of the series of `name` whose labels include all of `labels`
+/// (`key="value"`), summed.
+fn series(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| labels.iter().all(|want| l.contains(want)))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+fn pod(name: &str, compliant: bool, labels: Value) -> Value {
+    let security = if compliant {
+        json!({"allowPrivilegeEscalation": false, "runAsNonRoot": true, "runAsUser": 1000,
+               "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}})
+    } else {
+        json!({"privileged": true})
+    };
+    json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": name, "namespace": "e2e", "labels": labels},
+        "spec": {
+            "nodeName": "kwok-node-0",
+            "tolerations": [{"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "app", "image": "registry.example.com/app:1.0", "securityContext": security}],
+        },
+    })
+}
+
+/// `kubectl create` of an object: Ok(stdout) or Err(stderr).
+fn create(cluster: &RealCluster, object: &Value, extra: &[&str]) -> Result<String, String> {
+    let mut args = vec!["create", "-f", "-"];
+    args.extend_from_slice(extra);
+    let out = cluster.kubectl_in(&args, Some(&object.to_string()));
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn ready(cluster: &RealCluster, kind: &str, name: &str) -> bool {
+    cluster.get(&[kind, name]).is_some_and(|p| {
+        p["status"]["conditions"].as_array().is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c["type"] == "Ready" && c["status"] == "True")
+        })
+    })
+}
+
+/// 1. Policies applied with kubectl become Ready; a violating Pod created
+///    through the API server is denied with Kyverno's message, a compliant one
+///    admitted; a mutate policy's patch is on the stored object; an Audit
+///    policy admits and counts.
+fn policies_are_enforced(cluster: &RealCluster, gavel: &Gavel) {
+    cluster.kubectl(&["create", "namespace", "e2e"]);
+    let policies = repo().join("examples/policies");
+    cluster.kubectl(&[
+        "apply",
+        "-f",
+        policies.join("pod-security").to_str().unwrap(),
+    ]);
+    cluster.kubectl(&[
+        "apply",
+        "-f",
+        policies.join("add-pod-defaults.yaml").to_str().unwrap(),
+    ]);
+    cluster.kubectl(&[
+        "apply",
+        "-f",
+        policies.join("require-labels.yaml").to_str().unwrap(),
+    ]);
+    let names: Vec<String> = std::fs::read_dir(policies.join("pod-security"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .chain(["add-pod-defaults".to_string(), "require-labels".to_string()])
+        .collect();
+    assert_eq!(names.len(), 19);
+    eventually(
+        "every policy Ready (status written by the leader)",
+        Duration::from_secs(60),
+        || names.iter().all(|n| ready(cluster, "clusterpolicy", n)),
+    );
+    // The leader registers the kinds the policies match, at the balancer's URL.
+    let url = format!("https://127.0.0.1:{}/validate", gavel.balancer.port);
+    eventually(
+        "a validating webhook for Pods",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["validatingwebhookconfiguration", VALIDATING])
+                .is_some_and(|c| {
+                    c["webhooks"].as_array().into_iter().flatten().any(|w| {
+                        w["clientConfig"]["url"]
+                            .as_str()
+                            .is_some_and(|u| u.starts_with(&url))
+                            && w["rules"].to_string().contains("\"pods\"")
+                    })
+                })
+        },
+    );
+    eventually(
+        "the default ServiceAccount of e2e",
+        Duration::from_secs(30),
+        || {
+            cluster
+                .get(&["serviceaccount", "default", "-n", "e2e"])
+                .is_some()
+        },
+    );
+
+    // The replicas load the policies from their own watches: until every one
+    // has them, a dry run may be admitted.
+    eventually("the violating Pod denied", Duration::from_secs(30), || {
+        create(
+            cluster,
+            &pod("probe", false, json!({})),
+            &["--dry-run=server"],
+        )
+        .is_err()
+    });
+    let denial = create(
+        cluster,
+        &pod("privileged", false, json!({"app.kubernetes.io/name": "x"})),
+        &[],
+    )
+    .unwrap_err();
+    assert!(denial.contains("admission webhook"), "{denial}");
+    assert!(
+        denial.contains("resource Pod/e2e/privileged was blocked due to the following policies"),
+        "{denial}"
+    );
+    assert!(
+        denial.contains("disallow-privileged-containers:"),
+        "{denial}"
+    );
+    assert!(cluster.get(&["pod", "privileged", "-n", "e2e"]).is_none());
+
+    let before = gavel.metric_sum(
+        "kyverno_policy_results_total",
+        &["policy_name=\"require-labels\"", "rule_result=\"fail\""],
+    );
+    // No app.kubernetes.io/name label: require-labels (Audit) fails but admits.
+    create(cluster, &pod("compliant", true, json!({})), &[]).unwrap();
+    let stored = cluster.get(&["pod", "compliant", "-n", "e2e"]).unwrap();
+    // add-pod-defaults' patch, made by gavel's mutating webhook.
+    assert_eq!(
+        stored["spec"]["securityContext"]["runAsNonRoot"], true,
+        "{stored}"
+    );
+    assert_eq!(
+        stored["spec"]["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let after = gavel.metric_sum(
+        "kyverno_policy_results_total",
+        &["policy_name=\"require-labels\"", "rule_result=\"fail\""],
+    );
+    assert!(
+        after > before,
+        "the Audit failure was not counted ({before} -> {after})"
+    );
+    // kwok plays the kubelet on the fake node.
+    eventually(
+        "kwok runs the admitted Pod",
+        Duration::from_secs(30),
+        || {
+            cluster
+                .get(&["pod", "compliant", "-n", "e2e"])
+                .is_some_and(|p| p["status"]["phase"] == "Running")
+        },
+    );
+}
+
+/// 2. 5,000 admissions that read `configMap` and `globalReference` context
+///    make no API request from gavel's identity, counted by the API server
+///    (its audit log, which names the user of every request).
+fn hot_path_makes_no_api_calls(cluster: &RealCluster, gavel: &Gavel) {
+    cluster.apply(&json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "freeze", "namespace": "default", "labels": {"cache.kyverno.io/enabled": "true"}},
+        "data": {"frozen": "no"},
+    }));
+    cluster.apply(&json!({
+        "apiVersion": "kyverno.io/v2alpha1", "kind": "GlobalContextEntry",
+        "metadata": {"name": "default-services"},
+        "spec": {
+            "kubernetesResource": {"group": "", "version": "v1", "resource": "services", "namespace": "default"},
+            "projections": [{"name": "names", "jmesPath": "[].metadata.name"}],
+        },
+    }));
+    cluster.apply(&json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "context-lookups"},
+        "spec": {"validationFailureAction": "Enforce", "rules": [{
+            "name": "freeze-and-maintenance",
+            "match": {"any": [{"resources": {"kinds": ["Pod"], "namespaces": ["e2e"]}}]},
+            "context": [
+                {"name": "settings", "configMap": {"name": "freeze", "namespace": "default"}},
+                {"name": "services", "globalReference": {"name": "default-services.names"}},
+            ],
+            "validate": {
+                "message": "deployments are frozen, or a maintenance window is open",
+                "deny": {"conditions": {"any": [
+                    {"key": "{{ settings.data.frozen }}", "operator": "Equals", "value": "yes"},
+                    {"key": "maintenance", "operator": "AnyIn", "value": "{{ services }}"},
+                ]}},
+            },
+        }]},
+    }));
+    eventually("context-lookups Ready", Duration::from_secs(60), || {
+        ready(cluster, "clusterpolicy", "context-lookups")
+    });
+    // The API server keeps its connection to the webhook, so the balancer
+    // sends every review to one replica: the policy is in force once that
+    // replica evaluates it.
+    let context_rule = ["policy_name=\"context-lookups\""];
+    eventually("context-lookups evaluated", Duration::from_secs(30), || {
+        create(
+            cluster,
+            &pod("warmup", true, json!({"app.kubernetes.io/name": "x"})),
+            &["--dry-run=server"],
+        )
+        .unwrap();
+        gavel.metric_sum("kyverno_policy_results_total", &context_rule) > 0.0
+    });
+
+    let (_, mark) = cluster.audit_since(0);
+    let before = gavel.metric_sum("kyverno_policy_results_total", &context_rule);
+    let started = Instant::now();
+    let (admitted, failed) = dry_run_creates(cluster, 5000, 16);
+    let elapsed = started.elapsed().as_secs_f64();
+    let evaluated = gavel.metric_sum("kyverno_policy_results_total", &context_rule) - before;
+    assert_eq!((admitted, failed), (5000, 0));
+    assert!(
+        evaluated >= 5000.0,
+        "the context policy was evaluated {evaluated} times"
+    );
+    // Let the API server flush the audit events of the last requests.
+    std::thread::sleep(Duration::from_secs(2));
+    let (events, _) = cluster.audit_since(mark);
+    let mut calls: std::collections::BTreeMap<String, usize> = Default::default();
+    for event in events
+        .iter()
+        .filter(|e| e["user"]["username"] == SERVICE_ACCOUNT)
+    {
+        let verb = event["verb"].as_str().unwrap_or("");
+        let resource = event["objectRef"]["resource"].as_str().unwrap_or("");
+        // Watches are the stores themselves; Lease renewals are the
+        // leaders' heartbeats, paced by time, not by admissions.
+        if verb != "watch" && resource != "leases" {
+            *calls.entry(format!("{verb} {resource}")).or_default() += 1;
+        }
+    }
+    eprintln!(
+        "e2e: 5000 admissions through the API server in {elapsed:.1}s ({:.0}/s), {evaluated} context evaluations; \
+         non-watch, non-lease requests by gavel meanwhile: {calls:?}",
+        5000.0 / elapsed
+    );
+    // The leader's periodic webhook check (a GET every resync) is the only
+    // request that may fall in the window, and it does not scale with admissions.
+    let hot: usize = calls
+        .iter()
+        .filter(|(k, _)| !k.ends_with("webhookconfigurations"))
+        .map(|(_, n)| n)
+        .sum();
+    assert_eq!(
+        hot, 0,
+        "gavel called the API server on the hot path: {calls:?}"
+    );
+}
+
+/// `n` server-side dry-run creates of a compliant Pod, `concurrency` at a
+/// time, through the API server (each is a full admission: both webhooks
+/// are called, nothing is stored). (admitted, failed).
+fn dry_run_creates(cluster: &RealCluster, n: usize, concurrency: usize) -> (usize, usize) {
+    use futures_util::StreamExt;
+    use kube::api::{Api, DynamicObject, PostParams};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let resource = kube::api::ApiResource::erase::<k8s_openapi::api::core::v1::Pod>(&());
+        let api: Api<DynamicObject> = Api::namespaced_with(client, "e2e", &resource);
+        let params = PostParams {
+            dry_run: true,
+            field_manager: None,
+        };
+        let results: Vec<bool> = futures_util::stream::iter(0..n)
+            .map(|i| {
+                let api = api.clone();
+                let params = params.clone();
+                async move {
+                    let object: DynamicObject = serde_json::from_value(pod(
+                        &format!("load-{i}"),
+                        true,
+                        json!({"app.kubernetes.io/name": "x"}),
+                    ))
+                    .unwrap();
+                    api.create(&params, &object).await.is_ok()
+                }
+            })
+            .buffer_unordered(concurrency)
+            .collect()
+            .await;
+        let admitted = results.iter().filter(|ok| **ok).count();
+        (admitted, n - admitted)
+    })
+}
+
+fn holder(cluster: &RealCluster, lease: &str) -> Option<String> {
+    cluster.get(&["lease", lease, "-n", NAMESPACE])?["spec"]["holderIdentity"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// 5. `kill -9` of the leader of each Lease: another replica holds it within
+///    the lease duration; the webhook configurations and certificates stay as
+///    they were, and the audit log shows no duplicate creates or rewrites.
+fn leader_failover(cluster: &RealCluster, gavel: &mut Gavel) {
+    let lease_seconds = 15.0;
+    let webhooks_before = [VALIDATING, MUTATING].map(|n| webhook_client(cluster, n));
+    let secrets_before = gavel_secrets(cluster);
+    let (_, mark) = cluster.audit_since(0);
+    for lease in LEASES {
+        let leader = holder(cluster, lease).unwrap_or_else(|| panic!("no holder of {lease}"));
+        let index = gavel
+            .replicas
+            .iter()
+            .position(|r| r.identity == leader)
+            .unwrap();
+        let killed = Instant::now();
+        let replica = &mut gavel.replicas[index];
+        replica.child.kill().unwrap();
+        replica.child.wait().unwrap();
+        let mut new_holder = None;
+        eventually(
+            &format!("a new holder of {lease}"),
+            Duration::from_secs(40),
+            || {
+                new_holder = holder(cluster, lease).filter(|h| *h != leader);
+                new_holder.is_some()
+            },
+        );
+        let took = killed.elapsed().as_secs_f64();
+        eprintln!(
+            "e2e: {lease}: {leader} killed, {} holds it after {took:.1}s",
+            new_holder.unwrap()
+        );
+        // The lease is free once it expires; the next try comes within a retry period.
+        assert!(
+            took <= lease_seconds + 2.0 + 3.0,
+            "{lease} was taken over after {took:.1}s"
+        );
+        // The killed replica comes back under its name, as a restarted pod would.
+        let identity = leader.clone();
+        gavel.replicas[index] = gavel.spawn(&identity);
+        gavel.balancer.set_backends(gavel.ports());
+        wait_ready(&gavel.replicas[index], Duration::from_secs(60));
+    }
+    assert_eq!(
+        [VALIDATING, MUTATING].map(|n| webhook_client(cluster, n)),
+        webhooks_before
+    );
+    assert_eq!(gavel_secrets(cluster), secrets_before);
+    let (events, _) = cluster.audit_since(mark);
+    let writes: Vec<String> = events
+        .iter()
+        .filter(|e| e["user"]["username"] == SERVICE_ACCOUNT)
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete")
+            )
+        })
+        .filter(|e| e["objectRef"]["resource"] != "leases")
+        .map(|e| {
+            format!(
+                "{} {} {} -> {}",
+                e["verb"].as_str().unwrap_or(""),
+                e["objectRef"]["resource"].as_str().unwrap_or(""),
+                e["objectRef"]["name"].as_str().unwrap_or(""),
+                e["responseStatus"]["code"]
+            )
+        })
+        .collect();
+    eprintln!("e2e: writes by gavel other than Leases during the failovers: {writes:?}");
+    assert!(
+        writes.is_empty(),
+        "failover rewrote state that was correct: {writes:?}"
+    );
+}
+
+/// The URL and caBundle of each webhook of a configuration.
+fn webhook_client(cluster: &RealCluster, name: &str) -> Vec<(String, String)> {
+    let kind = if name == VALIDATING {
+        "validatingwebhookconfiguration"
+    } else {
+        "mutatingwebhookconfiguration"
+    };
+    let config = cluster.get(&[kind, name]).unwrap();
+    config["webhooks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| {
+            (
+                w["clientConfig"]["url"].as_str().unwrap_or("").to_string(),
+                w["clientConfig"]["caBundle"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            )
+        })
+        .collect()
+}
+
+/// gavel's certificate Secrets: name and resourceVersion.
+fn gavel_secrets(cluster: &RealCluster) -> Vec<(String, String)> {
+    let list = cluster
+        .get(&[
+            "secrets",
+            "-n",
+            NAMESPACE,
+            "-l",
+            "cert.gavel.dev/managed-by",
+        ])
+        .unwrap();
+    let mut secrets: Vec<(String, String)> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["metadata"]["name"].as_str().unwrap().to_string(),
+                s["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    secrets.sort();
+    assert_eq!(secrets.len(), 2, "{secrets:?}");
+    secrets
+}
+
+/// 8. `helm uninstall`: the Deployment's pods stop (here: the replicas are
+///    stopped, as the kubelet would), and nothing of gavel is left that can
+///    affect the cluster: no webhook configuration pointing at nothing, no
+///    RBAC, no ServiceAccount.
+fn uninstall(cluster: &RealCluster, gavel: &mut Gavel) {
+    let out = cluster.helm(&[
+        "uninstall",
+        RELEASE,
+        "--namespace",
+        NAMESPACE,
+        "--wait",
+        "--timeout",
+        "60s",
+    ]);
+    assert!(
+        out.status.success(),
+        "helm uninstall: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for replica in &mut gavel.replicas {
+        let _ = Command::new("kill")
+            .args(["-TERM", &replica.child.id().to_string()])
+            .status();
+        let _ = replica.child.wait();
+    }
+    eventually(
+        "the webhook configurations removed",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["validatingwebhookconfiguration", VALIDATING])
+                .is_none()
+                && cluster
+                    .get(&["mutatingwebhookconfiguration", MUTATING])
+                    .is_none()
+        },
+    );
+    let selector = format!("app.kubernetes.io/instance={RELEASE}");
+    for kind in [
+        "clusterrole",
+        "clusterrolebinding",
+        "deployment,service,serviceaccount,role,rolebinding,poddisruptionbudget",
+    ] {
+        let list = cluster.get(&[kind, "-A", "-l", &selector]).unwrap();
+        assert_eq!(
+            list["items"].as_array().unwrap().len(),
+            0,
+            "left behind: {list}"
+        );
+    }
+    // With no webhook left, Pods are admitted again.
+    create(cluster, &pod("after-uninstall", false, json!({})), &[]).unwrap();
+}
