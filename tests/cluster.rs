@@ -1050,26 +1050,10 @@ fn kubectl(
     args: &[&str],
     stdin: Option<&str>,
 ) -> (bool, String, String) {
-    use std::io::Write;
-    let mut child = Command::new("kubectl")
-        .arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kubectl must be installed (the machine image or Debian's kubernetes-client)");
-    if let Some(text) = stdin {
-        child
-            .stdin
-            .take()
-            .unwrap()
-            .write_all(text.as_bytes())
-            .unwrap();
-    }
-    drop(child.stdin.take());
-    let out = child.wait_with_output().unwrap();
+    // The machine image's kubectl, or Debian's kubernetes-client.
+    let mut command = Command::new("kubectl");
+    command.arg("--kubeconfig").arg(kubeconfig).args(args);
+    let out = support::cluster::run_piped(command, stdin);
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),

@@ -51,7 +51,7 @@ pub async fn client(
     burst: u32,
     queries: QueryCounter,
 ) -> Result<kube::Client> {
-    let config = match &opts.kubeconfig {
+    let mut config = match &opts.kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -61,6 +61,14 @@ pub async fn client(
         }
         None => kube::Config::incluster().context("in-cluster configuration")?,
     };
+    // Each client names itself, as Kubernetes' own components do, so an
+    // audit log tells the admission path's fallback from the stores and
+    // the leader's duties.
+    config.headers.push((
+        http::header::USER_AGENT,
+        http::HeaderValue::from_str(&user_agent(client_type))
+            .context("the user agent is a valid header")?,
+    ));
     let layer = LimitLayer {
         bucket: Arc::new(TokenBucket::new(qps, burst)),
         client_type,
@@ -70,6 +78,17 @@ pub async fn client(
         .context("building the kube client")?
         .with_layer(&layer)
         .build())
+}
+
+/// `gavel/<version> (<os>/<arch>) <client type>`, the shape of
+/// Kubernetes' own user agents (`kube-controller-manager/v1.x (linux/amd64) ...`).
+pub fn user_agent(client_type: &str) -> String {
+    format!(
+        "gavel/v{} ({}/{}) {client_type}",
+        env!("CARGO_PKG_VERSION"),
+        std::env::consts::OS,
+        std::env::consts::ARCH
+    )
 }
 
 /// A token bucket: `burst` tokens, refilled at `qps` per second. A qps of

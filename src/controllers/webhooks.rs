@@ -92,6 +92,17 @@ async fn discover(client: &Client) -> Result<KindMap, kube::Error> {
     Ok(kinds)
 }
 
+/// Whether a policy of `snapshot` matches a kind `kinds` does not have.
+fn names_unknown_kind(snapshot: &Snapshot, kinds: &KindMap) -> bool {
+    snapshot
+        .policies
+        .iter()
+        .flat_map(|p| &p.rules)
+        .filter_map(|r| r.match_resources.kind_selectors())
+        .flatten()
+        .any(|k| !kinds.contains_key(k.kind.as_str()))
+}
+
 /// Admission operations in the order the API lists them.
 const OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
 
@@ -543,8 +554,14 @@ pub async fn run(
         }
         let ca_bundle = opts.ca_bundle.borrow_and_update().clone();
         let current = snapshot.load_full();
-        // Discovery again when the policies change (a new kind may be needed).
-        if kinds.as_ref().is_none_or(|(g, _)| *g != current.generation) {
+        // Discovery again only when the policies name a kind the last one
+        // did not find (a CRD installed since): a full discovery is a few
+        // dozen requests, too many to repeat on every policy change.
+        let stale = match &kinds {
+            None => true,
+            Some((g, map)) => *g != current.generation && names_unknown_kind(&current, map),
+        };
+        if stale {
             match discover(&client).await {
                 Ok(map) => kinds = Some((current.generation, map)),
                 Err(e) => {
@@ -692,5 +709,42 @@ spec:
             ]
         );
         assert!(!hooks.contains_key(&Side::Mutating));
+    }
+
+    /// Discovery is repeated for a kind it did not find (a CRD installed
+    /// after the last one), not for every policy change.
+    #[test]
+    fn discovery_is_repeated_only_for_unknown_kinds() {
+        use crate::policy::load::{LoadedDocument, load_policy_text};
+        let yaml = "apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Pod, Widget]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+";
+        let Some(LoadedDocument::Policy(doc)) =
+            load_policy_text("p.yaml", yaml).unwrap().into_iter().next()
+        else {
+            panic!("not a policy");
+        };
+        let set = PolicySet {
+            policies: vec![crate::policy::compile::CompiledPolicy::compile(&doc).unwrap()],
+            ..PolicySet::default()
+        };
+        let snapshot = Snapshot::new(set, 1);
+        let mut kinds = KindMap::new();
+        kinds.insert(
+            "Pod".into(),
+            vec![(String::new(), "v1".into(), "pods".into())],
+        );
+        assert!(names_unknown_kind(&snapshot, &kinds));
+        kinds.insert(
+            "Widget".into(),
+            vec![("example.com".into(), "v1".into(), "widgets".into())],
+        );
+        assert!(!names_unknown_kind(&snapshot, &kinds));
     }
 }

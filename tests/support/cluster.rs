@@ -94,28 +94,9 @@ impl RealCluster {
 
     /// `kubectl` as the cluster admin, with `stdin` piped in when given.
     pub fn kubectl_in(&self, args: &[&str], stdin: Option<&str>) -> Output {
-        let mut child = Command::new(RealCluster::bin("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&self.kubeconfig)
-            .args(args)
-            .stdin(if stdin.is_some() {
-                Stdio::piped()
-            } else {
-                Stdio::null()
-            })
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("running kubectl");
-        if let Some(text) = stdin {
-            child
-                .stdin
-                .take()
-                .unwrap()
-                .write_all(text.as_bytes())
-                .unwrap();
-        }
-        child.wait_with_output().unwrap()
+        let mut command = Command::new(RealCluster::bin("kubectl"));
+        command.arg("--kubeconfig").arg(&self.kubeconfig).args(args);
+        run_piped(command, stdin)
     }
 
     /// `kubectl` that must succeed; its stdout.
@@ -228,6 +209,25 @@ pub fn service_account_kubeconfig(cluster: &RealCluster, namespace: &str, name: 
         token.trim()
     );
     std::fs::write(path, text).unwrap();
+}
+
+/// Runs `command` with `stdin` (when given) written to it; its output.
+pub fn run_piped(mut command: Command, stdin: Option<&str>) -> Output {
+    let mut child = command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {:?}: {e}", command.get_program()));
+    if let Some(text) = stdin {
+        let mut input = child.stdin.take().unwrap();
+        input.write_all(text.as_bytes()).unwrap();
+    }
+    child.wait_with_output().unwrap()
 }
 
 pub fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
