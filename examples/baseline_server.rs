@@ -91,7 +91,10 @@ fn main() -> Result<()> {
             answer,
             shutdown_signal(),
             || {},
-            Duration::from_secs(5),
+            gavel::server::Drain {
+                delay: Duration::from_secs(5),
+                grace: Duration::from_secs(5),
+            },
         )
         .await;
         Ok(())

@@ -55,7 +55,13 @@ pub struct ServeArgs {
     /// Where a generated CA certificate is written.
     #[arg(long, default_value = "gavel-ca.pem")]
     pub ca_out: PathBuf,
-    /// Seconds in-flight requests get to finish after SIGTERM.
+    /// Seconds the server keeps serving after SIGTERM, with readiness
+    /// false, while Kubernetes removes its endpoint (HTTP/1.1 answers
+    /// carry `Connection: close` meanwhile).
+    #[arg(long, default_value_t = 5)]
+    pub shutdown_delay_seconds: u64,
+    /// Seconds in-flight requests then get to finish, with no new
+    /// connections accepted.
     #[arg(long, default_value_t = 15)]
     pub grace_seconds: u64,
     /// Seconds between scans of the policy directory and certificate files.
@@ -254,7 +260,10 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 tls_key: args.tls_key,
                 tls_san: args.tls_san,
                 ca_out: args.ca_out,
-                grace: std::time::Duration::from_secs(args.grace_seconds),
+                drain: crate::server::Drain {
+                    delay: std::time::Duration::from_secs(args.shutdown_delay_seconds),
+                    grace: std::time::Duration::from_secs(args.grace_seconds),
+                },
                 poll: std::time::Duration::from_secs(args.poll_seconds.max(1)),
                 max_connections: args.max_connections.max(1),
                 deadline: std::time::Duration::try_from_secs_f64(args.deadline_seconds)

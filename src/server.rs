@@ -46,7 +46,8 @@ pub struct ServeOptions {
     pub tls_san: Vec<String>,
     /// Where a generated CA is written.
     pub ca_out: PathBuf,
-    pub grace: Duration,
+    /// How the server stops after SIGTERM.
+    pub drain: Drain,
     pub poll: Duration,
     pub max_connections: usize,
     /// Per-request deadline; set a little under the webhook's timeoutSeconds.
@@ -239,6 +240,13 @@ pub fn serve(opts: ServeOptions) -> Result<()> {
 }
 
 async fn run(opts: ServeOptions) -> Result<()> {
+    // SIGTERM stops the server and makes the leaders step down at once,
+    // so that another replica takes over without waiting out the lease.
+    let (stop, mut stopping) = tokio::sync::watch::channel(false);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        stop.send_replace(true);
+    });
     let mut publisher = policies::Publisher::default();
     let metrics = Metrics::new(publisher.handle());
     publisher.report_to(&metrics);
@@ -428,7 +436,12 @@ async fn run(opts: ServeOptions) -> Result<()> {
                     }
                 }
             });
-            let leading = leader::elect(client.clone(), "gavel-certs", cluster.lease.clone());
+            let leading = leader::elect(
+                client.clone(),
+                "gavel-certs",
+                cluster.lease.clone(),
+                stopping.clone(),
+            );
             tokio::spawn(certificates::run(
                 client.clone(),
                 cluster.certificates.clone(),
@@ -436,7 +449,12 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 watched.changed,
             ));
         }
-        let leading = leader::elect(client.clone(), "gavel-webhooks", cluster.lease.clone());
+        let leading = leader::elect(
+            client.clone(),
+            "gavel-webhooks",
+            cluster.lease.clone(),
+            stopping.clone(),
+        );
         let snapshot_handle = state.snapshot.clone();
         let w = &cluster.webhook;
         let webhook = webhooks::WebhookOptions {
@@ -450,8 +468,12 @@ async fn run(opts: ServeOptions) -> Result<()> {
             owner_cluster_role: w.owner_cluster_role.clone(),
         };
         if let Some(statuses) = policy_statuses {
-            let leading =
-                leader::elect(client.clone(), "gavel-policy-status", cluster.lease.clone());
+            let leading = leader::elect(
+                client.clone(),
+                "gavel-policy-status",
+                cluster.lease.clone(),
+                stopping.clone(),
+            );
             tokio::spawn(policy_status::run(
                 client.clone(),
                 statuses,
@@ -522,26 +544,41 @@ async fn run(opts: ServeOptions) -> Result<()> {
 
     let service_state = state.clone();
     let handle = move |req| serve_request(req, service_state.clone());
-    let stopping = state.clone();
+    let not_ready = state.clone();
     accept_loop(
         listener,
         acceptor,
         opts.max_connections,
         handle,
-        shutdown_signal(),
-        move || stopping.ready.store(false, Ordering::Relaxed),
-        opts.grace,
+        async move {
+            let _ = stopping.wait_for(|s| *s).await;
+        },
+        move || not_ready.ready.store(false, Ordering::Relaxed),
+        opts.drain,
     )
     .await;
     Ok(())
 }
 
+/// How the server stops once asked to. Kubernetes keeps sending to a
+/// terminating pod until every node and the API server have seen its
+/// endpoint go (seconds), so stopping at once would drop requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Drain {
+    /// After the signal: readiness is false, but new connections are still
+    /// accepted and served; HTTP/1.1 answers carry `Connection: close`, so
+    /// clients move to another replica at their next request.
+    pub delay: Duration,
+    /// After the delay: no new connections; HTTP/2 connections get GOAWAY,
+    /// idle HTTP/1.1 ones are closed, in-flight requests get this long.
+    pub grace: Duration,
+}
+
 /// Serves TLS connections from `listener` with `handle` (HTTP/2 or
 /// HTTP/1.1 by ALPN, at most `max_connections` at once) until `shutdown`
-/// completes; then calls `on_shutdown` (readiness goes false), stops
-/// accepting and gives in-flight requests `grace` to finish. Shared with
-/// `examples/baseline_server.rs`, so that the transport ceiling it measures
-/// is this very loop.
+/// completes; then calls `on_shutdown` (readiness goes false) and drains
+/// as [`Drain`] says. Shared with `examples/baseline_server.rs`, so that
+/// the transport ceiling it measures is this very loop.
 pub async fn accept_loop<H, F>(
     listener: TcpListener,
     acceptor: TlsAcceptor,
@@ -549,7 +586,7 @@ pub async fn accept_loop<H, F>(
     handle: H,
     shutdown: impl std::future::Future<Output = ()>,
     on_shutdown: impl FnOnce(),
-    grace: Duration,
+    drain: Drain,
 ) where
     H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
     F: std::future::Future<Output = Result<Response<Full<Bytes>>, std::convert::Infallible>>
@@ -569,48 +606,94 @@ pub async fn accept_loop<H, F>(
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(256);
+    let draining = Arc::new(AtomicBool::new(false));
+    let handle = {
+        let draining = draining.clone();
+        move |req: Request<Incoming>| {
+            let http1 = req.version() <= http::Version::HTTP_11;
+            let answer = handle(req);
+            let draining = draining.clone();
+            async move {
+                let mut response = answer.await?;
+                // hyper closes an HTTP/1.1 connection after an answer that
+                // says so; the client's next request opens a new one, which
+                // the balancer sends to a replica that is not stopping.
+                if http1 && draining.load(Ordering::Relaxed) {
+                    response.headers_mut().insert(
+                        http::header::CONNECTION,
+                        http::HeaderValue::from_static("close"),
+                    );
+                }
+                Ok::<_, std::convert::Infallible>(response)
+            }
+        }
+    };
+    let serve = |tcp: tokio::net::TcpStream, permit: tokio::sync::OwnedSemaphorePermit| {
+        let _ = tcp.set_nodelay(true);
+        let acceptor = acceptor.clone();
+        let handle = handle.clone();
+        let builder = builder.clone();
+        let watcher = graceful.watcher();
+        tokio::spawn(async move {
+            let tls =
+                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
+                    Ok(Ok(tls)) => tls,
+                    Ok(Err(e)) => {
+                        tracing::debug!(error = %e, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => return,
+                };
+            let service = hyper::service::service_fn(handle);
+            let conn = builder
+                .serve_connection(TokioIo::new(tls), service)
+                .into_owned();
+            if let Err(e) = watcher.watch(conn).await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+            drop(permit);
+        });
+    };
+    let accept = || async {
+        loop {
+            match listener.accept().await {
+                Ok((tcp, _peer)) => {
+                    let permit = connections.clone().acquire_owned().await;
+                    return permit.ok().map(|p| (tcp, p));
+                }
+                Err(e) => tracing::warn!(error = %e, "accept failed"),
+            }
+        }
+    };
     tokio::pin!(shutdown);
     loop {
         tokio::select! {
-            accepted = listener.accept() => {
-                let (tcp, _peer) = match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                };
-                let Ok(permit) = connections.clone().acquire_owned().await else { break };
-                let _ = tcp.set_nodelay(true);
-                let acceptor = acceptor.clone();
-                let handle = handle.clone();
-                let builder = builder.clone();
-                let watcher = graceful.watcher();
-                tokio::spawn(async move {
-                    let tls = match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => tls,
-                        Ok(Err(e)) => {
-                            tracing::debug!(error = %e, "TLS handshake failed");
-                            return;
-                        }
-                        Err(_) => return,
-                    };
-                    let service = hyper::service::service_fn(handle);
-                    let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
-                    if let Err(e) = watcher.watch(conn).await {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                    }
-                    drop(permit);
-                });
-            }
+            accepted = accept() => match accepted {
+                Some((tcp, permit)) => serve(tcp, permit),
+                None => break,
+            },
             _ = &mut shutdown => break,
         }
     }
-    // Readiness goes false first, then in-flight requests get the grace period.
+    // Readiness goes false first; connections keep being served while the
+    // endpoint is removed everywhere.
     on_shutdown();
+    draining.store(true, Ordering::Relaxed);
+    tracing::info!(delay = ?drain.delay, "stopping: readiness is false, still serving");
+    let delay = tokio::time::sleep(drain.delay);
+    tokio::pin!(delay);
+    loop {
+        tokio::select! {
+            accepted = accept() => match accepted {
+                Some((tcp, permit)) => serve(tcp, permit),
+                None => break,
+            },
+            _ = &mut delay => break,
+        }
+    }
     drop(listener);
-    tracing::info!(grace = ?grace, "shutting down");
-    match tokio::time::timeout(grace, graceful.shutdown()).await {
+    tracing::info!(grace = ?drain.grace, "shutting down: no new connections");
+    match tokio::time::timeout(drain.grace, graceful.shutdown()).await {
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing remaining connections"),
     }

@@ -42,6 +42,9 @@ fn gavel_on_a_real_control_plane() {
     step("a killed leader is replaced", || {
         leader_failover(&cluster, &mut gavel)
     });
+    step("helm upgrade rolls the replicas under load", || {
+        upgrade_rolls_under_load(&cluster, &mut gavel)
+    });
     step("helm uninstall leaves nothing behind", || {
         uninstall(&cluster, &mut gavel)
     });
@@ -571,6 +574,17 @@ fn hot_path_makes_no_api_calls(cluster: &RealCluster, gavel: &Gavel) {
 /// time, through the API server (each is a full admission: both webhooks
 /// are called, nothing is stored). (admitted, failed).
 fn dry_run_creates(cluster: &RealCluster, n: usize, concurrency: usize) -> (usize, usize) {
+    let (admitted, failures) = dry_run_creates_while(cluster, concurrency, |i| i < n);
+    (admitted, failures.len())
+}
+
+/// Dry-run creates as [`dry_run_creates`], the i-th started only while
+/// `keep_going(i)`. (admitted, the failures' messages).
+fn dry_run_creates_while(
+    cluster: &RealCluster,
+    concurrency: usize,
+    keep_going: impl Fn(usize) -> bool,
+) -> (usize, Vec<String>) {
     use futures_util::StreamExt;
     use kube::api::{Api, DynamicObject, PostParams};
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -590,7 +604,8 @@ fn dry_run_creates(cluster: &RealCluster, n: usize, concurrency: usize) -> (usiz
             dry_run: true,
             field_manager: None,
         };
-        let results: Vec<bool> = futures_util::stream::iter(0..n)
+        let results: Vec<Result<(), String>> = futures_util::stream::iter(0..)
+            .take_while(|i| std::future::ready(keep_going(*i)))
             .map(|i| {
                 let api = api.clone();
                 let params = params.clone();
@@ -601,14 +616,20 @@ fn dry_run_creates(cluster: &RealCluster, n: usize, concurrency: usize) -> (usiz
                         json!({"app.kubernetes.io/name": "x"}),
                     ))
                     .unwrap();
-                    api.create(&params, &object).await.is_ok()
+                    api.create(&params, &object)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| e.to_string())
                 }
             })
             .buffer_unordered(concurrency)
             .collect()
             .await;
-        let admitted = results.iter().filter(|ok| **ok).count();
-        (admitted, n - admitted)
+        let admitted = results.iter().filter(|r| r.is_ok()).count();
+        (
+            admitted,
+            results.into_iter().filter_map(Result::err).collect(),
+        )
     })
 }
 
@@ -693,6 +714,125 @@ fn leader_failover(cluster: &RealCluster, gavel: &mut Gavel) {
         writes.is_empty(),
         "failover rewrote state that was correct: {writes:?}"
     );
+}
+
+/// SIGTERM, as the kubelet stops a container.
+fn terminate(replica: &Replica) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &replica.child.id().to_string()])
+        .status();
+}
+
+/// 7 and 8. `helm upgrade` with `values-large-cluster.yaml`, and the rolling
+///    update it causes, done as the Deployment controller does it with the
+///    chart's strategy (maxSurge 1, maxUnavailable 0: a new replica is ready
+///    before an old one is stopped), while Pods are created through the API
+///    server with failurePolicy Fail. Zero failed creates; every stopped
+///    replica drains and exits 0; a Lease it held is taken over at once
+///    (released on SIGTERM, not left to expire).
+fn upgrade_rolls_under_load(cluster: &RealCluster, gavel: &mut Gavel) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let chart = repo().join("charts/gavel");
+    let out = cluster.helm(&[
+        "upgrade",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--values",
+        chart.join("values-large-cluster.yaml").to_str().unwrap(),
+        "--values",
+        gavel.dir.join("values.yaml").to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "helm upgrade: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let args = deployment_args(cluster);
+    assert!(
+        args.iter().any(|a| a == "--client-qps=100"),
+        "the upgrade did not take the large-cluster values: {args:?}"
+    );
+    gavel.chart_args = args;
+
+    let stop = AtomicBool::new(false);
+    let ((admitted, failures), took) = std::thread::scope(|scope| {
+        let load = scope.spawn(|| {
+            let started = Instant::now();
+            let result = dry_run_creates_while(cluster, 8, |_| !stop.load(Ordering::Relaxed));
+            (result, started.elapsed())
+        });
+        std::thread::sleep(Duration::from_secs(2));
+        roll(cluster, gavel);
+        std::thread::sleep(Duration::from_secs(2));
+        stop.store(true, Ordering::Relaxed);
+        load.join().unwrap()
+    });
+    eprintln!(
+        "e2e: during the rolling update: {admitted} creates admitted in {:.1}s, {} failed",
+        took.as_secs_f64(),
+        failures.len()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} creates failed during the rolling update, the first: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(3)]
+    );
+    assert!(
+        admitted > 100,
+        "only {admitted} creates during the rolling update"
+    );
+}
+
+/// Replaces each replica in turn, as the Deployment controller does.
+fn roll(cluster: &RealCluster, gavel: &mut Gavel) {
+    let retry_period = 2.0;
+    for i in 0..gavel.replicas.len() {
+        let new = gavel.spawn(&format!("gavel-upgraded-{i}"));
+        wait_ready(&new, Duration::from_secs(60));
+        let old = gavel.replicas.remove(0);
+        gavel.replicas.push(new);
+        let held: Vec<&str> = LEASES
+            .into_iter()
+            .filter(|l| holder(cluster, l).as_deref() == Some(old.identity.as_str()))
+            .collect();
+        // The old endpoint stays in the Service for a moment after the
+        // pod is told to stop: the endpoints controller and kube-proxy
+        // (here, the balancer) learn of it a little later.
+        gavel
+            .balancer
+            .set_backends([gavel.ports(), vec![old.port]].concat());
+        let stopped = Instant::now();
+        terminate(&old);
+        std::thread::sleep(Duration::from_secs(1));
+        gavel.balancer.set_backends(gavel.ports());
+        for lease in held {
+            eventually(
+                &format!("a new holder of {lease}"),
+                Duration::from_secs(30),
+                || holder(cluster, lease).is_some_and(|h| h != old.identity),
+            );
+            let took = stopped.elapsed().as_secs_f64();
+            eprintln!(
+                "e2e: {lease}: {} stopped, taken over after {took:.1}s",
+                old.identity
+            );
+            assert!(
+                took <= 2.0 * retry_period + 2.0,
+                "{lease} was taken over after {took:.1}s: it was not released"
+            );
+        }
+        let mut old = old;
+        let status = old.child.wait().unwrap();
+        assert!(status.success(), "{} exited with {status:?}", old.identity);
+        eprintln!(
+            "e2e: {} drained and exited {:.1}s after SIGTERM",
+            old.identity,
+            stopped.elapsed().as_secs_f64()
+        );
+    }
 }
 
 /// Whether gavel's (validating, mutating) webhook configurations exist.
@@ -780,10 +920,10 @@ fn uninstall(cluster: &RealCluster, gavel: &mut Gavel) {
         "helm uninstall: {}",
         String::from_utf8_lossy(&out.stderr)
     );
+    for replica in &gavel.replicas {
+        terminate(replica);
+    }
     for replica in &mut gavel.replicas {
-        let _ = Command::new("kill")
-            .args(["-TERM", &replica.child.id().to_string()])
-            .status();
         let _ = replica.child.wait();
     }
     eventually(

@@ -357,3 +357,153 @@ spec:
     ];
     assert_eq!(server.series("kyverno_policy_results_total", &mpol), 1.0);
 }
+
+/// SIGTERM during load loses nothing: while Kubernetes removes the
+/// endpoint, the server stays up with readiness false and tells HTTP/1.1
+/// clients to reconnect elsewhere (`Connection: close`); then it accepts
+/// no more connections, lets an HTTP/2 request in flight finish (GOAWAY,
+/// not a reset), and exits.
+#[test]
+fn sigterm_drains_without_dropping_requests() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    use support::gavel::TlsConnection;
+    let dir = temp_dir("drain");
+    let delay = Duration::from_secs(3);
+    let mut server = Gavel::start_with(
+        &examples().join("policies"),
+        &dir,
+        &["--shutdown-delay-seconds", "3"],
+    );
+    let ca = std::fs::read_to_string(&server.ca).unwrap();
+
+    // Eight keep-alive clients asking as fast as they can. Each reconnects
+    // when told to close, as HTTP clients do, until the endpoint is gone.
+    let endpoint_gone = Arc::new(AtomicBool::new(false));
+    let terminated = Arc::new(AtomicBool::new(false));
+    let failures = Arc::new(Mutex::new(Vec::<String>::new()));
+    let clients: Vec<_> = (0..8)
+        .map(|_| {
+            let (gone, terminated, failures, ca) = (
+                endpoint_gone.clone(),
+                terminated.clone(),
+                failures.clone(),
+                ca.clone(),
+            );
+            let port = server.port;
+            std::thread::spawn(move || {
+                let (mut answered, mut told_to_close_after_term) = (0usize, 0usize);
+                'connections: while !gone.load(Ordering::Relaxed) {
+                    let mut conn = match TlsConnection::open(port, &ca) {
+                        Ok(c) => c,
+                        Err(e) => {
+                            failures.lock().unwrap().push(format!("connect: {e}"));
+                            break;
+                        }
+                    };
+                    loop {
+                        let after_term = terminated.load(Ordering::Relaxed);
+                        match conn.get("/health/liveness") {
+                            Ok((200, _)) => answered += 1,
+                            Ok((code, body)) => {
+                                failures.lock().unwrap().push(format!("{code}: {body}"))
+                            }
+                            Err(e) => {
+                                failures.lock().unwrap().push(format!("request: {e}"));
+                                break 'connections;
+                            }
+                        }
+                        if conn.closing {
+                            told_to_close_after_term += usize::from(after_term);
+                            continue 'connections;
+                        }
+                        if gone.load(Ordering::Relaxed) {
+                            break 'connections;
+                        }
+                    }
+                }
+                (answered, told_to_close_after_term)
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+
+    let pid = server.child.id().to_string();
+    let signalled = Instant::now();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    terminated.store(true, Ordering::Relaxed);
+    // Readiness is false at once, and the server still answers.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(server.curl(&["/health/readiness"]).0, 503);
+    assert_eq!(server.curl(&["/health/liveness"]).0, 200);
+
+    // An HTTP/2 review uploaded slowly (about 4 s), so that it is still in
+    // flight when the delay ends and the connection gets GOAWAY.
+    let review = {
+        let text = std::fs::read_to_string(examples().join("reviews/pod-compliant.json")).unwrap();
+        let mut v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        v["request"]["object"]["metadata"]["annotations"]["padding"] = "x".repeat(4000).into();
+        let path = dir.join("slow-review.json");
+        std::fs::write(&path, v.to_string()).unwrap();
+        path
+    };
+    let slow = Command::new("curl")
+        .args(["-s", "--http2", "--limit-rate", "1000", "--cacert"])
+        .arg(&server.ca)
+        .args(["-H", "Content-Type: application/json", "--data-binary"])
+        .arg(format!("@{}", review.display()))
+        .args(["-w", "\n%{http_code} %{http_version}"])
+        .arg(format!("https://localhost:{}/validate", server.port))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+
+    // The endpoint is removed everywhere well within the delay.
+    std::thread::sleep(Duration::from_millis(1500));
+    endpoint_gone.store(true, Ordering::Relaxed);
+    let mut total = 0;
+    for client in clients {
+        let (answered, told_to_close) = client.join().unwrap();
+        total += answered;
+        assert!(
+            told_to_close > 0,
+            "a client was never told to close its connection after SIGTERM"
+        );
+    }
+    let failures = failures.lock().unwrap().clone();
+    assert!(
+        failures.is_empty(),
+        "{} of {total} requests failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(total > 100, "only {total} requests were answered");
+
+    // After the delay no new connection is accepted ...
+    while signalled.elapsed() < delay + Duration::from_millis(500) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", server.port)).is_err(),
+        "the server still accepts connections after the delay"
+    );
+    // ... but the HTTP/2 request in flight is answered.
+    let out = slow.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let (body, status) = text.rsplit_once('\n').unwrap();
+    assert_eq!(status, "200 2", "{text}");
+    assert_eq!(response(body)["allowed"], true, "{body}");
+    let status = server.child.wait().unwrap();
+    assert!(status.success(), "exit after SIGTERM: {status:?}");
+    assert!(
+        signalled.elapsed() < delay + Duration::from_secs(8),
+        "exited {:?} after SIGTERM",
+        signalled.elapsed()
+    );
+}

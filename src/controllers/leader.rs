@@ -6,7 +6,10 @@
 //! waits. Every write carries the resourceVersion it read, so two
 //! candidates cannot both win a round: one gets 409 Conflict.
 //!
-//! A leader that cannot renew within `renew_deadline` steps down. Leader
+//! A leader that cannot renew within `renew_deadline` steps down. A
+//! replica that is stopping steps down and releases the Lease (an empty
+//! holder, as client-go's `ReleaseOnCancel` does), so that another takes
+//! over at its next round instead of after `lease_duration`. Leader
 //! election gives no fencing: a deposed leader may still finish an action,
 //! so every duty run under a lease is idempotent.
 
@@ -58,8 +61,14 @@ struct Elector {
 }
 
 /// Starts an election for `name`; the receiver says whether this replica
-/// leads. The election runs until the runtime stops.
-pub fn elect(client: Client, name: &str, opts: LeaseOptions) -> watch::Receiver<bool> {
+/// leads. The election runs until `stopping` turns true (then this
+/// replica steps down and releases the Lease) or the runtime stops.
+pub fn elect(
+    client: Client,
+    name: &str,
+    opts: LeaseOptions,
+    stopping: watch::Receiver<bool>,
+) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     let elector = Elector {
         api: Api::namespaced(client, &opts.namespace),
@@ -68,7 +77,7 @@ pub fn elect(client: Client, name: &str, opts: LeaseOptions) -> watch::Receiver<
         observed: None,
         renewed: None,
     };
-    tokio::spawn(elector.run(tx));
+    tokio::spawn(elector.run(tx, stopping));
     rx
 }
 
@@ -77,8 +86,11 @@ fn now() -> MicroTime {
 }
 
 impl Elector {
-    async fn run(mut self, leading: watch::Sender<bool>) {
+    async fn run(mut self, leading: watch::Sender<bool>, mut stopping: watch::Receiver<bool>) {
         loop {
+            if *stopping.borrow() {
+                break;
+            }
             let lead = match self.round().await {
                 Ok(lead) => {
                     if lead {
@@ -110,7 +122,47 @@ impl Elector {
             if leading.is_closed() {
                 return;
             }
-            tokio::time::sleep(self.opts.retry_period).await;
+            tokio::select! {
+                _ = tokio::time::sleep(self.opts.retry_period) => {}
+                _ = stopping.changed() => {}
+            }
+        }
+        // Duties stop before the Lease is let go, so no two leaders act at once.
+        let was_leading = leading.send_replace(false);
+        if was_leading {
+            match self.release().await {
+                Ok(()) => tracing::info!(
+                    lease = self.name,
+                    identity = self.opts.identity,
+                    "stopping: lease released"
+                ),
+                Err(e) => tracing::warn!(lease = self.name, error = %e, "releasing the lease"),
+            }
+        }
+    }
+
+    /// Empties the holder if this replica still holds the Lease. The write
+    /// carries the resourceVersion read, so a Lease someone else took
+    /// meanwhile is left alone (409).
+    async fn release(&self) -> Result<(), kube::Error> {
+        let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            return Ok(());
+        };
+        let spec = lease.spec.get_or_insert_with(Default::default);
+        if spec.holder_identity.as_deref() != Some(self.opts.identity.as_str()) {
+            return Ok(());
+        }
+        spec.holder_identity = None;
+        spec.lease_duration_seconds = Some(1);
+        spec.renew_time = Some(now());
+        match self
+            .api
+            .replace(&self.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(kube::Error::Api(s)) if s.code == 409 => Ok(()),
+            Err(e) => Err(e),
         }
     }
 

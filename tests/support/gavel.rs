@@ -38,6 +38,14 @@ impl Gavel {
             .arg("--ca-out")
             .arg(&ca)
             .args(["--poll-seconds", "1", "--grace-seconds", "5"])
+            // Tests that stop a server do not wait for endpoints to propagate,
+            // unless they are about that.
+            .args(
+                (!extra.contains(&"--shutdown-delay-seconds"))
+                    .then_some(["--shutdown-delay-seconds", "0"])
+                    .into_iter()
+                    .flatten(),
+            )
             .args(extra.iter().map(|a| a.replace("{port}", &port.to_string())))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -147,6 +155,8 @@ pub fn response(body: &str) -> serde_json::Value {
 /// and checks the certificate for `localhost`.
 pub struct TlsConnection {
     stream: rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
+    /// The last answer said `Connection: close`: the server closes next.
+    pub closing: bool,
 }
 
 impl TlsConnection {
@@ -177,7 +187,10 @@ impl TlsConnection {
                 .complete_io(&mut stream.sock)
                 .map_err(|e| e.to_string())?;
         }
-        Ok(TlsConnection { stream })
+        Ok(TlsConnection {
+            stream,
+            closing: false,
+        })
     }
 
     /// The DER of the certificate the server presented.
@@ -213,6 +226,12 @@ impl TlsConnection {
                 })
                 .unwrap_or(0);
             if body.len() >= length {
+                self.closing = head.lines().any(|l| {
+                    l.split_once(':').is_some_and(|(k, v)| {
+                        k.eq_ignore_ascii_case("connection")
+                            && v.trim().eq_ignore_ascii_case("close")
+                    })
+                });
                 let status = head
                     .split_whitespace()
                     .nth(1)
