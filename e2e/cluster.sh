@@ -5,6 +5,8 @@
 #   e2e/cluster.sh up [--nodes N] start etcd, kube-apiserver, kube-controller-manager,
 #                                 kube-scheduler and kwok with N fake nodes (default 10)
 #   e2e/cluster.sh down           stop exactly what `up` started (recorded pids)
+#   e2e/cluster.sh stop PART      stop one part (kube-apiserver, etcd, ...), for outage tests
+#   e2e/cluster.sh start PART     start a stopped part again with the arguments `up` gave it
 #   e2e/cluster.sh env            print `export KUBECONFIG=...` and the tools' PATH
 #   e2e/cluster.sh pin            regenerate e2e/go/kube/go.mod from versions.env
 #
@@ -209,11 +211,47 @@ EOF
 }
 
 # Starts a process in its own session with its output in logs/NAME.log and
-# records its pid, so that `down` stops exactly it.
+# records its pid, so that `down` stops exactly it, and its command line, so
+# that `start NAME` can start it again after `stop NAME`.
 start() {
   local name="$1"; shift
-  setsid "$@" > "$dir/logs/$name.log" 2>&1 < /dev/null &
+  mkdir -p "$dir/cmds"
+  printf '%q ' "$@" > "$dir/cmds/$name"
+  setsid "$@" >> "$dir/logs/$name.log" 2>&1 < /dev/null &
   echo $! > "$dir/pids/$name.pid"
+}
+
+# SIGTERM, then SIGKILL after 5 s; forgets the pid.
+stop_part() {
+  local name="$1" pid
+  [ -f "$dir/pids/$name.pid" ] || return 0
+  pid="$(cat "$dir/pids/$name.pid")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$dir/pids/$name.pid"
+}
+
+cmd_stop() {
+  [ $# -eq 1 ] || die "usage: stop PART"
+  [ -f "$dir/cmds/$1" ] || die "stop: $1 was not started in $dir"
+  stop_part "$1"
+  log "stop: $1 stopped"
+}
+
+cmd_start() {
+  [ $# -eq 1 ] || die "usage: start PART"
+  local name="$1"
+  [ -f "$dir/cmds/$name" ] || die "start: $name was never started in $dir"
+  running "$name" && die "start: $name is running"
+  eval "start $name $(cat "$dir/cmds/$name")"
+  case "$name" in
+    etcd) wait_for "etcd health" etcd 60 curl -sf "http://127.0.0.1:$(cat "$dir/ports/etcd")/health" ;;
+    kube-apiserver) wait_for "kube-apiserver readiness" kube-apiserver 120 admin_get /readyz ;;
+  esac
+  log "start: $name started"
 }
 
 running() { [ -f "$dir/pids/$1.pid" ] && kill -0 "$(cat "$dir/pids/$1.pid")" 2>/dev/null; }
@@ -353,17 +391,10 @@ EOF
 
 cmd_down() {
   [ -d "$dir/pids" ] || { log "down: nothing recorded in $dir"; return 0; }
-  local name pid
+  local name
   # Reverse start order: clients first, etcd last.
   for name in kwok kube-scheduler kube-controller-manager kube-apiserver etcd; do
-    [ -f "$dir/pids/$name.pid" ] || continue
-    pid="$(cat "$dir/pids/$name.pid")"
-    if kill -0 "$pid" 2>/dev/null; then
-      kill -TERM "$pid" 2>/dev/null || true
-      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-      kill -KILL "$pid" 2>/dev/null || true
-    fi
-    rm -f "$dir/pids/$name.pid"
+    stop_part "$name"
   done
   log "down: stopped the cluster in $dir"
 }
@@ -379,5 +410,7 @@ case "${1:-}" in
   down) shift; cmd_down "$@" ;;
   env) shift; cmd_env "$@" ;;
   pin) shift; cmd_pin "$@" ;;
-  *) sed -n '2,9p' "$0" >&2; exit 2 ;;
+  stop) shift; cmd_stop "$@" ;;
+  start) shift; cmd_start "$@" ;;
+  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
 esac

@@ -8,3 +8,4 @@ pub mod config_maps;
 pub mod global_context;
 pub mod policy_sync;
 pub mod stores;
+pub mod watch_backoff;

@@ -39,6 +39,17 @@ fn gavel_on_a_real_control_plane() {
     step("the hot path makes no API calls", || {
         hot_path_makes_no_api_calls(&cluster, &gavel)
     });
+    step("the client keeps its QPS and burst under churn", || {
+        churn_stays_within_qps(&cluster, &gavel)
+    });
+    step("a ConfigMap update reaches admissions at once", || {
+        cache_freshness(&cluster, &gavel)
+    });
+    // Early, so that the controller-manager's garbage collector has long
+    // reconnected (with client-go's backoff) before the uninstall needs it.
+    step("an API server outage and an etcd compaction", || {
+        api_server_outage(&cluster, &gavel)
+    });
     step("a killed leader is replaced", || {
         leader_failover(&cluster, &mut gavel)
     });
@@ -82,6 +93,9 @@ struct Gavel {
     chart_args: Vec<String>,
     kubeconfig: PathBuf,
     balancer: Balancer,
+    /// The replicas reach the API server through this relay, so that a
+    /// test can cut them off (a network partition).
+    api_relay: Balancer,
     replicas: Vec<Replica>,
 }
 
@@ -119,13 +133,21 @@ impl Gavel {
         );
         let chart_args = deployment_args(cluster);
         let kubeconfig = dir.join("gavel.kubeconfig");
-        service_account_kubeconfig(cluster, NAMESPACE, "gavel", &kubeconfig);
+        let api_relay = Balancer::start(vec![cluster.api_port()]);
+        service_account_kubeconfig(
+            cluster,
+            &format!("https://127.0.0.1:{}", api_relay.port),
+            NAMESPACE,
+            "gavel",
+            &kubeconfig,
+        );
         let balancer = Balancer::start(vec![]);
         let mut gavel = Gavel {
             dir: dir.to_path_buf(),
             chart_args,
             kubeconfig,
             balancer,
+            api_relay,
             replicas: vec![],
         };
         let started = Instant::now();
@@ -716,6 +738,398 @@ fn leader_failover(cluster: &RealCluster, gavel: &mut Gavel) {
     );
 }
 
+/// An AdmissionReview of the CREATE of `object` (a Pod in e2e), as the API
+/// server sends it.
+fn pod_review(object: &Value, uid: &str) -> Value {
+    let gvk = json!({"group": "", "version": "v1", "kind": "Pod"});
+    let gvr = json!({"group": "", "version": "v1", "resource": "pods"});
+    json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": uid, "kind": gvk, "resource": gvr, "requestKind": gvk, "requestResource": gvr,
+            "name": object["metadata"]["name"], "namespace": "e2e", "operation": "CREATE",
+            "userInfo": {"username": "kubernetes-admin", "groups": ["system:masters", "system:authenticated"]},
+            "object": object, "oldObject": null, "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        },
+    })
+}
+
+/// The `response` of a review posted straight to a replica's /validate/fail.
+fn post_review(port: u16, review: &Value) -> Result<Value, String> {
+    let mut curl = Command::new("curl");
+    curl.args([
+        "-sk",
+        "--max-time",
+        "5",
+        "-H",
+        "Content-Type: application/json",
+    ])
+    .args(["--data-binary", "@-"])
+    .arg(format!("https://127.0.0.1:{port}/validate/fail"));
+    let out = support::cluster::run_piped(curl, Some(&review.to_string()));
+    let body: Value = serde_json::from_slice(&out.stdout)
+        .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stdout)))?;
+    Ok(body["response"].clone())
+}
+
+/// etcd's JSON gateway: its current revision, and a compaction to it (so
+/// that a watch from an older resourceVersion gets 410 Gone).
+fn compact_etcd(cluster: &RealCluster) -> u64 {
+    let call = |path: &str, body: &str| -> Value {
+        let out = Command::new("curl")
+            .args(["-sf", "-X", "POST", "-d", body])
+            .arg(format!("http://127.0.0.1:{}{path}", cluster.etcd_port()))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "etcd {path}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    // "/registry", base64.
+    let range = call("/v3/kv/range", r#"{"key": "L3JlZ2lzdHJ5", "limit": 1}"#);
+    let revision: u64 = range["header"]["revision"]
+        .as_str()
+        .and_then(|r| r.parse().ok())
+        .unwrap();
+    call(
+        "/v3/kv/compaction",
+        &format!(r#"{{"revision": "{revision}", "physical": true}}"#),
+    );
+    revision
+}
+
+/// 6. The API server stops for 60 s: every replica keeps answering reviews
+///    (sent straight to it) from its caches, and stays ready. Before the
+///    outage the replicas are cut off from the API server while a ConfigMap
+///    a policy reads changes, and etcd is compacted past their watches: after
+///    the restart their watches get 410 Gone, they list again, and every
+///    replica enforces the update it missed.
+fn api_server_outage(cluster: &RealCluster, gavel: &Gavel) {
+    let labelled = json!({"app.kubernetes.io/name": "x"});
+    let compliant = pod_review(&pod("outage-ok", true, labelled.clone()), "outage-ok");
+    let violating = pod_review(&pod("outage-bad", false, labelled.clone()), "outage-bad");
+    for r in &gavel.replicas {
+        assert_eq!(post_review(r.port, &compliant).unwrap()["allowed"], true);
+    }
+
+    gavel.api_relay.sever();
+    let (_, mark) = cluster.audit_since(0);
+    cluster.kubectl(&[
+        "patch",
+        "configmap",
+        "freeze",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data": {"frozen": "yes"}}"#,
+    ]);
+    cluster.stop("kube-apiserver");
+    let revision = compact_etcd(cluster);
+    let down = Instant::now();
+    let outage = Duration::from_secs(60);
+    let (mut answered, mut slowest) = (0, Duration::ZERO);
+    while down.elapsed() < outage {
+        for r in &gavel.replicas {
+            for (review, allowed) in [(&compliant, true), (&violating, false)] {
+                let asked = Instant::now();
+                let response = post_review(r.port, review)
+                    .unwrap_or_else(|e| panic!("{} during the outage: {e}", r.identity));
+                slowest = slowest.max(asked.elapsed());
+                // The compliant Pod is still allowed: the replica cannot
+                // know of the freeze yet.
+                assert_eq!(response["allowed"], allowed, "{}: {response}", r.identity);
+                answered += 1;
+            }
+            assert_eq!(
+                get(r.port, "/health/readiness").0,
+                200,
+                "{} is not ready during the outage",
+                r.identity
+            );
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    eprintln!(
+        "e2e: API server down for {:.0}s (etcd compacted at revision {revision}): {answered} reviews answered by the replicas from their caches, the slowest in {:.0}ms",
+        down.elapsed().as_secs_f64(),
+        slowest.as_secs_f64() * 1000.0
+    );
+
+    cluster.start_again("kube-apiserver");
+    let restarted = Instant::now();
+    gavel.api_relay.set_backends(vec![cluster.api_port()]);
+    for r in &gavel.replicas {
+        eventually(
+            &format!("{} to enforce the freeze it missed", r.identity),
+            Duration::from_secs(90),
+            || {
+                post_review(r.port, &compliant).is_ok_and(|response| {
+                    response["allowed"] == false
+                        && response["status"]["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("deployments are frozen"))
+                })
+            },
+        );
+        let took = restarted.elapsed().as_secs_f64();
+        eprintln!(
+            "e2e: {} enforces the missed update {took:.1}s after the API server is back",
+            r.identity,
+        );
+        // A watch retries at most 20 s apart (src/cluster/watch_backoff.rs),
+        // and the 410 is followed by a list at once.
+        assert!(took <= 30.0, "{} took {took:.1}s", r.identity);
+    }
+    // The update came by a new list, after the watch from a compacted
+    // resourceVersion was refused.
+    let (events, _) = cluster.audit_since(mark);
+    let relists = events
+        .iter()
+        .filter(|e| e["user"]["username"] == SERVICE_ACCOUNT)
+        .filter(|e| e["verb"] == "list" && e["objectRef"]["resource"] == "configmaps")
+        .count();
+    eprintln!("e2e: lists of ConfigMaps by gavel after the restart: {relists}");
+    assert!(
+        relists >= gavel.replicas.len(),
+        "{relists} lists of ConfigMaps for {} replicas",
+        gavel.replicas.len()
+    );
+    cluster.kubectl(&[
+        "patch",
+        "configmap",
+        "freeze",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        r#"{"data": {"frozen": "no"}}"#,
+    ]);
+}
+
+/// The value of `--flag=` in the chart's arguments.
+fn chart_arg(gavel: &Gavel, flag: &str) -> f64 {
+    let prefix = format!("{flag}=");
+    gavel
+        .chart_args
+        .iter()
+        .find_map(|a| a.strip_prefix(&prefix)?.parse().ok())
+        .unwrap_or_else(|| panic!("no {flag} in the chart's arguments"))
+}
+
+/// 3. Churn of 200 Namespaces and 2,000 ConfigMaps, each ConfigMap's
+///    admission reading another ConfigMap that no store holds (no
+///    `cache.kyverno.io/enabled` label; one in four): the lookups go to the API server
+///    through the fallback client, far faster than its QPS allows. The API
+///    server sees gavel's requests stay within QPS plus burst over every
+///    window (per replica: each has its own bucket, as Kyverno's pods do).
+fn churn_stays_within_qps(cluster: &RealCluster, gavel: &Gavel) {
+    use futures_util::StreamExt;
+    use kube::api::{Api, DynamicObject, PostParams};
+    cluster.apply(&json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "churn-lookups"},
+        "spec": {
+            "validationFailureAction": "Audit", "failurePolicy": "Ignore", "background": false,
+            "rules": [{
+                "name": "reads-its-pair",
+                "match": {"any": [{"resources": {
+                    "kinds": ["ConfigMap"],
+                    "namespaceSelector": {"matchLabels": {"churn": "yes"}},
+                    "selector": {"matchLabels": {"lookup": "yes"}},
+                }}]},
+                "context": [{"name": "pair", "configMap": {"name": "{{ request.object.metadata.name }}-pair", "namespace": "{{ request.namespace }}"}}],
+                "validate": {"message": "the pair says no", "deny": {"conditions": {"any": [
+                    {"key": "{{ pair.data.allowed || 'yes' }}", "operator": "Equals", "value": "no"},
+                ]}}},
+            }],
+        },
+    }));
+    eventually("churn-lookups Ready", Duration::from_secs(60), || {
+        ready(cluster, "clusterpolicy", "churn-lookups")
+    });
+    eventually("a webhook for ConfigMaps", Duration::from_secs(60), || {
+        cluster
+            .get(&["validatingwebhookconfiguration", VALIDATING])
+            .is_some_and(|c| c["webhooks"].to_string().contains("\"configmaps\""))
+    });
+    let (qps, burst) = (
+        chart_arg(gavel, "--fallback-client-qps"),
+        chart_arg(gavel, "--fallback-client-burst"),
+    );
+    let (_, mark) = cluster.audit_since(0);
+    let started = Instant::now();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (namespaces, config_maps) = runtime.block_on(async {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&cluster.kubeconfig).unwrap();
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        let client = kube::Client::try_from(config).unwrap();
+        let create = |namespace: Option<String>, object: Value| {
+            let client = client.clone();
+            async move {
+                let kind = object["kind"].as_str().unwrap().to_string();
+                let resource = kube::api::ApiResource::from_gvk(&kube::core::GroupVersionKind::gvk(
+                    "", "v1", &kind,
+                ));
+                let api: Api<DynamicObject> = match &namespace {
+                    Some(ns) => Api::namespaced_with(client, ns, &resource),
+                    None => Api::all_with(client, &resource),
+                };
+                let object: DynamicObject = serde_json::from_value(object).unwrap();
+                api.create(&PostParams::default(), &object).await.is_ok()
+            }
+        };
+        let namespaces = futures_util::stream::iter(0..200)
+            .map(|i| {
+                create(
+                    None,
+                    json!({"apiVersion": "v1", "kind": "Namespace",
+                           "metadata": {"name": format!("churn-{i}"), "labels": {"churn": "yes"}}}),
+                )
+            })
+            .buffer_unordered(16)
+            .filter(|ok| std::future::ready(*ok))
+            .count()
+            .await;
+        let config_maps = futures_util::stream::iter(0..2000)
+            .map(|i| {
+                let ns = format!("churn-{}", i % 200);
+                create(
+                    Some(ns),
+                    // Every fourth one's admission looks its pair up: 500
+                    // lookups, a few times what the bucket allows at once.
+                    json!({"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": format!("cm-{i}"), "labels": {"lookup": if i % 4 == 0 { "yes" } else { "no" }}},
+                           "data": {"i": i.to_string()}}),
+                )
+            })
+            .buffer_unordered(32)
+            .filter(|ok| std::future::ready(*ok))
+            .count()
+            .await;
+        (namespaces, config_maps)
+    });
+    let took = started.elapsed().as_secs_f64();
+    assert_eq!((namespaces, config_maps), (200, 2000));
+    std::thread::sleep(Duration::from_secs(2));
+    let (events, _) = cluster.audit_since(mark);
+    let mut at: Vec<f64> = events
+        .iter()
+        .filter(|e| e["user"]["username"] == SERVICE_ACCOUNT)
+        .filter(|e| {
+            e["userAgent"]
+                .as_str()
+                .is_some_and(|a| a.ends_with(" fallback"))
+        })
+        .filter_map(|e| {
+            let t = e["requestReceivedTimestamp"].as_str()?;
+            let t: k8s_openapi::jiff::Timestamp = t.parse().ok()?;
+            Some(t.as_microsecond() as f64 / 1e6)
+        })
+        .collect();
+    at.sort_by(f64::total_cmp);
+    let lookups = gavel.metric_sum(
+        "kyverno_policy_results_total",
+        &["policy_name=\"churn-lookups\""],
+    );
+    // The most requests in any window of `w` seconds.
+    let most_in = |w: f64| -> usize {
+        (0..at.len())
+            .map(|i| at[i..].iter().take_while(|t| **t < at[i] + w).count())
+            .max()
+            .unwrap_or(0)
+    };
+    let replicas = gavel.replicas.len() as f64;
+    let span = at.last().zip(at.first()).map_or(0.0, |(l, f)| l - f);
+    eprintln!(
+        "e2e: churn of 200 Namespaces and 2000 ConfigMaps in {took:.1}s ({:.0} creates/s), {lookups} policy results; \
+         fallback GETs at the API server: {} over {span:.1}s, at most {} in 1 s and {} in 5 s \
+         (bound per replica: qps {qps} + burst {burst})",
+        2200.0 / took,
+        at.len(),
+        most_in(1.0),
+        most_in(5.0),
+    );
+    assert!(
+        at.len() >= 100,
+        "only {} fallback lookups: the churn did not need them",
+        at.len()
+    );
+    for w in [1.0, 5.0, span + 1.0] {
+        let bound = replicas * (burst + qps * w) + 1.0;
+        assert!(
+            most_in(w) as f64 <= bound,
+            "{} requests in {w:.1}s, above {bound}",
+            most_in(w)
+        );
+    }
+    // The throttled lookups delayed the admissions, never more than their
+    // deadline (the ConfigMaps above were all admitted); the churn is over.
+    cluster.kubectl(&["delete", "clusterpolicy", "churn-lookups"]);
+}
+
+/// 4. Cache freshness: the ConfigMap a policy reads flips 20 times; after
+///    each update, every replica is asked (directly) until its verdict
+///    follows. The time from the update's acknowledgement to each replica's
+///    first new verdict, p50 and p99.
+fn cache_freshness(cluster: &RealCluster, gavel: &Gavel) {
+    let review = pod_review(
+        &pod("fresh", true, json!({"app.kubernetes.io/name": "x"})),
+        "fresh",
+    );
+    let mut delays = Vec::new();
+    for flip in 0..20 {
+        let frozen = flip % 2 == 0;
+        let value = if frozen { "yes" } else { "no" };
+        cluster.kubectl(&[
+            "patch",
+            "configmap",
+            "freeze",
+            "-n",
+            "default",
+            "--type",
+            "merge",
+            "-p",
+            &format!(r#"{{"data": {{"frozen": "{value}"}}}}"#),
+        ]);
+        let updated = Instant::now();
+        for r in &gavel.replicas {
+            loop {
+                let response = post_review(r.port, &review).unwrap();
+                if response["allowed"] == !frozen {
+                    delays.push(updated.elapsed().as_secs_f64());
+                    break;
+                }
+                assert!(
+                    updated.elapsed() < Duration::from_secs(10),
+                    "{} still answers with the old ConfigMap after 10 s",
+                    r.identity
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+    delays.sort_by(f64::total_cmp);
+    let at = |q: f64| delays[((delays.len() - 1) as f64 * q).round() as usize];
+    eprintln!(
+        "e2e: a ConfigMap update seen by admissions after p50 {:.0}ms, p99 {:.0}ms, max {:.0}ms ({} samples; \
+         each includes one review round trip by curl)",
+        at(0.5) * 1000.0,
+        at(0.99) * 1000.0,
+        delays.last().unwrap() * 1000.0,
+        delays.len()
+    );
+    assert!(at(0.99) < 2.0, "p99 {:.2}s", at(0.99));
+}
+
 /// SIGTERM, as the kubelet stops a container.
 fn terminate(replica: &Replica) {
     let _ = Command::new("kill")
@@ -928,7 +1342,7 @@ fn uninstall(cluster: &RealCluster, gavel: &mut Gavel) {
     }
     eventually(
         "the webhook configurations removed",
-        Duration::from_secs(60),
+        Duration::from_secs(120),
         || webhook_configurations(cluster) == (false, false),
     );
     let selector = format!("app.kubernetes.io/instance={RELEASE}");

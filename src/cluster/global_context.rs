@@ -11,6 +11,7 @@
 //! arc-swapped map: no lock, no copy.
 
 use super::stores::{resource, strip};
+use super::watch_backoff::relist_at_once;
 use crate::context::ApiCallRequest;
 use crate::context::api::{fetch_json, url_path_request};
 use crate::jmespath::Expression;
@@ -172,11 +173,10 @@ pub fn start(client: Client, opts: GlobalContextOptions) -> Arc<GlobalContext> {
     let entries = writer.as_reader();
     let stream = reflector::reflector(
         writer,
-        watcher(
+        relist_at_once(watcher(
             Api::<DynamicObject>::all_with(client.clone(), &ar),
             watcher::Config::default(),
-        )
-        .default_backoff(),
+        )),
     );
     let manager = Manager {
         client,
@@ -416,9 +416,7 @@ async fn watch_resource(
     let store = writer.as_reader();
     let stream = reflector::reflector(
         writer,
-        watcher(api, watcher::Config::default())
-            .default_backoff()
-            .modify(strip),
+        relist_at_once(watcher(api, watcher::Config::default())).modify(strip),
     );
     let mut stream = std::pin::pin!(stream);
     let mut dirty = false;

@@ -5,6 +5,7 @@
 //! policy reads them.
 
 use super::config_maps::ConfigMapStore;
+use super::watch_backoff::relist_at_once;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
@@ -104,9 +105,7 @@ impl Stores {
             let writer = reflector::store::Writer::new(ar);
             let reader = writer.as_reader();
             let changed = changed_tx.clone();
-            let stream = watcher(api, watcher::Config::default())
-                .default_backoff()
-                .modify(strip);
+            let stream = relist_at_once(watcher(api, watcher::Config::default())).modify(strip);
             tokio::spawn(reflector::reflector(writer, stream).for_each(move |event| {
                 match event {
                     Ok(_) => changed.send_modify(|n| *n += 1),
@@ -126,11 +125,10 @@ impl Stores {
 
         let (namespaces, writer) = reflector::store();
         // Metadata only: namespaceSelector and namespace labels need no more.
-        let stream = watcher(
+        let stream = relist_at_once(watcher(
             Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
             watcher::Config::default(),
-        )
-        .default_backoff()
+        ))
         .modify(strip);
         tokio::spawn(drive("namespaces", reflector::reflector(writer, stream)));
 
@@ -140,7 +138,7 @@ impl Stores {
         } else {
             watcher::Config::default().labels(CACHE_LABEL)
         };
-        let stream = watcher(Api::<ConfigMap>::all(client), config).default_backoff();
+        let stream = relist_at_once(watcher(Api::<ConfigMap>::all(client), config));
         tokio::spawn(config_maps.clone().run(stream));
 
         Stores {

@@ -1,5 +1,6 @@
 //! A TCP load balancer on loopback, standing in for the Service in front of
-//! gavel's replicas: each connection goes to the next backend that accepts
+//! gavel's replicas (or for the network between gavel and the API server,
+//! which a test can cut): each connection goes to the next backend that accepts
 //! it (round robin), TLS passes through untouched. A backend that refuses
 //! (stopped, restarting) is skipped, as kube-proxy skips endpoints that are
 //! not ready.
@@ -13,6 +14,8 @@ use std::time::Duration;
 pub struct Balancer {
     pub port: u16,
     backends: Arc<Mutex<Vec<u16>>>,
+    /// Both ends of every relayed connection, to cut them all at once.
+    live: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl Balancer {
@@ -21,6 +24,8 @@ impl Balancer {
         let port = listener.local_addr().unwrap().port();
         let backends = Arc::new(Mutex::new(backends));
         let shared = backends.clone();
+        let live: Arc<Mutex<Vec<TcpStream>>> = Default::default();
+        let tracked = live.clone();
         let next = AtomicUsize::new(0);
         // The accept loop lives as long as the test binary.
         std::thread::spawn(move || {
@@ -36,11 +41,32 @@ impl Balancer {
                     .ok()
                 });
                 if let Some(upstream) = upstream {
+                    let mut tracked = tracked.lock().unwrap();
+                    // Forget connections that have ended.
+                    tracked.retain(|s| s.peer_addr().is_ok());
+                    tracked.extend(
+                        [client.try_clone(), upstream.try_clone()]
+                            .into_iter()
+                            .flatten(),
+                    );
                     relay(client, upstream);
                 }
             }
         });
-        Balancer { port, backends }
+        Balancer {
+            port,
+            backends,
+            live,
+        }
+    }
+
+    /// A network partition: no backend for new connections, and every
+    /// relayed connection cut (both sides see it end).
+    pub fn sever(&self) {
+        self.set_backends(vec![]);
+        for stream in self.live.lock().unwrap().drain(..) {
+            let _ = stream.shutdown(Shutdown::Both);
+        }
     }
 
     /// Replaces the backends (a replica restarted on a new port).

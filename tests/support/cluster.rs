@@ -162,16 +162,18 @@ impl RealCluster {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
-    /// Stops one control-plane process (`kube-apiserver`, `etcd`, ...) by its recorded pid.
-    pub fn stop(&self, name: &str) {
-        let pid =
-            std::fs::read_to_string(self.dir.join("pids").join(format!("{name}.pid"))).unwrap();
-        let pid = pid.trim();
-        Command::new("kill").args(["-TERM", pid]).status().unwrap();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline && Path::new(&format!("/proc/{pid}")).exists() {
-            std::thread::sleep(Duration::from_millis(100));
-        }
+    /// Stops one control-plane part (`kube-apiserver`, `etcd`, ...) by its
+    /// recorded pid (`e2e/cluster.sh stop`).
+    pub fn stop(&self, part: &str) {
+        let status = script(&self.dir, &["stop", part]).status().unwrap();
+        assert!(status.success(), "cluster.sh stop {part}");
+    }
+
+    /// Starts a stopped part again with the arguments `up` gave it, and
+    /// waits for it to be healthy (`e2e/cluster.sh start`).
+    pub fn start_again(&self, part: &str) {
+        let status = script(&self.dir, &["start", part]).status().unwrap();
+        assert!(status.success(), "cluster.sh start {part}");
     }
 
     /// Audit events (one JSON object a line) written since byte `from`;
@@ -196,7 +198,14 @@ impl Drop for RealCluster {
 
 /// The kubeconfig of a ServiceAccount: a token from the TokenRequest API, so
 /// that what the account's RBAC allows is exactly what its holder may do.
-pub fn service_account_kubeconfig(cluster: &RealCluster, namespace: &str, name: &str, path: &Path) {
+/// `server` is the API server's URL as the holder reaches it.
+pub fn service_account_kubeconfig(
+    cluster: &RealCluster,
+    server: &str,
+    namespace: &str,
+    name: &str,
+    path: &Path,
+) {
     let token = cluster.kubectl(&["create", "token", name, "-n", namespace, "--duration", "6h"]);
     let ca = std::fs::read(cluster.ca()).unwrap();
     use base64::Engine;
@@ -205,7 +214,7 @@ pub fn service_account_kubeconfig(cluster: &RealCluster, namespace: &str, name: 
         "apiVersion: v1\nkind: Config\nclusters:\n- name: e2e\n  cluster:\n    server: {}\n    certificate-authority-data: {ca}\n\
          users:\n- name: {name}\n  user:\n    token: {}\ncontexts:\n- name: e2e\n  context: {{cluster: e2e, user: {name}, namespace: {namespace}}}\n\
          current-context: e2e\n",
-        cluster.server(),
+        server,
         token.trim()
     );
     std::fs::write(path, text).unwrap();
