@@ -20,7 +20,7 @@ use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use handler::{MAX_BODY, Route};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -149,7 +149,13 @@ async fn review_request(
     req: Request<Incoming>,
     state: &State,
 ) -> Response<Full<Bytes>> {
-    let too_large = || {
+    // The answer goes before the whole body is read. Dropping the rest
+    // would reset an HTTP/2 stream (clients then report the reset, not the
+    // 413) and close an HTTP/1.1 connection, so the rest is read and thrown
+    // away in the background, within bounds.
+    let too_large = |rest: Incoming| {
+        state.metrics.malformed.inc();
+        tokio::spawn(discard(rest));
         text(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!("AdmissionReview body over {MAX_BODY} bytes"),
@@ -160,18 +166,27 @@ async fn review_request(
         .get(hyper::header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
+    let mut incoming = req.into_body();
     if declared.is_some_and(|n| n > MAX_BODY) {
-        state.metrics.malformed.inc();
-        return too_large();
+        return too_large(incoming);
     }
     let deadline = tokio::time::Instant::now() + state.deadline;
-    let body = Limited::new(req.into_body(), MAX_BODY).collect();
-    let body = match tokio::time::timeout_at(deadline, body).await {
-        Ok(Ok(b)) => b.to_bytes(),
-        Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
-            state.metrics.malformed.inc();
-            return too_large();
+    let mut body = bytes::BytesMut::with_capacity(declared.unwrap_or(0));
+    let read = async {
+        while let Some(frame) = incoming.frame().await {
+            if let Ok(data) = frame?.into_data() {
+                body.extend_from_slice(&data);
+                if body.len() > MAX_BODY {
+                    return Ok(false);
+                }
+            }
         }
+        Ok::<_, hyper::Error>(true)
+    };
+    let outcome = tokio::time::timeout_at(deadline, read).await;
+    match outcome {
+        Ok(Ok(true)) => {}
+        Ok(Ok(false)) => return too_large(incoming),
         Ok(Err(e)) => return text(StatusCode::BAD_REQUEST, format!("reading body: {e}")),
         Err(_) => {
             return text(
@@ -179,7 +194,8 @@ async fn review_request(
                 "the body did not arrive before the request deadline",
             );
         }
-    };
+    }
+    let body = body.freeze();
     let started = Instant::now();
     // One snapshot for the whole request, however the set changes
     // meanwhile. A guard rather than a clone of the Arc: the clone would
@@ -697,6 +713,28 @@ pub async fn accept_loop<H, F>(
         Ok(()) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing remaining connections"),
     }
+}
+
+/// How much of an oversized body is read and thrown away, and for how long,
+/// before the stream is reset after all: an honest client's oversized
+/// review is a few MiB; a hostile one must not hold a task forever.
+const DISCARD_BYTES: usize = 64 * 1024 * 1024;
+const DISCARD_TIME: Duration = Duration::from_secs(10);
+
+/// Reads the rest of `body` and drops it (see `review_request`).
+async fn discard(mut body: Incoming) {
+    let drain = async {
+        let mut read = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            if let Some(data) = frame.data_ref() {
+                read += data.len();
+                if read > DISCARD_BYTES {
+                    return;
+                }
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DISCARD_TIME, drain).await;
 }
 
 /// Resolves on SIGTERM or SIGINT.

@@ -2,18 +2,21 @@
 //! `.ci/check-chart.py` lints it strictly, renders it with the default and
 //! the large-cluster values, validates every manifest against Kubernetes
 //! 1.33, and checks the Deployment passes only flags `gavel serve` knows.
+//! The strategic-merge table generated from those schemas is checked too.
+
+mod support;
 
 use std::process::Command;
 
 #[test]
 fn chart_lints_renders_and_validates() {
     let root = env!("CARGO_MANIFEST_DIR");
-    let out = Command::new("python3")
+    let out = Command::new(support::tools::python())
         .arg(".ci/check-chart.py")
         .arg(env!("CARGO_BIN_EXE_gavel"))
         .current_dir(root)
         .output()
-        .expect("python3 runs (.ci/run installs helm-python-sdk and kubernetes-validate)");
+        .expect("python runs");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -21,4 +24,21 @@ fn chart_lints_renders_and_validates() {
     );
     assert!(out.status.success(), "chart check failed:\n{text}");
     assert!(text.contains("lint clean, manifests valid"), "{text}");
+}
+
+/// `src/patch/merge_keys.rs` is what `.ci/gen-merge-keys.py` generates from
+/// the Kubernetes schema of kubernetes-validate today.
+#[test]
+fn merge_key_table_matches_its_schema() {
+    let out = Command::new(support::tools::python())
+        .args([".ci/gen-merge-keys.py", "--check"])
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -1050,8 +1050,7 @@ fn kubectl(
     args: &[&str],
     stdin: Option<&str>,
 ) -> (bool, String, String) {
-    // The machine image's kubectl, or Debian's kubernetes-client.
-    let mut command = Command::new("kubectl");
+    let mut command = Command::new(support::tools::kubectl());
     command.arg("--kubeconfig").arg(kubeconfig).args(args);
     let out = support::cluster::run_piped(command, stdin);
     (
@@ -1134,7 +1133,9 @@ fn kubectl_speaks_to_test_server() {
 
     // A watch sees later writes as events.
     let watcher = Command::new("timeout")
-        .args(["4", "kubectl", "--kubeconfig"])
+        .arg("4")
+        .arg(support::tools::kubectl())
+        .arg("--kubeconfig")
         .arg(&kc)
         .args([
             "get",

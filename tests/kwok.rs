@@ -2,6 +2,8 @@
 //! valid Kubernetes 1.33 objects (kubernetes-validate, strict), and there
 //! are as many as asked for.
 
+mod support;
+
 use std::process::Command;
 
 #[test]
@@ -20,12 +22,12 @@ print("kinds", sorted(kinds.items()), "pods", pods)
 assert kinds == {"Namespace": 4, "Node": 30, "Deployment": 10}, kinds
 assert pods == 500, pods
 "#;
-    let out = Command::new("python3")
+    let out = Command::new(support::tools::python())
         .arg("-c")
         .arg(script)
         .current_dir(env!("CARGO_MANIFEST_DIR"))
         .output()
-        .expect("python3 runs (.ci/run installs kubernetes-validate)");
+        .expect("python runs");
     let text = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),

@@ -200,11 +200,26 @@ impl TlsConnection {
 
     /// (status, body) of a GET on this connection.
     pub fn get(&mut self, path: &str) -> Result<(u16, String), String> {
+        self.send("GET", path, b"")
+    }
+
+    /// (status, body) of a request with `body` (its Content-Length
+    /// declared) on this connection.
+    pub fn send(&mut self, method: &str, path: &str, body: &[u8]) -> Result<(u16, String), String> {
         use std::io::{Read, Write};
-        let request = format!("GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n");
-        self.stream
-            .write_all(request.as_bytes())
-            .map_err(|e| e.to_string())?;
+        let mut request = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\n").into_bytes();
+        if !body.is_empty() {
+            request.extend_from_slice(
+                format!(
+                    "Content-Type: application/json\r\nContent-Length: {}\r\n",
+                    body.len()
+                )
+                .as_bytes(),
+            );
+        }
+        request.extend_from_slice(b"\r\n");
+        request.extend_from_slice(body);
+        self.stream.write_all(&request).map_err(|e| e.to_string())?;
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {

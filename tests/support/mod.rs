@@ -1,6 +1,7 @@
 //! What the integration tests share: the in-process Kubernetes API test
-//! server ([`apiserver`]) that stands in for a kube-apiserver, which cannot be
-//! installed on these machines.
+//! server ([`apiserver`]) for fast tests, the real control plane of
+//! `e2e/cluster.sh` ([`cluster`]), a loopback balancer, `gavel serve` as a
+//! child process, and the tools the tests run ([`tools`]).
 
 // Each test target compiles this module on its own and uses only part of it.
 #![allow(dead_code)]
@@ -11,3 +12,4 @@ pub mod apiserver;
 pub mod balancer;
 pub mod cluster;
 pub mod gavel;
+pub mod tools;
