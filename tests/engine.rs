@@ -96,6 +96,23 @@ fn rule_outcomes() {
             "    validate: {message: '{{ request.object.nope }}', pattern: {metadata: {name: 'q*'}}}\n",
             Fail,
         ),
+        // kyverno-compat: Kyverno loads these, and its context refuses the
+        // query ("incorrect query"): the rule ends in error, never passes.
+        (
+            "unparseable variable in a deny key",
+            "    validate: {deny: {conditions: {any: [{key: '{{ request.object.metadata.name | | }}', operator: Equals, value: x}]}}}\n",
+            Error,
+        ),
+        (
+            "unclosed bracket in a deny key",
+            "    validate: {deny: {conditions: {any: [{key: '{{ request.object.metadata.name[ }}', operator: Equals, value: x}]}}}\n",
+            Error,
+        ),
+        (
+            "unparseable variable in a precondition",
+            "    preconditions: {all: [{key: '{{ request.operation | | }}', operator: Equals, value: UPDATE}]}\n    validate: {deny: {}}\n",
+            Error,
+        ),
         (
             "unsupported body",
             "    validate: {manifests: {attestors: []}}\n",

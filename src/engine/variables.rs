@@ -224,11 +224,17 @@ impl Substituter<'_> {
             .map(Val::into_owned);
         match (result, self.on_error) {
             (Ok(v), _) => Ok(v),
+            // kyverno-compat: an expression that does not parse is an error
+            // everywhere, conditions included (Kyverno's context rejects the
+            // query, "incorrect query", and the rule ends in error): it never
+            // becomes an empty string that lets the rule pass.
+            (Err(source @ JmesError::Syntax(_)), _) | (Err(source), OnError::Fail) => {
+                Err(VariableError::Resolve {
+                    variable: format!("{{{{{inner}}}}}"),
+                    source,
+                })
+            }
             (Err(_), OnError::EmptyString) => Ok(Value::String(String::new())),
-            (Err(source), OnError::Fail) => Err(VariableError::Resolve {
-                variable: format!("{{{{{inner}}}}}"),
-                source,
-            }),
         }
     }
 
