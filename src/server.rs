@@ -626,15 +626,16 @@ pub async fn accept_loop<H, F>(
     let handle = {
         let draining = draining.clone();
         move |req: Request<Incoming>| {
-            let http1 = req.version() <= http::Version::HTTP_11;
+            // Read when the request arrives, so that no request clones the
+            // shared Arc (its count is a cache line every core writes).
+            let close = req.version() <= http::Version::HTTP_11 && draining.load(Ordering::Relaxed);
             let answer = handle(req);
-            let draining = draining.clone();
             async move {
                 let mut response = answer.await?;
                 // hyper closes an HTTP/1.1 connection after an answer that
                 // says so; the client's next request opens a new one, which
                 // the balancer sends to a replica that is not stopping.
-                if http1 && draining.load(Ordering::Relaxed) {
+                if close {
                     response.headers_mut().insert(
                         http::header::CONNECTION,
                         http::HeaderValue::from_static("close"),
@@ -681,30 +682,24 @@ pub async fn accept_loop<H, F>(
             }
         }
     };
-    tokio::pin!(shutdown);
+    // Connections are accepted until the signal and then through the delay:
+    // readiness goes false first, and connections keep being served while
+    // the endpoint is removed everywhere.
+    let stop_accepting = async {
+        shutdown.await;
+        on_shutdown();
+        draining.store(true, Ordering::Relaxed);
+        tracing::info!(delay = ?drain.delay, "stopping: readiness is false, still serving");
+        tokio::time::sleep(drain.delay).await;
+    };
+    tokio::pin!(stop_accepting);
     loop {
         tokio::select! {
             accepted = accept() => match accepted {
                 Some((tcp, permit)) => serve(tcp, permit),
                 None => break,
             },
-            _ = &mut shutdown => break,
-        }
-    }
-    // Readiness goes false first; connections keep being served while the
-    // endpoint is removed everywhere.
-    on_shutdown();
-    draining.store(true, Ordering::Relaxed);
-    tracing::info!(delay = ?drain.delay, "stopping: readiness is false, still serving");
-    let delay = tokio::time::sleep(drain.delay);
-    tokio::pin!(delay);
-    loop {
-        tokio::select! {
-            accepted = accept() => match accepted {
-                Some((tcp, permit)) => serve(tcp, permit),
-                None => break,
-            },
-            _ = &mut delay => break,
+            _ = &mut stop_accepting => break,
         }
     }
     drop(listener);

@@ -18,7 +18,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 use support::balancer::Balancer;
 use support::cluster::{RealCluster, eventually, repo, service_account_kubeconfig};
-use support::gavel::temp_dir;
+use support::gavel::{sigterm, temp_dir};
 
 const NAMESPACE: &str = "gavel";
 const RELEASE: &str = "gavel";
@@ -814,17 +814,7 @@ fn api_server_outage(cluster: &RealCluster, gavel: &Gavel) {
 
     gavel.api_relay.sever();
     let (_, mark) = cluster.audit_since(0);
-    cluster.kubectl(&[
-        "patch",
-        "configmap",
-        "freeze",
-        "-n",
-        "default",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"data": {"frozen": "yes"}}"#,
-    ]);
+    set_frozen(cluster, true);
     cluster.stop("kube-apiserver");
     let revision = compact_etcd(cluster);
     let down = Instant::now();
@@ -896,17 +886,7 @@ fn api_server_outage(cluster: &RealCluster, gavel: &Gavel) {
         "{relists} lists of ConfigMaps for {} replicas",
         gavel.replicas.len()
     );
-    cluster.kubectl(&[
-        "patch",
-        "configmap",
-        "freeze",
-        "-n",
-        "default",
-        "--type",
-        "merge",
-        "-p",
-        r#"{"data": {"frozen": "no"}}"#,
-    ]);
+    set_frozen(cluster, false);
 }
 
 /// The value of `--flag=` in the chart's arguments.
@@ -1088,18 +1068,7 @@ fn cache_freshness(cluster: &RealCluster, gavel: &Gavel) {
     let mut delays = Vec::new();
     for flip in 0..20 {
         let frozen = flip % 2 == 0;
-        let value = if frozen { "yes" } else { "no" };
-        cluster.kubectl(&[
-            "patch",
-            "configmap",
-            "freeze",
-            "-n",
-            "default",
-            "--type",
-            "merge",
-            "-p",
-            &format!(r#"{{"data": {{"frozen": "{value}"}}}}"#),
-        ]);
+        set_frozen(cluster, frozen);
         let updated = Instant::now();
         for r in &gavel.replicas {
             loop {
@@ -1130,11 +1099,20 @@ fn cache_freshness(cluster: &RealCluster, gavel: &Gavel) {
     assert!(at(0.99) < 2.0, "p99 {:.2}s", at(0.99));
 }
 
-/// SIGTERM, as the kubelet stops a container.
-fn terminate(replica: &Replica) {
-    let _ = Command::new("kill")
-        .args(["-TERM", &replica.child.id().to_string()])
-        .status();
+/// Sets `frozen` in the ConfigMap the context-lookups policy reads.
+fn set_frozen(cluster: &RealCluster, frozen: bool) {
+    let value = if frozen { "yes" } else { "no" };
+    cluster.kubectl(&[
+        "patch",
+        "configmap",
+        "freeze",
+        "-n",
+        "default",
+        "--type",
+        "merge",
+        "-p",
+        &format!(r#"{{"data": {{"frozen": "{value}"}}}}"#),
+    ]);
 }
 
 /// 7 and 8. `helm upgrade` with `values-large-cluster.yaml`, and the rolling
@@ -1219,7 +1197,7 @@ fn roll(cluster: &RealCluster, gavel: &mut Gavel) {
             .balancer
             .set_backends([gavel.ports(), vec![old.port]].concat());
         let stopped = Instant::now();
-        terminate(&old);
+        sigterm(&old.child);
         std::thread::sleep(Duration::from_secs(1));
         gavel.balancer.set_backends(gavel.ports());
         for lease in held {
@@ -1335,7 +1313,7 @@ fn uninstall(cluster: &RealCluster, gavel: &mut Gavel) {
         String::from_utf8_lossy(&out.stderr)
     );
     for replica in &gavel.replicas {
-        terminate(replica);
+        sigterm(&replica.child);
     }
     for replica in &mut gavel.replicas {
         let _ = replica.child.wait();

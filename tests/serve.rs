@@ -5,7 +5,7 @@ mod support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
-use support::gavel::{Gavel, examples, response, temp_dir};
+use support::gavel::{Gavel, examples, response, sigterm, temp_dir};
 
 #[test]
 fn verdicts_bad_input_and_shutdown() {
@@ -170,14 +170,7 @@ fn verdicts_bad_input_and_shutdown() {
 
     // The server is still up after all of that, and drains on SIGTERM.
     assert_eq!(server.curl(&["/health/liveness"]).0, 200);
-    let pid = server.child.id().to_string();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(sigterm(&server.child));
     let status = server.child.wait().unwrap();
     assert!(status.success(), "exit after SIGTERM: {status:?}");
 }
@@ -428,15 +421,8 @@ fn sigterm_drains_without_dropping_requests() {
         .collect();
     std::thread::sleep(Duration::from_millis(500));
 
-    let pid = server.child.id().to_string();
     let signalled = Instant::now();
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-            .success()
-    );
+    assert!(sigterm(&server.child));
     terminated.store(true, Ordering::Relaxed);
     // Readiness is false at once, and the server still answers.
     std::thread::sleep(Duration::from_millis(300));

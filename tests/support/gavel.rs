@@ -135,6 +135,14 @@ impl Drop for Gavel {
     }
 }
 
+/// SIGTERM, as the kubelet stops a container. Whether the signal was sent.
+pub fn sigterm(child: &Child) -> bool {
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
 pub fn temp_dir(name: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("gavel-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
