@@ -9,6 +9,7 @@
 // RATE and DURATION for a constant arrival rate instead of fixed iterations.
 import http from 'k6/http';
 import { check } from 'k6';
+import { textSummary } from './summary.js';
 
 const TARGET = __ENV.TARGET || 'https://127.0.0.1:9443/validate';
 const VUS = parseInt(__ENV.VUS || '100');
@@ -70,22 +71,10 @@ export default function () {
 }
 
 export function handleSummary(data) {
-  const out = { stdout: textSummary(data) };
+  const shape = RATE ? `${RATE}/s from up to ${VUS} VUs` : `${VUS} VUs / ${ITERATIONS} iterations`;
+  const out = { stdout: textSummary(data, shape) };
   if (__ENV.SUMMARY) {
     out[__ENV.SUMMARY] = JSON.stringify(data, null, 2);
   }
   return out;
-}
-
-// A short text summary (k6's own needs a remote module, and nothing may be
-// fetched).
-function textSummary(data) {
-  const d = data.metrics.http_req_duration.values;
-  const checks = data.metrics.checks.values;
-  const fmt = (v) => `${v.toFixed(2)}ms`;
-  const shape = RATE ? `${RATE}/s from up to ${VUS} VUs` : `${VUS} VUs / ${ITERATIONS} iterations`;
-  return `${shape}: ` +
-    `avg ${fmt(d.avg)} med ${fmt(d.med)} p(95) ${fmt(d['p(95)'])} p(99) ${fmt(d['p(99)'])} max ${fmt(d.max)}, ` +
-    `checks ${(checks.rate * 100).toFixed(2)}%, ` +
-    `${data.metrics.http_reqs.values.rate.toFixed(0)} req/s\n`;
 }

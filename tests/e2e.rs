@@ -13,26 +13,28 @@
 mod support;
 
 use serde_json::{Value, json};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
-use support::balancer::Balancer;
-use support::cluster::{RealCluster, eventually, repo, service_account_kubeconfig};
+use support::cluster::{RealCluster, eventually, repo};
 use support::gavel::{sigterm, temp_dir};
+use support::release::{
+    MUTATING, NAMESPACE, RELEASE, Release, VALIDATING, deployment_args, get, install_kyverno_crds,
+    post_review, ready, wait_ready, webhook_configurations,
+};
 
-const NAMESPACE: &str = "gavel";
-const RELEASE: &str = "gavel";
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:gavel:gavel";
 const LEASES: [&str; 3] = ["gavel-webhooks", "gavel-certs", "gavel-policy-status"];
-const VALIDATING: &str = "gavel-resource-validating-webhook-cfg";
-const MUTATING: &str = "gavel-resource-mutating-webhook-cfg";
 
 #[test]
 fn gavel_on_a_real_control_plane() {
     let dir = temp_dir("e2e");
     let cluster = RealCluster::start(&dir.join("cluster"), 10);
     install_kyverno_crds(&cluster);
-    let mut gavel = Gavel::install(&cluster, &dir);
+    // The GlobalContextEntry of the hot-path step reads Services: a user
+    // grants that through the chart's extraReadRules.
+    let values =
+        "rbac:\n  extraReadRules:\n    - apiGroups: [\"\"]\n      resources: [\"services\"]\n";
+    let mut gavel = Release::install(&cluster, &dir, 3, values);
     step("policies applied with kubectl are enforced", || {
         policies_are_enforced(&cluster, &gavel)
     });
@@ -69,238 +71,6 @@ fn step(name: &str, f: impl FnOnce()) {
     eprintln!("e2e: {name}: ok in {:.1}s", started.elapsed().as_secs_f64());
 }
 
-/// Kyverno's CRDs, pinned with Kyverno in e2e/versions.env, as a user
-/// installs them before gavel's chart (server-side: some are too large for
-/// the last-applied annotation).
-fn install_kyverno_crds(cluster: &RealCluster) {
-    let crds = support::cluster::cache().join("kyverno-crds");
-    cluster.kubectl(&["apply", "--server-side", "-f", crds.to_str().unwrap()]);
-    cluster.kubectl(&[
-        "wait",
-        "--for",
-        "condition=Established",
-        "crd",
-        "--all",
-        "--timeout",
-        "60s",
-    ]);
-}
-
-/// The chart installed by Helm and its replicas running on this machine.
-struct Gavel {
-    dir: PathBuf,
-    /// `gavel serve`'s arguments exactly as the chart's Deployment renders them.
-    chart_args: Vec<String>,
-    kubeconfig: PathBuf,
-    balancer: Balancer,
-    /// The replicas reach the API server through this relay, so that a
-    /// test can cut them off (a network partition).
-    api_relay: Balancer,
-    replicas: Vec<Replica>,
-}
-
-struct Replica {
-    identity: String,
-    port: u16,
-    child: Child,
-}
-
-impl Gavel {
-    fn install(cluster: &RealCluster, dir: &Path) -> Gavel {
-        // The GlobalContextEntry of the hot-path step reads Services: a user
-        // grants that through the chart's extraReadRules.
-        let values = dir.join("values.yaml");
-        std::fs::write(
-            &values,
-            "rbac:\n  extraReadRules:\n    - apiGroups: [\"\"]\n      resources: [\"services\"]\n",
-        )
-        .unwrap();
-        let chart = repo().join("charts/gavel");
-        let out = cluster.helm(&[
-            "install",
-            RELEASE,
-            chart.to_str().unwrap(),
-            "--namespace",
-            NAMESPACE,
-            "--create-namespace",
-            "--values",
-            values.to_str().unwrap(),
-        ]);
-        assert!(
-            out.status.success(),
-            "helm install: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let chart_args = deployment_args(cluster);
-        let kubeconfig = dir.join("gavel.kubeconfig");
-        let api_relay = Balancer::start(vec![cluster.api_port()]);
-        service_account_kubeconfig(
-            cluster,
-            &format!("https://127.0.0.1:{}", api_relay.port),
-            NAMESPACE,
-            "gavel",
-            &kubeconfig,
-        );
-        let balancer = Balancer::start(vec![]);
-        let mut gavel = Gavel {
-            dir: dir.to_path_buf(),
-            chart_args,
-            kubeconfig,
-            balancer,
-            api_relay,
-            replicas: vec![],
-        };
-        let started = Instant::now();
-        for i in 0..3 {
-            let replica = gavel.spawn(&format!("gavel-{i}"));
-            gavel.replicas.push(replica);
-        }
-        gavel.balancer.set_backends(gavel.ports());
-        for replica in &gavel.replicas {
-            wait_ready(replica, Duration::from_secs(60));
-        }
-        // With no policy yet they hold no webhook; step 1 checks the ones policies add.
-        eventually(
-            "the webhook configurations",
-            Duration::from_secs(60),
-            || webhook_configurations(cluster) == (true, true),
-        );
-        eprintln!(
-            "e2e: 3 replicas ready and webhooks registered {:.1}s after start",
-            started.elapsed().as_secs_f64()
-        );
-        gavel
-    }
-
-    fn ports(&self) -> Vec<u16> {
-        self.replicas.iter().map(|r| r.port).collect()
-    }
-
-    /// Starts one replica with the chart's arguments, changed only where a
-    /// host process must differ from a pod: its address, where it writes the
-    /// CA, the kubeconfig of the chart's ServiceAccount, and the URL the API
-    /// server calls (the balancer) in place of the Service.
-    fn spawn(&self, identity: &str) -> Replica {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let mut args = vec!["serve".to_string()];
-        args.extend(
-            self.chart_args
-                .iter()
-                .filter(|a| !a.starts_with("--listen=") && !a.starts_with("--ca-out="))
-                .cloned(),
-        );
-        args.push(format!("--listen=127.0.0.1:{port}"));
-        args.push(format!(
-            "--ca-out={}",
-            self.dir.join(format!("{identity}-ca.pem")).display()
-        ));
-        args.push(format!("--kubeconfig={}", self.kubeconfig.display()));
-        args.push(format!(
-            "--webhook-url=https://127.0.0.1:{}",
-            self.balancer.port
-        ));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.dir.join(format!("{identity}.log")))
-            .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_gavel"))
-            .args(&args)
-            .env("POD_NAMESPACE", NAMESPACE)
-            .env("POD_NAME", identity)
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .stdin(Stdio::null())
-            .spawn()
-            .expect("starting gavel");
-        Replica {
-            identity: identity.to_string(),
-            port,
-            child,
-        }
-    }
-
-    /// The sum over replicas of one metric series.
-    fn metric_sum(&self, name: &str, labels: &[&str]) -> f64 {
-        self.replicas
-            .iter()
-            .map(|r| series(&scrape(r.port), name, labels))
-            .sum()
-    }
-}
-
-impl Drop for Gavel {
-    fn drop(&mut self) {
-        for replica in &mut self.replicas {
-            let _ = replica.child.kill();
-            let _ = replica.child.wait();
-        }
-    }
-}
-
-/// The container args of the Deployment the chart rendered, without `serve`.
-fn deployment_args(cluster: &RealCluster) -> Vec<String> {
-    let out = cluster.helm(&["get", "manifest", RELEASE, "--namespace", NAMESPACE]);
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
-    for doc in text.split("\n---") {
-        let Ok(value) = serde_saphyr::from_str::<Value>(doc) else {
-            continue;
-        };
-        if value["kind"] == "Deployment" {
-            let args = value["spec"]["template"]["spec"]["containers"][0]["args"]
-                .as_array()
-                .unwrap();
-            assert_eq!(args[0], "serve");
-            return args[1..]
-                .iter()
-                .map(|a| a.as_str().unwrap().to_string())
-                .collect();
-        }
-    }
-    panic!("no Deployment in the chart's manifest");
-}
-
-/// (status, body) of a GET on a replica, as the kubelet probes it (HTTPS
-/// without verifying the serving certificate).
-fn get(port: u16, path: &str) -> (u16, String) {
-    let out = Command::new("curl")
-        .args(["-sk", "-w", "\n%{http_code}"])
-        .arg(format!("https://127.0.0.1:{port}{path}"))
-        .output()
-        .expect("curl");
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-    (code.trim().parse().unwrap_or(0), body.to_string())
-}
-
-fn wait_ready(replica: &Replica, timeout: Duration) {
-    eventually(
-        &format!("{} to be ready", replica.identity),
-        timeout,
-        || get(replica.port, "/health/readiness").0 == 200,
-    );
-}
-
-fn scrape(port: u16) -> String {
-    get(port, "/metrics").1
-}
-
-/// The value of the series of `name` whose labels include all of `labels`
-/// (`key="value"`), summed.
-fn series(metrics: &str, name: &str, labels: &[&str]) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
-        .filter(|l| labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 fn pod(name: &str, compliant: bool, labels: Value) -> Value {
     let security = if compliant {
         json!({"allowPrivilegeEscalation": false, "runAsNonRoot": true, "runAsUser": 1000,
@@ -331,20 +101,11 @@ fn create(cluster: &RealCluster, object: &Value, extra: &[&str]) -> Result<Strin
     }
 }
 
-fn ready(cluster: &RealCluster, kind: &str, name: &str) -> bool {
-    cluster.get(&[kind, name]).is_some_and(|p| {
-        p["status"]["conditions"].as_array().is_some_and(|cs| {
-            cs.iter()
-                .any(|c| c["type"] == "Ready" && c["status"] == "True")
-        })
-    })
-}
-
 /// 1. Policies applied with kubectl become Ready; a violating Pod created
 ///    through the API server is denied with Kyverno's message, a compliant one
 ///    admitted; a mutate policy's patch is on the stored object; an Audit
 ///    policy admits and counts.
-fn policies_are_enforced(cluster: &RealCluster, gavel: &Gavel) {
+fn policies_are_enforced(cluster: &RealCluster, gavel: &Release) {
     cluster.kubectl(&["create", "namespace", "e2e"]);
     let policies = repo().join("examples/policies");
     cluster.kubectl(&[
@@ -474,7 +235,7 @@ fn policies_are_enforced(cluster: &RealCluster, gavel: &Gavel) {
 /// 2. 5,000 admissions that read `configMap` and `globalReference` context
 ///    make no API request from gavel's identity, counted by the API server
 ///    (its audit log, which names the user of every request).
-fn hot_path_makes_no_api_calls(cluster: &RealCluster, gavel: &Gavel) {
+fn hot_path_makes_no_api_calls(cluster: &RealCluster, gavel: &Release) {
     cluster.apply(&json!({
         "apiVersion": "v1", "kind": "ConfigMap",
         "metadata": {"name": "freeze", "namespace": "default", "labels": {"cache.kyverno.io/enabled": "true"}},
@@ -664,7 +425,7 @@ fn holder(cluster: &RealCluster, lease: &str) -> Option<String> {
 /// 5. `kill -9` of the leader of each Lease: another replica holds it within
 ///    the lease duration; the webhook configurations and certificates stay as
 ///    they were, and the audit log shows no duplicate creates or rewrites.
-fn leader_failover(cluster: &RealCluster, gavel: &mut Gavel) {
+fn leader_failover(cluster: &RealCluster, gavel: &mut Release) {
     let lease_seconds = 15.0;
     let webhooks_before = [VALIDATING, MUTATING].map(|n| webhook_client(cluster, n));
     let secrets_before = gavel_secrets(cluster);
@@ -755,24 +516,6 @@ fn pod_review(object: &Value, uid: &str) -> Value {
     })
 }
 
-/// The `response` of a review posted straight to a replica's /validate/fail.
-fn post_review(port: u16, review: &Value) -> Result<Value, String> {
-    let mut curl = Command::new("curl");
-    curl.args([
-        "-sk",
-        "--max-time",
-        "5",
-        "-H",
-        "Content-Type: application/json",
-    ])
-    .args(["--data-binary", "@-"])
-    .arg(format!("https://127.0.0.1:{port}/validate/fail"));
-    let out = support::cluster::run_piped(curl, Some(&review.to_string()));
-    let body: Value = serde_json::from_slice(&out.stdout)
-        .map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stdout)))?;
-    Ok(body["response"].clone())
-}
-
 /// etcd's JSON gateway: its current revision, and a compaction to it (so
 /// that a watch from an older resourceVersion gets 410 Gone).
 fn compact_etcd(cluster: &RealCluster) -> u64 {
@@ -804,7 +547,7 @@ fn compact_etcd(cluster: &RealCluster) -> u64 {
 ///    a policy reads changes, and etcd is compacted past their watches: after
 ///    the restart their watches get 410 Gone, they list again, and every
 ///    replica enforces the update it missed.
-fn api_server_outage(cluster: &RealCluster, gavel: &Gavel) {
+fn api_server_outage(cluster: &RealCluster, gavel: &Release) {
     let labelled = json!({"app.kubernetes.io/name": "x"});
     let compliant = pod_review(&pod("outage-ok", true, labelled.clone()), "outage-ok");
     let violating = pod_review(&pod("outage-bad", false, labelled.clone()), "outage-bad");
@@ -890,7 +633,7 @@ fn api_server_outage(cluster: &RealCluster, gavel: &Gavel) {
 }
 
 /// The value of `--flag=` in the chart's arguments.
-fn chart_arg(gavel: &Gavel, flag: &str) -> f64 {
+fn chart_arg(gavel: &Release, flag: &str) -> f64 {
     let prefix = format!("{flag}=");
     gavel
         .chart_args
@@ -905,7 +648,7 @@ fn chart_arg(gavel: &Gavel, flag: &str) -> f64 {
 ///    through the fallback client, far faster than its QPS allows. The API
 ///    server sees gavel's requests stay within QPS plus burst over every
 ///    window (per replica: each has its own bucket, as Kyverno's pods do).
-fn churn_stays_within_qps(cluster: &RealCluster, gavel: &Gavel) {
+fn churn_stays_within_qps(cluster: &RealCluster, gavel: &Release) {
     use futures_util::StreamExt;
     use kube::api::{Api, DynamicObject, PostParams};
     cluster.apply(&json!({
@@ -1060,7 +803,7 @@ fn churn_stays_within_qps(cluster: &RealCluster, gavel: &Gavel) {
 ///    each update, every replica is asked (directly) until its verdict
 ///    follows. The time from the update's acknowledgement to each replica's
 ///    first new verdict, p50 and p99.
-fn cache_freshness(cluster: &RealCluster, gavel: &Gavel) {
+fn cache_freshness(cluster: &RealCluster, gavel: &Release) {
     let review = pod_review(
         &pod("fresh", true, json!({"app.kubernetes.io/name": "x"})),
         "fresh",
@@ -1122,7 +865,7 @@ fn set_frozen(cluster: &RealCluster, frozen: bool) {
 ///    server with failurePolicy Fail. Zero failed creates; every stopped
 ///    replica drains and exits 0; a Lease it held is taken over at once
 ///    (released on SIGTERM, not left to expire).
-fn upgrade_rolls_under_load(cluster: &RealCluster, gavel: &mut Gavel) {
+fn upgrade_rolls_under_load(cluster: &RealCluster, gavel: &mut Release) {
     use std::sync::atomic::{AtomicBool, Ordering};
     let chart = repo().join("charts/gavel");
     let out = cluster.helm(&[
@@ -1179,7 +922,7 @@ fn upgrade_rolls_under_load(cluster: &RealCluster, gavel: &mut Gavel) {
 }
 
 /// Replaces each replica in turn, as the Deployment controller does.
-fn roll(cluster: &RealCluster, gavel: &mut Gavel) {
+fn roll(cluster: &RealCluster, gavel: &mut Release) {
     let retry_period = 2.0;
     for i in 0..gavel.replicas.len() {
         let new = gavel.spawn(&format!("gavel-upgraded-{i}"));
@@ -1225,18 +968,6 @@ fn roll(cluster: &RealCluster, gavel: &mut Gavel) {
             stopped.elapsed().as_secs_f64()
         );
     }
-}
-
-/// Whether gavel's (validating, mutating) webhook configurations exist.
-fn webhook_configurations(cluster: &RealCluster) -> (bool, bool) {
-    (
-        cluster
-            .get(&["validatingwebhookconfiguration", VALIDATING])
-            .is_some(),
-        cluster
-            .get(&["mutatingwebhookconfiguration", MUTATING])
-            .is_some(),
-    )
 }
 
 /// The URL and caBundle of each webhook of a configuration.
@@ -1297,7 +1028,7 @@ fn gavel_secrets(cluster: &RealCluster) -> Vec<(String, String)> {
 ///    stopped, as the kubelet would), and nothing of gavel is left that can
 ///    affect the cluster: no webhook configuration pointing at nothing, no
 ///    RBAC, no ServiceAccount.
-fn uninstall(cluster: &RealCluster, gavel: &mut Gavel) {
+fn uninstall(cluster: &RealCluster, gavel: &mut Release) {
     let out = cluster.helm(&[
         "uninstall",
         RELEASE,

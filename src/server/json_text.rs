@@ -63,6 +63,11 @@ impl JsonWriter {
         self.out.push_str("\\n");
     }
 
+    /// Appends a piece of JSON string text the caller wrote escaped.
+    pub fn escaped_str(&mut self, s: &str) {
+        self.out.push_str(s);
+    }
+
     /// Appends text already escaped.
     pub fn escaped(&mut self, text: &JsonText) {
         self.out.push_str(&text.0);

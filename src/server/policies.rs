@@ -34,7 +34,7 @@ pub struct PolicySet {
 }
 
 impl PolicySet {
-    fn extend(&mut self, other: &PolicySet) {
+    pub fn extend(&mut self, other: &PolicySet) {
         self.policies.extend(other.policies.iter().cloned());
         self.exceptions.extend(other.exceptions.iter().cloned());
         self.validating.extend(other.validating.iter().cloned());
@@ -313,7 +313,13 @@ fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 /// a half-edited file never replaces its last good version.
 pub(super) fn load_file(path: &Path) -> Result<PolicySet, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let docs = load_policy_text(&path.display().to_string(), &text).map_err(|e| e.to_string())?;
+    load_text(&path.display().to_string(), &text)
+}
+
+/// Loads and compiles the documents of one policy file's text (`file` names
+/// it in errors), as a hot reload does.
+pub fn load_text(file: &str, text: &str) -> Result<PolicySet, String> {
+    let docs = load_policy_text(file, text).map_err(|e| e.to_string())?;
     let mut set = PolicySet::default();
     let cel_error = |e: CelCompileError, (kind, name): (&str, &str)| format!("{kind} {name}: {e}");
     for doc in docs {

@@ -74,7 +74,8 @@ impl Sink for JsonWriter {
     fn line_feed_indent(&mut self, indent: usize) {
         const LINE: &str = "\\n                ";
         match LINE.get(..2 + indent) {
-            Some(line) => JsonWriter::verbatim(self, line),
+            // Escaped already (`\\n`): verbatim's check would refuse the backslash.
+            Some(line) => self.escaped_str(line),
             None => {
                 JsonWriter::line_feed(self);
                 self.spaces(indent);

@@ -12,4 +12,5 @@ pub mod apiserver;
 pub mod balancer;
 pub mod cluster;
 pub mod gavel;
+pub mod release;
 pub mod tools;

@@ -1,0 +1,19 @@
+//! An AdmissionReview body through the whole `admit` path (decode, match,
+//! evaluate, encode) on both routes, against the example policies: what the
+//! API server, or anyone who can reach the webhook, sends.
+#![no_main]
+
+use gavel::context::NoResolver;
+use gavel::server::handler::{Route, admit};
+use gavel::server::policies::Snapshot;
+use libfuzzer_sys::fuzz_target;
+use std::sync::LazyLock;
+
+static POLICIES: LazyLock<Snapshot> = LazyLock::new(gavel_fuzz::example_snapshot);
+
+fuzz_target!(init: gavel_fuzz::guard_panics(), |data: &[u8]| {
+    for route in [Route::Validate(None), Route::Mutate(None)] {
+        // An error is an answer (400 with its reason); only a panic is a bug.
+        let _ = admit(route, data, &POLICIES, None, &NoResolver);
+    }
+});
