@@ -87,6 +87,17 @@ fn verdicts_bad_input_and_shutdown() {
             400,
             "request.uid: invalid type",
         ),
+        (
+            "{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\", \"request\": null}",
+            400,
+            "no request",
+        ),
+        // A number no JSON reader can hold: the path to it, not a panic or a rounding.
+        (
+            "{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\", \"request\": {\"uid\": \"u\", \"kind\": {\"version\": \"v1\", \"kind\": \"Pod\"}, \"operation\": \"CREATE\", \"object\": {\"spec\": {\"priority\": 1e400}}}}",
+            400,
+            "request.object.spec.priority: number out of range",
+        ),
     ] {
         let (code, text) = server.post_text("/validate", body);
         assert_eq!(code, status, "{body} -> {text}");
@@ -103,12 +114,37 @@ fn verdicts_bad_input_and_shutdown() {
         (400, true),
         "{text}"
     );
+    // Bytes that are not UTF-8: 400 with where they are.
+    let latin1 = dir.join("latin1.json");
+    let mut bytes = b"{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\", \"request\": {\"uid\": \"u".to_vec();
+    bytes.extend_from_slice(&[0xff, 0xfe]);
+    bytes.extend_from_slice(b"\"}}");
+    std::fs::write(&latin1, bytes).unwrap();
+    let (code, text) = server.post("/validate", &latin1);
+    assert_eq!(code, 400, "{text}");
+    assert!(
+        text.contains("not UTF-8") && text.contains("from index 86"),
+        "{text}"
+    );
+    // A field gavel does not read may nest as deep as it likes: skipped, not
+    // recursed into, and the review is answered.
+    let unknown_deep = format!(
+        "{{\"apiVersion\": \"admission.k8s.io/v1\", \"kind\": \"AdmissionReview\", \"unknown\": {}{}, \"request\": {{\"uid\": \"u\", \"kind\": {{\"version\": \"v1\", \"kind\": \"ConfigMap\"}}, \"operation\": \"CREATE\", \"namespace\": \"default\", \"object\": {{\"apiVersion\": \"v1\", \"kind\": \"ConfigMap\", \"metadata\": {{\"name\": \"x\"}}}}}}}}",
+        "[".repeat(1_000_000),
+        "]".repeat(1_000_000)
+    );
+    let (code, text) = server.post_text("/validate", &unknown_deep);
+    assert_eq!(
+        (code, response(&text)["allowed"].clone()),
+        (200, true.into()),
+        "{text}"
+    );
     let big = "x".repeat(3 * 1024 * 1024 + 1);
     let (code, text) = server.post_text("/validate", &big);
     assert_eq!(code, 413, "{text}");
     assert_eq!(server.curl(&["/validate"]).0, 405);
     assert_eq!(server.curl(&["/nope"]).0, 404);
-    assert_eq!(server.metric("gavel_requests_malformed_total"), 6.0);
+    assert_eq!(server.metric("gavel_requests_malformed_total"), 9.0);
 
     // Kyverno's metric names and labels.
     let pod = [
