@@ -2,6 +2,8 @@
 # A real Kubernetes control plane on 127.0.0.1, built from Go modules.
 #
 #   e2e/cluster.sh build          build the pinned parts once into the cache
+#   e2e/cluster.sh build kyverno  build Kyverno's admission controller and CLI, the peer
+#                                 gavel is measured against (not needed by the tests)
 #   e2e/cluster.sh up [--nodes N] start etcd, kube-apiserver, kube-controller-manager,
 #                                 kube-scheduler and kwok with N fake nodes (default 10)
 #   e2e/cluster.sh down           stop exactly what `up` started (recorded pids)
@@ -37,7 +39,7 @@ stamp_of() {
     kube) echo "$KUBERNETES_VERSION $ETCD_VERSION $(sha256sum "$here/go/kube/go.sum" "$here/go/kube/etcd/main.go" | sha256sum | cut -c1-16)" ;;
     kwok) echo "$KWOK_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
-    kyverno-crds) echo "$KYVERNO_VERSION" ;;
+    kyverno-crds|kyverno) echo "$KYVERNO_VERSION" ;;
   esac
   go env GOVERSION
 }
@@ -118,11 +120,46 @@ fetch_kyverno_crds() {
   chmod -R u+w "$cache/kyverno-crds"
 }
 
+# Kyverno's admission controller and CLI, built in its own module as
+# downloaded: its go.mod and go.sum are the main module's, so its replace
+# line (k8s.io/pod-security-admission => its fork) and every pinned version
+# apply exactly as in its release build, with nothing to repeat or drift.
+build_kyverno() {
+  local src
+  src="$(cd "$cache" && go mod download -json "github.com/kyverno/kyverno@$KYVERNO_VERSION" \
+    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  [ -f "$src/go.mod" ] || return 1
+  (cd "$src" && go build -buildvcs=false \
+    -ldflags "-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion=$KYVERNO_VERSION" \
+    -o "$bin/" ./cmd/kyverno ./cmd/cli/kubectl-kyverno)
+  # Its chart, without the subcharts it would fetch from the internet
+  # (kyverno-api, openreports, reports-server): the CRDs come from
+  # config/crds instead, and the reports server is off by default.
+  rm -rf "$cache/kyverno-chart"
+  cp -r "$src/charts/kyverno" "$cache/kyverno-chart" && chmod -R u+w "$cache/kyverno-chart" || return 1
+  rm -f "$cache/kyverno-chart/Chart.lock"
+  awk '
+    function flush() { if (entry != "" && entry !~ /repository:/) printf "%s", entry; entry = "" }
+    /^dependencies:/ { deps = 1; print; next }
+    deps && /^  - name:/ { flush(); entry = $0 "\n"; next }
+    deps && /^    / { entry = entry $0 "\n"; next }
+    deps { flush(); deps = 0 }
+    { print }
+    END { flush() }
+  ' "$src/charts/kyverno/Chart.yaml" > "$cache/kyverno-chart/Chart.yaml"
+}
+
 cmd_build() {
   command -v go >/dev/null || die "Go is required (the machine image ships it)"
   mkdir -p "$bin"
   export CGO_ENABLED=0 GOFLAGS=-trimpath
   local failed=()
+  if [ "${1:-}" = kyverno ]; then
+    up_to_date kyverno "$bin/kyverno" "$bin/kubectl-kyverno" "$cache/kyverno-chart" \
+      || { timed kyverno build_kyverno && stamp kyverno; } || die "failed to build: kyverno"
+    log "Kyverno $KYVERNO_VERSION built in $bin"
+    return
+  fi
   up_to_date kube "$bin/kube-apiserver" "$bin/kube-controller-manager" "$bin/kube-scheduler" "$bin/kubectl" "$bin/etcd" \
     || { timed kube build_kube && stamp kube; } || failed+=(kube)
   up_to_date kwok "$bin/kwok" "$cache/kwok-stages" || { timed kwok build_kwok && stamp kwok; } || failed+=(kwok)
@@ -412,5 +449,5 @@ case "${1:-}" in
   pin) shift; cmd_pin "$@" ;;
   stop) shift; cmd_stop "$@" ;;
   start) shift; cmd_start "$@" ;;
-  *) sed -n '2,11p' "$0" >&2; exit 2 ;;
+  *) sed -n '2,13p' "$0" >&2; exit 2 ;;
 esac

@@ -87,7 +87,8 @@ fn main() -> Result<()> {
         accept_loop(
             listener,
             acceptor,
-            4096,
+            gavel::server::ConnectionLimits::default(),
+            gavel::server::metrics::ConnectionMetrics::default(),
             answer,
             shutdown_signal(),
             || {},

@@ -67,8 +67,18 @@ pub struct ServeArgs {
     /// Seconds between scans of the policy directory and certificate files.
     #[arg(long, default_value_t = 2)]
     pub poll_seconds: u64,
+    /// Connections served at once; at the cap, the longest idle are
+    /// closed to make room.
     #[arg(long, default_value_t = 4096)]
     pub max_connections: usize,
+    /// Seconds for a TLS handshake, for the first request of a connection
+    /// and for each HTTP/1.1 request head (slow clients are cut off).
+    #[arg(long, default_value_t = 10.0)]
+    pub header_timeout_seconds: f64,
+    /// Seconds a connection may stay idle; keep it over the clients' own
+    /// idle timeout (90 s for Go's, the API server's), so that they close first.
+    #[arg(long, default_value_t = 120.0)]
+    pub idle_timeout_seconds: f64,
     /// Seconds a review may take before its failurePolicy decides it;
     /// keep it a little under the webhook's timeoutSeconds.
     #[arg(long, default_value_t = 10.0)]
@@ -265,18 +275,30 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                     grace: std::time::Duration::from_secs(args.grace_seconds),
                 },
                 poll: std::time::Duration::from_secs(args.poll_seconds.max(1)),
-                max_connections: args.max_connections.max(1),
-                deadline: std::time::Duration::try_from_secs_f64(args.deadline_seconds)
-                    .ok()
-                    .filter(|d| !d.is_zero())
-                    .ok_or_else(|| {
-                        anyhow::anyhow!("--deadline-seconds must be a positive number")
-                    })?,
+                connections: crate::server::ConnectionLimits {
+                    max_connections: args.max_connections.max(1),
+                    header_timeout: positive_seconds(
+                        args.header_timeout_seconds,
+                        "--header-timeout-seconds",
+                    )?,
+                    idle_timeout: positive_seconds(
+                        args.idle_timeout_seconds,
+                        "--idle-timeout-seconds",
+                    )?,
+                },
+                deadline: positive_seconds(args.deadline_seconds, "--deadline-seconds")?,
                 cluster,
             })?;
             Ok(0)
         }
     }
+}
+
+fn positive_seconds(seconds: f64, flag: &str) -> anyhow::Result<std::time::Duration> {
+    std::time::Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| anyhow::anyhow!("{flag} must be a positive number"))
 }
 
 /// Cluster mode when a kubeconfig is given, or inside a cluster unless

@@ -7,6 +7,7 @@
 //! policy directory and the certificate files; SIGTERM/SIGINT drain the
 //! server gracefully.
 
+pub mod connections;
 pub mod handler;
 pub mod json_text;
 pub mod metrics;
@@ -19,12 +20,11 @@ use crate::context::{ClusterView, NoResolver};
 use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+pub use connections::{ConnectionLimits, Drain, accept_loop};
 use handler::{MAX_BODY, Route};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use metrics::{AdmissionLabels, Metrics};
 use policies::{PolicyStore, Snapshot};
 use std::net::SocketAddr;
@@ -33,7 +33,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 /// Settings of `gavel serve`, validated by the CLI.
@@ -49,7 +48,7 @@ pub struct ServeOptions {
     /// How the server stops after SIGTERM.
     pub drain: Drain,
     pub poll: Duration,
-    pub max_connections: usize,
+    pub connections: ConnectionLimits,
     /// Per-request deadline; set a little under the webhook's timeoutSeconds.
     pub deadline: Duration,
     /// Cluster mode: policies and context from the API server's stores
@@ -564,7 +563,8 @@ async fn run(opts: ServeOptions) -> Result<()> {
     accept_loop(
         listener,
         acceptor,
-        opts.max_connections,
+        opts.connections,
+        state.metrics.connections.clone(),
         handle,
         async move {
             let _ = stopping.wait_for(|s| *s).await;
@@ -576,140 +576,6 @@ async fn run(opts: ServeOptions) -> Result<()> {
     Ok(())
 }
 
-/// How the server stops once asked to. Kubernetes keeps sending to a
-/// terminating pod until every node and the API server have seen its
-/// endpoint go (seconds), so stopping at once would drop requests.
-#[derive(Debug, Clone, Copy)]
-pub struct Drain {
-    /// After the signal: readiness is false, but new connections are still
-    /// accepted and served; HTTP/1.1 answers carry `Connection: close`, so
-    /// clients move to another replica at their next request.
-    pub delay: Duration,
-    /// After the delay: no new connections; HTTP/2 connections get GOAWAY,
-    /// idle HTTP/1.1 ones are closed, in-flight requests get this long.
-    pub grace: Duration,
-}
-
-/// Serves TLS connections from `listener` with `handle` (HTTP/2 or
-/// HTTP/1.1 by ALPN, at most `max_connections` at once) until `shutdown`
-/// completes; then calls `on_shutdown` (readiness goes false) and drains
-/// as [`Drain`] says. Shared with `examples/baseline_server.rs`, so that
-/// the transport ceiling it measures is this very loop.
-pub async fn accept_loop<H, F>(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    max_connections: usize,
-    handle: H,
-    shutdown: impl std::future::Future<Output = ()>,
-    on_shutdown: impl FnOnce(),
-    drain: Drain,
-) where
-    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
-    F: std::future::Future<Output = Result<Response<Full<Bytes>>, std::convert::Infallible>>
-        + Send
-        + 'static,
-{
-    let connections = Arc::new(Semaphore::new(max_connections));
-    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    // A client that opens a connection and trickles its headers would hold
-    // a connection slot forever without a header timeout.
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        .header_read_timeout(Duration::from_secs(10));
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(256);
-    let draining = Arc::new(AtomicBool::new(false));
-    let handle = {
-        let draining = draining.clone();
-        move |req: Request<Incoming>| {
-            // Read when the request arrives, so that no request clones the
-            // shared Arc (its count is a cache line every core writes).
-            let close = req.version() <= http::Version::HTTP_11 && draining.load(Ordering::Relaxed);
-            let answer = handle(req);
-            async move {
-                let mut response = answer.await?;
-                // hyper closes an HTTP/1.1 connection after an answer that
-                // says so; the client's next request opens a new one, which
-                // the balancer sends to a replica that is not stopping.
-                if close {
-                    response.headers_mut().insert(
-                        http::header::CONNECTION,
-                        http::HeaderValue::from_static("close"),
-                    );
-                }
-                Ok::<_, std::convert::Infallible>(response)
-            }
-        }
-    };
-    let serve = |tcp: tokio::net::TcpStream, permit: tokio::sync::OwnedSemaphorePermit| {
-        let _ = tcp.set_nodelay(true);
-        let acceptor = acceptor.clone();
-        let handle = handle.clone();
-        let builder = builder.clone();
-        let watcher = graceful.watcher();
-        tokio::spawn(async move {
-            let tls =
-                match tokio::time::timeout(Duration::from_secs(10), acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "TLS handshake failed");
-                        return;
-                    }
-                    Err(_) => return,
-                };
-            let service = hyper::service::service_fn(handle);
-            let conn = builder
-                .serve_connection(TokioIo::new(tls), service)
-                .into_owned();
-            if let Err(e) = watcher.watch(conn).await {
-                tracing::debug!(error = %e, "connection ended with an error");
-            }
-            drop(permit);
-        });
-    };
-    let accept = || async {
-        loop {
-            match listener.accept().await {
-                Ok((tcp, _peer)) => {
-                    let permit = connections.clone().acquire_owned().await;
-                    return permit.ok().map(|p| (tcp, p));
-                }
-                Err(e) => tracing::warn!(error = %e, "accept failed"),
-            }
-        }
-    };
-    // Connections are accepted until the signal and then through the delay:
-    // readiness goes false first, and connections keep being served while
-    // the endpoint is removed everywhere.
-    let stop_accepting = async {
-        shutdown.await;
-        on_shutdown();
-        draining.store(true, Ordering::Relaxed);
-        tracing::info!(delay = ?drain.delay, "stopping: readiness is false, still serving");
-        tokio::time::sleep(drain.delay).await;
-    };
-    tokio::pin!(stop_accepting);
-    loop {
-        tokio::select! {
-            accepted = accept() => match accepted {
-                Some((tcp, permit)) => serve(tcp, permit),
-                None => break,
-            },
-            _ = &mut stop_accepting => break,
-        }
-    }
-    drop(listener);
-    tracing::info!(grace = ?drain.grace, "shutting down: no new connections");
-    match tokio::time::timeout(drain.grace, graceful.shutdown()).await {
-        Ok(()) => tracing::info!("all connections closed"),
-        Err(_) => tracing::warn!("grace period over; closing remaining connections"),
-    }
-}
-
 /// How much of an oversized body is read and thrown away, and for how long,
 /// before the stream is reset after all: an honest client's oversized
 /// review is a few MiB; a hostile one must not hold a task forever.
@@ -717,7 +583,7 @@ const DISCARD_BYTES: usize = 64 * 1024 * 1024;
 const DISCARD_TIME: Duration = Duration::from_secs(10);
 
 /// Reads the rest of `body` and drops it (see `review_request`).
-async fn discard(mut body: Incoming) {
+pub(crate) async fn discard(mut body: Incoming) {
     let drain = async {
         let mut read = 0usize;
         while let Some(Ok(frame)) = body.frame().await {

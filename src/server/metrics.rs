@@ -20,7 +20,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use std::collections::{BTreeMap, HashMap};
@@ -56,6 +56,51 @@ pub struct Metrics {
     pub client_queries: crate::cluster::client::QueryCounter,
     /// Context lookups by source and API fallback latency (cluster mode).
     pub lookups: crate::context::api::LookupMetrics,
+    /// Open, closed (by reason) and refused connections.
+    pub connections: ConnectionMetrics,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloseLabels {
+    reason: &'static str,
+}
+
+/// What the accept loop counts: Kyverno exposes nothing of the kind, and
+/// without it an idle flood or a slow client shows only as latency.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionMetrics {
+    pub open: Gauge,
+    closed: Family<CloseLabels, Counter>,
+    /// New connections refused at the cap with none idle to close.
+    pub refused: Counter,
+}
+
+impl ConnectionMetrics {
+    pub fn closed(&self, reason: super::connections::CloseReason) {
+        self.closed
+            .get_or_create(&CloseLabels {
+                reason: reason.label(),
+            })
+            .inc();
+    }
+
+    fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "gavel_connections_open",
+            "TLS connections open, handshaking included",
+            self.open.clone(),
+        );
+        registry.register(
+            "gavel_connections_closed",
+            "Connections ended, by reason: client, idle, slow (handshake or request head not in time), evicted (at the cap), tls_failed, error, shutdown",
+            self.closed.clone(),
+        );
+        registry.register(
+            "gavel_connections_refused",
+            "New connections refused at the connection cap, none being idle",
+            self.refused.clone(),
+        );
+    }
 }
 
 impl Metrics {
@@ -109,6 +154,8 @@ impl Metrics {
             retired: Mutex::new(BTreeMap::new()),
         });
         registry.register_collector(Box::new(rules.clone()));
+        let connections = ConnectionMetrics::default();
+        connections.register(&mut registry);
         Metrics {
             registry,
             admission_requests,
@@ -118,6 +165,7 @@ impl Metrics {
             client_queries,
             lookups,
             rules,
+            connections,
         }
     }
 

@@ -162,41 +162,15 @@ pub fn response(body: &str) -> serde_json::Value {
 /// A kept-alive HTTP/1.1 connection over real TLS that trusts only `ca_pem`
 /// and checks the certificate for `localhost`.
 pub struct TlsConnection {
-    stream: rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
+    pub stream: rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
     /// The last answer said `Connection: close`: the server closes next.
     pub closing: bool,
 }
 
 impl TlsConnection {
     pub fn open(port: u16, ca_pem: &str) -> Result<TlsConnection, String> {
-        use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
-        let mut roots = rustls::RootCertStore::empty();
-        for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
-            roots
-                .add(cert.map_err(|e| e.to_string())?)
-                .map_err(|e| e.to_string())?;
-        }
-        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
-        let name = ServerName::try_from("localhost").unwrap();
-        let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
-            .map_err(|e| e.to_string())?;
-        let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-        tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-        let mut stream = rustls::StreamOwned::new(conn, tcp);
-        while stream.conn.is_handshaking() {
-            stream
-                .conn
-                .complete_io(&mut stream.sock)
-                .map_err(|e| e.to_string())?;
-        }
         Ok(TlsConnection {
-            stream,
+            stream: tls_stream(port, ca_pem, b"http/1.1")?,
             closing: false,
         })
     }
@@ -264,4 +238,41 @@ impl TlsConnection {
             }
         }
     }
+}
+
+/// A blocking TLS stream to gavel on `port` that trusts only `ca_pem`,
+/// checks the certificate for `localhost` and offers only `alpn`, with the
+/// handshake done.
+pub fn tls_stream(
+    port: u16,
+    ca_pem: &str,
+    alpn: &[u8],
+) -> Result<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>, String> {
+    use rustls::pki_types::{CertificateDer, ServerName, pem::PemObject};
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| e.to_string())?)
+            .map_err(|e| e.to_string())?;
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    let name = ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(std::sync::Arc::new(config), name)
+        .map_err(|e| e.to_string())?;
+    let tcp = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut stream = rustls::StreamOwned::new(conn, tcp);
+    while stream.conn.is_handshaking() {
+        stream
+            .conn
+            .complete_io(&mut stream.sock)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(stream)
 }
