@@ -24,23 +24,12 @@ mod support;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+use support::bench::{Load, keep, load_identity};
 use support::cluster::{RealCluster, eventually, repo};
 use support::gavel::{examples, temp_dir};
 use support::release::{Release, install_kyverno_crds, post_review, ready, scrape};
 
-/// The namespace the Pods are created in, and the ServiceAccount k6 uses.
-const LOAD: &str = "load";
-
-/// Metric families kept from the API server's /metrics (bucket deltas are
-/// turned into percentiles by the report).
-const API_SERIES: [&str; 4] = [
-    "apiserver_admission_webhook_admission_duration_seconds",
-    "apiserver_admission_webhook_rejection_count",
-    "apiserver_flowcontrol_rejected_requests_total",
-    "apiserver_request_duration_seconds",
-];
 /// And from gavel's, summed over the replicas.
 const GAVEL_SERIES: [&str; 2] = [
     "kyverno_admission_review_duration_seconds",
@@ -143,34 +132,6 @@ impl Config {
     }
 }
 
-/// A ServiceAccount bound to cluster-admin in namespace `load` (as Kyverno's
-/// load tests run k6), and a TokenRequest token for it.
-fn load_identity(cluster: &RealCluster) -> String {
-    cluster.kubectl(&["create", "namespace", LOAD]);
-    cluster.kubectl(&["create", "serviceaccount", "k6", "-n", LOAD]);
-    cluster.kubectl(&[
-        "create",
-        "clusterrolebinding",
-        "k6-load",
-        "--clusterrole=cluster-admin",
-        "--serviceaccount=load:k6",
-    ]);
-    // Pods need the namespace's default ServiceAccount (admission plugin).
-    eventually(
-        "the default ServiceAccount of load",
-        Duration::from_secs(60),
-        || {
-            cluster
-                .get(&["serviceaccount", "default", "-n", LOAD])
-                .is_some()
-        },
-    );
-    cluster
-        .kubectl(&["create", "token", "k6", "-n", LOAD, "--duration", "6h"])
-        .trim()
-        .to_string()
-}
-
 /// The chart with its default values, `replicas` replicas, and the 17 Pod
 /// Security policies applied with kubectl (Enforce), Ready and registered.
 fn install_gavel(cluster: &RealCluster, dir: &Path, replicas: usize) -> Release {
@@ -258,89 +219,27 @@ impl Round<'_> {
         format!("r{}-{}-{}", self.replicas, self.vus, self.pods)
     }
 
-    /// The processes measured: (role, pid).
-    fn processes(&self) -> Vec<(String, u32)> {
-        let mut processes: Vec<(String, u32)> =
-            ["kube-apiserver", "etcd", "kwok", "kube-controller-manager"]
-                .iter()
-                .map(|part| {
-                    let pid =
-                        std::fs::read_to_string(self.cluster.dir.join(format!("pids/{part}.pid")))
-                            .unwrap();
-                    (part.to_string(), pid.trim().parse().unwrap())
-                })
-                .collect();
-        if let Some(gavel) = self.gavel {
-            processes.extend(
-                gavel
-                    .replicas
-                    .iter()
-                    .map(|r| (r.identity.clone(), r.child.id())),
-            );
-        }
-        processes
-    }
-
     fn run(&self) -> Value {
-        let name = self.name();
-        let processes = self.processes();
-        // The peak RSS of this round only: clear_refs 5 resets VmHWM.
-        for (_, pid) in &processes {
-            let _ = std::fs::write(format!("/proc/{pid}/clear_refs"), "5");
-        }
-        let cpu_before: Vec<f64> = processes.iter().map(|(_, pid)| cpu_seconds(*pid)).collect();
-        let api_before = keep(&self.cluster.metrics(), &API_SERIES);
-        let gavel_before = self.gavel_metrics();
-
-        let summary = self.config.out.join(format!("k6-{name}.json"));
-        let started = Instant::now();
-        let status = Command::new(&self.config.k6)
-            .args(["run", "--quiet"])
-            .arg(repo().join("k6/pods.js"))
-            .env("API", self.cluster.server())
-            .env("TOKEN", self.token)
-            .env("NAMESPACE", LOAD)
-            .env("VUS", self.vus.to_string())
-            .env("ITERATIONS", self.pods.to_string())
-            .env("NODES", self.config.nodes.to_string())
-            .env("ROUND", &name)
-            .env("SUMMARY", &summary)
-            .status()
-            .expect("running k6 (set K6)");
-        let wall = started.elapsed().as_secs_f64();
-        assert!(status.code().is_some(), "k6 was killed");
-
-        let cpu: BTreeMap<String, f64> = processes
+        let load = Load {
+            cluster: self.cluster,
+            k6: &self.config.k6,
+            token: self.token,
+            nodes: self.config.nodes,
+            out: &self.config.out,
+        };
+        let replicas: Vec<(String, u32)> = self
+            .gavel
             .iter()
-            .zip(&cpu_before)
-            .map(|((role, pid), before)| (role.clone(), cpu_seconds(*pid) - before))
+            .flat_map(|g| &g.replicas)
+            .map(|r| (r.identity.clone(), r.child.id()))
             .collect();
-        let rss: BTreeMap<String, u64> = processes
-            .iter()
-            .map(|(role, pid)| (role.clone(), peak_rss_kib(*pid)))
-            .collect();
-        let api = delta(&api_before, &keep(&self.cluster.metrics(), &API_SERIES));
-        let gavel = delta(&gavel_before, &self.gavel_metrics());
-        let k6: Value = serde_json::from_str(&std::fs::read_to_string(&summary).unwrap()).unwrap();
-        let created = self.clear_pods();
-        json!({
-            "name": name,
-            "replicas": self.replicas,
-            "webhook_host": self.gavel.map(|g| g.webhook_host.clone()),
-            "vus": self.vus,
-            "pods": self.pods,
-            "wall_seconds": wall,
-            "stored_pods": created,
-            "k6": {
-                "http_req_duration": k6["metrics"]["http_req_duration"]["values"],
-                "http_reqs": k6["metrics"]["http_reqs"]["values"],
-                "checks": k6["metrics"]["checks"]["values"],
-            },
-            "cpu_seconds": cpu,
-            "peak_rss_kib": rss,
-            "apiserver_metrics": api,
-            "gavel_metrics": gavel,
-        })
+        let mut figures = load.round(&self.name(), self.vus, self.pods, &replicas, &|| {
+            self.gavel_metrics()
+        });
+        figures["replicas"] = self.replicas.into();
+        figures["webhook_host"] = json!(self.gavel.map(|g| g.webhook_host.clone()));
+        figures["gavel_metrics"] = figures["engine_metrics"].take();
+        figures
     }
 
     fn gavel_metrics(&self) -> BTreeMap<String, f64> {
@@ -352,112 +251,4 @@ impl Round<'_> {
         }
         sum
     }
-
-    /// Deletes the round's Pods (DELETE of the collection, no grace period)
-    /// and waits until they are gone; how many there were. Deleting 10,000
-    /// Pods can outlast the API server's request timeout (60 s), so the
-    /// DELETE is repeated until the list is empty.
-    fn clear_pods(&self) -> usize {
-        let list = format!("/api/v1/namespaces/{LOAD}/pods");
-        let count = || -> usize {
-            let text = self
-                .admin_request("GET", &format!("{list}?limit=1"))
-                .unwrap();
-            let page: Value = serde_json::from_str(&text).unwrap();
-            let items = page["items"].as_array().map_or(0, |i| i.len());
-            items + page["metadata"]["remainingItemCount"].as_u64().unwrap_or(0) as usize
-        };
-        let stored = count();
-        eventually("the round's Pods deleted", Duration::from_secs(600), || {
-            let _ = self.admin_request("DELETE", &format!("{list}?gracePeriodSeconds=0"));
-            count() == 0
-        });
-        // Let kwok and the controllers catch up before the next round.
-        std::thread::sleep(Duration::from_secs(5));
-        stored
-    }
-
-    /// A request as the cluster admin: the body, or None on an HTTP error.
-    fn admin_request(&self, method: &str, path: &str) -> Option<String> {
-        let dir = &self.cluster.dir;
-        let out = Command::new("curl")
-            .args(["-sf", "-X", method, "--cacert"])
-            .arg(self.cluster.ca())
-            .arg("--cert")
-            .arg(dir.join("pki/admin.crt"))
-            .arg("--key")
-            .arg(dir.join("pki/admin.key"))
-            .arg(format!("{}{path}", self.cluster.server()))
-            .output()
-            .expect("curl");
-        out.status
-            .success()
-            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
-    }
-}
-
-/// utime + stime of a process, in seconds.
-fn cpu_seconds(pid: u32) -> f64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    // The fields after the command name, which may hold spaces.
-    let fields: Vec<&str> = stat
-        .rsplit_once(')')
-        .map_or("", |(_, rest)| rest)
-        .split_whitespace()
-        .collect();
-    let ticks: f64 = fields.get(11..13).map_or(0.0, |t| {
-        t.iter().map(|v| v.parse::<f64>().unwrap_or(0.0)).sum()
-    });
-    ticks / clock_ticks()
-}
-
-fn clock_ticks() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        let out = Command::new("getconf").arg("CLK_TCK").output().unwrap();
-        String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
-    })
-}
-
-/// VmHWM: the peak resident set since the last clear_refs.
-fn peak_rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
-/// The samples of the given families in a Prometheus text page, by series
-/// (name and labels as written).
-fn keep(metrics: &str, families: &[&str]) -> BTreeMap<String, f64> {
-    metrics
-        .lines()
-        .filter(|l| !l.starts_with('#'))
-        .filter(|l| families.iter().any(|f| l.starts_with(f)))
-        // Only the Pod creates of the request histogram.
-        .filter(|l| {
-            !l.starts_with("apiserver_request_duration_seconds")
-                || (l.contains("resource=\"pods\"") && l.contains("verb=\"POST\""))
-        })
-        .filter_map(|l| {
-            let (series, value) = l.rsplit_once(' ')?;
-            Some((series.to_string(), value.parse().ok()?))
-        })
-        .collect()
-}
-
-/// after − before, without the series that did not move.
-fn delta(before: &BTreeMap<String, f64>, after: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    after
-        .iter()
-        .map(|(series, v)| {
-            (
-                series.clone(),
-                v - before.get(series).copied().unwrap_or(0.0),
-            )
-        })
-        .filter(|(_, d)| *d != 0.0)
-        .collect()
 }

@@ -61,6 +61,10 @@ pub struct Release {
     pub replicas: Vec<Replica>,
     /// The host of the URL the webhooks are registered with.
     pub webhook_host: String,
+    /// The webhooks name the replica's own port instead of the balancer's
+    /// (one replica; what a benchmark against a peer without a balancer
+    /// needs, so that the relay's hop is not counted against gavel).
+    pub direct: bool,
 }
 
 pub struct Replica {
@@ -85,6 +89,24 @@ impl Release {
         values: &str,
         webhook_host: &str,
     ) -> Release {
+        Release::install_with(cluster, dir, replicas, values, webhook_host, false)
+    }
+
+    /// One replica whose webhooks name its own port at 127.0.0.1, as
+    /// Kyverno's out-of-cluster mode registers its own (see [`Release::direct`]).
+    pub fn install_direct(cluster: &RealCluster, dir: &Path, values: &str) -> Release {
+        Release::install_with(cluster, dir, 1, values, "127.0.0.1", true)
+    }
+
+    fn install_with(
+        cluster: &RealCluster,
+        dir: &Path,
+        replicas: usize,
+        values: &str,
+        webhook_host: &str,
+        direct: bool,
+    ) -> Release {
+        std::fs::create_dir_all(dir).unwrap();
         let values_file = dir.join("values.yaml");
         std::fs::write(&values_file, values).unwrap();
         let chart = repo().join("charts/gavel");
@@ -122,6 +144,7 @@ impl Release {
             api_relay,
             replicas: vec![],
             webhook_host: webhook_host.to_string(),
+            direct,
         };
         let started = Instant::now();
         gavel.scale_to(replicas);
@@ -149,6 +172,29 @@ impl Release {
         for replica in &self.replicas {
             wait_ready(replica, Duration::from_secs(60));
         }
+    }
+
+    /// Stops every replica (SIGKILL) and removes the webhook
+    /// configurations they registered, so that the API server calls no
+    /// webhook of gavel's until [`Release::scale_to`] starts them again.
+    pub fn stop_all(&mut self, cluster: &RealCluster) {
+        for mut replica in self.replicas.drain(..) {
+            let _ = replica.child.kill();
+            let _ = replica.child.wait();
+        }
+        self.balancer.set_backends(vec![]);
+        cluster.kubectl(&[
+            "delete",
+            "validatingwebhookconfiguration",
+            VALIDATING,
+            "--ignore-not-found",
+        ]);
+        cluster.kubectl(&[
+            "delete",
+            "mutatingwebhookconfiguration",
+            MUTATING,
+            "--ignore-not-found",
+        ]);
     }
 
     pub fn ports(&self) -> Vec<u16> {
@@ -180,7 +226,12 @@ impl Release {
         args.push(format!("--kubeconfig={}", self.kubeconfig.display()));
         args.push(format!(
             "--webhook-url=https://{}:{}",
-            self.webhook_host, self.balancer.port
+            self.webhook_host,
+            if self.direct {
+                port
+            } else {
+                self.balancer.port
+            }
         ));
         let log = std::fs::OpenOptions::new()
             .create(true)
