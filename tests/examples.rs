@@ -122,3 +122,43 @@ fn changed_expectations_fail_with_a_resource_diff() {
         ["Resource diff"]
     );
 }
+
+/// A resource named twice in one `results[]` entry gives two rows, as in
+/// Kyverno (other/require-reasonable-pdbs in the policy library lists one
+/// PodDisruptionBudget twice: Kyverno counts 25 passes, not 24).
+#[test]
+fn a_resource_listed_twice_counts_twice() {
+    let rows = |edit: bool| {
+        let dir = std::env::temp_dir().join(format!(
+            "gavel-examples-twice-{edit}-{}",
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).unwrap();
+        for entry in std::fs::read_dir(examples().join("require-labels")).unwrap() {
+            let path = entry.unwrap().path();
+            let mut text = std::fs::read_to_string(&path).unwrap();
+            if edit && path.file_name().unwrap() == "kyverno-test.yaml" {
+                text = text.replacen(
+                    "resources: [good-pod, good-deployment]",
+                    "resources: [good-pod, good-pod, good-deployment]",
+                    1,
+                );
+            }
+            // The suite names policies by a path relative to its folder.
+            text = text.replace(
+                "../../policies/",
+                &format!("{}/", examples().join("../policies").display()),
+            );
+            std::fs::write(dir.join(path.file_name().unwrap()), text).unwrap();
+        }
+        let outcomes = run_test_file(&dir.join("kyverno-test.yaml"), &Selector::default());
+        std::fs::remove_dir_all(&dir).ok();
+        assert!(outcomes.iter().all(|o| o.passed()), "{outcomes:#?}");
+        outcomes
+            .iter()
+            .flat_map(|o| o.rows.iter())
+            .filter(|r| r.resource.contains("good-pod"))
+            .count()
+    };
+    assert_eq!(rows(true), rows(false) + 1);
+}
