@@ -53,11 +53,17 @@ pub struct Program {
 
 impl Program {
     pub fn compile(source: &str) -> Result<Program, CelError> {
-        let parsed = Parser::new()
-            .enable_optional_syntax(true)
-            .max_recursion_depth(MAX_NESTING)
-            .parse(source)
-            .map_err(|e| CelError::Compile(e.to_string().replace('\n', " ")))?;
+        // The parser is a dependency's and input is the user's: a panic in
+        // it (its fuzzed error recovery has had some) is a compile error
+        // here, not a crash (fuzz/regressions/policy_load).
+        let parsed = std::panic::catch_unwind(|| {
+            Parser::new()
+                .enable_optional_syntax(true)
+                .max_recursion_depth(MAX_NESTING)
+                .parse(source)
+        })
+        .map_err(|_| CelError::Compile("the CEL parser failed on this expression".into()))?
+        .map_err(|e| CelError::Compile(e.to_string().replace('\n', " ")))?;
         Ok(Program {
             source: source.into(),
             expr: Arc::new(rewrite(parsed)),

@@ -311,6 +311,13 @@ impl Seeds {
                 .collect(),
             other => panic!("no seeds for {other}"),
         };
+        // Inputs that once crashed the target, kept verbatim in
+        // fuzz/regressions/TARGET: libFuzzer runs its whole corpus first,
+        // so each is replayed on every run.
+        let mut inputs = inputs;
+        if let Ok(dir) = std::fs::read_dir(repo().join("fuzz/regressions").join(target)) {
+            inputs.extend(dir.map(|e| std::fs::read(e.unwrap().path()).unwrap()));
+        }
         let mut added = 0;
         for input in inputs {
             use sha2::Digest;
