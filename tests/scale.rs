@@ -26,9 +26,9 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use support::bench::{Load, keep, load_identity};
-use support::cluster::{RealCluster, eventually, repo};
+use support::cluster::{RealCluster, eventually};
 use support::gavel::{examples, temp_dir};
-use support::release::{Release, install_kyverno_crds, post_review, ready, scrape};
+use support::release::{Release, apply_pod_security, install_kyverno_crds, post_review, scrape};
 
 /// And from gavel's, summed over the replicas.
 const GAVEL_SERIES: [&str; 2] = [
@@ -138,23 +138,7 @@ fn install_gavel(cluster: &RealCluster, dir: &Path, replicas: usize) -> Release 
     let dir = dir.join("gavel");
     std::fs::create_dir_all(&dir).unwrap();
     let gavel = Release::install_at(cluster, &dir, replicas, "{}\n", &webhook_host());
-    let policies = repo().join("examples/policies/pod-security");
-    cluster.kubectl(&["apply", "-f", policies.to_str().unwrap()]);
-    let names: Vec<String> = std::fs::read_dir(&policies)
-        .unwrap()
-        .map(|e| {
-            e.unwrap()
-                .path()
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    assert_eq!(names.len(), 17);
-    eventually("the 17 policies Ready", Duration::from_secs(120), || {
-        names.iter().all(|n| ready(cluster, "clusterpolicy", n))
-    });
+    apply_pod_security(cluster);
     eventually(
         "a validating webhook for Pods",
         Duration::from_secs(60),

@@ -33,7 +33,7 @@ use support::bench::{LOAD, Load, keep, load_identity};
 use support::cluster::{RealCluster, eventually, repo, run_piped};
 use support::gavel::temp_dir;
 use support::kyverno::{self, Kyverno};
-use support::release::{Release, install_kyverno_crds, ready, scrape};
+use support::release::{Release, apply_pod_security, install_kyverno_crds, scrape};
 
 /// The engines' own admission histograms (both under Kyverno's names).
 const ENGINE_SERIES: [&str; 2] = [
@@ -70,7 +70,7 @@ fn side_by_side() {
     let chart = kyverno::install_chart(&cluster, &kubernetes_version());
     let mut gavel = Release::install_direct(&cluster, &dir.join("gavel"), "{}\n");
     match policies.as_str() {
-        "clusterpolicy" => apply_policies(&cluster),
+        "clusterpolicy" => apply_pod_security(&cluster),
         "validatingpolicy" => apply_validating_policies(&cluster),
         other => panic!("GAVEL_SBS_POLICIES={other}: clusterpolicy or validatingpolicy"),
     }
@@ -164,27 +164,6 @@ fn versions_env(name: &str) -> String {
         .unwrap_or_else(|| panic!("{name} in e2e/versions.env"))
         .trim()
         .to_string()
-}
-
-/// The 17 Pod Security ClusterPolicies, applied with kubectl and Ready.
-fn apply_policies(cluster: &RealCluster) {
-    let policies = repo().join("examples/policies/pod-security");
-    cluster.kubectl(&["apply", "-f", policies.to_str().unwrap()]);
-    let names: Vec<String> = std::fs::read_dir(&policies)
-        .unwrap()
-        .map(|e| {
-            e.unwrap()
-                .path()
-                .file_stem()
-                .unwrap()
-                .to_string_lossy()
-                .into_owned()
-        })
-        .collect();
-    assert_eq!(names.len(), 17);
-    eventually("the 17 policies Ready", Duration::from_secs(120), || {
-        names.iter().all(|n| ready(cluster, "clusterpolicy", n))
-    });
 }
 
 /// The policy library's Pod Security ValidatingPolicies, in Deny mode (the

@@ -131,8 +131,11 @@ impl CloseReason {
 
 /// What the accept loop knows of one live connection.
 struct Live {
+    /// The registry's epoch, copied so that a request never touches the
+    /// registry (its reference count is shared by every connection).
+    epoch: Instant,
     in_flight: AtomicU32,
-    /// Milliseconds after the registry's epoch at which the connection last
+    /// Milliseconds after the epoch at which the connection last
     /// had nothing in flight (set up, or its last answer written).
     idle_since_ms: AtomicU64,
     /// Whether a request has arrived: before it, the header timeout applies.
@@ -149,10 +152,14 @@ struct Live {
 }
 
 impl Live {
-    fn head_started(&self, registry: &Registry) {
+    fn now_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64
+    }
+
+    fn head_started(&self) {
         if self.head_started_ms.load(Ordering::Relaxed) == 0 {
             self.head_started_ms
-                .store(registry.now_ms() + 1, Ordering::Relaxed);
+                .store(self.now_ms() + 1, Ordering::Relaxed);
             self.wake.notify_one();
         }
     }
@@ -166,14 +173,11 @@ struct Registry {
 }
 
 impl Registry {
-    fn now_ms(&self) -> u64 {
-        self.epoch.elapsed().as_millis() as u64
-    }
-
     fn add(&self) -> (u64, Arc<Live>) {
         let live = Arc::new(Live {
+            epoch: self.epoch,
             in_flight: AtomicU32::new(0),
-            idle_since_ms: AtomicU64::new(self.now_ms()),
+            idle_since_ms: AtomicU64::new(self.epoch.elapsed().as_millis() as u64),
             served: AtomicBool::new(false),
             head_started_ms: AtomicU64::new(0),
             evict: Notify::new(),
@@ -214,15 +218,14 @@ impl Registry {
 /// Counts a request in flight on its connection for as long as it lives.
 struct InFlight<'a> {
     live: &'a Live,
-    registry: &'a Registry,
 }
 
 impl<'a> InFlight<'a> {
-    fn start(live: &'a Live, registry: &'a Registry) -> Self {
+    fn start(live: &'a Live) -> Self {
         live.served.store(true, Ordering::Relaxed);
         live.in_flight.fetch_add(1, Ordering::Relaxed);
         live.head_started_ms.store(0, Ordering::Relaxed);
-        InFlight { live, registry }
+        InFlight { live }
     }
 }
 
@@ -230,7 +233,7 @@ impl Drop for InFlight<'_> {
     fn drop(&mut self) {
         self.live
             .idle_since_ms
-            .store(self.registry.now_ms(), Ordering::Relaxed);
+            .store(self.live.now_ms(), Ordering::Relaxed);
         // What was read meanwhile was this request's body.
         self.live.head_started_ms.store(0, Ordering::Relaxed);
         self.live.in_flight.fetch_sub(1, Ordering::Relaxed);
@@ -243,7 +246,6 @@ impl Drop for InFlight<'_> {
 struct Watched<T> {
     inner: T,
     live: Arc<Live>,
-    registry: Arc<Registry>,
     heads: bool,
 }
 
@@ -259,7 +261,7 @@ impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<T> {
             && buf.filled().len() > before
             && self.live.in_flight.load(Ordering::Relaxed) == 0
         {
-            self.live.head_started(&self.registry);
+            self.live.head_started();
         }
         polled
     }
@@ -415,16 +417,15 @@ pub async fn accept_loop<H, F>(
                         let tls = Watched {
                             inner: tls,
                             live: live.clone(),
-                            registry: registry.clone(),
                             heads,
                         };
                         let service = {
-                            let (live, registry) = (live.clone(), registry.clone());
+                            let live = live.clone();
                             hyper::service::service_fn(move |req| {
-                                let (live, registry) = (live.clone(), registry.clone());
+                                let live = live.clone();
                                 let answer = handle(req);
                                 async move {
-                                    let _in_flight = InFlight::start(&live, &registry);
+                                    let _in_flight = InFlight::start(&live);
                                     answer.await
                                 }
                             })
@@ -432,8 +433,7 @@ pub async fn accept_loop<H, F>(
                         let conn = builder
                             .serve_connection(TokioIo::new(tls), service)
                             .into_owned();
-                        let reason =
-                            drive_connection(conn, &live, &registry, limits, closing_all).await;
+                        let reason = drive_connection(conn, &live, limits, closing_all).await;
                         registry.remove(id);
                         reason
                     }
@@ -515,7 +515,6 @@ pub async fn accept_loop<H, F>(
 async fn drive_connection<C, E>(
     conn: C,
     live: &Live,
-    registry: &Registry,
     limits: ConnectionLimits,
     mut closing_all: tokio::sync::watch::Receiver<bool>,
 ) -> CloseReason
@@ -528,7 +527,7 @@ where
     // Dropped (the connection cut) if a close asked for is not done by then.
     let mut close_by = Instant::now() + Duration::from_secs(u32::MAX as u64);
     loop {
-        let (wake, _) = due(live, registry, limits);
+        let (wake, _) = due(live, limits);
         tokio::select! {
             ended = conn.as_mut() => {
                 return match (ended, closing) {
@@ -554,7 +553,7 @@ where
             _ = tokio::time::sleep_until(wake), if closing.is_none() => {
                 // A request may have come and gone meanwhile: only a
                 // deadline still passed closes.
-                let (due, why) = due(live, registry, limits);
+                let (due, why) = due(live, limits);
                 if Instant::now() >= due {
                     // A slow client has nothing in flight to finish and
                     // would not answer the PING of an HTTP/2 graceful
@@ -577,8 +576,8 @@ where
 /// When the connection is due to close if nothing happens, and why: a
 /// request head (or the first request) not in by the header timeout, or
 /// nothing in flight for the idle timeout.
-fn due(live: &Live, registry: &Registry, limits: ConnectionLimits) -> (Instant, CloseReason) {
-    let at = |ms: u64| registry.epoch + Duration::from_millis(ms);
+fn due(live: &Live, limits: ConnectionLimits) -> (Instant, CloseReason) {
+    let at = |ms: u64| live.epoch + Duration::from_millis(ms);
     if live.in_flight.load(Ordering::Relaxed) > 0 {
         return (Instant::now() + limits.idle_timeout, CloseReason::Idle);
     }

@@ -239,6 +239,15 @@ pub fn run_piped(mut command: Command, stdin: Option<&str>) -> Output {
     child.wait_with_output().unwrap()
 }
 
+/// A port free on 127.0.0.1 a moment ago, for a process to listen on.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn eventually(what: &str, timeout: Duration, mut check: impl FnMut() -> bool) {
     let started = Instant::now();
     let deadline = started + timeout;

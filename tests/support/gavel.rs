@@ -25,11 +25,7 @@ impl Gavel {
     /// Starts gavel and waits up to `timeout` for it to be ready. `{port}`
     /// in `extra` stands for the port it listens on.
     pub fn start_waiting(policies: &Path, dir: &Path, extra: &[&str], timeout: Duration) -> Gavel {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = super::cluster::free_port();
         let ca = dir.join("ca.pem");
         let child = Command::new(env!("CARGO_BIN_EXE_gavel"))
             .args(["serve", "--listen", &format!("127.0.0.1:{port}")])

@@ -7,7 +7,7 @@
 //! Its arguments are the chart's Deployment's, changed only where a host
 //! process must differ from a pod (ports, the kubeconfig).
 
-use super::cluster::{RealCluster, cache, eventually};
+use super::cluster::{RealCluster, cache, eventually, free_port};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -119,14 +119,6 @@ pub struct Kyverno {
     pub port: u16,
     pub metrics_port: u16,
     pub log: PathBuf,
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 impl Kyverno {

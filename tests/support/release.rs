@@ -206,11 +206,7 @@ impl Release {
     /// CA, the kubeconfig of the chart's ServiceAccount, and the URL the API
     /// server calls (the balancer) in place of the Service.
     pub fn spawn(&self, identity: &str) -> Replica {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = super::cluster::free_port();
         let mut args = vec!["serve".to_string()];
         args.extend(
             self.chart_args
@@ -338,6 +334,35 @@ pub fn ready(cluster: &RealCluster, kind: &str, name: &str) -> bool {
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
         })
     })
+}
+
+/// The names of the 17 Pod Security ClusterPolicies in
+/// examples/policies/pod-security (one per file).
+pub fn pod_security_names() -> Vec<String> {
+    let names: Vec<String> = std::fs::read_dir(repo().join("examples/policies/pod-security"))
+        .unwrap()
+        .map(|e| {
+            e.unwrap()
+                .path()
+                .file_stem()
+                .unwrap()
+                .to_string_lossy()
+                .into_owned()
+        })
+        .collect();
+    assert_eq!(names.len(), 17);
+    names
+}
+
+/// Applies the 17 Pod Security ClusterPolicies (Enforce) with kubectl and
+/// waits until each is Ready (gavel's leader writes the condition).
+pub fn apply_pod_security(cluster: &RealCluster) {
+    let policies = repo().join("examples/policies/pod-security");
+    cluster.kubectl(&["apply", "-f", policies.to_str().unwrap()]);
+    let names = pod_security_names();
+    eventually("the 17 policies Ready", Duration::from_secs(120), || {
+        names.iter().all(|n| ready(cluster, "clusterpolicy", n))
+    });
 }
 
 /// Whether gavel's (validating, mutating) webhook configurations exist.
