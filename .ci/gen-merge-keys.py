@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/engine/mutate/merge_keys.txt, the strategic-merge table.
+"""Generates src/kinds/merge_keys.rs, the strategic-merge table.
 
 The source is the Kubernetes OpenAPI schema that `pip install
 kubernetes-validate` ships, at the Kubernetes version our k8s-openapi
@@ -8,7 +8,7 @@ kept: for each type reachable from a kind, its object, list and map fields,
 with a list's x-kubernetes-patch-strategy and -merge-key (strategic merge)
 and its x-kubernetes-list-type and -list-map-keys (server-side apply).
 
-It is written as Rust statics (see src/patch/schema.rs for the types).
+It is written as Rust statics (see src/kinds/schema.rs for the types).
 
 Usage: .ci/gen-merge-keys.py [--check]   (run from the repo root)
 """
@@ -20,7 +20,7 @@ import sys
 import kubernetes_validate
 
 VERSION = "v1.33.0"
-OUT = "src/patch/merge_keys.rs"
+OUT = "src/kinds/merge_keys.rs"
 
 
 def k8s_openapi_version():

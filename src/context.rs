@@ -72,7 +72,7 @@ pub trait Resolver: Send + Sync {
     /// (`resource.Get("v1", "configmaps", ...)` in CEL). Built-in kinds by
     /// default; sources that hold custom resources know theirs.
     fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
-        crate::patch::schema::kind_for_resource(api_version, resource).map(str::to_string)
+        crate::kinds::kind_for_resource(api_version, resource).map(str::to_string)
     }
     /// An image's metadata (`image.GetMetadata` in CEL). Registries are
     /// never contacted from the engine; sources that have metadata serve it.
@@ -88,65 +88,8 @@ pub trait Resolver: Send + Sync {
     }
     /// Whether objects of `kind` live in namespaces (a paramKind's scope).
     fn is_namespaced(&self, _api_version: &str, kind: &str) -> bool {
-        !is_cluster_scoped(kind)
+        !crate::kinds::is_cluster_scoped(kind)
     }
-}
-
-/// Built-in (and common add-on) cluster-scoped kinds; any other kind is
-/// taken as namespaced.
-const CLUSTER_SCOPED: &[&str] = &[
-    "APIService",
-    "CertificateSigningRequest",
-    "ClusterCleanupPolicy",
-    "ClusterIssuer",
-    "ClusterPolicy",
-    "ClusterPolicyReport",
-    "ClusterRole",
-    "ClusterRoleBinding",
-    "ComponentStatus",
-    "CSIDriver",
-    "CSINode",
-    "CustomResourceDefinition",
-    "FlowSchema",
-    "IngressClass",
-    "MutatingAdmissionPolicy",
-    "MutatingAdmissionPolicyBinding",
-    "MutatingWebhookConfiguration",
-    "Namespace",
-    "Node",
-    "PersistentVolume",
-    "PodSecurityPolicy",
-    "PriorityClass",
-    "PriorityLevelConfiguration",
-    "RuntimeClass",
-    "SelfSubjectAccessReview",
-    "SelfSubjectRulesReview",
-    "StorageClass",
-    "SubjectAccessReview",
-    "TokenReview",
-    "ValidatingAdmissionPolicy",
-    "ValidatingAdmissionPolicyBinding",
-    "ValidatingWebhookConfiguration",
-    "VolumeAttachment",
-    "ValidatingPolicy",
-    "MutatingPolicy",
-    "GeneratingPolicy",
-    "DeletingPolicy",
-    "ImageValidatingPolicy",
-    "GlobalContextEntry",
-    "ClusterRoleTemplate",
-    "VolumeSnapshotClass",
-    "VolumeSnapshotContent",
-    "ClusterTask",
-    "ClusterSecretStore",
-    "ClusterExternalSecret",
-    "NodePool",
-    "EC2NodeClass",
-    "ClusterPolicyException",
-];
-
-pub fn is_cluster_scoped(kind: &str) -> bool {
-    CLUSTER_SCOPED.contains(&kind)
 }
 
 /// Objects given as files (a test's params and clone sources, `gavel apply
@@ -201,19 +144,12 @@ impl Objects<'_> {
             .filter(|[a, k, _, _]| *a == api_version && *k == kind);
         match of_kind.next() {
             Some(first) => !first[2].is_empty() || of_kind.any(|[_, _, ns, _]| !ns.is_empty()),
-            None => !is_cluster_scoped(kind),
+            None => !crate::kinds::is_cluster_scoped(kind),
         }
     }
 
     pub fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
-        crate::patch::schema::kind_for_resource(api_version, resource)
-            .map(str::to_string)
-            .or_else(|| {
-                self.0.iter().map(identity).find_map(|[a, k, _, _]| {
-                    (a == api_version && crate::engine::cel::plural_of(k) == resource)
-                        .then(|| k.to_string())
-                })
-            })
+        crate::kinds::Catalog::from_objects(self.0).kind_for_resource(api_version, resource)
     }
 }
 

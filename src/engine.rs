@@ -16,6 +16,7 @@ pub mod validate;
 pub mod variables;
 
 use crate::context::Resolver;
+use crate::kinds::{Gvk, Gvr};
 use crate::matching::{MatchInput, UserInfo};
 use crate::policy::CompiledException;
 use json_context::JsonContext;
@@ -143,43 +144,26 @@ pub struct PolicyResponse<'p> {
     pub rules: Vec<RuleResponse<'p>>,
 }
 
-/// Group, version and kind of the request's resource.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Gvk {
-    pub group: String,
-    pub version: String,
-    pub kind: String,
-}
-
-impl Gvk {
-    /// From an object's `apiVersion` and `kind`.
-    pub fn of(object: &Value) -> Gvk {
-        let api_version = object
-            .get("apiVersion")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let (group, version) = match api_version.split_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), api_version.to_string()),
-        };
-        Gvk {
-            group,
-            version,
-            kind: object
-                .get("kind")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string(),
-        }
-    }
-}
-
 /// One admission request (or its offline equivalent) as the engine sees it.
 #[derive(Debug, Clone)]
 pub struct Request {
     pub operation: String,
+    /// The kind rules match on: the kind of the resource the request acts
+    /// on, with [`Request::subresource`] (a Deployment for its `scale`, a
+    /// Pod for its `eviction`), as Kyverno takes it from discovery.
     pub gvk: Gvk,
+    /// The resource as the API server names it (`apps/v1 deployments`).
+    pub gvr: Gvr,
     pub subresource: String,
+    /// The kind of the object sent, which differs from `gvk` on some
+    /// subresources (`autoscaling/v1 Scale`, `policy/v1 Eviction`).
+    pub object_kind: Gvk,
+    /// `requestKind`, `requestResource` and `requestSubResource`: the
+    /// request as the client made it, before the API server converted it
+    /// to a version the webhook accepts (matchPolicy Equivalent).
+    pub request_kind: Gvk,
+    pub request_resource: Gvr,
+    pub request_sub_resource: String,
     /// The new object; null on DELETE.
     pub object: Value,
     /// The previous object; null on CREATE.
@@ -203,10 +187,17 @@ impl Request {
             "UPDATE" => (resource.clone(), resource.clone()),
             _ => (resource.clone(), Value::Null),
         };
+        let gvk = Gvk::of(resource);
+        let gvr = gvk.resource();
         Request {
             operation: operation.to_string(),
-            gvk: Gvk::of(resource),
+            gvr: gvr.clone(),
             subresource: String::new(),
+            object_kind: gvk.clone(),
+            request_kind: gvk.clone(),
+            request_resource: gvr,
+            request_sub_resource: String::new(),
+            gvk,
             object,
             old_object,
             user,

@@ -28,6 +28,7 @@ pub mod controllers;
 pub mod engine;
 pub mod jmespath;
 pub mod json_map;
+pub mod kinds;
 pub mod matching;
 pub mod patch;
 pub mod policy;

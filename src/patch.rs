@@ -1,11 +1,8 @@
 //! Patches on JSON documents, independent of Kyverno: RFC 6902 JSON Patch
 //! (apply, and the diff between two documents) and Kubernetes strategic
 //! merge with the merge keys of the built-in kinds, and server-side apply's
-//! merge with their list types.
+//! merge with their list types (both from [`crate::kinds::schema`]).
 
 pub mod apply;
 pub mod json_patch;
-#[rustfmt::skip]
-mod merge_keys;
-pub mod schema;
 pub mod strategic;

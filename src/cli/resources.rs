@@ -5,7 +5,7 @@ use crate::policy::load::{LoadError, parse_yaml_documents};
 use serde_json::Value;
 use std::path::Path;
 
-use crate::context::is_cluster_scoped;
+use crate::kinds::is_cluster_scoped;
 
 /// Kyverno normalises null maps in resources to `{}`.
 fn normalise(v: &mut Value) {

@@ -14,6 +14,7 @@ use super::{PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, CelError, Lookup, Lookups};
 use crate::context::{ApiCallRequest, Resolver};
+use crate::kinds::{Gvk, Gvr};
 use crate::matching::selector_matches;
 use crate::policy::cel_policy::{
     Bindings, CompiledBinding, CompiledValidatingPolicy, MatchConstraints, PodTemplate,
@@ -26,24 +27,6 @@ use serde_json::{Value, json};
 use std::cell::OnceCell;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// The plural resource name the API server would guess for a kind
-/// (`meta.UnsafeGuessKindToResource`), for the kinds without an irregular one.
-pub fn plural_of(kind: &str) -> String {
-    let lower = kind.to_ascii_lowercase();
-    if lower == "endpoints" {
-        return lower;
-    }
-    if lower.ends_with('s') {
-        format!("{lower}es")
-    } else if let Some(stem) = lower.strip_suffix('y')
-        && !stem.ends_with(['a', 'e', 'i', 'o', 'u'])
-    {
-        format!("{stem}ies")
-    } else {
-        format!("{lower}s")
-    }
-}
 
 /// The CEL variables of one request, bound once and shared by every CEL
 /// rule and policy evaluated for it.
@@ -93,7 +76,7 @@ impl CelRequest {
                 request.clone(),
                 namespace.clone(),
             ),
-            resource: plural_of(&req.gvk.kind),
+            resource: req.gvr.resource.clone(),
             request,
             namespace,
             views: Default::default(),
@@ -160,12 +143,15 @@ fn empty_map() -> CelValue {
 }
 
 fn request_json(req: &Request) -> Value {
-    let gvk = json!({"group": req.gvk.group, "version": req.gvk.version, "kind": req.gvk.kind});
+    let gvk = |k: &Gvk| json!({"group": k.group, "version": k.version, "kind": k.kind});
+    let gvr = |r: &Gvr| json!({"group": r.group, "version": r.version, "resource": r.resource});
     json!({
-        "kind": gvk,
-        "requestKind": gvk,
-        "resource": {"group": req.gvk.group, "version": req.gvk.version, "resource": plural_of(&req.gvk.kind)},
+        "kind": gvk(&req.object_kind),
+        "requestKind": gvk(&req.request_kind),
+        "resource": gvr(&req.gvr),
+        "requestResource": gvr(&req.request_resource),
         "subResource": req.subresource,
+        "requestSubResource": req.request_sub_resource,
         "name": req.name(),
         "namespace": req.namespace(),
         "operation": req.operation,
@@ -738,17 +724,5 @@ spec:
         let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "j", "namespace": "a"},
             "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x:latest"}]}}}}}});
         assert_eq!(verdict(&p, cron)[0].0, RuleStatus::Fail);
-    }
-
-    #[test]
-    fn plural_names_follow_the_api_server_guess() {
-        assert_eq!(plural_of("Pod"), "pods");
-        assert_eq!(plural_of("Ingress"), "ingresses");
-        assert_eq!(plural_of("NetworkPolicy"), "networkpolicies");
-        assert_eq!(plural_of("Endpoints"), "endpoints");
-        assert_eq!(
-            crate::patch::schema::kind_for_resource("v1", "configmaps"),
-            Some("ConfigMap")
-        );
     }
 }

@@ -5,7 +5,7 @@
 //! every other list (including those of kinds the schema does not know)
 //! is replaced whole.
 
-use super::schema::{ListKind, Schema};
+use crate::kinds::schema::{ListKind, Schema};
 use serde_json::Value;
 
 /// Merges `config` into `live`, the way apply merges an applied

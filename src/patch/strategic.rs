@@ -12,7 +12,7 @@
 //!   `$retainKeys`, `$deleteFromPrimitiveList/<field>`,
 //!   `$setElementOrder/<field>`.
 
-use super::schema::Schema;
+use crate::kinds::schema::Schema;
 use serde_json::{Map, Value};
 
 /// kyaml's associative keys, tried in this order for lists without a schema.

@@ -3,7 +3,8 @@
 
 use super::json_text::{self, JsonText, JsonWriter};
 use super::yaml_text;
-use crate::engine::{Gvk, PolicyResponse, Request, RuleStatus, validate};
+use crate::engine::{PolicyResponse, Request, RuleStatus, validate};
+use crate::kinds::{Gvk, Gvr};
 use crate::matching::UserInfo;
 use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::compile::FailurePolicy;
@@ -43,7 +44,15 @@ pub struct RequestIn {
     uid: String,
     kind: GvkIn,
     #[serde(default)]
+    resource: Option<GvrIn>,
+    #[serde(default)]
     sub_resource: String,
+    #[serde(default)]
+    request_kind: Option<GvkIn>,
+    #[serde(default)]
+    request_resource: Option<GvrIn>,
+    #[serde(default)]
+    request_sub_resource: Option<String>,
     operation: String,
     #[serde(default)]
     user_info: UserInfoIn,
@@ -59,6 +68,34 @@ pub struct GvkIn {
     group: String,
     version: String,
     kind: String,
+}
+
+#[derive(Deserialize)]
+pub struct GvrIn {
+    #[serde(default)]
+    group: String,
+    version: String,
+    resource: String,
+}
+
+impl From<GvkIn> for Gvk {
+    fn from(k: GvkIn) -> Gvk {
+        Gvk {
+            group: k.group,
+            version: k.version,
+            kind: k.kind,
+        }
+    }
+}
+
+impl From<GvrIn> for Gvr {
+    fn from(r: GvrIn) -> Gvr {
+        Gvr {
+            group: r.group,
+            version: r.version,
+            resource: r.resource,
+        }
+    }
 }
 
 #[derive(Deserialize, Default)]
@@ -119,15 +156,23 @@ impl Review {
             return Err(ReviewError::Version(review.api_version, review.kind));
         }
         let r = review.request.ok_or(ReviewError::NoRequest)?;
+        let object_kind = Gvk::from(r.kind);
+        // The API server always sends `resource`; a hand-made review may
+        // leave it out, and then the object's kind names it.
+        let gvr = r.resource.map_or_else(|| object_kind.resource(), Gvr::from);
+        let gvk = matched_kind(&object_kind, &gvr, &r.sub_resource);
         Ok(Review {
             uid: r.uid,
             request: Request {
                 operation: r.operation,
-                gvk: Gvk {
-                    group: r.kind.group,
-                    version: r.kind.version,
-                    kind: r.kind.kind,
-                },
+                gvk,
+                request_kind: r.request_kind.map_or_else(|| object_kind.clone(), Gvk::from),
+                request_resource: r.request_resource.map_or_else(|| gvr.clone(), Gvr::from),
+                request_sub_resource: r
+                    .request_sub_resource
+                    .unwrap_or_else(|| r.sub_resource.clone()),
+                object_kind,
+                gvr,
                 subresource: r.sub_resource,
                 object: r.object,
                 old_object: r.old_object,
@@ -140,6 +185,33 @@ impl Review {
                 namespace_labels: None,
             },
         })
+    }
+}
+
+/// The kind rules match a request on: on a subresource, the kind of the
+/// parent resource (`Deployment` for `deployments/scale`, whose object is
+/// an `autoscaling/v1 Scale`; `Pod` for `pods/eviction` and `pods/exec`),
+/// which Kyverno finds by discovery from the request's resource.
+// kyverno-compat: withTopLevelGVK maps request.resource to its kind and
+// matches `Kind/subresource` selectors against it and request.subResource.
+fn matched_kind(object_kind: &Gvk, gvr: &Gvr, sub_resource: &str) -> Gvk {
+    if sub_resource.is_empty() {
+        return object_kind.clone();
+    }
+    match crate::kinds::kind_for_resource(&gvr.api_version(), &gvr.resource) {
+        Some(kind) => Gvk {
+            group: gvr.group.clone(),
+            version: gvr.version.clone(),
+            kind: kind.to_string(),
+        },
+        // A custom resource's subresource: CRDs serve only `status` and
+        // `scale`, and `status` carries the resource's own kind.
+        None if sub_resource == "status" => object_kind.clone(),
+        None => Gvk {
+            group: gvr.group.clone(),
+            version: gvr.version.clone(),
+            kind: String::new(),
+        },
     }
 }
 
@@ -516,6 +588,63 @@ mod tests {
         assert_eq!(r.request.gvk.kind, "Pod");
         assert_eq!(r.request.name(), "p");
         assert_eq!(r.request.user.groups, vec!["dev"]);
+    }
+
+    /// Subresource requests: rules match the parent's kind and the
+    /// subresource, while `request.kind` and the object are the
+    /// subresource's own (reviews as kube-apiserver v1.37 sends them).
+    #[test]
+    fn subresources_match_on_the_parent_kind() {
+        let scale = decode(&review(json!({
+            "uid": "u2", "kind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "resource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "subResource": "scale",
+            "requestKind": {"group": "autoscaling", "version": "v1", "kind": "Scale"},
+            "requestResource": {"group": "apps", "version": "v1", "resource": "deployments"},
+            "requestSubResource": "scale",
+            "operation": "UPDATE", "userInfo": {"username": "alice"},
+            "object": {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                       "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 9}},
+            "oldObject": {"apiVersion": "autoscaling/v1", "kind": "Scale",
+                          "metadata": {"name": "web", "namespace": "ns"}, "spec": {"replicas": 1}}
+        })))
+        .unwrap()
+        .request;
+        assert_eq!(scale.gvk, Gvk::new("apps/v1", "Deployment"));
+        assert_eq!(scale.object_kind, Gvk::new("autoscaling/v1", "Scale"));
+        assert_eq!(scale.gvr.resource, "deployments");
+        assert_eq!(scale.subresource, "scale");
+        assert_eq!(scale.name(), "web");
+        let input = scale.match_input();
+        assert_eq!((input.kind, input.subresource), ("Deployment", "scale"));
+
+        let eviction = decode(&review(json!({
+            "uid": "u3", "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},
+            "resource": {"group": "", "version": "v1", "resource": "pods"},
+            "subResource": "eviction", "operation": "CREATE",
+            "object": {"apiVersion": "policy/v1", "kind": "Eviction",
+                       "metadata": {"name": "p", "namespace": "ns"}}
+        })))
+        .unwrap()
+        .request;
+        assert_eq!(eviction.gvk, Gvk::new("v1", "Pod"));
+        assert_eq!(eviction.object_kind.kind, "Eviction");
+        // Left out by a hand-made review, the request's own fields are the
+        // object's.
+        assert_eq!(eviction.request_kind.kind, "Eviction");
+        assert_eq!(eviction.request_sub_resource, "eviction");
+
+        // A custom resource's status carries its own kind; its resource
+        // is not in the built-in table.
+        let status = decode(&review(json!({
+            "uid": "u4", "kind": {"group": "example.com", "version": "v1", "kind": "Widget"},
+            "resource": {"group": "example.com", "version": "v1", "resource": "widgets"},
+            "subResource": "status", "operation": "UPDATE",
+            "object": {"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "w"}}
+        })))
+        .unwrap()
+        .request;
+        assert_eq!(status.gvk.kind, "Widget");
     }
 
     #[test]

@@ -10,7 +10,8 @@ use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, Lookups};
 use crate::context::Resolver;
 use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
-use crate::patch::{apply, json_patch, schema::Schema};
+use crate::kinds::schema::Schema;
+use crate::patch::{apply, json_patch};
 use crate::policy::cel_policy::{CompiledMutatingPolicy, CompiledMutation, PodTemplate};
 use serde_json::{Map, Value};
 

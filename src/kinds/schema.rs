@@ -1,6 +1,8 @@
 //! The strategic-merge table: for each built-in kind, which fields are
 //! lists merged by a key. Generated from the Kubernetes OpenAPI schema by
 //! `.ci/gen-merge-keys.py` into `merge_keys.rs`; this module reads it.
+//! Strategic merge and server-side apply ([`crate::patch`]) and the
+//! mutating policies' apply configurations walk documents with it.
 
 use super::merge_keys::{KINDS, TYPES};
 
@@ -121,16 +123,6 @@ impl Schema {
             _ => None,
         }
     }
-}
-
-/// The built-in kind whose guessed plural resource name (see
-/// [`crate::engine::cel::plural_of`]) is `resource` in `api_version`.
-pub fn kind_for_resource(api_version: &str, resource: &str) -> Option<&'static str> {
-    KINDS
-        .iter()
-        .filter(|(v, _, _)| *v == api_version)
-        .map(|(_, k, _)| *k)
-        .find(|k| crate::engine::cel::plural_of(k) == resource)
 }
 
 #[cfg(test)]
