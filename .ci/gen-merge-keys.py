@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Generates src/kinds/merge_keys.rs, the strategic-merge table.
+"""Generates src/kinds/schema/merge_keys.rs, the strategic-merge table.
 
 The source is the Kubernetes OpenAPI schema that `pip install
 kubernetes-validate` ships, at the Kubernetes version our k8s-openapi
@@ -20,7 +20,7 @@ import sys
 import kubernetes_validate
 
 VERSION = "v1.33.0"
-OUT = "src/kinds/merge_keys.rs"
+OUT = "src/kinds/schema/merge_keys.rs"
 
 
 def k8s_openapi_version():
@@ -75,7 +75,7 @@ def main():
             visit(name)
     types = sorted(reachable)
     index = {t: i for i, t in enumerate(types)}
-    lines.append("use super::schema::{Field, Shape};")
+    lines.append("use super::{Field, Shape};")
     lines.append("")
     lines.append("/// (apiVersion, kind, index in TYPES), sorted for binary search.")
     lines.append("pub(super) static KINDS: &[(&str, &str, u16)] = &[")

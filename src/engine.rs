@@ -10,7 +10,6 @@ pub mod generate;
 pub mod images;
 pub mod json_context;
 pub mod mutate;
-pub mod pattern;
 pub mod pod_security;
 pub mod validate;
 pub mod variables;

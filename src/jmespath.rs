@@ -4,9 +4,10 @@
 mod functions;
 mod interpreter;
 mod parser;
+mod value;
 
 pub use functions::go_sprint;
-pub use interpreter::{NULL, Root, Scope, Slot, Val, is_truthy, json_equal, number};
+pub use value::{NULL, Root, Scope, Slot, Val, is_truthy, json_equal, number};
 pub use parser::Ast;
 
 use serde_json::Value;
@@ -48,8 +49,8 @@ impl Expression {
 
     /// Evaluates with plain JMESPath semantics: missing keys give null.
     pub fn search<'a>(&'a self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
-        interpreter::eval(&self.ast, interpreter::Val::Ref(data))
-            .map(interpreter::Val::into_cow)
+        interpreter::eval(&self.ast, Val::Ref(data))
+            .map(Val::into_cow)
             .map_err(|e| *e)
     }
 

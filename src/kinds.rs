@@ -5,14 +5,12 @@
 //!
 //! Built-in kinds come from tables generated from the real API server
 //! (`builtin.rs`, by `.ci/gen-kinds.py`) and from the OpenAPI schema
-//! (`merge_keys.rs`, by `.ci/gen-merge-keys.py`); kinds the tables do not
+//! (`schema/merge_keys.rs`, by `.ci/gen-merge-keys.py`); kinds the tables do not
 //! know are learnt at run time into a [`Catalog`]: from discovery in a
 //! cluster, from the objects given to an offline run. Nothing here knows
 //! about policies: every other module may use it.
 
 mod builtin;
-#[rustfmt::skip]
-mod merge_keys;
 pub mod schema;
 
 use serde_json::Value;

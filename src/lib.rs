@@ -31,6 +31,7 @@ pub mod json_map;
 pub mod kinds;
 pub mod matching;
 pub mod patch;
+pub mod pattern;
 pub mod policy;
 pub mod server;
 pub mod units;

@@ -4,12 +4,15 @@
 pub mod autogen;
 pub mod cel_policy;
 pub mod compile;
+pub mod conditions;
 pub mod load;
 pub mod mutation;
+pub mod template;
 pub mod types;
 
 pub use compile::{
-    CompiledException, CompiledPolicy, CompiledRule, Condition, Conditions, ExprCache,
-    FailureAction, FailurePolicy, RuleBody, ValidateCheck,
+    CompiledException, CompiledPolicy, CompiledRule, ExprCache, FailureAction, FailurePolicy,
+    RuleBody, ValidateCheck,
 };
+pub use conditions::{Condition, Conditions};
 pub use load::{LoadError, LoadedDocument};

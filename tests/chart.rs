@@ -26,7 +26,7 @@ fn chart_lints_renders_and_validates() {
     assert!(text.contains("lint clean, manifests valid"), "{text}");
 }
 
-/// `src/kinds/merge_keys.rs` is what `.ci/gen-merge-keys.py` generates from
+/// `src/kinds/schema/merge_keys.rs` is what `.ci/gen-merge-keys.py` generates from
 /// the Kubernetes schema of kubernetes-validate today.
 #[test]
 fn merge_key_table_matches_its_schema() {

@@ -3,7 +3,7 @@
 //! `[resource, pattern]`.
 #![no_main]
 
-use gavel::engine::pattern::{CompiledPattern, validate};
+use gavel::pattern::{CompiledPattern, validate};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -2,7 +2,7 @@
 //! conditions. Keys and values arrive with variables already substituted.
 
 use crate::jmespath::json_equal;
-use crate::policy::compile::Operator;
+use crate::policy::conditions::Operator;
 use crate::units::semver::Version;
 use crate::units::{Duration, Quantity};
 use crate::wildcard;
@@ -26,18 +26,6 @@ fn sprint_cow(v: &Value) -> Cow<'_, str> {
 /// Evaluates `key <operator> value`.
 pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
     evaluate_with(op, key, value, false)
-}
-
-/// Whether `v` is a list whose entries are compared plainly by the set
-/// operators: strings without a wildcard, numbers and bools.
-pub fn is_plain_list(v: &Value) -> bool {
-    v.as_array().is_some_and(|items| {
-        items.iter().all(|v| match v {
-            Value::String(s) => !wildcard::has_wildcard(s),
-            Value::Number(_) | Value::Bool(_) => true,
-            _ => false,
-        })
-    })
 }
 
 /// [`evaluate`], told whether `value` passed [`is_plain_list`]: the
@@ -299,6 +287,7 @@ fn in_op(key: &Value, value: &Value, negate: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::conditions::is_plain_list;
     use Operator::*;
     use serde_json::json;
 

@@ -5,10 +5,6 @@
 //! not the trigger; applying them in a cluster is the background
 //! controller's job.
 
-mod anchors;
-
-pub use anchors::resource_independent;
-
 use super::context_loader;
 use super::json_context::JsonContext;
 use super::validate::{before_body, eval_conditions, foreach_list};
@@ -16,6 +12,7 @@ use super::variables::{OnError, Substituter};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::context::Resolver;
 use crate::matching::selector_matches;
+use crate::pattern::overlay;
 use crate::patch::{json_patch, strategic};
 use crate::policy::compile::PolicyScope;
 use crate::policy::mutation::{ForEachMutate, MutatePatch, Target, parse_operations};
@@ -275,12 +272,12 @@ impl Mutator<'_> {
                 } else {
                     overlay.clone()
                 };
-                match anchors::preprocess(&mut overlay, resource) {
+                match overlay::preprocess(&mut overlay, resource) {
                     Ok(()) => {}
-                    Err(anchors::AnchorError::Condition(_) | anchors::AnchorError::Global(_)) => {
+                    Err(overlay::AnchorError::Condition(_) | overlay::AnchorError::Global(_)) => {
                         return Ok((resource.clone(), 0));
                     }
-                    Err(anchors::AnchorError::Other(e)) => {
+                    Err(overlay::AnchorError::Other(e)) => {
                         return Err(format!(
                             "failed to patch resource: failed to preProcess rule: {e}"
                         ));

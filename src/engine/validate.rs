@@ -6,7 +6,7 @@ use super::cel::CelVerdict;
 use super::conditions;
 use super::context_loader;
 use super::json_context::{JsonContext, Slot};
-use super::pattern::{self, ErrorKind, IndexText, PatternError};
+use crate::pattern::{self, ErrorKind, IndexText, PatternError};
 use super::variables::{OnError, Substituter, VariableError};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::jmespath::Val;
@@ -343,8 +343,8 @@ pub fn eval_conditions(
             return Ok(hit);
         }
         let op = cond.operator.clone()?;
-        let key = cond.key.render(&sub).map_err(|e| e.to_string())?;
-        let value = cond.value.render(&sub).map_err(|e| e.to_string())?;
+        let key = sub.render(&cond.key).map_err(|e| e.to_string())?;
+        let value = sub.render(&cond.value).map_err(|e| e.to_string())?;
         let result = conditions::evaluate_with(op, &key, &value, cond.value_is_plain_list);
         if let Some(id) = cond.memo {
             ctx.memo_put(id, result);

@@ -4,7 +4,8 @@
 //! in as text. `\{{` escapes a token. Nested tokens resolve inside-out.
 
 use super::json_context::JsonContext;
-use crate::jmespath::{Expression, JmesError, Val};
+use crate::jmespath::{JmesError, Val};
+use crate::policy::template::{Template, first_token, opens_variable};
 use crate::policy::ExprCache;
 use serde_json::Value;
 
@@ -16,178 +17,7 @@ pub enum VariableError {
     Unsupported(String),
 }
 
-/// A `{{ }}` token found in a string: byte range and inner expression.
-struct Token {
-    start: usize,
-    end: usize,
-    inner: String,
-}
 
-/// Finds the first unescaped token whose braces balance (at most one level
-/// of `{...}` inside), as Kyverno's variable regex does.
-fn first_token(s: &str) -> Option<Token> {
-    let b = s.as_bytes();
-    let mut i = 0;
-    while i + 1 < b.len() {
-        if b[i] == b'{'
-            && b[i + 1] == b'{'
-            && (i == 0 || b[i - 1] != b'\\')
-            && let Some(end) = token_end(b, i + 2)
-        {
-            return Some(Token {
-                start: i,
-                end,
-                inner: s[i + 2..end - 2].trim().to_string(),
-            });
-        }
-        i += 1;
-    }
-    None
-}
-
-fn token_end(b: &[u8], mut j: usize) -> Option<usize> {
-    while j < b.len() {
-        match b[j] {
-            b'}' => {
-                return (j + 1 < b.len() && b[j + 1] == b'}').then_some(j + 2);
-            }
-            b'{' => {
-                let close = b[j + 1..].iter().position(|c| *c == b'{' || *c == b'}')?;
-                if b[j + 1 + close] != b'}' {
-                    return None;
-                }
-                j += close + 2;
-            }
-            _ => j += 1,
-        }
-    }
-    None
-}
-
-/// The expressions of all tokens in `s`, innermost first; for pre-parsing.
-pub fn expressions_in(s: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut rest = s.to_string();
-    while let Some(t) = first_token(&rest) {
-        out.push(t.inner.clone());
-        rest.replace_range(t.start..t.end, "x");
-    }
-    out
-}
-
-/// Whether `s` holds `{{`. Faster than `str::contains` for a two-byte
-/// needle, which builds a searcher first: this runs on every rendered
-/// string.
-pub fn opens_variable(s: &str) -> bool {
-    s.as_bytes().windows(2).any(|w| w == b"{{")
-}
-
-pub fn has_variables(v: &Value) -> bool {
-    match v {
-        Value::String(s) => opens_variable(s) || s.contains("$("),
-        Value::Array(a) => a.iter().any(has_variables),
-        Value::Object(m) => m.iter().any(|(k, x)| opens_variable(k) || has_variables(x)),
-        _ => false,
-    }
-}
-
-/// A policy value prepared for substitution at compile time.
-#[derive(Debug, Clone)]
-pub enum Template {
-    /// No variables: used as it is.
-    Literal(Value),
-    /// Exactly one `{{ expr }}` token: evaluated directly, keeping the JSON
-    /// type. The second expression is the DELETE form (`request.oldObject`).
-    Whole(Box<(Expression, Option<Expression>)>, Value),
-    /// Anything else goes through full substitution.
-    Mixed(Value),
-}
-
-impl Template {
-    pub fn new(v: Value) -> Template {
-        if !has_variables(&v) {
-            return Template::Literal(v);
-        }
-        if let Value::String(s) = &v
-            && let Some(t) = first_token(s)
-            && t.start == 0
-            && t.end == s.len()
-            && !t.inner.contains("{{")
-            && !t.inner.starts_with('-')
-            && t.inner != "@"
-            && !s.contains("$(")
-            && let Ok(e) = Expression::parse(&t.inner)
-        {
-            let delete = t
-                .inner
-                .contains("request.object")
-                .then(|| {
-                    Expression::parse(&t.inner.replace("request.object", "request.oldObject")).ok()
-                })
-                .flatten();
-            return Template::Whole(Box::new((e, delete)), v);
-        }
-        Template::Mixed(v)
-    }
-
-    /// Whether rendering reads nothing of the context but `request`: the
-    /// result is then the same for every rule of a request.
-    pub fn reads_only_request(&self) -> bool {
-        match self {
-            Template::Literal(_) => true,
-            Template::Whole(exprs, _) => {
-                let (expr, delete) = exprs.as_ref();
-                expr.reads_only_root_field("request")
-                    && delete
-                        .as_ref()
-                        .is_none_or(|d| d.reads_only_root_field("request"))
-            }
-            Template::Mixed(_) => false,
-        }
-    }
-
-    /// The value as written in the policy.
-    pub fn raw(&self) -> &Value {
-        match self {
-            Template::Literal(v) | Template::Mixed(v) | Template::Whole(_, v) => v,
-        }
-    }
-
-    pub fn render<'t>(
-        &'t self,
-        sub: &Substituter<'t>,
-    ) -> Result<std::borrow::Cow<'t, Value>, VariableError> {
-        use std::borrow::Cow;
-        match self {
-            Template::Literal(v) => Ok(Cow::Borrowed(v)),
-            Template::Mixed(v) => sub.value(v).map(Cow::Owned),
-            Template::Whole(exprs, raw) => {
-                let (expr, delete) = exprs.as_ref();
-                let expr = if sub.ctx.is_delete() {
-                    delete.as_ref().unwrap_or(expr)
-                } else {
-                    expr
-                };
-                match (expr.resolve_val(sub.ctx.root()), sub.on_error) {
-                    // A string result may itself hold variables: substitute it fully.
-                    (Ok(v), _)
-                        if v.as_json()
-                            .and_then(Value::as_str)
-                            .is_some_and(opens_variable) =>
-                    {
-                        sub.value(raw).map(Cow::Owned)
-                    }
-                    (Ok(v), _) => Ok(v.into_cow()),
-                    (Err(_), OnError::EmptyString) => Ok(Cow::Owned(Value::String(String::new()))),
-                    (Err(source), OnError::Fail) => Err(VariableError::Resolve {
-                        variable: raw.to_string(),
-                        source,
-                    }),
-                }
-            }
-        }
-    }
-}
 
 /// How unresolvable variables are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,6 +33,42 @@ pub struct Substituter<'c> {
     pub ctx: &'c JsonContext<'c>,
     pub exprs: &'c ExprCache,
     pub on_error: OnError,
+}
+
+/// Rendering a compiled [`Template`]; the template itself is parsed at
+/// compile time ([`crate::policy::template`]).
+impl<'t> Substituter<'t> {
+    pub fn render(&self, template: &'t Template) -> Result<std::borrow::Cow<'t, Value>, VariableError> {
+        use std::borrow::Cow;
+        match template {
+            Template::Literal(v) => Ok(Cow::Borrowed(v)),
+            Template::Mixed(v) => self.value(v).map(Cow::Owned),
+            Template::Whole(exprs, raw) => {
+                let (expr, delete) = exprs.as_ref();
+                let expr = if self.ctx.is_delete() {
+                    delete.as_ref().unwrap_or(expr)
+                } else {
+                    expr
+                };
+                match (expr.resolve_val(self.ctx.root()), self.on_error) {
+                    // A string result may itself hold variables: substitute it fully.
+                    (Ok(v), _)
+                        if v.as_json()
+                            .and_then(Value::as_str)
+                            .is_some_and(opens_variable) =>
+                    {
+                        self.value(raw).map(Cow::Owned)
+                    }
+                    (Ok(v), _) => Ok(v.into_cow()),
+                    (Err(_), OnError::EmptyString) => Ok(Cow::Owned(Value::String(String::new()))),
+                    (Err(source), OnError::Fail) => Err(VariableError::Resolve {
+                        variable: raw.to_string(),
+                        source,
+                    }),
+                }
+            }
+        }
+    }
 }
 
 impl Substituter<'_> {
@@ -297,6 +163,7 @@ impl Substituter<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::template::expressions_in;
     use serde_json::json;
 
     fn ctx() -> JsonContext<'static> {

@@ -3,7 +3,7 @@
 //! encoding, semver, and data shaping). Unknown functions are errors.
 
 use super::JmesError;
-use super::interpreter::{Val, eval, json_equal, number};
+use super::value::{Eval, Val, json_equal, number};
 use super::parser::Ast;
 use crate::units::time::Instant;
 use crate::units::{Duration, Quantity};
@@ -119,10 +119,17 @@ pub fn go_sprint(v: &Value) -> String {
 }
 
 /// Calls function `name` with unevaluated `args` against the current node.
-pub fn call<'a>(name: &str, args: &'a [Ast], cur: Val<'a>) -> R {
+/// How a function evaluates its arguments: the interpreter's `eval`,
+/// handed in so that the functions do not import the interpreter that
+/// calls them.
+pub type Evaluate = for<'a> fn(&'a Ast, Val<'a>) -> Eval<'a>;
+
+pub fn call<'a>(name: &str, args: &'a [Ast], cur: Val<'a>, eval: Evaluate) -> R {
     // Functions that take expression references evaluate them per element.
     match name {
-        "sort_by" | "max_by" | "min_by" | "map" => return call_with_expref(name, args, cur),
+        "sort_by" | "max_by" | "min_by" | "map" => {
+            return call_with_expref(name, args, cur, eval);
+        }
         _ => {}
     }
     let mut vals: Vec<Cow<'a, Value>> = Vec::with_capacity(args.len());
@@ -675,7 +682,7 @@ fn rfc3339(name: &str, v: &Value) -> Result<Instant, JmesError> {
         .ok_or_else(|| JmesError::Runtime(format!("{name}(): {s:?} is not an RFC 3339 time")))
 }
 
-fn call_with_expref(name: &str, args: &[Ast], cur: Val<'_>) -> R {
+fn call_with_expref(name: &str, args: &[Ast], cur: Val<'_>, eval: Evaluate) -> R {
     arity(name, args, 2)?;
     let (expr, list_arg) = if name == "map" {
         (&args[0], &args[1])

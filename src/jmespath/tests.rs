@@ -191,7 +191,8 @@ fn what_reads_only_one_root_field() {
 
 #[test]
 fn flatten_then_project_in_one_pass_matches_the_two_steps() {
-    use super::interpreter::{Val, eval};
+    use super::Val;
+    use super::interpreter::eval;
     use super::parser::parse;
     let data = json!({
         "mixed": [[1, null, [2]], null, 3, {"a": 1}, [], [{"a": 2}, {"b": 3}], "s"],

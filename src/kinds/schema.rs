@@ -4,7 +4,10 @@
 //! Strategic merge and server-side apply ([`crate::patch`]) and the
 //! mutating policies' apply configurations walk documents with it.
 
-use super::merge_keys::{KINDS, TYPES};
+#[rustfmt::skip]
+mod merge_keys;
+
+use merge_keys::{KINDS, TYPES};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Shape {

@@ -1,6 +1,6 @@
 //! Compiled forms of `mutate` (§7) and `generate` (§8) rule bodies.
 
-use super::compile::Conditions;
+use super::conditions::Conditions;
 use super::types::{
     ContextEntry, ForEachMutation, GENERATE_FIELDS, Generation, Mutation, TargetResource,
 };
@@ -91,11 +91,11 @@ fn compile_patch(
 ) -> Result<Option<MutatePatch>, String> {
     // kyverno-compat: when both are set, the strategic merge wins.
     if let Some(p) = strategic {
-        let has_variables = crate::engine::variables::has_variables(&p);
+        let has_variables = super::template::has_variables(&p);
         let prepared = if has_variables {
             None
         } else {
-            crate::engine::mutate::resource_independent(&p)
+            crate::pattern::overlay::resource_independent(&p)
         };
         return Ok(Some(MutatePatch::Strategic {
             overlay: p,

@@ -1,9 +1,12 @@
-//! Validate patterns (§3.4-3.6): a resource and a [`CompiledPattern`] in,
+//! Kyverno's pattern language, independent of policies: validate
+//! patterns (§3.4-3.6): a resource and a [`CompiledPattern`] in,
 //! pass or a [`PatternError`] out. Anchors: conditional `()`, equality
 //! `=()`, existence `^()`, negation `X()`, global `<()`; scalar patterns in
 //! [`scalar`]. Patterns are compiled once: anchors parsed, keys put in
-//! Kyverno's evaluation order, operands parsed.
+//! Kyverno's evaluation order, operands parsed. The anchors of mutate
+//! overlays are in [`overlay`].
 
+pub mod overlay;
 mod scalar;
 
 pub use scalar::Scalar;

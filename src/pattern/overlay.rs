@@ -13,7 +13,7 @@
 //! quirks included (an anchored element is processed in place across the
 //! resource elements; empty maps are dropped from the overlay).
 
-use crate::engine::pattern::{self, Anchor, parse_anchor};
+use super::{self as pattern, Anchor, parse_anchor};
 use serde_json::{Map, Value};
 
 #[derive(Debug, Clone, PartialEq)]

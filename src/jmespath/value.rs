@@ -1,0 +1,297 @@
+//! Values during JMESPath evaluation, shared by the interpreter and the
+//! functions it calls: [`Val`] (borrowed, computed or lazy lists), the
+//! scopes of `let`, truthiness, JSON equality and numbers.
+
+use super::JmesError;
+use serde_json::Value;
+use std::borrow::Cow;
+
+/// A value during evaluation: borrowed from the input, computed, or a list
+/// of either that is only turned into JSON when something needs it (so
+/// projections over a large object copy nothing they do not return).
+///
+/// Kept to two words (every payload is one pointer) so that it, and the
+/// `Result` of each evaluation step, travel in registers: a wider enum is
+/// returned through memory and re-read at every step of the recursion.
+#[derive(Debug, Clone)]
+pub enum Val<'a> {
+    Ref(&'a Value),
+    Own(Box<Value>),
+    List(Box<Vec<Val<'a>>>),
+    /// The policy engine's layered context, whose fields are looked up on
+    /// demand; turned into JSON only when used as a whole.
+    Scope(&'a Scope<'a>),
+    /// An object of the scope that is likewise served field by field. A
+    /// reference to the box, not to the object, to stay one word wide.
+    #[allow(clippy::borrowed_box)]
+    Lazy(&'a Box<dyn Root + 'a>),
+}
+
+/// An object served field by field instead of as one JSON value, so that a
+/// context made of borrowed parts never has to be assembled.
+pub trait Root {
+    fn field(&self, name: &str) -> Option<Val<'_>>;
+    /// The whole object as JSON (for `@` and functions taking it as a value).
+    fn to_value(&self) -> Value;
+}
+
+impl std::fmt::Debug for dyn Root + '_ {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Root({})", self.to_value())
+    }
+}
+
+/// What one evaluation step gives; the error is boxed to keep the result
+/// two words wide.
+pub type Eval<'a> = Result<Val<'a>, Box<JmesError>>;
+
+pub static NULL: Value = Value::Null;
+static TRUE: Value = Value::Bool(true);
+static FALSE: Value = Value::Bool(false);
+
+pub fn null<'a>() -> Val<'a> {
+    Val::Ref(&NULL)
+}
+
+pub(super) fn boolean<'a>(b: bool) -> Val<'a> {
+    Val::Ref(if b { &TRUE } else { &FALSE })
+}
+
+impl<'a> Val<'a> {
+    /// A computed value; null and booleans need no allocation.
+    pub fn own(v: Value) -> Val<'a> {
+        match v {
+            Value::Null => null(),
+            Value::Bool(b) => boolean(b),
+            other => Val::Own(Box::new(other)),
+        }
+    }
+
+    pub fn list(items: Vec<Val<'a>>) -> Val<'a> {
+        Val::List(Box::new(items))
+    }
+
+    /// The value when it is plain JSON (not a list or a scope).
+    pub fn as_json(&self) -> Option<&Value> {
+        match self {
+            Val::Ref(v) => Some(v),
+            Val::Own(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    pub fn is_null(&self) -> bool {
+        self.as_json().is_some_and(Value::is_null)
+    }
+
+    pub fn is_array(&self) -> bool {
+        match self {
+            Val::List(_) => true,
+            other => other.as_json().is_some_and(Value::is_array),
+        }
+    }
+
+    pub(super) fn truthy(&self) -> bool {
+        match self {
+            Val::Ref(v) => is_truthy(v),
+            Val::Own(v) => is_truthy(v),
+            Val::List(items) => !items.is_empty(),
+            Val::Scope(s) => is_truthy(&s.to_value()),
+            Val::Lazy(r) => is_truthy(&r.to_value()),
+        }
+    }
+
+    /// The value as JSON, borrowing where possible.
+    pub fn into_cow(self) -> Cow<'a, Value> {
+        match self {
+            Val::Ref(v) => Cow::Borrowed(v),
+            Val::Own(v) => Cow::Owned(*v),
+            Val::List(items) => Cow::Owned(Value::Array(
+                items.into_iter().map(Val::into_owned).collect(),
+            )),
+            Val::Scope(s) => Cow::Owned(s.to_value()),
+            Val::Lazy(r) => Cow::Owned(r.to_value()),
+        }
+    }
+
+    pub fn into_owned(self) -> Value {
+        self.into_cow().into_owned()
+    }
+
+    /// The elements, when this is an array.
+    pub fn into_elements(self) -> Option<Vec<Val<'a>>> {
+        match self {
+            Val::Ref(Value::Array(a)) => Some(a.iter().map(Val::Ref).collect()),
+            Val::Own(v) => match *v {
+                Value::Array(a) => Some(a.into_iter().map(Val::own).collect()),
+                _ => None,
+            },
+            Val::List(items) => Some(*items),
+            _ => None,
+        }
+    }
+
+    /// The values, when this is an object.
+    pub(super) fn into_values(self) -> Option<Vec<Val<'a>>> {
+        match self {
+            Val::Ref(Value::Object(m)) => Some(m.values().map(Val::Ref).collect()),
+            Val::Own(v) => match *v {
+                Value::Object(m) => Some(m.into_iter().map(|(_, v)| Val::own(v)).collect()),
+                _ => None,
+            },
+            Val::Scope(s) => Val::own(s.to_value()).into_values(),
+            Val::Lazy(r) => Val::own(r.to_value()).into_values(),
+            _ => None,
+        }
+    }
+
+    pub(super) fn field(self, key: &str) -> Val<'a> {
+        match self {
+            Val::Ref(Value::Object(m)) => crate::json_map::get(m, key)
+                .map(Val::Ref)
+                .unwrap_or_else(null),
+            Val::Own(v) => match *v {
+                Value::Object(mut m) => m.remove(key).map(Val::own).unwrap_or_else(null),
+                _ => null(),
+            },
+            Val::Scope(s) => s.field(key).unwrap_or_else(null),
+            Val::Lazy(r) => r.field(key).unwrap_or_else(null),
+            _ => null(),
+        }
+    }
+}
+
+/// A layered scope of named values: the policy engine's JSON context. A
+/// rule or a foreach element gets a child scope over its parent, so
+/// leaving a scope is dropping it; values may be borrowed from the request
+/// or an enclosing scope, and one object (the admission request) may be
+/// served field by field.
+pub struct Scope<'p> {
+    parent: Option<&'p Scope<'p>>,
+    lazy: Option<(&'static str, Box<dyn Root + 'p>)>,
+    /// Names in the order they were set; the last one wins.
+    vars: Vec<(Cow<'static, str>, Slot<'p>)>,
+}
+
+/// A value in a scope: borrowed from the request (or an enclosing scope)
+/// or computed.
+#[derive(Debug)]
+pub enum Slot<'p> {
+    Ref(&'p Value),
+    Own(Value),
+}
+
+impl Slot<'_> {
+    pub fn get(&self) -> &Value {
+        match self {
+            Slot::Ref(v) => v,
+            Slot::Own(v) => v,
+        }
+    }
+}
+
+impl std::fmt::Debug for Scope<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Scope({})", self.to_value())
+    }
+}
+
+impl<'p> Scope<'p> {
+    /// A root scope; `lazy` is an object served field by field under its name.
+    pub fn new(lazy: Option<(&'static str, Box<dyn Root + 'p>)>, capacity: usize) -> Scope<'p> {
+        Scope {
+            parent: None,
+            lazy,
+            vars: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// A scope over this one: what is set in it is gone when it is dropped.
+    pub fn child(&'p self) -> Scope<'p> {
+        Scope {
+            parent: Some(self),
+            lazy: None,
+            vars: Vec::new(),
+        }
+    }
+
+    pub fn set(&mut self, name: impl Into<Cow<'static, str>>, value: Slot<'p>) {
+        self.vars.push((name.into(), value));
+    }
+
+    /// A value that is plain JSON (not the lazy object) by name.
+    pub fn get(&self, name: &str) -> Option<&Value> {
+        match self.vars.iter().rev().find(|(k, _)| k == name) {
+            Some((_, slot)) => Some(slot.get()),
+            None if self.lazy.as_ref().is_some_and(|(k, _)| *k == name) => None,
+            None => self.parent.and_then(|p| p.get(name)),
+        }
+    }
+
+    pub fn field(&self, name: &str) -> Option<Val<'_>> {
+        if let Some((_, slot)) = self.vars.iter().rev().find(|(k, _)| k == name) {
+            return Some(Val::Ref(slot.get()));
+        }
+        if let Some((k, r)) = &self.lazy
+            && *k == name
+        {
+            return Some(Val::Lazy(r));
+        }
+        self.parent.and_then(|p| p.field(name))
+    }
+
+    /// The whole scope as one JSON object.
+    pub fn to_value(&self) -> Value {
+        let mut out = match self.parent {
+            Some(p) => p.to_value(),
+            None => Value::Object(serde_json::Map::new()),
+        };
+        let m = out.as_object_mut().expect("a scope is an object");
+        if let Some((k, r)) = &self.lazy {
+            m.insert(k.to_string(), r.to_value());
+        }
+        for (k, slot) in &self.vars {
+            m.insert(k.to_string(), slot.get().clone());
+        }
+        out
+    }
+}
+
+/// JMESPath truthiness: false, null, empty string, empty list and empty object are false.
+pub fn is_truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+        Value::Number(_) => true,
+    }
+}
+
+/// Builds a JSON number, keeping integral values integral so they print as Go does.
+pub fn number(f: f64) -> Value {
+    if f.fract() == 0.0 && f.abs() < 9.007_199_254_740_992e15 {
+        Value::from(f as i64)
+    } else {
+        serde_json::Number::from_f64(f)
+            .map(Value::Number)
+            .unwrap_or(Value::Null)
+    }
+}
+
+/// Deep equality with numbers compared by value (1 == 1.0), as Go's float64 decoding does.
+pub fn json_equal(l: &Value, r: &Value) -> bool {
+    match (l, r) {
+        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
+        (Value::Array(a), Value::Array(b)) => {
+            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| json_equal(x, y))
+        }
+        (Value::Object(a), Value::Object(b)) => {
+            a.len() == b.len()
+                && a.iter()
+                    .all(|(k, v)| b.get(k).is_some_and(|w| json_equal(v, w)))
+        }
+        _ => l == r,
+    }
+}
