@@ -245,7 +245,7 @@ impl Request {
             group: &self.gvk.group,
             version: &self.gvk.version,
             kind: &self.gvk.kind,
-            kind_hash: crate::policy::compile::kind_hash(&self.gvk.kind),
+            kind_hash: crate::kinds::kind_hash(&self.gvk.kind),
             subresource: &self.subresource,
             operation: &self.operation,
             name: text("name"),

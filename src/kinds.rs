@@ -145,6 +145,14 @@ pub fn guess_plural(kind: &str) -> String {
     }
 }
 
+/// FNV-1a: a kind's hash, computed once per request and compared with the
+/// rules' (see [`crate::policy::compile::RuleKinds`]).
+pub fn kind_hash(kind: &str) -> u64 {
+    kind.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Cluster-scoped kinds of common add-ons, which no generated table knows
 /// and which policies and their tests name offline, where there is no
 /// discovery to ask.

@@ -3,9 +3,9 @@
 //! Policy match blocks are compiled once (kind selectors pre-parsed); a
 //! [`MatchInput`] describes the request side.
 
-use crate::policy::types::{
-    LabelSelector, MatchResources, ResourceDescription, ResourceFilter, Subject,
-};
+pub mod types;
+
+use types::{LabelSelector, MatchResources, ResourceDescription, ResourceFilter, Subject};
 use crate::wildcard;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -543,7 +543,7 @@ pub struct MatchInput<'a> {
     pub group: &'a str,
     pub version: &'a str,
     pub kind: &'a str,
-    /// [`crate::policy::compile::kind_hash`] of `kind`.
+    /// [`crate::kinds::kind_hash`] of `kind`.
     pub kind_hash: u64,
     pub subresource: &'a str,
     pub operation: &'a str,

@@ -43,7 +43,7 @@ fn input<'a>(labels: &'a Map<String, Value>, user: &'a UserInfo) -> MatchInput<'
         group: "",
         version: "v1",
         kind: "Pod",
-        kind_hash: crate::policy::compile::kind_hash("Pod"),
+        kind_hash: crate::kinds::kind_hash("Pod"),
         subresource: "",
         operation: "CREATE",
         name: "web-1",
@@ -175,7 +175,7 @@ fn filter_shapes_agree_with_the_general_check() {
                 group,
                 version,
                 kind,
-                kind_hash: crate::policy::compile::kind_hash(kind),
+                kind_hash: crate::kinds::kind_hash(kind),
                 subresource,
                 ..input(&labels, &user)
             };

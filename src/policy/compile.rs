@@ -4,6 +4,7 @@
 //! [`ExprCache`] so that evaluation never re-parses policy text.
 
 use super::autogen;
+use crate::kinds::kind_hash;
 use super::conditions::Conditions;
 use super::cel_policy::{
     CelChecks, CelCompileError, CompiledNamed, NamedExpression, compile_named,
@@ -236,14 +237,6 @@ pub struct CompiledPolicy {
     pub uses_images: bool,
     /// Whether any rule reads `element<N>` or `elementIndex<N>` (nested foreach).
     pub uses_numbered_elements: bool,
-}
-
-/// FNV-1a: a kind's hash, computed once per request and compared with the
-/// rules' (see [`RuleKinds`]).
-pub fn kind_hash(kind: &str) -> u64 {
-    kind.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
 }
 
 /// The rules that can match a kind, as bit masks over the first 64 rules
