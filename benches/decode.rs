@@ -13,7 +13,7 @@
 //!   request body arrives as immutable `Bytes`).
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use gavel::server::review::{self, Review, ReviewIn};
+use gavel::admission::review::{self, Review, ReviewIn};
 use std::hint::black_box;
 
 mod support;

@@ -10,9 +10,9 @@
 //! the closer estimate of in-server cost.
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use gavel::admission::pipeline::{Webhook, admit};
+use gavel::admission::policies::{PolicySet, Snapshot};
 use gavel::context::NoResolver;
-use gavel::server::handler::{Route, admit};
-use gavel::server::policies::{PolicySet, Snapshot};
 use std::hint::black_box;
 
 mod support;
@@ -29,7 +29,7 @@ fn handler(c: &mut Criterion) {
         1,
     );
     let empty = Snapshot::new(PolicySet::default(), 1);
-    let route = Route::Validate(None);
+    let route = Webhook::Validate(None);
     let mut group = c.benchmark_group("handler");
     for (id, file) in [
         ("compliant", "pod-compliant.json"),

@@ -14,8 +14,8 @@
 use anyhow::{Context, Result, bail};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use gavel::server::handler::MAX_BODY;
-use gavel::server::review::{self, Verdict};
+use gavel::admission::review::{self, Verdict};
+use gavel::server::MAX_BODY;
 use gavel::server::{accept_loop, shutdown_signal, tls};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -88,7 +88,7 @@ fn main() -> Result<()> {
             listener,
             acceptor,
             gavel::server::ConnectionLimits::default(),
-            gavel::server::metrics::ConnectionMetrics::default(),
+            gavel::server::connections::ConnectionMetrics::default(),
             answer,
             shutdown_signal(),
             || {},

@@ -4,6 +4,7 @@
 
 pub mod apply;
 pub mod resources;
+pub mod serve;
 pub mod test;
 pub mod test_file;
 pub mod values;
@@ -263,7 +264,7 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
                 LogFormat::Text => logs.init(),
             }
             let cluster = cluster_options(&args)?;
-            crate::server::serve(crate::server::ServeOptions {
+            serve::serve(serve::ServeOptions {
                 listen: args.listen,
                 policies: args.policies,
                 tls_cert: args.tls_cert,
@@ -303,7 +304,7 @@ fn positive_seconds(seconds: f64, flag: &str) -> anyhow::Result<std::time::Durat
 
 /// Cluster mode when a kubeconfig is given, or inside a cluster unless
 /// `--standalone`; standalone otherwise.
-fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<crate::server::ClusterOptions>> {
+fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOptions>> {
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     if args.standalone || (args.kubeconfig.is_none() && !in_cluster) {
         return Ok(None);
@@ -336,7 +337,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<crate::server::Clu
             sans.push(san.clone());
         }
     }
-    Ok(Some(crate::server::ClusterOptions {
+    Ok(Some(serve::ClusterOptions {
         client: crate::cluster::client::ClientOptions {
             kubeconfig: args.kubeconfig.clone(),
             qps: args.client_qps,
@@ -355,7 +356,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<crate::server::Clu
             renew_deadline: seconds(args.renew_deadline_seconds),
             retry_period: seconds(args.retry_period_seconds),
         },
-        webhook: crate::server::WebhookSettings {
+        webhook: serve::WebhookSettings {
             validating_name: args.webhook_config_name.clone(),
             mutating_name: args.mutating_webhook_config_name.clone(),
             target: match &args.webhook_url {
@@ -374,7 +375,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<crate::server::Clu
             ca_file: args.tls_ca.clone(),
             owner_cluster_role: args.owner_cluster_role.clone(),
         },
-        fallback_cache: crate::context::api::CacheOptions {
+        fallback_cache: crate::cluster::api::CacheOptions {
             ttl: std::time::Duration::from_secs(args.fallback_cache_ttl_seconds.max(1)),
             capacity: args.fallback_cache_capacity,
             max_response_bytes: args.max_api_call_response_length,

@@ -1,11 +1,8 @@
 //! The resolver interface: how the engine reaches objects outside the
 //! request (ConfigMaps, API calls, global context entries). The engine does
-//! no I/O itself; `gavel test` serves these from values files and mocks, and
-//! the server will serve them from informer-backed stores.
-
-pub mod api;
-pub mod informer;
-pub mod service;
+//! no I/O itself; `gavel test` serves these from values files and mocks
+//! ([`Objects`]), and the server from informer-backed stores
+//! (`crate::cluster::informer`, which implements this trait above it).
 
 use serde_json::{Map, Value};
 use std::sync::Arc;

@@ -7,8 +7,8 @@ mod parser;
 mod value;
 
 pub use functions::go_sprint;
-pub use value::{NULL, Root, Scope, Slot, Val, is_truthy, json_equal, number};
 pub use parser::Ast;
+pub use value::{NULL, Root, Scope, Slot, Val, is_truthy, json_equal, number};
 
 use serde_json::Value;
 use std::borrow::Cow;

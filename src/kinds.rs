@@ -301,13 +301,27 @@ mod tests {
         ] {
             assert_eq!(plural(api_version, kind), expected, "{api_version} {kind}");
         }
-        assert_eq!(kind_for_resource("apps/v1", "deployments"), Some("Deployment"));
+        assert_eq!(
+            kind_for_resource("apps/v1", "deployments"),
+            Some("Deployment")
+        );
         assert_eq!(kind_for_resource("v1", "configmaps"), Some("ConfigMap"));
         assert_eq!(kind_for_resource("v1", "widgets"), None);
         let deployment = builtin("apps/v1", "Deployment").unwrap();
         assert!(deployment.namespaced && deployment.subresources.contains(&"scale"));
-        assert!(builtin("v1", "Pod").unwrap().subresources.contains(&"eviction"));
-        for kind in ["Namespace", "Node", "ClusterRole", "ClusterPolicy", "ClusterIssuer"] {
+        assert!(
+            builtin("v1", "Pod")
+                .unwrap()
+                .subresources
+                .contains(&"eviction")
+        );
+        for kind in [
+            "Namespace",
+            "Node",
+            "ClusterRole",
+            "ClusterPolicy",
+            "ClusterIssuer",
+        ] {
             assert!(is_cluster_scoped(kind), "{kind}");
         }
         for kind in ["Pod", "Policy", "Widget", "PolicyReport"] {
@@ -324,7 +338,9 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "x"}}),
         ]);
         assert_eq!(
-            catalog.kind_for_resource("example.com/v1", "widgets").as_deref(),
+            catalog
+                .kind_for_resource("example.com/v1", "widgets")
+                .as_deref(),
             Some("Widget")
         );
         assert!(catalog.is_namespaced("example.com/v1", "Widget"));
@@ -332,7 +348,9 @@ mod tests {
         assert!(!catalog.is_namespaced("v1", "Namespace"));
         assert!(catalog.is_namespaced("example.com/v1", "Unknown"));
         assert_eq!(
-            catalog.kind_for_resource("apps/v1", "deployments").as_deref(),
+            catalog
+                .kind_for_resource("apps/v1", "deployments")
+                .as_deref(),
             Some("Deployment")
         );
     }

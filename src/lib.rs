@@ -20,6 +20,7 @@
 
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod cel;
 pub mod cli;
 pub mod cluster;

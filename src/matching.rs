@@ -5,10 +5,10 @@
 
 pub mod types;
 
-use types::{LabelSelector, MatchResources, ResourceDescription, ResourceFilter, Subject};
 use crate::wildcard;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
+use types::{LabelSelector, MatchResources, ResourceDescription, ResourceFilter, Subject};
 
 /// A parsed kind selector: `Kind`, `Version/Kind`, `Group/Version/Kind`, each
 /// with an optional subresource. Every part is a wildcard pattern.

@@ -4,15 +4,15 @@
 #![no_main]
 
 use gavel::context::NoResolver;
-use gavel::server::handler::{Route, admit};
-use gavel::server::policies::Snapshot;
+use gavel::admission::pipeline::{Webhook, admit};
+use gavel::admission::policies::Snapshot;
 use libfuzzer_sys::fuzz_target;
 use std::sync::LazyLock;
 
 static POLICIES: LazyLock<Snapshot> = LazyLock::new(gavel_fuzz::example_snapshot);
 
 fuzz_target!(init: gavel_fuzz::guard_panics(), |data: &[u8]| {
-    for route in [Route::Validate(None), Route::Mutate(None)] {
+    for route in [Webhook::Validate(None), Webhook::Mutate(None)] {
         // An error is an answer (400 with its reason); only a panic is a bug.
         let _ = admit(route, data, &POLICIES, None, &NoResolver);
     }

@@ -4,8 +4,8 @@
 #![no_main]
 
 use gavel::context::NoResolver;
-use gavel::server::handler::{Route, admit};
-use gavel::server::policies::{Snapshot, load_text};
+use gavel::admission::pipeline::{Webhook, admit};
+use gavel::admission::policies::{Snapshot, load_text};
 use libfuzzer_sys::fuzz_target;
 use std::sync::LazyLock;
 
@@ -16,7 +16,7 @@ fuzz_target!(init: gavel_fuzz::guard_panics(), |data: &[u8]| {
     let Ok(set) = load_text("fuzz.yaml", text) else { return };
     let snapshot = Snapshot::new(set, 1);
     for review in REVIEWS.iter() {
-        for route in [Route::Validate(None), Route::Mutate(None)] {
+        for route in [Webhook::Validate(None), Webhook::Mutate(None)] {
             let _ = admit(route, review, &snapshot, None, &NoResolver);
         }
     }

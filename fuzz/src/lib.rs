@@ -1,7 +1,7 @@
 //! What the fuzz targets share: the panic policy, the policies and reviews
 //! of `examples/`, and splitting one input into parts.
 
-use gavel::server::policies::{PolicySet, Snapshot, load_text};
+use gavel::admission::policies::{PolicySet, Snapshot, load_text};
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 

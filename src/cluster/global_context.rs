@@ -12,8 +12,8 @@
 
 use super::stores::{resource, strip};
 use super::watch_backoff::relist_at_once;
+use crate::cluster::api::{fetch_json, url_path_request};
 use crate::context::ApiCallRequest;
-use crate::context::api::{fetch_json, url_path_request};
 use crate::jmespath::Expression;
 use arc_swap::ArcSwap;
 use futures_util::StreamExt;
@@ -154,7 +154,7 @@ fn owned_by(key: &str, entry: &str) -> bool {
 #[derive(Clone)]
 pub struct GlobalContextOptions {
     /// For `apiCall.service` entries.
-    pub service: Arc<crate::context::service::ServiceClient>,
+    pub service: Arc<crate::cluster::service::ServiceClient>,
     /// Responses of `apiCall` entries larger than this are errors.
     pub max_response_bytes: usize,
     /// How long changes to a resource gather before it is republished.

@@ -5,12 +5,12 @@
 //! remembered until its next change.
 
 use super::stores::Stores;
+use crate::admission::policies::{PolicySet, Publisher};
 use crate::policy::cel_policy::{
     CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy,
 };
 use crate::policy::load::{LoadedDocument, classify};
 use crate::policy::{CompiledException, CompiledPolicy};
-use crate::server::policies::{PolicySet, Publisher};
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::Store;

@@ -7,9 +7,9 @@
 //! configuration comes back. Writes carry the resourceVersion they read;
 //! running twice yields the same objects.
 
+use crate::admission::policies::Snapshot;
 use crate::policy::cel_policy::PolicyScope as CelScope;
 use crate::policy::compile::{CompiledRule, FailurePolicy, RuleBody};
-use crate::server::policies::Snapshot;
 use arc_swap::ArcSwap;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::admissionregistration::v1::{
@@ -639,8 +639,8 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::policies::PolicySet;
     use crate::policy::cel_policy::{CompiledValidatingPolicy, ValidatingPolicyDoc};
-    use crate::server::policies::PolicySet;
 
     /// A ValidatingPolicy registers the resources its rules name, and the
     /// Pod controllers autogen evaluates it for, under its failurePolicy.

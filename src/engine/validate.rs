@@ -6,11 +6,11 @@ use super::cel::CelVerdict;
 use super::conditions;
 use super::context_loader;
 use super::json_context::{JsonContext, Slot};
-use crate::pattern::{self, ErrorKind, IndexText, PatternError};
 use super::variables::{OnError, Substituter, VariableError};
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::jmespath::Val;
 use crate::matching::MatchInput;
+use crate::pattern::{self, ErrorKind, IndexText, PatternError};
 use crate::policy::compile::{ForEach, Pattern, PolicyScope, ValidateRule};
 use crate::policy::types::PodSecurityExclude;
 use crate::policy::{

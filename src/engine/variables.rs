@@ -5,8 +5,8 @@
 
 use super::json_context::JsonContext;
 use crate::jmespath::{JmesError, Val};
-use crate::policy::template::{Template, first_token, opens_variable};
 use crate::policy::ExprCache;
+use crate::policy::template::{Template, first_token, opens_variable};
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
@@ -16,8 +16,6 @@ pub enum VariableError {
     #[error("unsupported: {0}")]
     Unsupported(String),
 }
-
-
 
 /// How unresolvable variables are treated.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +36,10 @@ pub struct Substituter<'c> {
 /// Rendering a compiled [`Template`]; the template itself is parsed at
 /// compile time ([`crate::policy::template`]).
 impl<'t> Substituter<'t> {
-    pub fn render(&self, template: &'t Template) -> Result<std::borrow::Cow<'t, Value>, VariableError> {
+    pub fn render(
+        &self,
+        template: &'t Template,
+    ) -> Result<std::borrow::Cow<'t, Value>, VariableError> {
         use std::borrow::Cow;
         match template {
             Template::Literal(v) => Ok(Cow::Borrowed(v)),

@@ -3,8 +3,8 @@
 //! encoding, semver, and data shaping). Unknown functions are errors.
 
 use super::JmesError;
-use super::value::{Eval, Val, json_equal, number};
 use super::parser::Ast;
+use super::value::{Eval, Val, json_equal, number};
 use crate::units::time::Instant;
 use crate::units::{Duration, Quantity};
 use base64::Engine as _;

@@ -10,7 +10,6 @@ use super::value::{Eval, NULL, Val, boolean, json_equal, null};
 use serde_json::Value;
 use std::cmp::Ordering;
 
-
 /// The value at `keys` under `v`, or null.
 fn field_path<'a>(mut v: &'a Value, keys: &[String]) -> &'a Value {
     for k in keys {
@@ -280,7 +279,6 @@ fn compare(op: Cmp, l: &Value, r: &Value) -> Value {
         },
     }
 }
-
 
 fn slice(
     items: Vec<Val<'_>>,

@@ -4,20 +4,20 @@
 //! [`ExprCache`] so that evaluation never re-parses policy text.
 
 use super::autogen;
-use crate::kinds::kind_hash;
-use super::conditions::Conditions;
 use super::cel_policy::{
     CelChecks, CelCompileError, CompiledNamed, NamedExpression, compile_named,
 };
+use super::conditions::Conditions;
 use super::mutation::{GenerateRule, MutateRule};
+use super::template;
 use super::types::{
     ContextEntry, Deny, ForEachValidation, PodSecurity, PolicyDoc, PolicyExceptionDoc, Rule,
     Validation,
 };
-use crate::pattern::CompiledPattern;
-use super::template;
 use crate::jmespath::{Expression, JmesError, Val};
+use crate::kinds::kind_hash;
 use crate::matching::CompiledMatch;
+use crate::pattern::CompiledPattern;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -116,8 +116,7 @@ pub struct Pattern {
 
 impl Pattern {
     fn new(value: Value) -> Pattern {
-        let compiled =
-            (!template::has_variables(&value)).then(|| CompiledPattern::compile(&value));
+        let compiled = (!template::has_variables(&value)).then(|| CompiledPattern::compile(&value));
         Pattern { value, compiled }
     }
 }

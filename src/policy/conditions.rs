@@ -152,8 +152,7 @@ impl Condition {
             .and_then(Value::as_str)
             .unwrap_or_default();
         let value = Template::new(m.get("value").cloned().unwrap_or(Value::Null));
-        let value_is_plain_list =
-            matches!(&value, Template::Literal(v) if is_plain_list(v));
+        let value_is_plain_list = matches!(&value, Template::Literal(v) if is_plain_list(v));
         let key = Template::new(m.get("key").cloned().unwrap_or(Value::Null));
         let operator = Operator::parse(op).ok_or_else(|| format!("unknown operator {op:?}"));
         let memo = match operator {

@@ -29,7 +29,11 @@
 //! Body size and the per-request deadline are the handler's (they depend on
 //! the route).
 
-use super::metrics::ConnectionMetrics;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -608,5 +612,48 @@ where
 {
     fn shut_down_gracefully(self: std::pin::Pin<&mut Self>) {
         self.graceful_shutdown();
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CloseLabels {
+    reason: &'static str,
+}
+
+/// What the accept loop counts: Kyverno exposes nothing of the kind, and
+/// without it an idle flood or a slow client shows only as latency.
+#[derive(Clone, Debug, Default)]
+pub struct ConnectionMetrics {
+    pub open: Gauge,
+    closed: Family<CloseLabels, Counter>,
+    /// New connections refused at the cap with none idle to close.
+    pub refused: Counter,
+}
+
+impl ConnectionMetrics {
+    pub fn closed(&self, reason: CloseReason) {
+        self.closed
+            .get_or_create(&CloseLabels {
+                reason: reason.label(),
+            })
+            .inc();
+    }
+
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry) {
+        registry.register(
+            "gavel_connections_open",
+            "TLS connections open, handshaking included",
+            self.open.clone(),
+        );
+        registry.register(
+            "gavel_connections_closed",
+            "Connections ended, by reason: client, idle, slow (handshake or request head not in time), evicted (at the cap), tls_failed, error, shutdown",
+            self.closed.clone(),
+        );
+        registry.register(
+            "gavel_connections_refused",
+            "New connections refused at the connection cap, none being idle",
+            self.refused.clone(),
+        );
     }
 }

@@ -166,7 +166,9 @@ impl Review {
             request: Request {
                 operation: r.operation,
                 gvk,
-                request_kind: r.request_kind.map_or_else(|| object_kind.clone(), Gvk::from),
+                request_kind: r
+                    .request_kind
+                    .map_or_else(|| object_kind.clone(), Gvk::from),
                 request_resource: r.request_resource.map_or_else(|| gvr.clone(), Gvr::from),
                 request_sub_resource: r
                     .request_sub_resource

@@ -3,9 +3,9 @@
 //! API client behind its cache ([`super::api`]).
 
 use super::api::{ApiResolver, LookupMetrics};
-use super::{ApiCallRequest, ClusterView, ResolveError, Resolver};
 use crate::cluster::global_context::GlobalContext;
 use crate::cluster::stores::Stores;
+use crate::context::{ApiCallRequest, ClusterView, ResolveError, Resolver};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::PartialObjectMeta;
 use kube::runtime::reflector::ObjectRef;

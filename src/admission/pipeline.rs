@@ -1,5 +1,8 @@
-//! Routes and the admission handler, independent of the transport so that
-//! benches and tests can drive it without TLS.
+//! The admission pipeline: a review's body and a policy snapshot in, the
+//! encoded AdmissionReview answer out. Match, classic validate, CEL
+//! validating policies, mutate (classic, then MutatingPolicies), the
+//! verdict and the denial text run here, independent of the transport, so
+//! that the server, benches and fuzz targets drive the same code.
 
 use super::json_text::JsonText;
 use super::policies::Snapshot;
@@ -15,43 +18,14 @@ use crate::policy::compile::FailurePolicy;
 use crate::policy::{CompiledPolicy, RuleBody};
 use std::time::{Duration, Instant};
 
-/// Largest AdmissionReview body accepted (the API server's own limit is 3 MiB).
-pub const MAX_BODY: usize = 3 * 1024 * 1024;
-
+/// Which webhook the API server called: the validating or the mutating
+/// one, for every policy or for those of one failurePolicy (the API server
+/// treats a webhook's failure by the webhook's own failurePolicy, so each
+/// is registered apart).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Route {
-    /// `/validate`, or `/validate/fail|ignore` for the policies of one failurePolicy.
+pub enum Webhook {
     Validate(Option<FailurePolicy>),
     Mutate(Option<FailurePolicy>),
-    Liveness,
-    Readiness,
-    Metrics,
-    NotFound,
-}
-
-pub fn route(path: &str) -> Route {
-    let with_policy = |rest: &str| match rest {
-        "" => Some(None),
-        "/fail" => Some(Some(FailurePolicy::Fail)),
-        "/ignore" => Some(Some(FailurePolicy::Ignore)),
-        _ => None,
-    };
-    if let Some(rest) = path.strip_prefix("/validate")
-        && let Some(p) = with_policy(rest)
-    {
-        return Route::Validate(p);
-    }
-    if let Some(rest) = path.strip_prefix("/mutate")
-        && let Some(p) = with_policy(rest)
-    {
-        return Route::Mutate(p);
-    }
-    match path {
-        "/health/liveness" => Route::Liveness,
-        "/health/readiness" => Route::Readiness,
-        "/metrics" => Route::Metrics,
-        _ => Route::NotFound,
-    }
 }
 
 /// What the handler learned, for metrics and logs.
@@ -69,7 +43,7 @@ pub struct Outcome {
 /// answers an error, which its failurePolicy turns into a denial (Fail) or
 /// nothing (Ignore).
 pub fn admit(
-    route: Route,
+    webhook: Webhook,
     body: &[u8],
     snapshot: &Snapshot,
     deadline: Option<Instant>,
@@ -83,8 +57,8 @@ pub fn admit(
         };
     }
     let req = &review.request;
-    let verdict = match route {
-        Route::Validate(failure_policy) => {
+    let verdict = match webhook {
+        Webhook::Validate(failure_policy) => {
             let selected = snapshot.validate_indexes(failure_policy);
             let env = EvalEnv {
                 resolver: view,
@@ -135,7 +109,7 @@ pub fn admit(
             );
             review::decide(&policies, &responses, &cel, req)
         }
-        Route::Mutate(failure_policy) => {
+        Webhook::Mutate(failure_policy) => {
             let selected = snapshot.mutate_indexes(failure_policy);
             let cells =
                 snapshot
@@ -151,10 +125,6 @@ pub fn admit(
                 |index, rule, status, elapsed| cells.record(index, rule, status, elapsed),
             )
         }
-        _ => Verdict {
-            allowed: true,
-            ..Verdict::default()
-        },
     };
     Ok(Outcome {
         body: review::encode(&review.uid, &verdict),
@@ -378,8 +348,8 @@ fn not_evaluated(policy: &CompiledPolicy) -> PolicyResponse<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::admission::policies::{PolicySet, load_file};
     use crate::context::NoResolver;
-    use crate::server::policies::{PolicySet, load_file};
     use std::path::Path;
 
     /// The example Pod Security policies, in reverse order of their names
@@ -417,7 +387,7 @@ mod tests {
             Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/reviews/pod-violating.json"),
         )
         .unwrap();
-        let route = Route::Validate(None);
+        let route = Webhook::Validate(None);
         let mut snapshot = example_pod_security(false);
         let headed = admit(route, &body, &snapshot, None, &NoResolver).unwrap();
         assert!(!headed.allowed);
@@ -466,21 +436,5 @@ mod tests {
             String::from_utf8(headed.body).unwrap(),
             String::from_utf8(written.body).unwrap()
         );
-    }
-
-    #[test]
-    fn routes() {
-        assert_eq!(route("/validate"), Route::Validate(None));
-        assert_eq!(
-            route("/validate/fail"),
-            Route::Validate(Some(FailurePolicy::Fail))
-        );
-        assert_eq!(
-            route("/mutate/ignore"),
-            Route::Mutate(Some(FailurePolicy::Ignore))
-        );
-        assert_eq!(route("/validate/other"), Route::NotFound);
-        assert_eq!(route("/validatex"), Route::NotFound);
-        assert_eq!(route("/health/readiness"), Route::Readiness);
     }
 }

@@ -9,8 +9,8 @@
 //! version in force (or none, if it never loaded) and the failure is logged
 //! and counted.
 
-use super::metrics::{Metrics, RuleMetrics, RuleTable};
 use super::review::DenialHeads;
+use super::rule_table::{RuleMetrics, RuleTable};
 use crate::policy::cel_policy::{
     CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope,
 };
@@ -110,7 +110,9 @@ impl Snapshot {
                 .any(|s| s.match_constraints.namespace_selector.is_some());
         Snapshot {
             needs_namespace_labels,
-            rule_table: Arc::new(RuleTable::new(&policies, &validating, &mutating)),
+            rule_table: Arc::new(
+                RuleTable::new(&policies, &validating, &mutating).of_generation(generation),
+            ),
             denial_heads: DenialHeads::of_set(&policies),
             policies,
             exceptions,
@@ -188,12 +190,12 @@ impl Default for Publisher {
 }
 
 impl Publisher {
-    /// Counts rejections in `metrics` and registers every published
-    /// snapshot's rule table with it.
-    pub fn report_to(&mut self, metrics: &Metrics) {
-        self.rejected = metrics.policies_rejected.clone();
-        metrics.rules.track(self.current.load().rule_table.clone());
-        self.rule_metrics = Some(metrics.rules.clone());
+    /// Counts rejections in `rejected` and hands every published
+    /// snapshot's rule table to `rules`.
+    pub fn report_to(&mut self, rejected: Counter, rules: Arc<RuleMetrics>) {
+        self.rejected = rejected;
+        rules.track(self.current.load().rule_table.clone());
+        self.rule_metrics = Some(rules);
     }
 
     /// The handle requests read snapshots from.

@@ -4,7 +4,7 @@
 //! 2xx status. Nothing is cached: a service answer may depend on the
 //! request (POST bodies, headers), as in Kyverno.
 
-use super::{ApiCallRequest, ResolveError};
+use crate::context::{ApiCallRequest, ResolveError};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper_util::client::legacy::Client;

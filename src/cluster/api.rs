@@ -5,7 +5,7 @@
 //! the call (`block_in_place` on the multi-threaded runtime); hits never
 //! wait.
 
-use super::{ApiCallRequest, ResolveError};
+use crate::context::{ApiCallRequest, ResolveError};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
