@@ -1,22 +1,27 @@
 //! gavel: a Kubernetes admission service that runs Kyverno-compatible policies.
 //!
-//! The pipeline, in the order data flows through it:
+//! The modules, bottom floor first (ARCHITECTURE.md; each imports only
+//! from floors below it, checked by `tests/architecture.rs`):
 //!
+//! - [`units`], [`wildcard`], [`json_map`]: quantities, durations, semver,
+//!   Kyverno's `*`/`?` matching, JSON map lookups.
+//! - [`kinds`]: Kubernetes kinds, resources, scopes and schemas.
+//! - [`jmespath`], [`cel`], [`pattern`], [`patch`]: the expression
+//!   languages, Kyverno's patterns and anchors, JSON Patch and strategic
+//!   merge; none knows a policy.
+//! - [`matching`]: match/exclude blocks, compiled and matched.
 //! - [`policy`]: Kyverno API types, strict loading, and the compile step
-//!   (autogen for pod controllers, pre-parsed JMESPath) into immutable
-//!   [`policy::CompiledPolicy`] values.
-//! - [`matching`]: match/exclude of a resource against a rule.
-//! - [`engine`]: evaluation of compiled rules (validate: pattern, anyPattern,
-//!   deny, foreach, podSecurity) with variables, preconditions and context
-//!   entries; it reaches external objects only through a [`context::Resolver`].
-//! - [`jmespath`]: the JMESPath runtime with Kyverno's custom functions.
-//! - [`server`]: `gavel serve`, the HTTPS admission webhook: AdmissionReview
-//!   in, the engine's verdict out, against a hot-swapped policy snapshot.
-//! - [`cli`]: `gavel test` and `gavel apply`, offline front ends to the
-//!   engine, and the `serve` command.
-//!
-//! Supporting modules: [`units`] (quantities, durations, semver) and
-//! [`wildcard`] (Kyverno's `*`/`?` matching).
+//!   into immutable [`policy::CompiledPolicy`] plans.
+//! - [`context`]: the [`context::Resolver`] the engine reads the world
+//!   through.
+//! - [`engine`]: evaluation of compiled rules.
+//! - [`admission`]: one AdmissionReview in, one answer out: the pipeline,
+//!   the verdict, Kyverno's denial text, the policy snapshot.
+//! - [`cluster`]: cluster mode: rate-limited client, reflector stores, the
+//!   resolvers over them, the policy sync.
+//! - [`server`]: the HTTPS transport.
+//! - [`controllers`]: leader-only duties under Leases.
+//! - [`cli`]: `gavel serve`, `gavel test`, `gavel apply`.
 
 #![forbid(unsafe_code)]
 

@@ -46,6 +46,12 @@ pub struct Metrics {
     pub connections: ConnectionMetrics,
 }
 
+impl Default for Metrics {
+    fn default() -> Metrics {
+        Metrics::new()
+    }
+}
+
 impl Metrics {
     pub fn new() -> Metrics {
         let mut registry = Registry::default();
