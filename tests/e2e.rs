@@ -38,6 +38,9 @@ fn gavel_on_a_real_control_plane() {
     step("policies applied with kubectl are enforced", || {
         policies_are_enforced(&cluster, &gavel)
     });
+    step("subresources match their parent's kind", || {
+        subresources_match_their_parent(&cluster)
+    });
     step("the hot path makes no API calls", || {
         hot_path_makes_no_api_calls(&cluster, &gavel)
     });
@@ -222,6 +225,122 @@ fn policies_are_enforced(cluster: &RealCluster, gavel: &Release) {
                 .is_some_and(|p| p["status"]["phase"] == "Running")
         },
     );
+}
+
+/// 1b. Rules on `Deployment/scale` and `Pod/eviction` see the requests the
+///    API server sends for `kubectl scale` and an eviction, whose kinds are
+///    `autoscaling/v1 Scale` and `policy/v1 Eviction`; the denial names
+///    the object's kind, as Kyverno's does. The webhook rules register the
+///    subresources.
+fn subresources_match_their_parent(cluster: &RealCluster) {
+    let policy = json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "subresources"},
+        "spec": {"validationFailureAction": "Enforce", "background": false, "rules": [
+            {"name": "scale-at-most-3",
+             "match": {"any": [{"resources": {"kinds": ["Deployment/scale"]}}]},
+             "validate": {"message": "scale {{ request.object.metadata.name }} to at most 3",
+                          "deny": {"conditions": {"any": [
+                              {"key": "{{ request.object.spec.replicas }}",
+                               "operator": "GreaterThan", "value": 3}]}}}},
+            {"name": "protected-pods-stay",
+             "match": {"any": [{"resources": {"kinds": ["Pod/eviction"]}}]},
+             "validate": {"message": "{{ request.object.metadata.name }} is protected",
+                          "deny": {"conditions": {"all": [
+                              {"key": "{{ request.object.metadata.name }}",
+                               "operator": "Equals", "value": "protected-*"},
+                              {"key": "{{ request.kind.kind }}",
+                               "operator": "Equals", "value": "Eviction"}]}}}},
+        ]},
+    });
+    cluster.kubectl_in(&["apply", "-f", "-"], Some(&policy.to_string()));
+    eventually(
+        "the subresources policy Ready",
+        Duration::from_secs(60),
+        || ready(cluster, "clusterpolicy", "subresources"),
+    );
+    eventually(
+        "webhook rules for deployments/scale and pods/eviction",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["validatingwebhookconfiguration", VALIDATING])
+                .is_some_and(|c| {
+                    let rules = c["webhooks"].to_string();
+                    rules.contains("deployments/scale") && rules.contains("pods/eviction")
+                })
+        },
+    );
+    // No replicas: the Deployment's Pods are not what this step is about.
+    let deployment = json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "web", "namespace": "e2e"},
+        "spec": {"replicas": 0, "selector": {"matchLabels": {"app": "web"}},
+                 "template": pod("web", true, json!({"app": "web"}))
+                     .as_object()
+                     .map(|p| json!({"metadata": {"labels": {"app": "web"}}, "spec": p["spec"]}))
+                     .unwrap()},
+    });
+    create(cluster, &deployment, &[]).unwrap();
+    let scale = |replicas: u32| {
+        let out = cluster.kubectl_in(
+            &[
+                "scale",
+                "deployment",
+                "web",
+                "-n",
+                "e2e",
+                &format!("--replicas={replicas}"),
+            ],
+            None,
+        );
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    };
+    // The replicas load the policy from their own watches.
+    eventually("scaling to 5 denied", Duration::from_secs(30), || {
+        scale(5).is_err()
+    });
+    let denial = scale(9).unwrap_err();
+    assert!(denial.contains("scale web to at most 3"), "{denial}");
+    assert!(
+        denial.contains("resource Scale/e2e/web was blocked"),
+        "{denial}"
+    );
+    scale(2).unwrap();
+    let stored = cluster.get(&["deployment", "web", "-n", "e2e"]).unwrap();
+    assert_eq!(stored["spec"]["replicas"], 2, "{stored}");
+    scale(0).unwrap();
+
+    for name in ["protected-db", "evictable"] {
+        create(cluster, &pod(name, true, json!({})), &[]).unwrap();
+    }
+    let evict = |name: &str| {
+        let eviction = json!({
+            "apiVersion": "policy/v1", "kind": "Eviction",
+            "metadata": {"name": name, "namespace": "e2e"},
+        });
+        let path = format!("/api/v1/namespaces/e2e/pods/{name}/eviction");
+        let out = cluster.kubectl_in(
+            &["create", "--raw", &path, "-f", "-"],
+            Some(&eviction.to_string()),
+        );
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    };
+    let denial = evict("protected-db").unwrap_err();
+    assert!(denial.contains("protected-db is protected"), "{denial}");
+    assert!(cluster.get(&["pod", "protected-db", "-n", "e2e"]).is_some());
+    evict("evictable").unwrap();
+    cluster.kubectl(&["delete", "clusterpolicy", "subresources"]);
+    cluster.kubectl(&["delete", "deployment", "web", "-n", "e2e"]);
+    cluster.kubectl(&["delete", "pod", "protected-db", "-n", "e2e", "--wait=false"]);
 }
 
 /// 2. 5,000 admissions that read `configMap` and `globalReference` context

@@ -71,10 +71,11 @@ pub fn admit(
                 .collect();
             let ctx = req.json_context(policies.iter().any(|(p, _)| p.uses_images));
             let input = req.match_input();
-            let cells =
-                snapshot
-                    .rule_table
-                    .resource(&req.gvk.kind, req.namespace(), &req.operation);
+            let cells = snapshot.rule_table.resource(
+                &req.object_kind.kind,
+                req.namespace(),
+                &req.operation,
+            );
             let mut responses = Vec::with_capacity(policies.len());
             // The deadline is checked against the rule times the engine
             // measures anyway, rather than with clock reads of its own.
@@ -111,10 +112,11 @@ pub fn admit(
         }
         Webhook::Mutate(failure_policy) => {
             let selected = snapshot.mutate_indexes(failure_policy);
-            let cells =
-                snapshot
-                    .rule_table
-                    .resource(&req.gvk.kind, req.namespace(), &req.operation);
+            let cells = snapshot.rule_table.resource(
+                &req.object_kind.kind,
+                req.namespace(),
+                &req.operation,
+            );
             mutate(
                 snapshot,
                 selected,
@@ -128,7 +130,7 @@ pub fn admit(
     };
     Ok(Outcome {
         body: review::encode(&review.uid, &verdict),
-        kind: req.gvk.kind.clone(),
+        kind: req.object_kind.kind.clone(),
         namespace: req.namespace().to_string(),
         operation: req.operation.clone(),
         allowed: verdict.allowed,

@@ -463,7 +463,9 @@ fn blocked_message(req: &Request, mut blocked: Vec<Blocked>) -> JsonText {
     message.line_feed();
     message.line_feed();
     message.verbatim("resource ");
-    message.text(&req.gvk.kind);
+    // kyverno-compat: the kind of the object sent (`Scale` for a
+    // Deployment's scale), as Kyverno's engine response carries it.
+    message.text(&req.object_kind.kind);
     message.verbatim("/");
     let ns = req.namespace();
     if !ns.is_empty() {

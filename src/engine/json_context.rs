@@ -10,6 +10,7 @@
 use super::Request;
 use super::cel::CelRequest;
 use crate::jmespath::{Root, Scope, Val};
+use crate::kinds::{Gvk, Gvr};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::cell::{OnceCell, RefCell};
@@ -228,11 +229,21 @@ impl<'r> RequestRoot<'r> {
             fields.insert("userInfo".into(), Value::Object(user_info));
             fields.insert("namespace".into(), Value::String(req.namespace().into()));
             fields.insert("name".into(), Value::String(req.name().into()));
-            fields.insert(
-                "kind".into(),
-                json!({"group": req.gvk.group, "version": req.gvk.version, "kind": req.gvk.kind}),
-            );
+            // The request's own kinds and resources, as the API server
+            // sends them: on a subresource, `kind` is the subresource's
+            // (`autoscaling/v1 Scale`) while rules match the parent's.
+            let gvk = |k: &Gvk| json!({"group": k.group, "version": k.version, "kind": k.kind});
+            let gvr =
+                |r: &Gvr| json!({"group": r.group, "version": r.version, "resource": r.resource});
+            fields.insert("kind".into(), gvk(&req.object_kind));
+            fields.insert("resource".into(), gvr(&req.gvr));
             fields.insert("subResource".into(), Value::String(req.subresource.clone()));
+            fields.insert("requestKind".into(), gvk(&req.request_kind));
+            fields.insert("requestResource".into(), gvr(&req.request_resource));
+            fields.insert(
+                "requestSubResource".into(),
+                Value::String(req.request_sub_resource.clone()),
+            );
             if !req.user.roles.is_empty() {
                 fields.insert("roles".into(), json!(req.user.roles));
             }
