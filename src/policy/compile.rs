@@ -2,25 +2,31 @@
 //! [`CompiledPolicy`] out. Autogen rules are added here, conditions get typed
 //! operators, and every `{{ }}` expression is parsed once into an
 //! [`ExprCache`] so that evaluation never re-parses policy text.
+//!
+//! This file compiles a policy and its rules; `validation` the validate
+//! checks, `expr_cache` holds the parsed expressions, `rule_kinds` the
+//! index of rules by kind, and `exception` compiles PolicyExceptions.
+
+mod exception;
+mod expr_cache;
+mod rule_kinds;
+mod validation;
+
+pub use exception::CompiledException;
+pub use expr_cache::ExprCache;
+pub use rule_kinds::{Candidates, RuleKinds};
+pub use validation::{ForEach, Pattern, ValidateCheck, ValidateRule};
 
 use super::autogen;
-use super::cel_policy::{
-    CelChecks, CelCompileError, CompiledNamed, NamedExpression, compile_named,
-};
+use super::cel_policy::{CompiledNamed, NamedExpression, compile_named};
 use super::conditions::Conditions;
 use super::mutation::{GenerateRule, MutateRule};
-use super::template;
-use super::types::{
-    ContextEntry, Deny, ForEachValidation, PodSecurity, PolicyDoc, PolicyExceptionDoc, Rule,
-    Validation,
-};
-use crate::jmespath::{Expression, JmesError, Val};
-use crate::kinds::kind_hash;
+use super::types::{ContextEntry, PolicyDoc, Rule};
 use crate::matching::CompiledMatch;
-use crate::pattern::CompiledPattern;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use validation::compile_validation;
 
 #[derive(Debug, thiserror::Error)]
 pub enum CompileError {
@@ -52,107 +58,6 @@ impl FailureAction {
 pub enum FailurePolicy {
     Fail,
     Ignore,
-}
-
-/// Pre-parsed JMESPath expressions keyed by their source text.
-#[derive(Debug, Default)]
-pub struct ExprCache {
-    exprs: HashMap<String, Expression>,
-}
-
-impl ExprCache {
-    pub fn get(&self, source: &str) -> Option<&Expression> {
-        self.exprs.get(source)
-    }
-
-    /// Resolves `source` against `data` with Kyverno's variable semantics,
-    /// using the pre-parsed expression; text built at evaluation time (nested
-    /// variables) is parsed on the spot.
-    pub fn resolve<'a>(&'a self, source: &str, root: Val<'a>) -> Result<Val<'a>, JmesError> {
-        match self.exprs.get(source) {
-            Some(e) => e.resolve_val(root),
-            // The result may borrow the expression's literals: owned here.
-            None => Expression::parse(source)?
-                .resolve_val(root)
-                .map(|v| Val::own(v.into_owned())),
-        }
-    }
-
-    fn add(&mut self, source: &str) {
-        if !self.exprs.contains_key(source) {
-            // Unparseable text stays out; evaluation reports the syntax error.
-            if let Ok(e) = Expression::parse(source) {
-                self.exprs.insert(source.to_string(), e);
-            }
-        }
-    }
-
-    fn add_all_variables(&mut self, v: &Value) {
-        match v {
-            Value::String(s) => {
-                for expr in template::expressions_in(s) {
-                    self.add(&expr);
-                }
-            }
-            Value::Array(a) => a.iter().for_each(|x| self.add_all_variables(x)),
-            Value::Object(m) => m.iter().for_each(|(k, x)| {
-                for expr in template::expressions_in(k) {
-                    self.add(&expr);
-                }
-                self.add_all_variables(x)
-            }),
-            _ => {}
-        }
-    }
-}
-
-/// A validate pattern: compiled once when it has no variables; otherwise
-/// substituted and compiled per evaluation.
-#[derive(Debug, Clone)]
-pub struct Pattern {
-    pub value: Value,
-    pub compiled: Option<CompiledPattern>,
-}
-
-impl Pattern {
-    fn new(value: Value) -> Pattern {
-        let compiled = (!template::has_variables(&value)).then(|| CompiledPattern::compile(&value));
-        Pattern { value, compiled }
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct ForEach {
-    pub list: String,
-    /// `list` parsed, when it holds no `{{ }}` to substitute first.
-    pub list_expr: Option<Expression>,
-    pub element_scope: Option<bool>,
-    pub context: Vec<ContextEntry>,
-    pub preconditions: Option<Conditions>,
-    pub check: ValidateCheck,
-}
-
-#[derive(Debug, Clone)]
-pub enum ValidateCheck {
-    Pattern(Pattern),
-    AnyPattern(Vec<Pattern>),
-    Deny(Conditions),
-    Foreach(Vec<ForEach>),
-    PodSecurity(PodSecurity),
-    /// `validate.cel`.
-    Cel(Box<CelChecks>),
-    /// A validate body gavel cannot evaluate yet; the field path says which.
-    Unsupported(String),
-}
-
-#[derive(Debug, Clone)]
-pub struct ValidateRule {
-    pub failure_action: FailureAction,
-    pub message: Option<String>,
-    /// Whether `message` holds `{{ }}` and must be substituted per request.
-    pub message_has_variables: bool,
-    pub allow_existing_violations: bool,
-    pub check: ValidateCheck,
 }
 
 #[derive(Debug, Clone)]
@@ -237,100 +142,6 @@ pub struct CompiledPolicy {
     /// Whether any rule reads `element<N>` or `elementIndex<N>` (nested foreach).
     pub uses_numbered_elements: bool,
 }
-
-/// The rules that can match a kind, as bit masks over the first 64 rules
-/// kept apart from the (large) rules: a request skips the rules of other
-/// kinds, typically the autogen rules of a Pod policy, without reading
-/// them. A hash match is only a candidate; the rule's kinds still decide.
-#[derive(Debug, Clone, Default)]
-pub struct RuleKinds {
-    /// Rules without a kinds list (any kind).
-    any: u64,
-    by_kind: Box<[(u64, u64)]>,
-    /// More than 64 rules: no index, every rule is a candidate.
-    unindexed: bool,
-}
-
-impl RuleKinds {
-    fn of(rules: &[CompiledRule]) -> RuleKinds {
-        if rules.len() > 64 {
-            return RuleKinds {
-                unindexed: true,
-                ..RuleKinds::default()
-            };
-        }
-        let mut any = 0;
-        let mut by_kind: Vec<(u64, u64)> = Vec::new();
-        for (i, rule) in rules.iter().enumerate() {
-            let bit = 1u64 << i;
-            match &rule.kinds {
-                None => any |= bit,
-                Some(kinds) => {
-                    for k in kinds {
-                        let h = kind_hash(k);
-                        match by_kind.iter_mut().find(|(x, _)| *x == h) {
-                            Some((_, mask)) => *mask |= bit,
-                            None => by_kind.push((h, bit)),
-                        }
-                    }
-                }
-            }
-        }
-        RuleKinds {
-            any,
-            by_kind: by_kind.into_boxed_slice(),
-            unindexed: false,
-        }
-    }
-
-    /// The candidate rules for a kind with hash `hash`, in order.
-    pub fn candidates(&self, hash: u64, rule_count: usize) -> Candidates {
-        if self.unindexed {
-            return Candidates {
-                mask: 0,
-                unindexed: 0..rule_count,
-            };
-        }
-        let mask = self
-            .by_kind
-            .iter()
-            .filter(|(h, _)| *h == hash)
-            .fold(self.any, |m, (_, mask)| m | mask);
-        Candidates {
-            mask,
-            unindexed: 0..0,
-        }
-    }
-}
-
-/// Indexes of candidate rules, in order; its exact length lets a policy's
-/// response be allocated once.
-#[derive(Debug, Clone)]
-pub struct Candidates {
-    mask: u64,
-    /// Every rule, when the policy has too many to index.
-    unindexed: std::ops::Range<usize>,
-}
-
-impl Iterator for Candidates {
-    type Item = usize;
-
-    fn next(&mut self) -> Option<usize> {
-        if self.mask == 0 {
-            return self.unindexed.next();
-        }
-        let i = self.mask.trailing_zeros() as usize;
-        self.mask &= self.mask - 1;
-        Some(i)
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        let n = self.mask.count_ones() as usize + self.unindexed.len();
-        (n, Some(n))
-    }
-}
-
-impl ExactSizeIterator for Candidates {}
 
 impl CompiledPolicy {
     /// `ns/name` for a namespaced Policy, `name` otherwise, as Kyverno reports it.
@@ -549,237 +360,5 @@ fn check_context_entry(c: &ContextEntry) -> Result<(), String> {
             "context entry {:?} has more than one source",
             c.name
         )),
-    }
-}
-
-fn compile_validation(
-    v: &Validation,
-    field: &str,
-    policy_action: FailureAction,
-    exprs: &mut ExprCache,
-) -> Result<RuleBody, String> {
-    let check = compile_check(
-        v.pattern.as_ref(),
-        v.any_pattern.as_ref(),
-        v.deny.as_ref(),
-        v.foreach.as_deref(),
-        field,
-        exprs,
-    );
-    let check = match check {
-        Some(c) => c,
-        None if v.pod_security.is_some() => {
-            ValidateCheck::PodSecurity(v.pod_security.clone().unwrap_or_default())
-        }
-        None if v.cel.is_some() => {
-            let raw = v.cel.as_ref().unwrap_or(&Value::Null);
-            match CelChecks::compile_rule(raw, &format!("{field}.cel")) {
-                Ok(c) => ValidateCheck::Cel(Box::new(c)),
-                Err(CelCompileError::Unsupported(field)) => ValidateCheck::Unsupported(field),
-                Err(CelCompileError::Invalid(e)) => return Err(e),
-            }
-        }
-        None if v.manifests.is_some() => ValidateCheck::Unsupported(format!("{field}.manifests")),
-        None if v.assert.is_some() => ValidateCheck::Unsupported(format!("{field}.assert")),
-        None => ValidateCheck::Unsupported(format!(
-            "{field} (no pattern, anyPattern, deny, foreach or podSecurity)"
-        )),
-    };
-    Ok(RuleBody::Validate(ValidateRule {
-        failure_action: v
-            .failure_action
-            .as_deref()
-            .map(FailureAction::parse)
-            .unwrap_or(policy_action),
-        message: v.message.clone(),
-        message_has_variables: v.message.as_deref().is_some_and(|m| m.contains("{{")),
-        allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
-        check,
-    }))
-}
-
-fn compile_check(
-    pattern: Option<&Value>,
-    any_pattern: Option<&Value>,
-    deny: Option<&Deny>,
-    foreach: Option<&[ForEachValidation]>,
-    field: &str,
-    exprs: &mut ExprCache,
-) -> Option<ValidateCheck> {
-    // Kyverno's order: deny, then pattern/anyPattern, then foreach.
-    if let Some(d) = deny {
-        return Some(
-            match Conditions::parse(d.conditions.as_ref().unwrap_or(&Value::Null)) {
-                Ok(c) => ValidateCheck::Deny(c),
-                Err(e) => ValidateCheck::Unsupported(format!("{field}.deny.conditions: {e}")),
-            },
-        );
-    }
-    if let Some(p) = pattern {
-        return Some(ValidateCheck::Pattern(Pattern::new(p.clone())));
-    }
-    if let Some(p) = any_pattern {
-        return Some(match p {
-            Value::Array(items) => {
-                ValidateCheck::AnyPattern(items.iter().cloned().map(Pattern::new).collect())
-            }
-            _ => ValidateCheck::Unsupported(format!("{field}.anyPattern (must be a list)")),
-        });
-    }
-    if let Some(list) = foreach {
-        let mut out = Vec::new();
-        for (i, f) in list.iter().enumerate() {
-            let ffield = format!("{field}.foreach[{i}]");
-            exprs.add(&f.list);
-            let nested: Option<Vec<ForEachValidation>> = match &f.foreach {
-                Some(v) => match serde_json::from_value(v.clone()) {
-                    Ok(n) => Some(n),
-                    Err(e) => {
-                        return Some(ValidateCheck::Unsupported(format!("{ffield}.foreach: {e}")));
-                    }
-                },
-                None => None,
-            };
-            let check = compile_check(
-                f.pattern.as_ref(),
-                f.any_pattern.as_ref(),
-                f.deny.as_ref(),
-                nested.as_deref(),
-                &ffield,
-                exprs,
-            )
-            .unwrap_or_else(|| {
-                ValidateCheck::Unsupported(format!(
-                    "{ffield} (no pattern, anyPattern, deny or foreach)"
-                ))
-            });
-            let preconditions = match f.preconditions.as_ref().map(Conditions::parse).transpose() {
-                Ok(p) => p,
-                Err(e) => {
-                    return Some(ValidateCheck::Unsupported(format!(
-                        "{ffield}.preconditions: {e}"
-                    )));
-                }
-            };
-            out.push(ForEach {
-                list: f.list.clone(),
-                list_expr: (!f.list.contains("{{"))
-                    .then(|| Expression::parse(&f.list).ok())
-                    .flatten(),
-                element_scope: f.element_scope,
-                context: f.context.clone(),
-                preconditions,
-                check,
-            });
-        }
-        return Some(ValidateCheck::Foreach(out));
-    }
-    None
-}
-
-/// A compiled PolicyException.
-#[derive(Debug, Clone)]
-pub struct CompiledException {
-    pub name: String,
-    pub namespace: String,
-    pub match_resources: CompiledMatch,
-    pub conditions: Option<Conditions>,
-    /// (policy name pattern, rule name patterns)
-    pub exceptions: Vec<(String, Vec<String>)>,
-    pub pod_security: Vec<super::types::PodSecurityExclude>,
-    pub exprs: Arc<ExprCache>,
-}
-
-impl CompiledException {
-    pub fn compile(doc: &PolicyExceptionDoc) -> Result<CompiledException, CompileError> {
-        let invalid = |field: &str, message: String| CompileError::Invalid {
-            policy: doc.metadata.name.clone(),
-            field: field.into(),
-            message,
-        };
-        let mut exprs = ExprCache::default();
-        if let Some(c) = &doc.spec.conditions {
-            exprs.add_all_variables(c);
-        }
-        Ok(CompiledException {
-            name: doc.metadata.name.clone(),
-            namespace: doc.metadata.namespace.clone().unwrap_or_default(),
-            match_resources: CompiledMatch::compile(&doc.spec.match_resources)
-                .map_err(|e| invalid("spec.match", e))?,
-            conditions: doc
-                .spec
-                .conditions
-                .as_ref()
-                .map(Conditions::parse)
-                .transpose()
-                .map_err(|e| invalid("spec.conditions", e))?,
-            exceptions: doc
-                .spec
-                .exceptions
-                .iter()
-                .map(|e| (e.policy_name.clone(), e.rule_names.clone()))
-                .collect(),
-            pod_security: doc.spec.pod_security.clone(),
-            exprs: Arc::new(exprs),
-        })
-    }
-
-    /// Whether this exception names `policy` (qualified name) and `rule`.
-    pub fn covers(&self, policy: &str, rule: &str) -> bool {
-        use crate::wildcard::matches;
-        self.exceptions
-            .iter()
-            .any(|(p, rules)| matches(p, policy) && rules.iter().any(|r| matches(r, rule)))
-    }
-}
-
-#[cfg(test)]
-mod rule_kinds_tests {
-    use super::*;
-    use crate::policy::load::{LoadedDocument, load_policy_text};
-
-    /// A Pod rule's autogen rules are not candidates for a Pod; a rule
-    /// without kinds is a candidate for every kind; order is kept.
-    #[test]
-    fn candidates_by_kind() {
-        let yaml = "apiVersion: kyverno.io/v1
-kind: ClusterPolicy
-metadata: {name: p}
-spec:
-  rules:
-  - name: pods
-    match: {any: [{resources: {kinds: [Pod]}}]}
-    validate: {pattern: {metadata: {name: '?*'}}}
-  - name: anything
-    match: {any: [{resources: {names: [web]}}]}
-    validate: {pattern: {metadata: {name: '?*'}}}
-  - name: services
-    match: {any: [{resources: {kinds: [Service, Pod]}}]}
-    validate: {pattern: {metadata: {name: '?*'}}}
-";
-        let LoadedDocument::Policy(doc) = load_policy_text("p.yaml", yaml)
-            .unwrap()
-            .into_iter()
-            .next()
-            .unwrap()
-        else {
-            panic!("not a policy");
-        };
-        let p = CompiledPolicy::compile(&doc).unwrap();
-        let names = |kind: &str| -> Vec<&str> {
-            p.rule_kinds
-                .candidates(kind_hash(kind), p.rules.len())
-                .map(|i| p.rules[i].name.as_str())
-                .collect()
-        };
-        assert_eq!(names("Pod"), ["pods", "anything", "services"]);
-        assert_eq!(names("Service"), ["anything", "services"]);
-        assert_eq!(names("ConfigMap"), ["anything"]);
-        // Every rule is a candidate for some kind.
-        let all: std::collections::BTreeSet<&str> = ["Pod", "Service", "ConfigMap"]
-            .iter()
-            .flat_map(|k| names(k))
-            .collect();
-        assert_eq!(all.len(), p.rules.len());
     }
 }

@@ -1,0 +1,299 @@
+//! The evaluation phases of `kyverno test` (§2) over the loaded inputs:
+//! classic mutate, validate and generate, then the MutatingAdmission-,
+//! Mutating-, Validating- and GeneratingPolicies, with the test's mocks
+//! and objects answering context lookups.
+
+use super::load::Loaded;
+use crate::cli::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
+use crate::cli::values::PolicyRuleValues;
+use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
+use crate::engine::cel::{
+    CelRequest, evaluate_generating_policy, evaluate_mutating_policy, evaluate_validating_policy,
+};
+use crate::engine::generate::generate_policy;
+use crate::engine::json_context::JsonContext;
+use crate::engine::mutate::mutate_policy;
+use crate::engine::validate::evaluate_policy;
+use crate::engine::{EvalEnv, PolicyResponse, Request};
+use crate::policy::CompiledPolicy;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Offline context sources: `apiCallResponses` and `globalContextEntries`
+/// mocks; the `cloneSourceResource` files (generate clones) and
+/// `targetResources` (mutate existing) as the cluster's objects.
+struct MockResolver<'a> {
+    api_calls: &'a [ApiCallMock],
+    globals: &'a [GlobalContextMock],
+    objects: &'a [Value],
+    /// `spec.images` of the test's Context file.
+    images: &'a [Value],
+}
+
+impl Resolver for MockResolver<'_> {
+    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        let target = call
+            .url_path
+            .as_deref()
+            .or(call.url.as_deref())
+            .unwrap_or_default();
+        Ok(self
+            .api_calls
+            .iter()
+            .find(|m| m.url == target && m.method.eq_ignore_ascii_case(&call.method))
+            .map(|m| m.body.clone()))
+    }
+
+    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        Objects(self.objects).kind_for_resource(api_version, resource)
+    }
+
+    fn image_metadata(&self, image: &str) -> Result<Option<Value>, ResolveError> {
+        Ok(self
+            .images
+            .iter()
+            .find(|i| i.get("image").and_then(Value::as_str) == Some(image))
+            .cloned())
+    }
+
+    fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
+        Ok(self
+            .globals
+            .iter()
+            .find(|g| g.name == name)
+            .map(|g| Arc::new(g.data.clone())))
+    }
+
+    fn resource(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ResolveError> {
+        Ok(Objects(self.objects).get(api_version, kind, namespace, name))
+    }
+
+    fn resources(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, ResolveError> {
+        Ok(Objects(self.objects).list(api_version, kind, namespace))
+    }
+
+    fn serves_objects(&self) -> bool {
+        true
+    }
+
+    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
+        Objects(self.objects).is_namespaced(api_version, kind)
+    }
+}
+
+/// What the engine made of one resource, per policy (in load order).
+pub(super) struct Evaluated<'l> {
+    /// Each policy's responses over all phases; `None` for a generate-only
+    /// policy none of whose rules applied (it reads as "Not found").
+    pub(super) responses: Vec<Option<PolicyResponse<'l>>>,
+    /// The resource after each policy's mutate rules.
+    pub(super) patched: Vec<Value>,
+    /// The resource validate and generate rules saw: after every mutation.
+    pub(super) mutated: Value,
+    /// One response per MutatingPolicy, in load order.
+    pub(super) mutating: Vec<PolicyResponse<'l>>,
+    /// The resource after the MutatingPolicies: what they report and what
+    /// the ValidatingPolicies see.
+    pub(super) cel_mutated: Value,
+    /// One response per ValidatingPolicy and GeneratingPolicy, in load
+    /// order.
+    pub(super) validating: Vec<PolicyResponse<'l>>,
+}
+
+/// Runs the phases of `kyverno test` (§2) for every resource: mutate
+/// policies in load order, each on the previous one's output; then
+/// validate, then generate, on the mutated resource.
+pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
+    let resolver = MockResolver {
+        api_calls: &doc.api_calls,
+        globals: &doc.global_context,
+        objects: &loaded.objects,
+        images: &loaded.images,
+    };
+    let operation = loaded.values.operation();
+    let mut out = Vec::with_capacity(loaded.resources.len());
+    for resource in &loaded.resources {
+        let name = resource
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let mut current = resource.clone();
+        let mut responses: Vec<Option<PolicyResponse>> = Vec::with_capacity(loaded.policies.len());
+        let mut patched = Vec::with_capacity(loaded.policies.len());
+        for policy in &loaded.policies {
+            if !policy.has_mutate() {
+                responses.push(None);
+                patched.push(current.clone());
+                continue;
+            }
+            let outcome = with_policy_context(
+                policy,
+                &current,
+                name,
+                &operation,
+                loaded,
+                &resolver,
+                |req, ctx, env| mutate_policy(policy, req, ctx, env),
+            );
+            if let Some(p) = outcome.patched {
+                current = p;
+            }
+            patched.push(current.clone());
+            responses.push(Some(outcome.response));
+        }
+        for (i, policy) in loaded.policies.iter().enumerate() {
+            // Validate and generate see the same request: one build for both.
+            let (validated, generated) = with_policy_context(
+                policy,
+                &current,
+                name,
+                &operation,
+                loaded,
+                &resolver,
+                |req, ctx, env| {
+                    (
+                        evaluate_policy(policy, req, ctx, env),
+                        policy
+                            .has_generate()
+                            .then(|| generate_policy(policy, req, ctx, env)),
+                    )
+                },
+            );
+            let slot = &mut responses[i];
+            let mut merged = slot.take().unwrap_or(PolicyResponse {
+                policy: validated.policy,
+                rules: Vec::new(),
+            });
+            merged.rules.extend(validated.rules);
+            if let Some(g) = generated {
+                merged.rules.extend(g.rules);
+            }
+            // kyverno-compat: only a generate phase that produced rule
+            // responses yields an engine response for a generate policy.
+            let generate_only =
+                policy.has_generate() && !policy.has_mutate() && !policy.has_validate();
+            *slot = (!generate_only || !merged.rules.is_empty()).then_some(merged);
+        }
+        let cel_input = |resource: &Value| {
+            let req = build_request(resource, &operation, loaded);
+            let mut input = CelRequest::of(&req);
+            if let Some(ns) = loaded.values.namespace_objects.get(req.namespace()) {
+                input = input.with_namespace_object(ns);
+            }
+            (req, input)
+        };
+        // kyverno-compat: every MutatingPolicy sees the same incoming
+        // resource, and the last one that mutated gives the result all of
+        // them report.
+        let mut mutating = Vec::with_capacity(loaded.mutating.len());
+        // MutatingAdmissionPolicies first, each on the previous output.
+        for p in &loaded.admission_mutating {
+            let (req, input) = cel_input(&current);
+            let outcome = evaluate_mutating_policy(p, &req, &input, &resolver);
+            if let Some(patched) = outcome.patched {
+                current = patched;
+            }
+            if !outcome.response.rules.is_empty() {
+                mutating.push(outcome.response);
+            }
+        }
+        let mut cel_mutated = None;
+        if !loaded.mutating.is_empty() {
+            let (req, input) = cel_input(&current);
+            for p in &loaded.mutating {
+                let outcome = evaluate_mutating_policy(p, &req, &input, &resolver);
+                if outcome.patched.is_some() {
+                    cel_mutated = outcome.patched;
+                }
+                mutating.push(outcome.response);
+            }
+        }
+        let cel_mutated = cel_mutated.unwrap_or_else(|| current.clone());
+        let mut validating = Vec::with_capacity(loaded.validating.len());
+        if !loaded.validating.is_empty() || !loaded.generating.is_empty() {
+            let (req, input) = cel_input(&cel_mutated);
+            for p in &loaded.validating {
+                validating.push(evaluate_validating_policy(p, &req, &input, &resolver));
+            }
+            for p in &loaded.generating {
+                let response = evaluate_generating_policy(p, &req, &input, &resolver);
+                if !response.rules.is_empty() {
+                    validating.push(response);
+                }
+            }
+        }
+        out.push(Evaluated {
+            responses,
+            patched,
+            mutated: current,
+            mutating,
+            cel_mutated,
+            validating,
+        });
+    }
+    out
+}
+
+/// Builds the request and context `kyverno test` gives `policy` for
+/// `resource` (values file, per-resource values, operation) and runs `f`.
+fn with_policy_context<'l, R>(
+    policy: &'l CompiledPolicy,
+    resource: &Value,
+    name: &str,
+    operation: &str,
+    loaded: &'l Loaded,
+    resolver: &MockResolver,
+    f: impl FnOnce(&Request, &JsonContext, &EvalEnv) -> R,
+) -> R {
+    let resource_values = loaded
+        .values
+        .resources
+        .get(&policy.name)
+        .and_then(|m| m.get(name));
+    // A resource-level `request.operation` changes the request itself (oldObject on UPDATE).
+    let op = resource_values
+        .and_then(|v| v.get("request.operation"))
+        .and_then(Value::as_str)
+        .unwrap_or(operation);
+    let req = build_request(resource, op, loaded);
+    let mut ctx = context_for(&req, loaded);
+    for (k, v) in resource_values.into_iter().flatten() {
+        ctx.set_path(k, v.clone());
+    }
+    let rule_values = PolicyRuleValues(loaded.values.rules.get(&policy.name));
+    let env = EvalEnv {
+        resolver,
+        exceptions: &loaded.exceptions,
+        rule_values: &rule_values,
+    };
+    f(&req, &ctx, &env)
+}
+
+/// The request's JSON context with the values file's global values applied.
+fn context_for<'a>(req: &'a Request, loaded: &Loaded) -> JsonContext<'a> {
+    let mut ctx = req.json_context(loaded.policies.iter().any(|p| p.uses_images));
+    for (k, v) in &loaded.values.global {
+        ctx.set_path(k, v.clone());
+    }
+    ctx
+}
+
+fn build_request(resource: &Value, operation: &str, loaded: &Loaded) -> Request {
+    let namespace = resource
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let labels = loaded.values.namespace_labels.get(namespace).cloned();
+    Request::offline(resource, operation, loaded.user.user.clone(), labels)
+}

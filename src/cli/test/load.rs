@@ -1,0 +1,220 @@
+//! The inputs of one `gavel test` document, read and compiled: the
+//! policies of every kind (classic, CEL, admission policies with their
+//! bindings), exceptions, the resources under test, the cluster's objects
+//! for context lookups, and the values and userInfo files (§1).
+
+use crate::cli::resources::{load_objects_as_written, load_resources, resource_key};
+use crate::cli::test_file::TestDoc;
+use crate::cli::values::{UserInfoFile, Values};
+use crate::policy::cel_policy::{
+    AdmissionDocs, CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy,
+    CompiledValidatingPolicy,
+};
+use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
+use crate::policy::{CompiledException, CompiledPolicy};
+use serde_json::Value;
+use std::path::Path;
+
+/// Everything one test document names, read and compiled.
+pub(super) struct Loaded {
+    pub(super) policies: Vec<CompiledPolicy>,
+    /// MutatingAdmissionPolicies, evaluated after the classic policies
+    /// (§2.4), each on the previous one's output.
+    pub(super) admission_mutating: Vec<CompiledMutatingPolicy>,
+    /// MutatingPolicies, evaluated after those.
+    pub(super) mutating: Vec<CompiledMutatingPolicy>,
+    /// ValidatingPolicies, evaluated after the MutatingPolicies.
+    pub(super) validating: Vec<CompiledValidatingPolicy>,
+    /// GeneratingPolicies, evaluated last.
+    pub(super) generating: Vec<CompiledGeneratingPolicy>,
+    /// `spec.images` of the Context file.
+    pub(super) images: Vec<Value>,
+    /// Policies rejected by validation: (name, reason).
+    pub(super) invalid: Vec<(String, String)>,
+    /// Unsupported policy kinds: (name, kind).
+    pub(super) unsupported: Vec<(String, String)>,
+    pub(super) exceptions: Vec<CompiledException>,
+    pub(super) resources: Vec<Value>,
+    pub(super) values: Values,
+    pub(super) user: UserInfoFile,
+    /// Documents of every `cloneSourceResource` and `targetResources` file.
+    pub(super) objects: Vec<Value>,
+    /// Admission policies and bindings, until all files are read.
+    pub(super) admission_docs: AdmissionDocs,
+}
+
+impl Loaded {
+    /// Files a compiled CEL policy, or records why it did not compile.
+    fn file_cel<T>(
+        &mut self,
+        kind: &str,
+        name: &str,
+        compiled: Result<T, CelCompileError>,
+        into: fn(&mut Loaded) -> &mut Vec<T>,
+    ) {
+        match compiled {
+            Ok(c) => into(self).push(c),
+            Err(CelCompileError::Unsupported(_)) => {
+                self.unsupported.push((name.into(), kind.into()))
+            }
+            Err(CelCompileError::Invalid(e)) => self.invalid.push((name.into(), e)),
+        }
+    }
+}
+
+/// Reads and compiles every file `doc` names. A policy that does not
+/// compile is recorded as invalid; an unreadable file is the error.
+pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
+    let mut loaded = Loaded {
+        policies: Vec::new(),
+        admission_mutating: Vec::new(),
+        mutating: Vec::new(),
+        validating: Vec::new(),
+        generating: Vec::new(),
+        images: Vec::new(),
+        invalid: Vec::new(),
+        unsupported: Vec::new(),
+        exceptions: Vec::new(),
+        resources: Vec::new(),
+        values: Values::default(),
+        user: UserInfoFile::default(),
+        objects: Vec::new(),
+        admission_docs: AdmissionDocs::default(),
+    };
+    let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        for d in load_policy_text(&path.display().to_string(), &text).map_err(|e| e.to_string())? {
+            match d {
+                LoadedDocument::Policy(p) => match CompiledPolicy::compile(&p) {
+                    Ok(c) => loaded.policies.push(c),
+                    Err(e) => loaded
+                        .invalid
+                        .push((p.metadata.name.clone(), e.to_string())),
+                },
+                LoadedDocument::Exception(e) => loaded
+                    .exceptions
+                    .push(CompiledException::compile(&e).map_err(|e| e.to_string())?),
+                LoadedDocument::ValidatingPolicy(p) => loaded.file_cel(
+                    &p.kind,
+                    &p.metadata.name,
+                    CompiledValidatingPolicy::compile(&p),
+                    |l| &mut l.validating,
+                ),
+                LoadedDocument::MutatingPolicy(p) => loaded.file_cel(
+                    &p.kind,
+                    &p.metadata.name,
+                    CompiledMutatingPolicy::compile(&p),
+                    |l| &mut l.mutating,
+                ),
+                LoadedDocument::GeneratingPolicy(p) => loaded.file_cel(
+                    &p.kind,
+                    &p.metadata.name,
+                    CompiledGeneratingPolicy::compile(&p),
+                    |l| &mut l.generating,
+                ),
+                // Compiled once every file is read: a binding may come
+                // after its policy.
+                LoadedDocument::ValidatingAdmissionPolicy(p) => {
+                    loaded.admission_docs.validating.push(*p)
+                }
+                LoadedDocument::MutatingAdmissionPolicy(p) => {
+                    loaded.admission_docs.mutating.push(*p)
+                }
+                LoadedDocument::AdmissionPolicyBinding(b) => {
+                    loaded.admission_docs.bindings.push(*b)
+                }
+                LoadedDocument::Unsupported { kind, name, .. } => {
+                    loaded.unsupported.push((name, kind))
+                }
+            }
+        }
+        Ok(())
+    };
+    for p in &doc.policies {
+        load_docs(p, &mut loaded)?;
+    }
+    for p in &doc.exceptions {
+        load_docs(p, &mut loaded)?;
+    }
+    let admission = std::mem::take(&mut loaded.admission_docs);
+    for p in &admission.validating {
+        let compiled = CompiledValidatingPolicy::compile_admission(p, &admission.bindings);
+        loaded.file_cel(&p.kind, &p.metadata.name, compiled, |l| &mut l.validating);
+    }
+    for p in &admission.mutating {
+        let compiled = CompiledMutatingPolicy::compile_admission(p, &admission.bindings);
+        loaded.file_cel(&p.kind, &p.metadata.name, compiled, |l| {
+            &mut l.admission_mutating
+        });
+    }
+    let mut seen = std::collections::HashSet::new();
+    for p in &doc.resources {
+        for r in load_resources(p).map_err(|e| e.to_string())? {
+            let (api, kind, ns, name) = resource_key(&r);
+            let group = api
+                .split_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default();
+            if seen.insert((group, kind, ns, name)) {
+                loaded.resources.push(r);
+            }
+        }
+    }
+    let dir = doc.path.parent().unwrap_or(Path::new("."));
+    let mut clone_files: Vec<&str> = doc
+        .results
+        .iter()
+        .filter_map(|r| r.clone_source.as_deref())
+        .collect();
+    clone_files.dedup();
+    for f in clone_files {
+        loaded
+            .objects
+            .extend(load_resources(&dir.join(f)).map_err(|e| e.to_string())?);
+    }
+    for f in &doc.target_resources {
+        loaded
+            .objects
+            .extend(load_resources(f).map_err(|e| e.to_string())?);
+    }
+    for f in &doc.param_resources {
+        loaded
+            .objects
+            .extend(load_objects_as_written(f).map_err(|e| e.to_string())?);
+    }
+    if let Some(path) = &doc.context {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        for d in
+            parse_yaml_documents(&path.display().to_string(), &text).map_err(|e| e.to_string())?
+        {
+            let list = |k: &str| {
+                d.pointer(k)
+                    .and_then(Value::as_array)
+                    .cloned()
+                    .unwrap_or_default()
+            };
+            loaded.objects.extend(list("/spec/resources"));
+            loaded.images.extend(list("/spec/images"));
+        }
+    }
+    if let Some(v) = &doc.inline_values {
+        loaded.values = Values::parse(v, false)?;
+    } else if let Some(path) = &doc.variables {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        let docs =
+            parse_yaml_documents(&path.display().to_string(), &text).map_err(|e| e.to_string())?;
+        if let Some(d) = docs.first() {
+            loaded.values =
+                Values::parse(d, true).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    if let Some(path) = &doc.userinfo {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        let docs =
+            parse_yaml_documents(&path.display().to_string(), &text).map_err(|e| e.to_string())?;
+        if let Some(d) = docs.first() {
+            loaded.user = UserInfoFile::parse(d).map_err(|e| format!("{}: {e}", path.display()))?;
+        }
+    }
+    Ok(loaded)
+}

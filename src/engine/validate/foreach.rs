@@ -1,0 +1,186 @@
+//! foreach: the list a foreach walks (for validate, mutate and generate),
+//! and validate's foreach, which runs its body once per element in a scope
+//! holding `element` and `elementIndex` (and `element<N>` when the policy
+//! reads them), nesting foreach within foreach.
+
+use super::{FOREACH_FAILURE, RuleValidator, eval_conditions};
+use crate::engine::context_loader;
+use crate::engine::json_context::{JsonContext, Slot};
+use crate::engine::variables::{OnError, Substituter};
+use crate::engine::{Request, RuleResponse, RuleStatus};
+use crate::jmespath::Val;
+use crate::policy::compile::ForEach;
+use crate::policy::{ExprCache, ValidateCheck};
+use serde_json::Value;
+
+/// The value of a foreach `list`: the pre-parsed expression, or the text
+/// with its `{{ }}` substituted first.
+pub(in crate::engine) fn foreach_list<'c>(
+    list: &str,
+    parsed: Option<&'c crate::jmespath::Expression>,
+    ctx: &'c JsonContext<'c>,
+    exprs: &'c ExprCache,
+) -> Result<Val<'c>, String> {
+    if let Some(e) = parsed {
+        return e.resolve_val(ctx.root()).map_err(|e| e.to_string());
+    }
+    let sub = Substituter {
+        ctx,
+        exprs,
+        on_error: OnError::Fail,
+    };
+    let source = match sub.string(list).map_err(|e| e.to_string())? {
+        Value::String(s) => s,
+        other => other.to_string(),
+    };
+    exprs
+        .resolve(&source, ctx.root())
+        .map_err(|e| e.to_string())
+}
+impl<'p> RuleValidator<'_, 'p> {
+    pub(super) fn foreach(
+        &mut self,
+        list: &[ForEach],
+        req: &Request,
+        ctx: &JsonContext,
+    ) -> Option<RuleResponse<'p>> {
+        let mut applied = 0;
+        for fe in list {
+            let items = foreach_list(&fe.list, fe.list_expr.as_ref(), ctx, self.exprs);
+            // kyverno-compat: a list that fails to evaluate skips this foreach entry.
+            let Ok(items) = items else {
+                continue;
+            };
+            let items = if items.is_null() {
+                Vec::new()
+            } else if items.is_array() {
+                items.into_elements().unwrap_or_default()
+            } else {
+                vec![items]
+            };
+            let (resp, count) = self.elements(fe, items, req, ctx);
+            if resp.status != RuleStatus::Pass {
+                return Some(resp);
+            }
+            applied += count;
+        }
+        Some(if applied == 0 {
+            self.respond(RuleStatus::Skip, "rule skipped")
+        } else {
+            self.respond(RuleStatus::Pass, "rule passed")
+        })
+    }
+
+    /// Runs the foreach body once per element, each in its own scope that
+    /// borrows the element.
+    fn elements<'c>(
+        &mut self,
+        fe: &ForEach,
+        items: Vec<Val<'c>>,
+        req: &Request,
+        ctx: &'c JsonContext<'c>,
+    ) -> (RuleResponse<'p>, usize) {
+        let mut applied = 0;
+        let count = items.len();
+        for (index, item) in items.into_iter().enumerate() {
+            if item.is_null() {
+                continue;
+            }
+            let mut scope = ctx.child();
+            let item = match item {
+                Val::Ref(v) => Slot::Ref(v),
+                other => Slot::Own(other.into_owned()),
+            };
+            let is_object = item.get().is_object();
+            if self.numbered_elements {
+                scope.set(format!("element{}", self.nesting), item.get().clone());
+                scope.set(format!("elementIndex{}", self.nesting), Value::from(index));
+            }
+            match item {
+                Slot::Ref(v) => scope.set_ref("element", v),
+                Slot::Own(v) => scope.set("element", v),
+            }
+            scope.set("elementIndex", Value::from(index));
+            let scoped = match fe.element_scope {
+                Some(true) if !is_object => {
+                    return (
+                        self.respond(
+                            RuleStatus::Error,
+                            "failed to process foreach: elementScope requires a map element",
+                        ),
+                        applied,
+                    );
+                }
+                Some(false) => false,
+                _ => is_object,
+            };
+            let result = self.element(fe, scoped, req, &mut scope);
+            match result {
+                None => continue,
+                Some(r) if r.status == RuleStatus::Skip => continue,
+                Some(r) if r.status == RuleStatus::Error => {
+                    if index < count - 1 {
+                        continue;
+                    }
+                    return (
+                        self.respond(RuleStatus::Error, [FOREACH_FAILURE, &r.message].concat()),
+                        applied,
+                    );
+                }
+                Some(r) if r.status != RuleStatus::Pass => {
+                    return (
+                        self.respond(RuleStatus::Fail, [FOREACH_FAILURE, &r.message].concat()),
+                        applied,
+                    );
+                }
+                Some(_) => applied += 1,
+            }
+        }
+        (self.respond(RuleStatus::Pass, ""), applied)
+    }
+
+    fn element(
+        &mut self,
+        fe: &ForEach,
+        scoped: bool,
+        req: &Request,
+        ctx: &mut JsonContext,
+    ) -> Option<RuleResponse<'p>> {
+        if let Err(e) = context_loader::load(&fe.context, ctx, self.exprs, self.resolver) {
+            return Some(self.respond(RuleStatus::Error, e));
+        }
+        if let Some(pre) = &fe.preconditions {
+            match eval_conditions(pre, ctx, self.exprs) {
+                Ok((true, _)) => {}
+                Ok((false, msg)) => {
+                    return Some(
+                        self.respond(RuleStatus::Skip, format!("preconditions not met{msg}")),
+                    );
+                }
+                Err(e) => {
+                    return Some(self.respond(
+                        RuleStatus::Error,
+                        format!("failed to evaluate preconditions: {e}"),
+                    ));
+                }
+            }
+        }
+        self.nesting += 1;
+        let r = match &fe.check {
+            ValidateCheck::Foreach(inner) => self.foreach(inner, req, ctx),
+            c @ (ValidateCheck::Pattern(_) | ValidateCheck::AnyPattern(_)) => {
+                let ctx = &*ctx;
+                let item = ctx.get("element").unwrap_or(&crate::jmespath::NULL);
+                let resource = if scoped { item } else { &req.object };
+                Some(self.patterns(c, resource, ctx))
+            }
+            ValidateCheck::Deny(_) => self.check(&fe.check, req, ctx, None),
+            other => {
+                let item = ctx.get("element").cloned().unwrap_or(Value::Null);
+                self.check(other, req, ctx, Some(&item))
+            }
+        };
+        self.nesting -= 1;
+        r
+    }
+}

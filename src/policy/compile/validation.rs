@@ -1,0 +1,187 @@
+//! The compiled validate rule: its pattern, anyPattern, deny, foreach,
+//! podSecurity or `validate.cel` check, compiled in Kyverno's order of
+//! precedence, with foreach nested to any depth.
+
+use super::expr_cache::ExprCache;
+use super::{FailureAction, RuleBody};
+use crate::jmespath::Expression;
+use crate::pattern::CompiledPattern;
+use crate::policy::cel_policy::{CelChecks, CelCompileError};
+use crate::policy::conditions::Conditions;
+use crate::policy::template;
+use crate::policy::types::{ContextEntry, Deny, ForEachValidation, PodSecurity, Validation};
+use serde_json::Value;
+
+/// A validate pattern: compiled once when it has no variables; otherwise
+/// substituted and compiled per evaluation.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    pub value: Value,
+    pub compiled: Option<CompiledPattern>,
+}
+
+impl Pattern {
+    fn new(value: Value) -> Pattern {
+        let compiled = (!template::has_variables(&value)).then(|| CompiledPattern::compile(&value));
+        Pattern { value, compiled }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct ForEach {
+    pub list: String,
+    /// `list` parsed, when it holds no `{{ }}` to substitute first.
+    pub list_expr: Option<Expression>,
+    pub element_scope: Option<bool>,
+    pub context: Vec<ContextEntry>,
+    pub preconditions: Option<Conditions>,
+    pub check: ValidateCheck,
+}
+
+#[derive(Debug, Clone)]
+pub enum ValidateCheck {
+    Pattern(Pattern),
+    AnyPattern(Vec<Pattern>),
+    Deny(Conditions),
+    Foreach(Vec<ForEach>),
+    PodSecurity(PodSecurity),
+    /// `validate.cel`.
+    Cel(Box<CelChecks>),
+    /// A validate body gavel cannot evaluate yet; the field path says which.
+    Unsupported(String),
+}
+
+#[derive(Debug, Clone)]
+pub struct ValidateRule {
+    pub failure_action: FailureAction,
+    pub message: Option<String>,
+    /// Whether `message` holds `{{ }}` and must be substituted per request.
+    pub message_has_variables: bool,
+    pub allow_existing_violations: bool,
+    pub check: ValidateCheck,
+}
+
+pub(super) fn compile_validation(
+    v: &Validation,
+    field: &str,
+    policy_action: FailureAction,
+    exprs: &mut ExprCache,
+) -> Result<RuleBody, String> {
+    let check = compile_check(
+        v.pattern.as_ref(),
+        v.any_pattern.as_ref(),
+        v.deny.as_ref(),
+        v.foreach.as_deref(),
+        field,
+        exprs,
+    );
+    let check = match check {
+        Some(c) => c,
+        None if v.pod_security.is_some() => {
+            ValidateCheck::PodSecurity(v.pod_security.clone().unwrap_or_default())
+        }
+        None if v.cel.is_some() => {
+            let raw = v.cel.as_ref().unwrap_or(&Value::Null);
+            match CelChecks::compile_rule(raw, &format!("{field}.cel")) {
+                Ok(c) => ValidateCheck::Cel(Box::new(c)),
+                Err(CelCompileError::Unsupported(field)) => ValidateCheck::Unsupported(field),
+                Err(CelCompileError::Invalid(e)) => return Err(e),
+            }
+        }
+        None if v.manifests.is_some() => ValidateCheck::Unsupported(format!("{field}.manifests")),
+        None if v.assert.is_some() => ValidateCheck::Unsupported(format!("{field}.assert")),
+        None => ValidateCheck::Unsupported(format!(
+            "{field} (no pattern, anyPattern, deny, foreach or podSecurity)"
+        )),
+    };
+    Ok(RuleBody::Validate(ValidateRule {
+        failure_action: v
+            .failure_action
+            .as_deref()
+            .map(FailureAction::parse)
+            .unwrap_or(policy_action),
+        message: v.message.clone(),
+        message_has_variables: v.message.as_deref().is_some_and(|m| m.contains("{{")),
+        allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
+        check,
+    }))
+}
+
+fn compile_check(
+    pattern: Option<&Value>,
+    any_pattern: Option<&Value>,
+    deny: Option<&Deny>,
+    foreach: Option<&[ForEachValidation]>,
+    field: &str,
+    exprs: &mut ExprCache,
+) -> Option<ValidateCheck> {
+    // Kyverno's order: deny, then pattern/anyPattern, then foreach.
+    if let Some(d) = deny {
+        return Some(
+            match Conditions::parse(d.conditions.as_ref().unwrap_or(&Value::Null)) {
+                Ok(c) => ValidateCheck::Deny(c),
+                Err(e) => ValidateCheck::Unsupported(format!("{field}.deny.conditions: {e}")),
+            },
+        );
+    }
+    if let Some(p) = pattern {
+        return Some(ValidateCheck::Pattern(Pattern::new(p.clone())));
+    }
+    if let Some(p) = any_pattern {
+        return Some(match p {
+            Value::Array(items) => {
+                ValidateCheck::AnyPattern(items.iter().cloned().map(Pattern::new).collect())
+            }
+            _ => ValidateCheck::Unsupported(format!("{field}.anyPattern (must be a list)")),
+        });
+    }
+    if let Some(list) = foreach {
+        let mut out = Vec::new();
+        for (i, f) in list.iter().enumerate() {
+            let ffield = format!("{field}.foreach[{i}]");
+            exprs.add(&f.list);
+            let nested: Option<Vec<ForEachValidation>> = match &f.foreach {
+                Some(v) => match serde_json::from_value(v.clone()) {
+                    Ok(n) => Some(n),
+                    Err(e) => {
+                        return Some(ValidateCheck::Unsupported(format!("{ffield}.foreach: {e}")));
+                    }
+                },
+                None => None,
+            };
+            let check = compile_check(
+                f.pattern.as_ref(),
+                f.any_pattern.as_ref(),
+                f.deny.as_ref(),
+                nested.as_deref(),
+                &ffield,
+                exprs,
+            )
+            .unwrap_or_else(|| {
+                ValidateCheck::Unsupported(format!(
+                    "{ffield} (no pattern, anyPattern, deny or foreach)"
+                ))
+            });
+            let preconditions = match f.preconditions.as_ref().map(Conditions::parse).transpose() {
+                Ok(p) => p,
+                Err(e) => {
+                    return Some(ValidateCheck::Unsupported(format!(
+                        "{ffield}.preconditions: {e}"
+                    )));
+                }
+            };
+            out.push(ForEach {
+                list: f.list.clone(),
+                list_expr: (!f.list.contains("{{"))
+                    .then(|| Expression::parse(&f.list).ok())
+                    .flatten(),
+                element_scope: f.element_scope,
+                context: f.context.clone(),
+                preconditions,
+                check,
+            });
+        }
+        return Some(ValidateCheck::Foreach(out));
+    }
+    None
+}
