@@ -163,6 +163,10 @@ pub struct Request {
     pub request_kind: Gvk,
     pub request_resource: Gvr,
     pub request_sub_resource: String,
+    /// The request came in an AdmissionReview. Kyverno's webhook puts the
+    /// whole AdmissionRequest into the JMESPath `request`; its CLI builds
+    /// `request` from the object and has no resource fields.
+    pub from_review: bool,
     /// The new object; null on DELETE.
     pub object: Value,
     /// The previous object; null on CREATE.
@@ -196,6 +200,7 @@ impl Request {
             request_kind: gvk.clone(),
             request_resource: gvr,
             request_sub_resource: String::new(),
+            from_review: false,
             gvk,
             object,
             old_object,

@@ -94,6 +94,11 @@ impl KindSelector {
                 let (k, s) = split_subresource(k);
                 (any(), any(), k, s)
             }
+            // kyverno-compat (ParseKindSelector): `*/*` is every resource
+            // and subresource, `*/scale` a subresource of any kind.
+            ["*", b] if *b == "*" || b.to_lowercase() == *b => {
+                (any(), any(), any(), Some(b.to_string()))
+            }
             [a, b] if looks_like_version(a) => {
                 let (k, s) = split_subresource(b);
                 (any(), a.to_string(), k, s)
@@ -130,10 +135,19 @@ impl KindSelector {
         self.kind.matches(kind)
             && self.group.matches(group)
             && self.version.matches(version)
-            && self
-                .subresource
-                .as_ref()
-                .is_none_or(|s| s.matches(subresource))
+            && match &self.subresource {
+                Some(s) => s.matches(subresource),
+                // kyverno-compat: CheckKind(..., allowEphemeralContainers:
+                // true): a selector without a subresource matches the
+                // resource itself, and a core v1 Pod's ephemeral containers
+                // (which carry the whole Pod); not `Pod/eviction`,
+                // `Pod/exec` or `Deployment/scale`.
+                None => {
+                    subresource.is_empty()
+                        || (subresource == "ephemeralcontainers"
+                            && (group, version, kind) == ("", "v1", "Pod"))
+                }
+            }
     }
 }
 

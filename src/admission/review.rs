@@ -176,6 +176,7 @@ impl Review {
                 object_kind,
                 gvr,
                 subresource: r.sub_resource,
+                from_review: true,
                 object: r.object,
                 old_object: r.old_object,
                 user: UserInfo {
@@ -621,6 +622,22 @@ mod tests {
         assert_eq!(scale.name(), "web");
         let input = scale.match_input();
         assert_eq!((input.kind, input.subresource), ("Deployment", "scale"));
+        // JMESPath sees the review's own fields, as Kyverno's webhook does.
+        let context = scale.json_context(false).to_value();
+        for (path, want) in [
+            ("request.kind.kind", "Scale"),
+            ("request.resource.resource", "deployments"),
+            ("request.subResource", "scale"),
+            ("request.requestKind.group", "autoscaling"),
+            ("request.requestSubResource", "scale"),
+        ] {
+            let found = crate::jmespath::Expression::parse(path)
+                .unwrap()
+                .search(&context)
+                .unwrap()
+                .into_owned();
+            assert_eq!(found, json!(want), "{path}");
+        }
 
         let eviction = decode(&review(json!({
             "uid": "u3", "kind": {"group": "policy", "version": "v1", "kind": "Eviction"},

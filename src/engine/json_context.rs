@@ -236,14 +236,16 @@ impl<'r> RequestRoot<'r> {
             let gvr =
                 |r: &Gvr| json!({"group": r.group, "version": r.version, "resource": r.resource});
             fields.insert("kind".into(), gvk(&req.object_kind));
-            fields.insert("resource".into(), gvr(&req.gvr));
             fields.insert("subResource".into(), Value::String(req.subresource.clone()));
-            fields.insert("requestKind".into(), gvk(&req.request_kind));
-            fields.insert("requestResource".into(), gvr(&req.request_resource));
-            fields.insert(
-                "requestSubResource".into(),
-                Value::String(req.request_sub_resource.clone()),
-            );
+            if req.from_review {
+                fields.insert("resource".into(), gvr(&req.gvr));
+                fields.insert("requestKind".into(), gvk(&req.request_kind));
+                fields.insert("requestResource".into(), gvr(&req.request_resource));
+                fields.insert(
+                    "requestSubResource".into(),
+                    Value::String(req.request_sub_resource.clone()),
+                );
+            }
             if !req.user.roles.is_empty() {
                 fields.insert("roles".into(), json!(req.user.roles));
             }

@@ -5,7 +5,19 @@ use serde_json::json;
 fn kind_selectors() {
     for (sel, gvk, sub, want) in [
         ("Pod", ("", "v1", "Pod"), "", true),
-        ("Pod", ("", "v1", "Pod"), "exec", true),
+        // kyverno-compat: a selector without a subresource matches no
+        // subresource but a Pod's ephemeral containers (CheckKind).
+        ("Pod", ("", "v1", "Pod"), "exec", false),
+        ("Pod", ("", "v1", "Pod"), "eviction", false),
+        ("Pod", ("", "v1", "Pod"), "ephemeralcontainers", true),
+        ("*", ("", "v1", "Pod"), "ephemeralcontainers", true),
+        ("Deployment", ("apps", "v1", "Deployment"), "scale", false),
+        ("*", ("apps", "v1", "Deployment"), "scale", false),
+        ("*/*", ("apps", "v1", "Deployment"), "scale", true),
+        ("Pod/*", ("", "v1", "Pod"), "exec", true),
+        ("Pod/*", ("", "v1", "Pod"), "", true),
+        ("*/scale", ("apps", "v1", "Deployment"), "scale", true),
+        ("*/scale", ("apps", "v1", "Deployment"), "", false),
         ("Pod/exec", ("", "v1", "Pod"), "exec", true),
         ("Pod/exec", ("", "v1", "Pod"), "", false),
         ("Pod.status", ("", "v1", "Pod"), "status", true),

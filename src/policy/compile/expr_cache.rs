@@ -1,5 +1,5 @@
 //! The expression cache: every JMESPath expression found in a policy's
-//! `{{ }}` variables, parsed once at compile time and looked up by its
+//! `{{ }}` variables and context `jmesPath`s, parsed once at compile time and looked up by its
 //! source text at evaluation; text built at run time is parsed then.
 
 use crate::jmespath::{Expression, JmesError, Val};
@@ -40,6 +40,11 @@ impl ExprCache {
         }
     }
 
+    /// Every expression a policy value names: its `{{ }}` variables, and
+    /// the `jmesPath` of its context entries (variable, apiCall,
+    /// globalReference, in rules and in foreach), which are expressions
+    /// without braces. Those written with variables are substituted per
+    /// request, and only then parsed.
     pub(super) fn add_all_variables(&mut self, v: &Value) {
         match v {
             Value::String(s) => {
@@ -52,9 +57,81 @@ impl ExprCache {
                 for expr in template::expressions_in(k) {
                     self.add(&expr);
                 }
+                if k == "jmesPath"
+                    && let Value::String(path) = x
+                    && !template::has_variables(x)
+                {
+                    self.add(path);
+                }
                 self.add_all_variables(x)
             }),
             _ => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::policy::CompiledPolicy;
+    use crate::policy::load::{LoadedDocument, load_policy_text};
+
+    /// What a policy names is parsed when it is compiled: its variables and
+    /// its context entries' jmesPath, at any depth; a jmesPath built from
+    /// variables waits for them.
+    #[test]
+    fn compile_parses_every_expression_a_policy_names() {
+        let text = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+    - name: r
+      match: {any: [{resources: {kinds: [Pod]}}]}
+      context:
+        - name: teams
+          configMap: {name: teams, namespace: default}
+        - name: owner
+          variable: {jmesPath: "teams.data.owner || 'nobody'"}
+        - name: dynamic
+          variable: {jmesPath: "teams.data.{{ request.object.metadata.name }}"}
+        - name: count
+          apiCall: {urlPath: "/api/v1/pods", jmesPath: "items | length(@)"}
+      validate:
+        foreach:
+          - list: request.object.spec.containers
+            context:
+              - name: image
+                variable: {jmesPath: "element.image"}
+            deny:
+              conditions:
+                any:
+                  - {key: "{{ image }}", operator: Equals, value: "{{ owner }}"}
+"#;
+        let LoadedDocument::Policy(doc) = load_policy_text("p.yaml", text).unwrap().remove(0)
+        else {
+            unreachable!("a ClusterPolicy")
+        };
+        let policy = CompiledPolicy::compile(&doc).unwrap();
+        for known in [
+            "teams.data.owner || 'nobody'",
+            "items | length(@)",
+            "element.image",
+            "request.object.spec.containers",
+            "image",
+            "owner",
+            "request.object.metadata.name",
+        ] {
+            assert!(
+                policy.exprs.get(known).is_some(),
+                "{known} not parsed at compile time"
+            );
+        }
+        assert!(
+            policy
+                .exprs
+                .get("teams.data.{{ request.object.metadata.name }}")
+                .is_none()
+        );
     }
 }
