@@ -11,6 +11,7 @@
 //! it returns.
 
 pub mod json_text;
+pub mod phases;
 pub mod pipeline;
 pub mod policies;
 pub mod review;

@@ -5,15 +5,16 @@
 //! that the server, benches and fuzz targets drive the same code.
 
 use super::json_text::JsonText;
+use super::phases::{self, Chaining, MutatingPhase, Visit};
 use super::policies::Snapshot;
 use super::review::{self, DenialHeads, ReviewError, Verdict};
 use crate::context::ClusterView;
-use crate::engine::cel::{CelRequest, evaluate_mutating_policy, evaluate_validating_policy};
+use crate::engine::cel::{CelRequest, evaluate_validating_policy};
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
 use crate::patch::json_patch;
-use crate::policy::cel_policy::{CompiledMutatingPolicy, CompiledValidatingPolicy};
+use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::compile::FailurePolicy;
 use crate::policy::{CompiledPolicy, RuleBody};
 use std::time::{Duration, Instant};
@@ -192,14 +193,12 @@ fn mutate(
     view: &dyn ClusterView,
     mut record: impl FnMut(usize, usize, RuleStatus, Duration),
 ) -> Verdict {
-    let cel: Vec<(usize, &CompiledMutatingPolicy)> = snapshot
+    let any_cel = snapshot
         .mutating
         .iter()
-        .enumerate()
-        .filter(|(_, p)| Snapshot::cel_selected(&p.scope, failure_policy))
-        .collect();
+        .any(|p| Snapshot::cel_selected(&p.scope, failure_policy));
     // Nothing to mutate on DELETE: there is no new object.
-    if req.object.is_null() || (selected.is_empty() && cel.is_empty()) {
+    if req.object.is_null() || (selected.is_empty() && !any_cel) {
         return Verdict {
             allowed: true,
             ..Verdict::default()
@@ -267,44 +266,53 @@ fn mutate(
             current = Some(next);
         }
     }
-    // Then the MutatingPolicies, each on the previous one's output. The
-    // CEL variables are bound again only after a change.
-    let mut input: Option<CelRequest> = None;
-    for (i, policy) in cel {
-        let req_now = current.as_ref().unwrap_or(req);
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            if !policy.scope.failure_policy_ignore {
-                failed.push(format!(
-                    "policy {}: not evaluated: the request deadline passed",
-                    policy.name()
-                ));
+    // Then the MutatingPolicies, each on the previous one's output.
+    let failed = std::cell::RefCell::new(failed);
+    let start = current.take();
+    let phase = MutatingPhase {
+        policies: &snapshot.mutating,
+        chaining: Chaining::Chained,
+        resolver: view,
+    };
+    let chained = phases::mutating_policies(
+        phase,
+        start.as_ref().unwrap_or(req),
+        |r, object| Request {
+            object,
+            ..r.clone()
+        },
+        CelRequest::of,
+        |_, policy| {
+            if !Snapshot::cel_selected(&policy.scope, failure_policy) {
+                return Visit::Skip;
             }
-            continue;
-        }
-        let bound = input.get_or_insert_with(|| CelRequest::of(req_now));
-        let started = Instant::now();
-        let outcome = evaluate_mutating_policy(policy, req_now, bound, view);
-        let elapsed = started.elapsed();
-        for r in &outcome.response.rules {
-            record(snapshot.mutating_index(i), 0, r.status, elapsed);
-            // Under failurePolicy Ignore an error is already a skip.
-            if r.status == RuleStatus::Error {
-                failed.push(format!(
-                    "failed to apply policy {}: {}",
-                    policy.name(),
-                    r.message
-                ));
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                if !policy.scope.failure_policy_ignore {
+                    failed.borrow_mut().push(format!(
+                        "policy {}: not evaluated: the request deadline passed",
+                        policy.name()
+                    ));
+                }
+                return Visit::Skip;
             }
-        }
-        if let Some(patched) = outcome.patched
-            && patched != req_now.object
-        {
-            let mut next = req_now.clone();
-            next.object = patched;
-            current = Some(next);
-            input = None;
-        }
-    }
+            Visit::Evaluate
+        },
+        |m| {
+            for r in &m.response.rules {
+                record(snapshot.mutating_index(m.index), 0, r.status, m.elapsed);
+                // Under failurePolicy Ignore an error is already a skip.
+                if r.status == RuleStatus::Error {
+                    failed.borrow_mut().push(format!(
+                        "failed to apply policy {}: {}",
+                        m.policy.name(),
+                        r.message
+                    ));
+                }
+            }
+        },
+    );
+    let current = chained.or(start);
+    let failed = failed.into_inner();
     if !failed.is_empty() {
         return Verdict {
             allowed: false,

@@ -4,10 +4,9 @@
 use super::ApplyArgs;
 use super::resources::{load_objects_as_written, load_resources};
 use super::values::{PolicyRuleValues, Values};
+use crate::admission::phases::{self, Chaining, MutatingPhase, Visit};
 use crate::context::Objects;
-use crate::engine::cel::{
-    CelRequest, evaluate_generating_policy, evaluate_mutating_policy, evaluate_validating_policy,
-};
+use crate::engine::cel::{CelRequest, evaluate_generating_policy, evaluate_validating_policy};
 use crate::engine::generate::generate_policy;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
@@ -202,42 +201,71 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             }
             responses.push((Source::Classic(policy), outcome.response));
         }
+        let offline = |object: &Value| {
+            Request::offline(object, &operation, Default::default(), labels.clone())
+        };
+        let next_request = |_: &Request, object: Value| offline(&object);
         // MutatingAdmissionPolicies, each on the previous output.
-        for policy in &admission_mutating {
-            let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
-            let outcome = evaluate_mutating_policy(policy, &req, &CelRequest::of(&req), &resolver);
-            if let Some(patched) = outcome.patched {
-                if patched != resource {
-                    print_mutated(outcome.response.policy, &resource, &patched)?;
-                }
-                resource = patched;
-            }
-            if !outcome.response.rules.is_empty() {
-                responses.push((Source::Cel { audit: false }, outcome.response));
+        let mut printed: anyhow::Result<()> = Ok(());
+        if !admission_mutating.is_empty() {
+            let phase = MutatingPhase {
+                policies: &admission_mutating,
+                chaining: Chaining::Chained,
+                resolver: &resolver,
+            };
+            let mutated = phases::mutating_policies(
+                phase,
+                &offline(&resource),
+                next_request,
+                CelRequest::of,
+                |_, _| Visit::Evaluate,
+                |m| {
+                    if let Some(patched) = m.patched
+                        && patched != m.input
+                        && printed.is_ok()
+                    {
+                        printed = print_mutated(m.response.policy, m.input, patched);
+                    }
+                    if !m.response.rules.is_empty() {
+                        responses.push((Source::Cel { audit: false }, m.response));
+                    }
+                },
+            );
+            if let Some(req) = mutated {
+                resource = req.object;
             }
         }
         // kyverno-compat: every MutatingPolicy sees the same resource and
-        // the last one that mutated gives the result (as `kyverno apply`).
+        // the last one that applied gives the result (as `kyverno apply`).
         if !mutating.is_empty() {
-            let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
-            let input = CelRequest::of(&req);
-            let mut last = None;
-            for policy in &mutating {
-                let outcome = evaluate_mutating_policy(policy, &req, &input, &resolver);
-                if let Some(patched) = outcome.patched {
-                    if patched != resource {
-                        print_mutated(outcome.response.policy, &resource, &patched)?;
+            let phase = MutatingPhase {
+                policies: &mutating,
+                chaining: Chaining::SameInput,
+                resolver: &resolver,
+            };
+            let mutated = phases::mutating_policies(
+                phase,
+                &offline(&resource),
+                next_request,
+                CelRequest::of,
+                |_, _| Visit::Evaluate,
+                |m| {
+                    if let Some(patched) = m.patched
+                        && patched != m.input
+                        && printed.is_ok()
+                    {
+                        printed = print_mutated(m.response.policy, m.input, patched);
                     }
-                    last = Some(patched);
-                }
-                if !outcome.response.rules.is_empty() {
-                    responses.push((Source::Cel { audit: false }, outcome.response));
-                }
-            }
-            if let Some(patched) = last {
-                resource = patched;
+                    if !m.response.rules.is_empty() {
+                        responses.push((Source::Cel { audit: false }, m.response));
+                    }
+                },
+            );
+            if let Some(req) = mutated {
+                resource = req.object;
             }
         }
+        printed?;
         if resource != *original {
             written.push(resource.clone());
         }

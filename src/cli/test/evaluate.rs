@@ -4,12 +4,11 @@
 //! and objects answering context lookups.
 
 use super::load::Loaded;
+use crate::admission::phases::{self, Chaining, MutatingPhase, Visit};
 use crate::cli::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use crate::cli::values::PolicyRuleValues;
 use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
-use crate::engine::cel::{
-    CelRequest, evaluate_generating_policy, evaluate_mutating_policy, evaluate_validating_policy,
-};
+use crate::engine::cel::{CelRequest, evaluate_generating_policy, evaluate_validating_policy};
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
@@ -193,31 +192,53 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
             }
             (req, input)
         };
-        // kyverno-compat: every MutatingPolicy sees the same incoming
-        // resource, and the last one that mutated gives the result all of
-        // them report.
         let mut mutating = Vec::with_capacity(loaded.mutating.len());
+        let next_request = |_: &Request, object: Value| cel_input(&object).0;
+        let bind = |req: &Request| cel_input(&req.object).1;
         // MutatingAdmissionPolicies first, each on the previous output.
-        for p in &loaded.admission_mutating {
-            let (req, input) = cel_input(&current);
-            let outcome = evaluate_mutating_policy(p, &req, &input, &resolver);
-            if let Some(patched) = outcome.patched {
-                current = patched;
-            }
-            if !outcome.response.rules.is_empty() {
-                mutating.push(outcome.response);
+        if !loaded.admission_mutating.is_empty() {
+            let start = cel_input(&current).0;
+            let phase = MutatingPhase {
+                policies: &loaded.admission_mutating,
+                chaining: Chaining::Chained,
+                resolver: &resolver,
+            };
+            let mutated = phases::mutating_policies(
+                phase,
+                &start,
+                next_request,
+                bind,
+                |_, _| Visit::Evaluate,
+                |m| {
+                    if !m.response.rules.is_empty() {
+                        mutating.push(m.response);
+                    }
+                },
+            );
+            if let Some(req) = mutated {
+                current = req.object;
             }
         }
+        // kyverno-compat: every MutatingPolicy sees the same incoming
+        // resource, and the last one that applied gives the result all of
+        // them report.
         let mut cel_mutated = None;
         if !loaded.mutating.is_empty() {
-            let (req, input) = cel_input(&current);
-            for p in &loaded.mutating {
-                let outcome = evaluate_mutating_policy(p, &req, &input, &resolver);
-                if outcome.patched.is_some() {
-                    cel_mutated = outcome.patched;
-                }
-                mutating.push(outcome.response);
-            }
+            let start = cel_input(&current).0;
+            let phase = MutatingPhase {
+                policies: &loaded.mutating,
+                chaining: Chaining::SameInput,
+                resolver: &resolver,
+            };
+            cel_mutated = phases::mutating_policies(
+                phase,
+                &start,
+                next_request,
+                bind,
+                |_, _| Visit::Evaluate,
+                |m| mutating.push(m.response),
+            )
+            .map(|req| req.object);
         }
         let cel_mutated = cel_mutated.unwrap_or_else(|| current.clone());
         let mut validating = Vec::with_capacity(loaded.validating.len());
