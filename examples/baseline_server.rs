@@ -14,7 +14,8 @@
 use anyhow::{Context, Result, bail};
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use gavel::admission::review::{self, Verdict};
+use gavel::admission::review;
+use gavel::admission::verdict::{self, Verdict};
 use gavel::server::MAX_BODY;
 use gavel::server::{accept_loop, shutdown_signal, tls};
 use http_body_util::{BodyExt, Full, Limited};
@@ -47,7 +48,7 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::co
         allowed: true,
         ..Verdict::default()
     };
-    let mut r = Response::new(Full::new(Bytes::from(review::encode(
+    let mut r = Response::new(Full::new(Bytes::from(verdict::encode(
         &review.uid,
         &verdict,
     ))));

@@ -1,11 +1,11 @@
-//! Admission: one AdmissionReview in, one answer out, the same way for
-//! every caller. [`review`] decodes the review (keeping the request's own
-//! kind, resource and subresource), [`pipeline`] runs the policies of a
-//! [`policies::Snapshot`] in Kyverno's order (classic validate, then
-//! ValidatingPolicies; classic mutate, then MutatingPolicies) and decides
-//! the verdict, written with Kyverno's denial text ([`yaml_text`],
-//! [`json_text`]). The per-rule result counters of a snapshot are in
-//! [`rule_table`].
+//! Admission: one AdmissionReview in, one answer out. [`review`] decodes
+//! the review (keeping the request's own kind, resource and subresource),
+//! [`pipeline`] runs the policies of a [`policies::Snapshot`] through the
+//! [`phases`] in Kyverno's order (classic validate, then
+//! ValidatingPolicies; classic mutate, then MutatingPolicies), and
+//! [`verdict`] decides and writes the answer with Kyverno's denial text
+//! ([`yaml_text`], [`json_text`]). The CLI drives the same phases. The
+//! per-rule result counters of a snapshot are in [`rule_table`].
 //!
 //! It knows nothing of HTTP: `server` hands it bodies and sends back what
 //! it returns.
@@ -16,4 +16,5 @@ pub mod pipeline;
 pub mod policies;
 pub mod review;
 pub mod rule_table;
+pub mod verdict;
 pub mod yaml_text;

@@ -30,6 +30,7 @@ fn gavel_on_a_real_control_plane() {
     let dir = temp_dir("e2e");
     let cluster = RealCluster::start(&dir.join("cluster"), 10);
     install_kyverno_crds(&cluster);
+    kinds_table_is_current(&cluster);
     // The GlobalContextEntry of the hot-path step reads Services: a user
     // grants that through the chart's extraReadRules.
     let values =
@@ -64,6 +65,30 @@ fn gavel_on_a_real_control_plane() {
     step("helm uninstall leaves nothing behind", || {
         uninstall(&cluster, &mut gavel)
     });
+}
+
+/// `src/kinds/builtin.rs`, the plural and scope of every kind, is what this
+/// API server's discovery (with Kyverno's CRDs) says: `.ci/gen-kinds.py
+/// --check` reads it from the running cluster.
+fn kinds_table_is_current(cluster: &RealCluster) {
+    let path = format!(
+        "{}:{}",
+        support::cluster::cache().join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("python3")
+        .args([".ci/gen-kinds.py", "--check", "--kubeconfig-given"])
+        .current_dir(repo())
+        .env("KUBECONFIG", &cluster.kubeconfig)
+        .env("PATH", path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn step(name: &str, f: impl FnOnce()) {

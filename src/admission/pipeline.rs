@@ -7,7 +7,8 @@
 use super::json_text::JsonText;
 use super::phases::{self, Chaining, MutatingPhase, Visit};
 use super::policies::Snapshot;
-use super::review::{self, DenialHeads, ReviewError, Verdict};
+use super::review::{self, ReviewError};
+use super::verdict::{self, DenialHeads, Verdict};
 use crate::context::ClusterView;
 use crate::engine::cel::{CelRequest, evaluate_validating_policy};
 use crate::engine::json_context::JsonContext;
@@ -109,7 +110,7 @@ pub fn admit(
                 view,
                 |i, status, elapsed| cells.record(snapshot.validating_index(i), 0, status, elapsed),
             );
-            review::decide(&policies, &responses, &cel, req)
+            verdict::decide(&policies, &responses, &cel, req)
         }
         Webhook::Mutate(failure_policy) => {
             let selected = snapshot.mutate_indexes(failure_policy);
@@ -130,7 +131,7 @@ pub fn admit(
         }
     };
     Ok(Outcome {
-        body: review::encode(&review.uid, &verdict),
+        body: verdict::encode(&review.uid, &verdict),
         kind: req.object_kind.kind.clone(),
         namespace: req.namespace().to_string(),
         operation: req.operation.clone(),

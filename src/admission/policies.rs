@@ -9,8 +9,8 @@
 //! version in force (or none, if it never loaded) and the failure is logged
 //! and counted.
 
-use super::review::DenialHeads;
 use super::rule_table::{RuleMetrics, RuleTable};
+use super::verdict::DenialHeads;
 use crate::policy::cel_policy::{
     CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope,
 };
