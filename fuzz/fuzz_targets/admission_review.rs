@@ -3,9 +3,9 @@
 //! API server, or anyone who can reach the webhook, sends.
 #![no_main]
 
-use gavel::context::NoResolver;
 use gavel::admission::pipeline::{Webhook, admit};
 use gavel::admission::policies::Snapshot;
+use gavel::context::NoResolver;
 use libfuzzer_sys::fuzz_target;
 use std::sync::LazyLock;
 

@@ -3,9 +3,9 @@
 //! reviews on both routes.
 #![no_main]
 
-use gavel::context::NoResolver;
 use gavel::admission::pipeline::{Webhook, admit};
 use gavel::admission::policies::{Snapshot, load_text};
+use gavel::context::NoResolver;
 use libfuzzer_sys::fuzz_target;
 use std::sync::LazyLock;
 
