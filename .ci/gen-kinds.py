@@ -111,8 +111,12 @@ def main():
             subprocess.run(["e2e/cluster.sh", "down"], env=base)
     text = render(kinds, env)
     if "--check" in args:
-        if open(OUT).read() != text:
-            sys.exit(f"{OUT} is out of date: run .ci/gen-kinds.py")
+        current = open(OUT).read()
+        if current != text:
+            import difflib
+            diff = "".join(difflib.unified_diff(
+                current.splitlines(True), text.splitlines(True), OUT, "discovery"))
+            sys.exit(f"{OUT} is out of date: run .ci/gen-kinds.py\n{diff}")
         return
     with open(OUT, "w") as f:
         f.write(text)

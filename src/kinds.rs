@@ -10,6 +10,7 @@
 //! cluster, from the objects given to an offline run. Nothing here knows
 //! about policies: every other module may use it.
 
+#[rustfmt::skip]
 mod builtin;
 pub mod schema;
 
