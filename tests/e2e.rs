@@ -258,6 +258,27 @@ fn policies_are_enforced(cluster: &RealCluster, gavel: &Release) {
 ///    the object's kind, as Kyverno's does. The webhook rules register the
 ///    subresources.
 fn subresources_match_their_parent(cluster: &RealCluster) {
+    // A custom resource with a scale subresource: its kind comes from the
+    // CRD, which gavel's replicas watch.
+    let crd = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "widgets.example.com"},
+        "spec": {"group": "example.com", "scope": "Namespaced",
+                 "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                 "versions": [{"name": "v1", "served": true, "storage": true,
+                     "schema": {"openAPIV3Schema": {"type": "object", "properties": {
+                         "spec": {"type": "object", "properties": {"replicas": {"type": "integer"}}},
+                         "status": {"type": "object", "properties": {"replicas": {"type": "integer"}}}}}},
+                     "subresources": {"scale": {"specReplicasPath": ".spec.replicas",
+                                                "statusReplicasPath": ".status.replicas"}}}]},
+    });
+    cluster.kubectl_in(&["apply", "-f", "-"], Some(&crd.to_string()));
+    cluster.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=60s",
+    ]);
     let policy = json!({
         "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "subresources"},
@@ -265,6 +286,12 @@ fn subresources_match_their_parent(cluster: &RealCluster) {
             {"name": "scale-at-most-3",
              "match": {"any": [{"resources": {"kinds": ["Deployment/scale"]}}]},
              "validate": {"message": "scale {{ request.object.metadata.name }} to at most 3",
+                          "deny": {"conditions": {"any": [
+                              {"key": "{{ request.object.spec.replicas }}",
+                               "operator": "GreaterThan", "value": 3}]}}}},
+            {"name": "widgets-at-most-3",
+             "match": {"any": [{"resources": {"kinds": ["example.com/v1/Widget/scale"]}}]},
+             "validate": {"message": "widgets scale to at most 3",
                           "deny": {"conditions": {"any": [
                               {"key": "{{ request.object.spec.replicas }}",
                                "operator": "GreaterThan", "value": 3}]}}}},
@@ -292,7 +319,9 @@ fn subresources_match_their_parent(cluster: &RealCluster) {
                 .get(&["validatingwebhookconfiguration", VALIDATING])
                 .is_some_and(|c| {
                     let rules = c["webhooks"].to_string();
-                    rules.contains("deployments/scale") && rules.contains("pods/eviction")
+                    ["deployments/scale", "pods/eviction", "widgets/scale"]
+                        .iter()
+                        .all(|r| rules.contains(r))
                 })
         },
     );
@@ -340,6 +369,36 @@ fn subresources_match_their_parent(cluster: &RealCluster) {
     assert_eq!(stored["spec"]["replicas"], 2, "{stored}");
     scale(0).unwrap();
 
+    let widget = json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                        "metadata": {"name": "w", "namespace": "e2e"}, "spec": {"replicas": 1}});
+    create(cluster, &widget, &[]).unwrap();
+    let scale_widget = |replicas: u32| {
+        let out = cluster.kubectl_in(
+            &[
+                "scale",
+                "widget",
+                "w",
+                "-n",
+                "e2e",
+                &format!("--replicas={replicas}"),
+            ],
+            None,
+        );
+        if out.status.success() {
+            Ok(())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    };
+    eventually(
+        "scaling the Widget to 5 denied",
+        Duration::from_secs(30),
+        || scale_widget(5).is_err_and(|e| e.contains("widgets scale to at most 3")),
+    );
+    scale_widget(3).unwrap();
+    let stored = cluster.get(&["widget", "w", "-n", "e2e"]).unwrap();
+    assert_eq!(stored["spec"]["replicas"], 3, "{stored}");
+
     for name in ["protected-db", "evictable"] {
         create(cluster, &pod(name, true, json!({})), &[]).unwrap();
     }
@@ -364,6 +423,7 @@ fn subresources_match_their_parent(cluster: &RealCluster) {
     assert!(cluster.get(&["pod", "protected-db", "-n", "e2e"]).is_some());
     evict("evictable").unwrap();
     cluster.kubectl(&["delete", "clusterpolicy", "subresources"]);
+    cluster.kubectl(&["delete", "crd", "widgets.example.com"]);
     cluster.kubectl(&["delete", "deployment", "web", "-n", "e2e"]);
     cluster.kubectl(&["delete", "pod", "protected-db", "-n", "e2e", "--wait=false"]);
 }

@@ -52,6 +52,14 @@ pub fn admit(
     view: &dyn ClusterView,
 ) -> Result<Outcome, ReviewError> {
     let mut review = review::decode(body)?;
+    // A custom resource's subresource (`widgets/scale`): its kind is the
+    // CRD's, which only the cluster knows.
+    if review.request.gvk.kind.is_empty() {
+        let gvr = &review.request.gvr;
+        if let Some(kind) = view.kind_for_resource(&gvr.api_version(), &gvr.resource) {
+            review.request.gvk.kind = kind;
+        }
+    }
     if snapshot.needs_namespace_labels {
         review.request.namespace_labels = match review.request.namespace() {
             "" => None,

@@ -205,7 +205,9 @@ fn matched_kind(object_kind: &Gvk, gvr: &Gvr, sub_resource: &str) -> Gvk {
             kind: kind.to_string(),
         },
         // A custom resource's subresource: CRDs serve only `status` and
-        // `scale`, and `status` carries the resource's own kind.
+        // `scale`, and `status` carries the resource's own kind. The kind
+        // of a `scale` is the CRD's: left empty here, for the pipeline to
+        // ask the cluster.
         None if sub_resource == "status" => object_kind.clone(),
         None => Gvk {
             group: gvr.group.clone(),

@@ -30,6 +30,28 @@ impl InformerResolver {
             .map(|cm| cm.to_value())
     }
 
+    /// The kind served as `resource`: built-in, or from the CRDs store.
+    pub fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        if let Some(kind) = crate::kinds::kind_for_resource(api_version, resource) {
+            return Some(kind.to_string());
+        }
+        let (group, version) = crate::kinds::split_api_version(api_version);
+        self.stores
+            .custom_kind_for_resource(group, version, resource)
+    }
+
+    /// Whether objects of a kind live in namespaces: built-in, from the
+    /// CRDs store, or (for a kind nobody serves) by its name.
+    pub fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
+        if let Some(k) = crate::kinds::builtin(api_version, kind) {
+            return k.namespaced;
+        }
+        let (group, _) = crate::kinds::split_api_version(api_version);
+        self.stores
+            .custom_kind_is_namespaced(group, kind)
+            .unwrap_or_else(|| !crate::kinds::is_cluster_scoped(kind))
+    }
+
     pub fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>> {
         let key = ObjectRef::<PartialObjectMeta<Namespace>>::new(namespace);
         let ns = self.stores.namespaces.get(&key)?;
@@ -84,6 +106,14 @@ impl Resolver for ResolverChain {
                 "global context entry {name} not found"
             ))),
         }
+    }
+
+    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        self.informer.kind_for_resource(api_version, resource)
+    }
+
+    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
+        self.informer.is_namespaced(api_version, kind)
     }
 }
 

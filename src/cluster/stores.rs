@@ -8,6 +8,7 @@ use super::config_maps::ConfigMapStore;
 use super::watch_backoff::relist_at_once;
 use futures_util::StreamExt;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
@@ -38,6 +39,11 @@ pub struct Stores {
     pub cel_policies: Vec<(ApiResource, Store<DynamicObject>)>,
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
     pub config_maps: Arc<ConfigMapStore>,
+    /// The cluster's CRDs (names, scope and served versions; their schemas
+    /// are dropped): the kinds of custom resources no built-in table
+    /// knows, for a subresource request's parent kind and a paramKind's
+    /// scope. Not awaited for readiness: nothing else depends on it.
+    pub custom_kinds: Store<CustomResourceDefinition>,
     /// Bumped whenever a policy or exception store changes.
     pub policies_changed: watch::Receiver<u64>,
 }
@@ -138,8 +144,29 @@ impl Stores {
         } else {
             watcher::Config::default().labels(CACHE_LABEL)
         };
-        let stream = relist_at_once(watcher(Api::<ConfigMap>::all(client), config));
+        let stream = relist_at_once(watcher(Api::<ConfigMap>::all(client.clone()), config));
         tokio::spawn(config_maps.clone().run(stream));
+
+        let (custom_kinds, writer) = reflector::store();
+        let stream = relist_at_once(watcher(
+            Api::<CustomResourceDefinition>::all(client),
+            watcher::Config::default(),
+        ))
+        .modify(|crd: &mut CustomResourceDefinition| {
+            strip(crd);
+            // The OpenAPI schemas are most of a CRD's size; only names,
+            // scope and versions are read.
+            crd.spec.conversion = None;
+            crd.status = None;
+            for v in &mut crd.spec.versions {
+                v.schema = None;
+                v.additional_printer_columns = None;
+            }
+        });
+        tokio::spawn(drive(
+            "customresourcedefinitions",
+            reflector::reflector(writer, stream),
+        ));
 
         Stores {
             cluster_policies,
@@ -148,8 +175,40 @@ impl Stores {
             cel_policies,
             namespaces,
             config_maps,
+            custom_kinds,
             policies_changed,
         }
+    }
+
+    /// The kind a CRD serves as `resource` in `group`/`version`.
+    pub fn custom_kind_for_resource(
+        &self,
+        group: &str,
+        version: &str,
+        resource: &str,
+    ) -> Option<String> {
+        self.custom_kinds
+            .state()
+            .iter()
+            .find(|crd| {
+                crd.spec.group == group
+                    && crd.spec.names.plural == resource
+                    && crd
+                        .spec
+                        .versions
+                        .iter()
+                        .any(|v| v.name == version && v.served)
+            })
+            .map(|crd| crd.spec.names.kind.clone())
+    }
+
+    /// Whether a CRD's kind lives in namespaces; `None` when no CRD serves it.
+    pub fn custom_kind_is_namespaced(&self, group: &str, kind: &str) -> Option<bool> {
+        self.custom_kinds
+            .state()
+            .iter()
+            .find(|crd| crd.spec.group == group && crd.spec.names.kind == kind)
+            .map(|crd| crd.spec.scope == "Namespaced")
     }
 
     /// Resolves once every store has completed its first list.
