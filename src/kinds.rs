@@ -5,10 +5,11 @@
 //!
 //! Built-in kinds come from tables generated from the real API server
 //! (`builtin.rs`, by `.ci/gen-kinds.py`) and from the OpenAPI schema
-//! (`schema/merge_keys.rs`, by `.ci/gen-merge-keys.py`); kinds the tables do not
-//! know are learnt at run time into a [`Catalog`]: from discovery in a
-//! cluster, from the objects given to an offline run. Nothing here knows
-//! about policies: every other module may use it.
+//! (`schema/merge_keys.rs`, by `.ci/gen-merge-keys.py`). Kinds the tables
+//! do not know are learnt at run time: from the cluster's CRDs in cluster
+//! mode (`crate::cluster::informer`), from the objects given to an offline
+//! run (a [`Catalog`]). Nothing here knows about policies: every other
+//! module may use it.
 
 #[rustfmt::skip]
 mod builtin;
@@ -190,19 +191,15 @@ pub struct LearntKind {
     pub namespaced: bool,
 }
 
-/// The built-in kinds plus the kinds learnt at run time: from discovery
-/// (cluster mode) or from the objects an offline run is given.
+/// The built-in kinds plus the kinds learnt from the objects an offline
+/// run is given. (In a cluster, custom kinds come from the CRDs store:
+/// `crate::cluster::informer`.)
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     learnt: Vec<LearntKind>,
 }
 
 impl Catalog {
-    /// Kinds as discovery reports them.
-    pub fn from_discovery(kinds: Vec<LearntKind>) -> Catalog {
-        Catalog { learnt: kinds }
-    }
-
     /// The kinds of objects given as files that the tables do not know:
     /// plural guessed as the API server guesses it, namespaced when an
     /// object of the kind names a namespace.
