@@ -205,42 +205,20 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             Request::offline(object, &operation, Default::default(), labels.clone())
         };
         let next_request = |_: &Request, object: Value| offline(&object);
-        // MutatingAdmissionPolicies, each on the previous output.
-        let mut printed: anyhow::Result<()> = Ok(());
-        if !admission_mutating.is_empty() {
-            let phase = MutatingPhase {
-                policies: &admission_mutating,
-                chaining: Chaining::Chained,
-                resolver: &resolver,
-            };
-            let mutated = phases::mutating_policies(
-                phase,
-                &offline(&resource),
-                next_request,
-                CelRequest::of,
-                |_, _| Visit::Evaluate,
-                |m| {
-                    if let Some(patched) = m.patched
-                        && patched != m.input
-                        && printed.is_ok()
-                    {
-                        printed = print_mutated(m.response.policy, m.input, patched);
-                    }
-                    if !m.response.rules.is_empty() {
-                        responses.push((Source::Cel { audit: false }, m.response));
-                    }
-                },
-            );
-            if let Some(req) = mutated {
-                resource = req.object;
-            }
-        }
+        // MutatingAdmissionPolicies, each on the previous output; then
         // kyverno-compat: every MutatingPolicy sees the same resource and
         // the last one that applied gives the result (as `kyverno apply`).
-        if !mutating.is_empty() {
+        let mut printed: anyhow::Result<()> = Ok(());
+        for (policies, chaining) in [
+            (&admission_mutating, Chaining::Chained),
+            (&mutating, Chaining::SameInput),
+        ] {
+            if policies.is_empty() {
+                continue;
+            }
             let phase = MutatingPhase {
-                policies: &mutating,
-                chaining: Chaining::SameInput,
+                policies,
+                chaining,
                 resolver: &resolver,
             };
             let mutated = phases::mutating_policies(
