@@ -16,5 +16,6 @@ pub mod pipeline;
 pub mod policies;
 pub mod review;
 pub mod rule_table;
+pub mod update_requests;
 pub mod verdict;
 pub mod yaml_text;

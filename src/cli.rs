@@ -124,6 +124,16 @@ pub struct ServeArgs {
     pub renew_deadline_seconds: f64,
     #[arg(long, alias = "leaderElectionRetryPeriod", default_value_t = 2.0)]
     pub retry_period_seconds: f64,
+    /// UpdateRequests the background controller works on at once (Kyverno's
+    /// background controller flag of the same name).
+    #[arg(long, alias = "genWorkers", default_value_t = 10)]
+    pub gen_workers: usize,
+    /// Tries of a failing UpdateRequest before it is left Failed.
+    #[arg(long, default_value_t = 5)]
+    pub update_request_retries: u64,
+    /// UpdateRequests a replica holds for writing before it drops new ones.
+    #[arg(long, default_value_t = 10_000)]
+    pub update_request_queue: usize,
     /// Name of the ValidatingWebhookConfiguration the leader maintains.
     #[arg(long, default_value = "gavel-resource-validating-webhook-cfg")]
     pub webhook_config_name: String,
@@ -379,6 +389,17 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             ttl: std::time::Duration::from_secs(args.fallback_cache_ttl_seconds.max(1)),
             capacity: args.fallback_cache_capacity,
             max_response_bytes: args.max_api_call_response_length,
+        },
+        update_requests: crate::cluster::update_requests::WriterOptions {
+            namespace: args.namespace.clone(),
+            queue: args.update_request_queue,
+            workers: 4,
+        },
+        background: crate::controllers::background::BackgroundOptions {
+            namespace: args.namespace.clone(),
+            workers: args.gen_workers,
+            max_retries: args.update_request_retries.max(1),
+            policy_poll: std::time::Duration::from_secs(1),
         },
         certificates: crate::controllers::certificates::CertOptions {
             namespace: args.namespace.clone(),

@@ -13,4 +13,5 @@ pub mod informer;
 pub mod policy_sync;
 pub mod service;
 pub mod stores;
+pub mod update_requests;
 pub mod watch_backoff;

@@ -3,6 +3,7 @@
 //! Kyverno, and every action is idempotent because leader election gives
 //! no fencing.
 
+pub mod background;
 pub mod certificates;
 pub mod leader;
 pub mod policy_status;

@@ -98,6 +98,11 @@ pub struct BuiltinKind {
     pub subresources: &'static [&'static str],
 }
 
+/// Every built-in kind, ordered by apiVersion and kind.
+pub fn builtin_kinds() -> &'static [BuiltinKind] {
+    builtin::BY_KIND
+}
+
 /// The built-in kind `kind` of `api_version`.
 pub fn builtin(api_version: &str, kind: &str) -> Option<&'static BuiltinKind> {
     builtin::BY_KIND

@@ -12,6 +12,7 @@ pub mod tls;
 
 use crate::admission::pipeline::{self, Webhook};
 use crate::admission::policies::Snapshot;
+use crate::admission::update_requests::UpdateRequestSink;
 use crate::context::ClusterView;
 use crate::policy::FailurePolicy;
 use arc_swap::ArcSwap;
@@ -35,6 +36,9 @@ pub struct State {
     /// Context sources and namespace labels: the informer stores in
     /// cluster mode, nothing standalone.
     pub view: Arc<dyn ClusterView>,
+    /// Where admitted requests leave their generate work (the cluster's
+    /// UpdateRequest writer; nothing standalone).
+    pub update_requests: Arc<dyn UpdateRequestSink>,
 }
 
 /// Largest AdmissionReview body accepted (the API server's own limit is 3 MiB).
@@ -177,14 +181,31 @@ async fn review_request(
     // write the shared reference count, a cache line every core fights
     // over, twice per request.
     let snapshot = state.snapshot.load();
-    match pipeline::admit(
+    let admitted = pipeline::admit(
         webhook,
         &body,
         &snapshot,
         Some(deadline.into_std()),
         &*state.view,
-    ) {
-        Ok(outcome) => {
+    );
+    // Not held across the wait below.
+    drop(snapshot);
+    match admitted {
+        Ok(mut outcome) => {
+            if !outcome.update_requests.is_empty() {
+                // The generate work is in the API server before the answer
+                // is (Kyverno writes it after answering, and loses it when
+                // killed in between); past the deadline the answer goes out
+                // and the write goes on.
+                let written = state
+                    .update_requests
+                    .submit(std::mem::take(&mut outcome.update_requests));
+                if tokio::time::timeout_at(deadline, written).await.is_err() {
+                    tracing::warn!(
+                        "UpdateRequests not yet written at the request deadline; answering anyway"
+                    );
+                }
+            }
             tracing::debug!(
                 kind = outcome.kind,
                 namespace = outcome.namespace,

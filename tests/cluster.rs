@@ -256,6 +256,9 @@ fn store_and_fallback_requests(server: &TestApiServer) -> Vec<support::apiserver
             !r.uri.starts_with("/apis/coordination.k8s.io/")
                 && !r.uri.starts_with("/apis/admissionregistration.k8s.io/")
                 && !r.uri.starts_with("/api/v1/namespaces/gavel/secrets")
+                // The background half: its own clients and buckets.
+                && !r.uri.starts_with("/apis/kyverno.io/v2/namespaces/gavel/updaterequests")
+                && !r.uri.starts_with("/apis/authentication.k8s.io/")
         })
         .collect()
 }
@@ -266,7 +269,11 @@ fn client_queries(gavel: &Gavel) -> f64 {
     let (_, body) = gavel.curl(&["/metrics"]);
     body.lines()
         .filter(|l| l.starts_with("kyverno_client_queries_total{"))
-        .filter(|l| !l.contains("client_type=\"controllers\""))
+        .filter(|l| {
+            !["controllers", "background", "update-requests"]
+                .iter()
+                .any(|c| l.contains(&format!("client_type=\"{c}\"")))
+        })
         .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
         .sum()
 }

@@ -8,6 +8,7 @@ use super::json_text::JsonText;
 use super::phases::{self, Chaining, MutatingPhase, Visit};
 use super::policies::Snapshot;
 use super::review::{self, ReviewError};
+use super::update_requests::{self, UpdateRequestSpec};
 use super::verdict::{self, DenialHeads, Verdict};
 use crate::context::ClusterView;
 use crate::engine::cel::{CelRequest, evaluate_validating_policy};
@@ -37,6 +38,9 @@ pub struct Outcome {
     pub namespace: String,
     pub operation: String,
     pub allowed: bool,
+    /// Generate work the admitted request leaves for the background
+    /// controller (validating routes only).
+    pub update_requests: Vec<UpdateRequestSpec>,
 }
 
 /// Answers one review on `route` (a Validate or Mutate route) with the
@@ -67,6 +71,7 @@ pub fn admit(
         };
     }
     let req = &review.request;
+    let mut background = &[][..];
     let verdict = match webhook {
         Webhook::Validate(failure_policy) => {
             let selected = snapshot.validate_indexes(failure_policy);
@@ -118,6 +123,7 @@ pub fn admit(
                 view,
                 |i, status, elapsed| cells.record(snapshot.validating_index(i), 0, status, elapsed),
             );
+            background = snapshot.background_indexes(failure_policy);
             verdict::decide(&policies, &responses, &cel, req)
         }
         Webhook::Mutate(failure_policy) => {
@@ -138,7 +144,13 @@ pub fn admit(
             )
         }
     };
+    let update_requests = if verdict.allowed {
+        update_requests::for_review(&snapshot.policies, background, &review)
+    } else {
+        Vec::new()
+    };
     Ok(Outcome {
+        update_requests,
         body: verdict::encode(&review.uid, &verdict),
         kind: req.object_kind.kind.clone(),
         namespace: req.namespace().to_string(),

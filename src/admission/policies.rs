@@ -60,6 +60,10 @@ pub struct Snapshot {
     /// The same for the admission mutate policies, in load order (each
     /// sees the previous one's output).
     pub mutate: [Vec<usize>; 3],
+    /// The same for the policies that leave background work (generate,
+    /// mutate existing), whose triggers the validating webhook of their
+    /// failurePolicy sees.
+    pub background: [Vec<usize>; 3],
     /// Increases by one with every published snapshot.
     pub generation: u64,
     /// Per-rule result counters of this snapshot's policies.
@@ -97,6 +101,7 @@ impl Snapshot {
         };
         let validate = per_route(CompiledPolicy::has_validate);
         let mutate = per_route(CompiledPolicy::has_mutate);
+        let background = per_route(CompiledPolicy::has_background_work);
         let needs_namespace_labels = policies
             .iter()
             .flat_map(|p| &p.rules)
@@ -120,6 +125,7 @@ impl Snapshot {
             mutating,
             validate,
             mutate,
+            background,
             generation,
         }
     }
@@ -152,6 +158,12 @@ impl Snapshot {
     /// Indexes into `policies` of the validate policies a route evaluates.
     pub fn validate_indexes(&self, f: Option<FailurePolicy>) -> &[usize] {
         &self.validate[route_slot(f)]
+    }
+
+    /// Indexes into `policies` of the policies whose background work a
+    /// validating route finds.
+    pub fn background_indexes(&self, f: Option<FailurePolicy>) -> &[usize] {
+        &self.background[route_slot(f)]
     }
 
     /// Indexes into `policies` of the mutate policies a route evaluates.

@@ -57,6 +57,8 @@ pub struct RequestIn {
     object: Value,
     #[serde(default)]
     old_object: Value,
+    #[serde(default)]
+    dry_run: bool,
 }
 
 #[derive(Deserialize)]
@@ -107,6 +109,8 @@ pub struct UserInfoIn {
 pub struct Review {
     pub uid: String,
     pub request: Request,
+    /// A dry run changes nothing, so it leaves no background work.
+    pub dry_run: bool,
 }
 
 /// Decodes a review body. Nesting is bounded by serde_json's recursion
@@ -160,6 +164,7 @@ impl Review {
         let gvk = matched_kind(&object_kind, &gvr, &r.sub_resource);
         Ok(Review {
             uid: r.uid,
+            dry_run: r.dry_run,
             request: Request {
                 operation: r.operation,
                 gvk,

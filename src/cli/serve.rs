@@ -4,6 +4,7 @@
 //! every part; each part knows only those below it (ARCHITECTURE.md).
 
 use crate::admission::policies::{PolicyStore, Publisher};
+use crate::admission::update_requests::{NoUpdateRequests, UpdateRequestSink};
 use crate::context::{ClusterView, NoResolver};
 use crate::server::metrics::Metrics;
 use crate::server::{
@@ -52,6 +53,10 @@ pub struct ClusterOptions {
     pub lease: crate::controllers::leader::LeaseOptions,
     /// The webhook configuration the leader maintains.
     pub webhook: WebhookSettings,
+    /// Where admitted requests' generate work is written.
+    pub update_requests: crate::cluster::update_requests::WriterOptions,
+    /// The background controller (leader only).
+    pub background: crate::controllers::background::BackgroundOptions,
     /// The certificate Secrets (used when no certificate files are given).
     pub certificates: crate::controllers::certificates::CertOptions,
 }
@@ -90,7 +95,11 @@ async fn run(opts: ServeOptions) -> Result<()> {
         stop.send_replace(true);
     });
     let mut publisher = Publisher::default();
-    let metrics = Metrics::new();
+    let background = crate::cluster::update_requests::BackgroundMetrics::default();
+    let mut metrics = Metrics::new();
+    if opts.cluster.is_some() {
+        metrics.register_background(&background);
+    }
     publisher.report_to(metrics.policies_rejected.clone(), metrics.rules.clone());
     let snapshot = publisher.handle();
     let queries = metrics.client_queries.clone();
@@ -100,7 +109,9 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let mut store = None;
     let mut synced = None;
     let mut cluster_client = None;
+    let mut background_client = None;
     let mut policy_statuses = None;
+    let mut update_requests: Arc<dyn UpdateRequestSink> = Arc::new(NoUpdateRequests);
     let view: Arc<dyn ClusterView> = match &opts.cluster {
         None => {
             let mut dir = PolicyStore::new(&opts.policies);
@@ -120,7 +131,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             );
             if s.policies.iter().any(|p| p.has_generate()) {
                 tracing::warn!(
-                    "generate rules are not applied by the server yet (no background controller): admission ignores them"
+                    "generate rules need cluster mode (the background controller writes to the API server): standalone admission ignores them"
                 );
             }
             store = Some(dir);
@@ -152,6 +163,34 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 client::client(
                     &cluster.client,
                     "controllers",
+                    cluster.client.qps,
+                    cluster.client.burst,
+                    queries.clone(),
+                )
+                .await?,
+            );
+            // The UpdateRequest writes get a client and token bucket of
+            // their own: a burst of triggers must not starve the stores.
+            let writer_client = client::client(
+                &cluster.client,
+                "update-requests",
+                cluster.client.qps,
+                cluster.client.burst,
+                queries.clone(),
+            )
+            .await?;
+            update_requests =
+                Arc::new(crate::cluster::update_requests::UpdateRequestWriter::start(
+                    writer_client,
+                    &cluster.update_requests,
+                    background.clone(),
+                ));
+            // The background controller, as Kyverno's,
+            // has a rate limit of its own.
+            background_client = Some(
+                client::client(
+                    &cluster.client,
+                    "background",
                     cluster.client.qps,
                     cluster.client.burst,
                     queries.clone(),
@@ -209,6 +248,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
         metrics,
         deadline: opts.deadline,
         view,
+        update_requests,
     });
 
     // The serving certificate: the operator's files; in cluster mode
@@ -309,6 +349,29 @@ async fn run(opts: ServeOptions) -> Result<()> {
             resync: w.resync,
             owner_cluster_role: w.owner_cluster_role.clone(),
         };
+        {
+            let leading = leader::elect(
+                client.clone(),
+                "gavel-background",
+                cluster.lease.clone(),
+                stopping.clone(),
+            );
+            let client = background_client.clone().unwrap_or_else(|| client.clone());
+            let opts = cluster.background.clone();
+            let (snapshot, view) = (state.snapshot.clone(), state.view.clone());
+            let background = background.clone();
+            let mut synced = synced.clone();
+            // Like the webhooks: only once the policy set is loaded, or an
+            // empty set would look like every policy deleted.
+            tokio::spawn(async move {
+                if synced.wait_for(|s| *s).await.is_ok() {
+                    crate::controllers::background::run(
+                        client, opts, snapshot, view, leading, background,
+                    )
+                    .await;
+                }
+            });
+        }
         if let Some(statuses) = policy_statuses {
             let leading = leader::elect(
                 client.clone(),

@@ -192,6 +192,30 @@ impl Coverage {
         }
     }
 
+    /// The kinds a generate rule writes, on every change (§13.1: Kyverno
+    /// registers them so that a synchronized downstream resource changed
+    /// or deleted by someone else is generated again).
+    fn add_downstream(&mut self, rule: &CompiledRule, kinds: &KindMap) {
+        let RuleBody::Generate(g) = &rule.body else {
+            return;
+        };
+        for (api_version, kind) in g.downstream_kinds() {
+            let (group, _) = crate::kinds::split_api_version(&api_version);
+            let Some(found) = kinds.get(&kind) else {
+                tracing::warn!(kind, "kind not served by the API server; not registered");
+                continue;
+            };
+            for (g, v, r) in found.iter().filter(|(g, _, _)| g == group) {
+                self.resources
+                    .entry((g.clone(), v.clone()))
+                    .or_default()
+                    .entry(r.clone())
+                    .or_default()
+                    .extend(&OPERATIONS[..3]);
+            }
+        }
+    }
+
     /// A CEL policy's resourceRules as they are written (they name
     /// resources, not kinds), plus the Pod controllers autogen covers.
     fn add_cel(&mut self, scope: &CelScope, side: Side) {
@@ -297,6 +321,9 @@ fn desired(
                 let c = coverage.entry((side, fail)).or_default();
                 let before = (c.everything.len(), c.resources.len());
                 c.add(rule, side, kinds);
+                if side == Side::Validating {
+                    c.add_downstream(rule, kinds);
+                }
                 if (c.everything.len(), c.resources.len()) != before || c.timeout.is_none() {
                     let t = policy
                         .webhook_timeout_seconds

@@ -185,6 +185,18 @@ impl CompiledPolicy {
         self.rules.iter().any(CompiledRule::is_generate)
     }
 
+    /// Whether a rule mutates existing resources (`mutate.targets`).
+    pub fn has_mutate_existing(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| matches!(&r.body, RuleBody::Mutate(m) if !m.targets.is_empty()))
+    }
+
+    /// Whether admission leaves background work (generate, mutate existing).
+    pub fn has_background_work(&self) -> bool {
+        self.has_generate() || self.has_mutate_existing()
+    }
+
     pub fn compile(doc: &PolicyDoc) -> Result<CompiledPolicy, CompileError> {
         let name = doc.metadata.name.clone();
         let invalid = |field: String, message: String| CompileError::Invalid {
@@ -249,10 +261,20 @@ impl CompiledPolicy {
                     .starts_with(|c: char| c.is_ascii_digit())
             });
             exprs.add_all_variables(&raw);
-            rules.push(
-                compile_rule(rule, &field, policy_action, &mut exprs)
-                    .map_err(|m| invalid(field.clone(), m))?,
-            );
+            let mut compiled = compile_rule(rule, &field, policy_action, &mut exprs)
+                .map_err(|m| invalid(field.clone(), m))?;
+            match &mut compiled.body {
+                RuleBody::Generate(g) if g.spec.generate_existing.is_none() => {
+                    g.generate_existing = spec.generate_existing == Some(true)
+                        || spec.generate_existing_on_policy_update == Some(true);
+                }
+                RuleBody::Mutate(m) if !m.targets.is_empty() => {
+                    m.on_policy_update =
+                        m.on_policy_update.or(spec.mutate_existing_on_policy_update);
+                }
+                _ => {}
+            }
+            rules.push(compiled);
         }
         let namespace = (scope == PolicyScope::Namespaced).then(|| {
             doc.metadata

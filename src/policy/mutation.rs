@@ -52,11 +52,16 @@ pub struct MutateRule {
     pub patch: MutatePatch,
     /// `targets`: mutate existing resources (§7.5) instead of the trigger.
     pub targets: Vec<Target>,
+    /// Apply to the existing triggers when the policy is created or
+    /// changed: the rule's `mutateExistingOnPolicyUpdate`, or else the
+    /// policy's (set by the compile step).
+    pub on_policy_update: Option<bool>,
 }
 
 impl MutateRule {
     pub fn compile(raw: &Value) -> Result<MutateRule, String> {
         let m: Mutation = serde_json::from_value(raw.clone()).map_err(|e| e.to_string())?;
+        let on_policy_update = m.mutate_existing_on_policy_update;
         let patch = compile_patch(
             m.patch_strategic_merge,
             m.patches_json6902,
@@ -80,7 +85,11 @@ impl MutateRule {
                 })
             })
             .collect::<Result<_, String>>()?;
-        Ok(MutateRule { patch, targets })
+        Ok(MutateRule {
+            patch,
+            targets,
+            on_policy_update,
+        })
     }
 }
 
@@ -170,6 +179,10 @@ pub struct GenerateRule {
     pub spec: Generation,
     /// Preconditions of each foreach entry, parsed.
     pub foreach_preconditions: Vec<Option<Conditions>>,
+    /// Generate for the triggers that exist when the policy is created:
+    /// the rule's `generateExisting`, or the policy's deprecated
+    /// `spec.generateExisting` / `generateExistingOnPolicyUpdate`.
+    pub generate_existing: bool,
 }
 
 impl GenerateRule {
@@ -218,9 +231,33 @@ impl GenerateRule {
             })
             .collect::<Result<_, _>>()?;
         Ok(GenerateRule {
+            generate_existing: spec.generate_existing == Some(true),
             spec,
             foreach_preconditions,
         })
+    }
+}
+
+impl GenerateRule {
+    /// The (apiVersion, kind) of every resource the rule can generate:
+    /// its own, its foreach entries', or the kinds its cloneList names.
+    pub fn downstream_kinds(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        let patterns =
+            std::iter::once(&self.spec.pattern).chain(self.spec.foreach.iter().map(|f| &f.pattern));
+        for p in patterns {
+            if let Some(list) = &p.clone_list {
+                for k in &list.kinds {
+                    let (api, kind) = k.rsplit_once('/').unwrap_or(("v1", k));
+                    out.push((api.to_string(), kind.to_string()));
+                }
+            } else if let (Some(api), Some(kind)) = (&p.api_version, &p.kind) {
+                out.push((api.clone(), kind.clone()));
+            }
+        }
+        out.sort();
+        out.dedup();
+        out
     }
 }
 

@@ -114,6 +114,14 @@ impl Metrics {
         }
     }
 
+    /// Adds the background half's metrics (cluster mode).
+    pub fn register_background(
+        &mut self,
+        background: &crate::cluster::update_requests::BackgroundMetrics,
+    ) {
+        background.register(&mut self.registry);
+    }
+
     pub fn admission(&self, labels: AdmissionLabels, elapsed: Duration) {
         self.review_duration
             .get_or_create(&labels)

@@ -1,0 +1,551 @@
+//! The background work an admitted request leaves behind (§7.5, §8.2,
+//! §8.5), as Kyverno's webhook leaves it: one `UpdateRequest`
+//! (kyverno.io/v2) per policy whose generate rules the request concerns,
+//! and one per mutate-existing rule it triggers. The request only
+//! names the work; the background controller does it, on the leader,
+//! after reading the trigger back from the API server. So the hot path
+//! checks `match`/`exclude` alone (no context entries, no preconditions,
+//! no API calls) and the background controller evaluates the rest; a rule
+//! whose preconditions fail leaves a request that completes with nothing
+//! to create.
+//!
+//! What counts as work:
+//! - a trigger created or updated: generate its downstream;
+//! - a trigger deleted, or updated so that it no longer matches, under
+//!   `synchronize: true`: delete its downstream (a rule that lists DELETE
+//!   among its operations generates on deletion instead);
+//! - a downstream resource of a `synchronize: true` rule changed or
+//!   deleted by someone else: generate it again from its trigger (the
+//!   labels Kyverno puts on downstream resources name the policy, rule and
+//!   trigger);
+//! - a trigger of a mutate-existing rule (`mutate.targets`) created or
+//!   updated (deleted, when the rule lists DELETE): patch its targets.
+
+use super::review::Review;
+use crate::engine::Request;
+use crate::policy::{CompiledPolicy, CompiledRule, RuleBody};
+use serde_json::{Map, Value, json};
+
+/// Where admitted requests hand their generate work; the cluster writes it
+/// to the API server. `submit` itself does not block; the server awaits
+/// what it returns, within the request's deadline, before it answers, so
+/// that work a replica admitted is in the API server before the trigger is
+/// (a replica killed after answering loses nothing).
+pub trait UpdateRequestSink: Send + Sync {
+    fn submit(&self, requests: Vec<UpdateRequestSpec>) -> Written;
+}
+
+/// Completes once the submitted requests are written (or refused for good).
+pub type Written = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
+/// Standalone (no cluster): nothing to hand the work to.
+pub struct NoUpdateRequests;
+
+impl UpdateRequestSink for NoUpdateRequests {
+    fn submit(&self, _: Vec<UpdateRequestSpec>) -> Written {
+        Box::pin(std::future::ready(()))
+    }
+}
+
+/// One UpdateRequest to create: its `spec`, and who caused it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UpdateRequestSpec {
+    pub spec: Value,
+    /// Work that gavel's own writes must not cause: a change to a
+    /// downstream resource, or a mutate-existing trigger. The sink drops
+    /// it when the background controller made the change itself (as
+    /// Kyverno skips its own service account), or it would chase its own
+    /// writes.
+    pub not_for_own_writes: bool,
+    pub username: String,
+}
+
+/// Kyverno's labels on downstream resources (§8.4).
+pub mod labels {
+    pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
+    pub const POLICY_NAME: &str = "generate.kyverno.io/policy-name";
+    pub const POLICY_NAMESPACE: &str = "generate.kyverno.io/policy-namespace";
+    pub const RULE_NAME: &str = "generate.kyverno.io/rule-name";
+    pub const TRIGGER_NAME: &str = "generate.kyverno.io/trigger-name";
+    pub const TRIGGER_NAMESPACE: &str = "generate.kyverno.io/trigger-namespace";
+    pub const TRIGGER_UID: &str = "generate.kyverno.io/trigger-uid";
+    pub const TRIGGER_KIND: &str = "generate.kyverno.io/trigger-kind";
+    pub const TRIGGER_GROUP: &str = "generate.kyverno.io/trigger-group";
+    pub const TRIGGER_VERSION: &str = "generate.kyverno.io/trigger-version";
+}
+
+/// The UpdateRequests of an admitted `review` for the generate policies
+/// `selected` (indexes into `policies`). Dry runs leave none.
+pub fn for_review(
+    policies: &[CompiledPolicy],
+    selected: &[usize],
+    review: &Review,
+) -> Vec<UpdateRequestSpec> {
+    if review.dry_run || selected.is_empty() {
+        return Vec::new();
+    }
+    let req = &review.request;
+    let mut out = Vec::new();
+    let old = (req.operation == "UPDATE").then(|| Request {
+        object: req.old_object.clone(),
+        ..req.clone()
+    });
+    for &i in selected {
+        let policy = &policies[i];
+        let contexts = rule_contexts(policy, req, old.as_ref());
+        if contexts.is_empty() {
+            continue;
+        }
+        let resource = contexts[0]["trigger"].clone();
+        out.push(UpdateRequestSpec {
+            spec: spec(policy.qualified_name(), contexts, resource, review),
+            not_for_own_writes: false,
+            username: req.user.username.clone(),
+        });
+    }
+    for &i in selected {
+        out.extend(mutate_existing(&policies[i], review));
+    }
+    if let Some(regenerate) = downstream_change(policies, review) {
+        out.push(regenerate);
+    }
+    out
+}
+
+/// The rule contexts of one policy for a trigger request.
+fn rule_contexts(policy: &CompiledPolicy, req: &Request, old: Option<&Request>) -> Vec<Value> {
+    let matches = |r: &Request, rule: &CompiledRule| trigger_matches(policy, rule, r);
+    let mut out = Vec::new();
+    for rule in &policy.rules {
+        let RuleBody::Generate(g) = &rule.body else {
+            continue;
+        };
+        let synchronize = g.spec.synchronize.unwrap_or(false);
+        let context = |delete: bool, trigger: &Value| {
+            json!({
+                "rule": rule.name,
+                "deleteDownstream": delete,
+                "synchronize": synchronize,
+                "trigger": resource_spec(trigger),
+            })
+        };
+        match req.operation.as_str() {
+            "DELETE" => {
+                if !matches(req, rule) {
+                    continue;
+                }
+                let on_delete = rule
+                    .match_resources
+                    .possible_operations()
+                    .is_some_and(|ops| ops.iter().any(|o| o == "DELETE"));
+                if on_delete {
+                    out.push(context(false, &req.old_object));
+                } else if synchronize {
+                    out.push(context(true, &req.old_object));
+                }
+            }
+            _ => {
+                if matches(req, rule) {
+                    out.push(context(false, &req.object));
+                } else if synchronize && old.is_some_and(|o| matches(o, rule)) {
+                    out.push(context(true, &req.old_object));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The mutate-existing requests of one policy: one per rule its trigger
+/// matches (Kyverno's shape: `rule` and `resource`, no ruleContext).
+fn mutate_existing(policy: &CompiledPolicy, review: &Review) -> Vec<UpdateRequestSpec> {
+    let req = &review.request;
+    let delete = req.operation == "DELETE";
+    let mut out = Vec::new();
+    for rule in &policy.rules {
+        let RuleBody::Mutate(m) = &rule.body else {
+            continue;
+        };
+        if m.targets.is_empty() || !trigger_matches(policy, rule, req) {
+            continue;
+        }
+        let lists_delete = rule
+            .match_resources
+            .possible_operations()
+            .is_some_and(|ops| ops.iter().any(|o| o == "DELETE"));
+        if delete && !lists_delete {
+            continue;
+        }
+        let trigger = resource_spec(if delete { &req.old_object } else { &req.object });
+        let mut spec = spec(policy.qualified_name(), Vec::new(), trigger, review);
+        spec["requestType"] = Value::from("mutate");
+        spec["rule"] = Value::from(rule.name.as_str());
+        if let Value::Object(m) = &mut spec {
+            m.remove("ruleContext");
+        }
+        out.push(UpdateRequestSpec {
+            spec,
+            not_for_own_writes: true,
+            username: req.user.username.clone(),
+        });
+    }
+    out
+}
+
+/// Whether a trigger request (its object, or its oldObject on DELETE) is
+/// matched by a rule of `policy`: kinds, `match` and `exclude`.
+fn trigger_matches(policy: &CompiledPolicy, rule: &CompiledRule, r: &Request) -> bool {
+    if policy.namespace.is_some() && policy.namespace.as_deref() != Some(r.namespace()) {
+        return false;
+    }
+    let input = r.match_input();
+    rule.kinds
+        .as_ref()
+        .is_none_or(|k| k.iter().any(|k| k == input.kind))
+        && rule.match_resources.matches(&input)
+        && !rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
+}
+
+/// A change by someone else to a downstream resource of a synchronized
+/// rule: the request to generate it again from its trigger.
+fn downstream_change(policies: &[CompiledPolicy], review: &Review) -> Option<UpdateRequestSpec> {
+    let req = &review.request;
+    if !matches!(req.operation.as_str(), "UPDATE" | "DELETE") {
+        return None;
+    }
+    let labels = req.old_object.pointer("/metadata/labels")?.as_object()?;
+    let label = |k: &str| labels.get(k).and_then(Value::as_str).unwrap_or_default();
+    if label(labels::MANAGED_BY) != "kyverno" || label(labels::POLICY_NAME).is_empty() {
+        return None;
+    }
+    let (name, namespace) = (label(labels::POLICY_NAME), label(labels::POLICY_NAMESPACE));
+    let policy = policies
+        .iter()
+        .find(|p| p.name == name && p.namespace.as_deref().unwrap_or_default() == namespace)?;
+    let rule_name = label(labels::RULE_NAME);
+    let synchronized = policy.rules.iter().any(|r| {
+        r.name == rule_name
+            && matches!(&r.body, RuleBody::Generate(g) if g.spec.synchronize == Some(true))
+    });
+    if !synchronized {
+        return None;
+    }
+    let (group, version) = (label(labels::TRIGGER_GROUP), label(labels::TRIGGER_VERSION));
+    let trigger = json!({
+        "apiVersion": if group.is_empty() { version.to_string() } else { format!("{group}/{version}") },
+        "kind": label(labels::TRIGGER_KIND),
+        "namespace": label(labels::TRIGGER_NAMESPACE),
+        "name": label(labels::TRIGGER_NAME),
+        "uid": label(labels::TRIGGER_UID),
+    });
+    let context = json!({
+        "rule": rule_name,
+        "deleteDownstream": false,
+        "synchronize": true,
+        "trigger": trigger,
+    });
+    let mut spec = spec(policy.qualified_name(), vec![context], trigger, review);
+    // The trigger's own admission is long past: what is kept is the
+    // change that brought the request, not the trigger's.
+    spec["context"]["admissionRequestInfo"] = json!({ "operation": req.operation });
+    Some(UpdateRequestSpec {
+        spec,
+        not_for_own_writes: true,
+        username: req.user.username.clone(),
+    })
+}
+
+/// `{apiVersion, kind, namespace, name, uid}` of an object.
+pub fn resource_spec(object: &Value) -> Value {
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    json!({
+        "apiVersion": text("/apiVersion"),
+        "kind": text("/kind"),
+        "namespace": text("/metadata/namespace"),
+        "name": text("/metadata/name"),
+        "uid": text("/metadata/uid"),
+    })
+}
+
+/// An UpdateRequest spec as Kyverno's webhook writes it, the whole
+/// AdmissionRequest included (the background controller evaluates
+/// `request.*` from it).
+fn spec(policy: &str, contexts: Vec<Value>, resource: Value, review: &Review) -> Value {
+    let req = &review.request;
+    let gvk =
+        |k: &crate::kinds::Gvk| json!({"group": k.group, "version": k.version, "kind": k.kind});
+    let gvr = |r: &crate::kinds::Gvr| json!({"group": r.group, "version": r.version, "resource": r.resource});
+    let mut request = Map::new();
+    request.insert("uid".into(), Value::String(review.uid.clone()));
+    request.insert("kind".into(), gvk(&req.object_kind));
+    request.insert("resource".into(), gvr(&req.gvr));
+    request.insert("subResource".into(), Value::String(req.subresource.clone()));
+    request.insert("requestKind".into(), gvk(&req.request_kind));
+    request.insert("requestResource".into(), gvr(&req.request_resource));
+    request.insert(
+        "requestSubResource".into(),
+        Value::String(req.request_sub_resource.clone()),
+    );
+    request.insert("name".into(), Value::String(req.name().to_string()));
+    request.insert(
+        "namespace".into(),
+        Value::String(req.namespace().to_string()),
+    );
+    request.insert("operation".into(), Value::String(req.operation.clone()));
+    request.insert(
+        "userInfo".into(),
+        json!({"username": req.user.username, "groups": req.user.groups}),
+    );
+    if !req.object.is_null() {
+        request.insert("object".into(), req.object.clone());
+    }
+    if !req.old_object.is_null() {
+        request.insert("oldObject".into(), req.old_object.clone());
+    }
+    json!({
+        "requestType": "generate",
+        "policy": policy,
+        "rule": "",
+        "deleteDownstream": false,
+        "synchronize": false,
+        "resource": resource,
+        "ruleContext": contexts,
+        "context": {
+            "userInfo": {
+                "roles": req.user.roles,
+                "clusterRoles": req.user.cluster_roles,
+                "userInfo": {"username": req.user.username, "groups": req.user.groups},
+            },
+            "admissionRequestInfo": {
+                "admissionRequest": Value::Object(request),
+                "operation": req.operation,
+            },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::admission::policies::{Snapshot, load_text};
+    use crate::admission::review;
+
+    const POLICY: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: copy-configmaps
+spec:
+  rules:
+  - name: copy
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+          selector:
+            matchLabels:
+              copy: "yes"
+    generate:
+      apiVersion: v1
+      kind: ConfigMap
+      name: "{{request.object.metadata.name}}-copy"
+      namespace: "{{request.object.metadata.namespace}}"
+      synchronize: true
+      data:
+        data:
+          a: b
+"#;
+
+    fn snapshot() -> Snapshot {
+        Snapshot::new(load_text("p.yaml", POLICY).unwrap(), 1)
+    }
+
+    fn config_map(name: &str, labels: Value) -> Value {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": name, "namespace": "ns", "uid": format!("uid-{name}"), "labels": labels}})
+    }
+
+    fn review(operation: &str, object: Value, old: Value, dry_run: bool) -> Review {
+        let body = json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "r1", "operation": operation, "dryRun": dry_run,
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "namespace": "ns",
+                "userInfo": {"username": "alice", "groups": ["devs"]},
+                "object": object, "oldObject": old,
+            }
+        });
+        review::decode(body.to_string().as_bytes()).unwrap()
+    }
+
+    fn requests(r: &Review) -> Vec<UpdateRequestSpec> {
+        let s = snapshot();
+        for_review(&s.policies, s.background_indexes(None), r)
+    }
+
+    #[test]
+    fn a_created_trigger_leaves_one_request_with_its_admission_request() {
+        let r = review(
+            "CREATE",
+            config_map("one", json!({"copy": "yes"})),
+            Value::Null,
+            false,
+        );
+        let out = requests(&r);
+        assert_eq!(out.len(), 1);
+        let spec = &out[0].spec;
+        assert_eq!(spec["policy"], "copy-configmaps");
+        assert_eq!(spec["requestType"], "generate");
+        assert_eq!(spec["resource"]["name"], "one");
+        assert_eq!(spec["resource"]["uid"], "uid-one");
+        assert_eq!(
+            spec["ruleContext"],
+            json!([{"rule": "copy", "deleteDownstream": false, "synchronize": true,
+                    "trigger": {"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "one", "uid": "uid-one"}}])
+        );
+        let admission = &spec["context"]["admissionRequestInfo"]["admissionRequest"];
+        assert_eq!(admission["operation"], "CREATE");
+        assert_eq!(admission["userInfo"]["username"], "alice");
+        assert_eq!(admission["object"]["metadata"]["name"], "one");
+        // What the background controller decodes again.
+        let again = json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": admission});
+        let decoded = review::decode(again.to_string().as_bytes()).unwrap();
+        assert_eq!(decoded.request.user.username, "alice");
+        assert_eq!(decoded.request.gvk.kind, "ConfigMap");
+        assert!(!out[0].not_for_own_writes);
+    }
+
+    #[test]
+    fn dry_runs_and_unmatched_objects_leave_nothing() {
+        let r = review(
+            "CREATE",
+            config_map("one", json!({"copy": "yes"})),
+            Value::Null,
+            true,
+        );
+        assert!(requests(&r).is_empty());
+        let r = review("CREATE", config_map("one", json!({})), Value::Null, false);
+        assert!(requests(&r).is_empty());
+    }
+
+    #[test]
+    fn a_deleted_or_unmatched_trigger_of_a_synchronized_rule_deletes_downstream() {
+        let r = review(
+            "DELETE",
+            Value::Null,
+            config_map("one", json!({"copy": "yes"})),
+            false,
+        );
+        let out = requests(&r);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].spec["ruleContext"][0]["deleteDownstream"], true);
+        assert_eq!(out[0].spec["ruleContext"][0]["trigger"]["name"], "one");
+
+        let r = review(
+            "UPDATE",
+            config_map("one", json!({})),
+            config_map("one", json!({"copy": "yes"})),
+            false,
+        );
+        let out = requests(&r);
+        assert_eq!(out.len(), 1);
+        assert_eq!(out[0].spec["ruleContext"][0]["deleteDownstream"], true);
+    }
+
+    #[test]
+    fn a_changed_downstream_is_generated_again_from_its_trigger() {
+        let labels = json!({
+            "app.kubernetes.io/managed-by": "kyverno",
+            "generate.kyverno.io/policy-name": "copy-configmaps",
+            "generate.kyverno.io/policy-namespace": "",
+            "generate.kyverno.io/rule-name": "copy",
+            "generate.kyverno.io/trigger-name": "one",
+            "generate.kyverno.io/trigger-namespace": "ns",
+            "generate.kyverno.io/trigger-uid": "uid-one",
+            "generate.kyverno.io/trigger-kind": "ConfigMap",
+            "generate.kyverno.io/trigger-group": "",
+            "generate.kyverno.io/trigger-version": "v1",
+        });
+        let r = review("DELETE", Value::Null, config_map("one-copy", labels), false);
+        let out = requests(&r);
+        assert_eq!(out.len(), 1);
+        assert!(out[0].not_for_own_writes);
+        assert_eq!(out[0].username, "alice");
+        let context = &out[0].spec["ruleContext"][0];
+        assert_eq!(context["deleteDownstream"], false);
+        assert_eq!(
+            context["trigger"],
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "one", "uid": "uid-one"})
+        );
+    }
+}
+
+#[cfg(test)]
+mod mutate_existing_tests {
+    use super::*;
+    use crate::admission::policies::{Snapshot, load_text};
+    use crate::admission::review;
+
+    const POLICY: &str = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: mutate-existing-secret
+spec:
+  rules:
+  - name: label-secret
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+          names: [dictionary-1]
+    mutate:
+      targets:
+      - apiVersion: v1
+        kind: Secret
+        name: secret-1
+        namespace: "{{ request.object.metadata.namespace }}"
+      patchStrategicMerge:
+        metadata:
+          labels:
+            foo: bar
+"#;
+
+    #[test]
+    fn a_trigger_leaves_one_mutate_request_per_rule_in_kyvernos_shape() {
+        let s = Snapshot::new(load_text("p.yaml", POLICY).unwrap(), 1);
+        let body = json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "r1", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "namespace": "staging",
+                "userInfo": {"username": "bob"},
+                "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "dictionary-1", "namespace": "staging", "uid": "u1"}},
+            }
+        });
+        let r = review::decode(body.to_string().as_bytes()).unwrap();
+        let out = for_review(&s.policies, s.background_indexes(None), &r);
+        assert_eq!(out.len(), 1);
+        let spec = &out[0].spec;
+        assert_eq!(spec["requestType"], "mutate");
+        assert_eq!(spec["rule"], "label-secret");
+        assert_eq!(spec["resource"]["name"], "dictionary-1");
+        assert!(spec.get("ruleContext").is_none());
+        assert!(out[0].not_for_own_writes);
+        // Deletion does not trigger a rule that does not list DELETE.
+        let mut delete = body.clone();
+        delete["request"]["operation"] = json!("DELETE");
+        delete["request"]["oldObject"] = delete["request"]["object"].take();
+        let r = review::decode(delete.to_string().as_bytes()).unwrap();
+        assert!(for_review(&s.policies, s.background_indexes(None), &r).is_empty());
+    }
+}

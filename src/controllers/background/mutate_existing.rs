@@ -1,0 +1,52 @@
+//! Mutate existing (§7.5): a rule's `targets`, read from the API server,
+//! patched and written back. A target the patch leaves as it is gets no
+//! write, so doing the work twice changes nothing the second time.
+
+use super::{Evaluated, Shared, evaluate, objects, read_trigger};
+use crate::admission::policies::Snapshot;
+use crate::engine::RuleStatus;
+use crate::engine::mutate::mutate_policy;
+use serde_json::Value;
+use std::sync::Arc;
+
+/// Applies one mutate-existing rule for a trigger.
+pub(super) async fn mutate_existing(
+    shared: &Arc<Shared>,
+    snapshot: &Arc<Snapshot>,
+    index: usize,
+    rule: &str,
+    trigger: &Value,
+    spec: &Value,
+) -> Result<(), String> {
+    let admission = &spec["context"]["admissionRequestInfo"]["admissionRequest"];
+    let Some(object) = read_trigger(shared, trigger, admission).await? else {
+        return Ok(());
+    };
+    let evaluated = evaluate(
+        shared,
+        snapshot,
+        index,
+        rule,
+        admission,
+        object,
+        |p, r, c, e| mutate_policy(p, r, c, e).response,
+    )
+    .await?;
+    let targets = match evaluated {
+        None => return Ok(()),
+        Some(Evaluated {
+            status: RuleStatus::Pass,
+            resources,
+            ..
+        }) => resources,
+        Some(Evaluated {
+            status: RuleStatus::Skip,
+            ..
+        }) => return Ok(()),
+        Some(Evaluated { message, .. }) => return Err(message),
+    };
+    for target in &targets {
+        objects::replace(&shared.client, target, &shared.metrics).await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,401 @@
+//! Downstream resources in the API server: created, kept in line and
+//! deleted, each action safe to repeat (a create that finds the object
+//! made, an update that finds it current, a delete that finds it gone all
+//! succeed without writing), because a deposed leader may still be
+//! finishing the same work.
+
+use crate::admission::update_requests::labels;
+use crate::cluster::update_requests::{BackgroundMetrics, ObjectLabels};
+use crate::context::{ApiCallRequest, ClusterView, ResolveError, Resolver};
+use crate::kinds::{Gvk, plural};
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use serde_json::{Map, Value};
+use std::sync::Arc;
+
+/// The API of a kind in a namespace ("" for cluster-scoped kinds or all
+/// namespaces).
+pub fn api_for(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+) -> Api<DynamicObject> {
+    let gvk = Gvk::new(api_version, kind);
+    let resource = ApiResource {
+        group: gvk.group.clone(),
+        version: gvk.version.clone(),
+        api_version: api_version.to_string(),
+        kind: kind.to_string(),
+        plural: plural(api_version, kind).into_owned(),
+    };
+    if namespace.is_empty() {
+        Api::all_with(client.clone(), &resource)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, &resource)
+    }
+}
+
+fn to_value(object: DynamicObject) -> Value {
+    serde_json::to_value(object).unwrap_or(Value::Null)
+}
+
+/// One object, or None when it does not exist.
+pub async fn get(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    name: &str,
+) -> Result<Option<Value>, kube::Error> {
+    Ok(api_for(client, api_version, kind, namespace)
+        .get_opt(name)
+        .await?
+        .map(to_value))
+}
+
+/// Objects of a kind (in every namespace when `namespace` is empty) with
+/// the given labels.
+pub async fn list(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    namespace: &str,
+    selector: &str,
+) -> Result<Vec<Value>, kube::Error> {
+    let list = api_for(client, api_version, kind, namespace)
+        .list(&ListParams::default().labels(selector))
+        .await?;
+    Ok(list.items.into_iter().map(to_value).collect())
+}
+
+/// Creates `desired`, or with `synchronize` brings an existing object in
+/// line with it (Kyverno replaces the object's content with the rule's:
+/// every top-level field but metadata and status, plus its labels and
+/// annotations). Without `synchronize` an existing object is left as it is.
+pub async fn apply(
+    client: &Client,
+    desired: &Value,
+    synchronize: bool,
+    metrics: &BackgroundMetrics,
+) -> Result<(), String> {
+    let text = |p: &str| {
+        desired
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let (api_version, kind, namespace, name) = (
+        text("/apiVersion"),
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    );
+    let what = format!("{api_version}/{kind} {namespace}/{name}");
+    if name.is_empty() || kind.is_empty() {
+        return Err(format!("downstream {what}: no kind or name"));
+    }
+    let api = api_for(client, api_version, kind, namespace);
+    let fail = |e: kube::Error| format!("downstream {what}: {}", short(&e));
+    // Create first: for a new trigger that is the one call needed. A 409
+    // means it exists (made by hand, by an earlier request, or by a
+    // deposed leader finishing the same work): then it is compared.
+    let object: DynamicObject =
+        serde_json::from_value(desired.clone()).map_err(|e| format!("downstream {what}: {e}"))?;
+    match api.create(&PostParams::default(), &object).await {
+        Ok(_) => {
+            count(metrics, "created");
+            return Ok(());
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(fail(e)),
+    }
+    if !synchronize {
+        return Ok(());
+    }
+    let Some(existing) = api.get_opt(name).await.map_err(fail)? else {
+        return Err(format!(
+            "downstream {what}: deleted while being written; tried again"
+        ));
+    };
+    let existing = to_value(existing);
+    let merged = in_line(&existing, desired);
+    if merged == existing {
+        return Ok(());
+    }
+    let object: DynamicObject =
+        serde_json::from_value(merged).map_err(|e| format!("downstream {what}: {e}"))?;
+    // The resourceVersion read makes this a compare-and-swap: a 409 means
+    // someone changed it meanwhile, and the request is tried again.
+    api.replace(name, &PostParams::default(), &object)
+        .await
+        .map_err(fail)?;
+    count(metrics, "updated");
+    Ok(())
+}
+
+/// Writes back a target as mutate existing patched it: a replace that
+/// carries the resourceVersion it was read at, so a target changed since
+/// gives 409 and the request is tried again on a fresh read.
+pub async fn replace(
+    client: &Client,
+    patched: &Value,
+    metrics: &BackgroundMetrics,
+) -> Result<(), String> {
+    let text = |p: &str| {
+        patched
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let (api_version, kind, namespace, name) = (
+        text("/apiVersion"),
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    );
+    let what = format!("target {api_version}/{kind} {namespace}/{name}");
+    let object: DynamicObject =
+        serde_json::from_value(patched.clone()).map_err(|e| format!("{what}: {e}"))?;
+    api_for(client, api_version, kind, namespace)
+        .replace(name, &PostParams::default(), &object)
+        .await
+        .map_err(|e| format!("{what}: {}", short(&e)))?;
+    count(metrics, "patched");
+    Ok(())
+}
+
+/// `existing` with the content of `desired`.
+fn in_line(existing: &Value, desired: &Value) -> Value {
+    let mut out = existing.clone();
+    let (Some(out_map), Some(want)) = (out.as_object_mut(), desired.as_object()) else {
+        return desired.clone();
+    };
+    out_map.retain(|k, _| {
+        matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind") || want.contains_key(k)
+    });
+    for (k, v) in want {
+        if k != "metadata" && k != "status" {
+            out_map.insert(k.clone(), v.clone());
+        }
+    }
+    for field in ["labels", "annotations"] {
+        let Some(Value::Object(wanted)) = desired.pointer(&format!("/metadata/{field}")) else {
+            continue;
+        };
+        let meta = out_map
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(meta) = meta {
+            let have = meta
+                .entry(field)
+                .or_insert_with(|| Value::Object(Map::new()));
+            if let Value::Object(have) = have {
+                for (k, v) in wanted {
+                    have.insert(k.clone(), v.clone());
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Deletes the objects of `kind` that carry `selector`; ones already gone
+/// are not an error.
+pub async fn delete_selected(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    selector: &str,
+    metrics: &BackgroundMetrics,
+) -> Result<usize, String> {
+    let found = list(client, api_version, kind, "", selector)
+        .await
+        .map_err(|e| format!("listing {api_version}/{kind} {selector}: {}", short(&e)))?;
+    let mut deleted = 0;
+    for object in found {
+        let text = |p: &str| {
+            object
+                .pointer(p)
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        let (namespace, name) = (text("/metadata/namespace"), text("/metadata/name"));
+        let api = api_for(client, api_version, kind, namespace);
+        // Preconditions on the uid: an object recreated under the same
+        // name since the list is not this one.
+        let params = DeleteParams {
+            preconditions: Some(kube::api::Preconditions {
+                uid: Some(text("/metadata/uid").to_string()),
+                resource_version: None,
+            }),
+            ..DeleteParams::default()
+        };
+        match api.delete(name, &params).await {
+            Ok(_) => {
+                deleted += 1;
+                count(metrics, "deleted");
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
+            Err(e) => return Err(format!("deleting {kind} {namespace}/{name}: {}", short(&e))),
+        }
+    }
+    Ok(deleted)
+}
+
+/// An API error as a line: the API server's own message, not the
+/// whole Status.
+pub fn short(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} {}", s.code, s.message),
+        other => other.to_string(),
+    }
+}
+
+fn count(metrics: &BackgroundMetrics, action: &'static str) {
+    metrics
+        .objects
+        .get_or_create(&ObjectLabels { action })
+        .inc();
+}
+
+/// The label selector of the downstream of one rule, for one trigger or
+/// for all of them.
+pub fn selector(policy: &str, rule: Option<&str>, trigger: Option<&Value>) -> String {
+    let (namespace, name) = policy.split_once('/').unwrap_or(("", policy));
+    let mut parts = vec![
+        format!("{}=kyverno", labels::MANAGED_BY),
+        format!("{}={name}", labels::POLICY_NAME),
+    ];
+    if !namespace.is_empty() {
+        parts.push(format!("{}={namespace}", labels::POLICY_NAMESPACE));
+    }
+    if let Some(rule) = rule {
+        parts.push(format!("{}={rule}", labels::RULE_NAME));
+    }
+    if let Some(t) = trigger {
+        let text = |k: &str| t[k].as_str().unwrap_or_default();
+        if text("uid").is_empty() {
+            parts.push(format!("{}={}", labels::TRIGGER_NAME, text("name")));
+            parts.push(format!("{}={}", labels::TRIGGER_KIND, text("kind")));
+            if !text("namespace").is_empty() {
+                parts.push(format!(
+                    "{}={}",
+                    labels::TRIGGER_NAMESPACE,
+                    text("namespace")
+                ));
+            }
+        } else {
+            parts.push(format!("{}={}", labels::TRIGGER_UID, text("uid")));
+        }
+    }
+    parts.join(",")
+}
+
+/// What the background controller evaluates rules with: the replica's
+/// resolvers, plus the objects a `clone` or `cloneList` copies, read from
+/// the API server (the admission path has no such reads).
+pub struct BackgroundResolver {
+    pub view: Arc<dyn ClusterView>,
+    pub client: Client,
+    pub runtime: tokio::runtime::Handle,
+}
+
+impl BackgroundResolver {
+    fn block<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        // Evaluation runs on a blocking thread (spawn_blocking), where
+        // waiting on the runtime is allowed.
+        self.runtime.block_on(f)
+    }
+}
+
+impl Resolver for BackgroundResolver {
+    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
+        self.view.config_map(namespace, name)
+    }
+    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        self.view.api_call(call)
+    }
+    fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
+        self.view.global_context(name)
+    }
+    fn resource(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ResolveError> {
+        self.block(get(&self.client, api_version, kind, namespace, name))
+            .map_err(|e| ResolveError::Failed(e.to_string()))
+    }
+    fn resources(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, ResolveError> {
+        self.block(list(&self.client, api_version, kind, namespace, ""))
+            .map_err(|e| ResolveError::Failed(e.to_string()))
+    }
+    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        self.view.kind_for_resource(api_version, resource)
+    }
+    fn serves_objects(&self) -> bool {
+        true
+    }
+    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
+        self.view.is_namespaced(api_version, kind)
+    }
+}
+
+impl ClusterView for BackgroundResolver {
+    fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>> {
+        self.view.namespace_labels(namespace)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn in_line_replaces_content_and_adds_labels() {
+        let existing = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "resourceVersion": "7", "labels": {"mine": "x", "k": "old"}},
+            "data": {"a": "changed", "extra": "added by hand"},
+        });
+        let desired = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "a", "labels": {"k": "new"}},
+            "data": {"a": "1"},
+        });
+        let merged = in_line(&existing, &desired);
+        assert_eq!(merged["data"], json!({"a": "1"}));
+        assert_eq!(
+            merged["metadata"]["labels"],
+            json!({"mine": "x", "k": "new"})
+        );
+        assert_eq!(merged["metadata"]["resourceVersion"], "7");
+        assert_eq!(
+            in_line(&merged, &desired),
+            merged,
+            "a second pass changes nothing"
+        );
+    }
+
+    #[test]
+    fn selectors_name_the_policy_rule_and_trigger() {
+        let trigger = json!({"kind": "Namespace", "name": "team-a", "namespace": "", "uid": ""});
+        assert_eq!(
+            selector("ns1/p", Some("r"), Some(&trigger)),
+            "app.kubernetes.io/managed-by=kyverno,generate.kyverno.io/policy-name=p,generate.kyverno.io/policy-namespace=ns1,generate.kyverno.io/rule-name=r,generate.kyverno.io/trigger-name=team-a,generate.kyverno.io/trigger-kind=Namespace"
+        );
+        let trigger = json!({"uid": "u-1"});
+        assert!(
+            selector("p", None, Some(&trigger)).ends_with("generate.kyverno.io/trigger-uid=u-1")
+        );
+    }
+}

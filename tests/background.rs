@@ -1,0 +1,638 @@
+//! The background half on a real control plane (etcd, kube-apiserver,
+//! kube-controller-manager and kwok built from Go modules by
+//! `e2e/cluster.sh`): gavel's chart installed with the real Helm CLI, two
+//! replicas running as host processes with the chart's ServiceAccount, and
+//! policies from the Kyverno policy library applied with kubectl. Each step
+//! watches objects appear, change and disappear in the API server as
+//! Kyverno's documentation says they do.
+
+mod support;
+
+use serde_json::{Value, json};
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use support::cluster::{RealCluster, eventually, repo};
+use support::gavel::temp_dir;
+use support::release::{NAMESPACE, Release, VALIDATING, install_kyverno_crds, ready, wait_ready};
+
+/// What the generate rules of these steps write, granted as a user grants
+/// it (the chart's `rbac.backgroundRules`).
+const VALUES: &str = r#"
+rbac:
+  backgroundRules:
+    - apiGroups: ["networking.k8s.io"]
+      resources: ["networkpolicies"]
+      verbs: ["get", "list", "watch", "create", "update", "delete"]
+    - apiGroups: [""]
+      resources: ["configmaps", "secrets", "resourcequotas", "limitranges"]
+      verbs: ["get", "list", "watch", "create", "update", "delete"]
+"#;
+
+#[test]
+fn generate_on_a_real_control_plane() {
+    let dir = temp_dir("background");
+    let cluster = RealCluster::start(&dir.join("cluster"), 2);
+    install_kyverno_crds(&cluster);
+    let mut gavel = Release::install(&cluster, &dir, 2, VALUES);
+    step(
+        "data with synchronize: created, reverted, recreated, updated",
+        || data_synchronized(&cluster),
+    );
+    step("clone: a Secret copied into new namespaces", || {
+        clone_into_new_namespaces(&cluster)
+    });
+    step(
+        "generateExisting: downstream for triggers made before the policy",
+        || generate_existing(&cluster),
+    );
+    step(
+        "a trigger deleted or no longer matching takes its downstream",
+        || trigger_changes(&cluster),
+    );
+    step("a deleted policy takes its synchronized downstream", || {
+        policy_deleted(&cluster)
+    });
+    step("mutate existing: a trigger patches its targets", || {
+        mutate_existing(&cluster)
+    });
+    step("kill -9 of the leader during 500 triggers", || {
+        leader_killed_mid_batch(&cluster, &mut gavel)
+    });
+}
+
+fn step(name: &str, f: impl FnOnce()) {
+    let started = Instant::now();
+    eprintln!("background: {name} ...");
+    f();
+    eprintln!(
+        "background: {name}: ok in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+fn library(path: &str) -> String {
+    repo()
+        .join("../shared/conformance/kyverno-policies")
+        .join(path)
+        .to_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Applies a policy and waits until it is in force: Ready, and the
+/// validating webhook registered for `resource`. The replicas load it from
+/// their own watches; a moment more lets the slowest catch up.
+fn apply_policy(cluster: &RealCluster, file: &str, kind: &str, name: &str, resource: &str) {
+    cluster.kubectl(&["apply", "-f", file]);
+    eventually(&format!("{name} Ready"), Duration::from_secs(60), || {
+        ready(cluster, kind, name)
+    });
+    eventually(
+        &format!("the validating webhook for {resource}"),
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["validatingwebhookconfiguration", VALIDATING])
+                .is_some_and(|c| {
+                    c["webhooks"]
+                        .to_string()
+                        .contains(&format!("\"{resource}\""))
+                })
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+}
+
+fn apply_text(cluster: &RealCluster, yaml: &str) {
+    let out = cluster.kubectl_in(&["apply", "-f", "-"], Some(yaml));
+    assert!(
+        out.status.success(),
+        "kubectl apply: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn label<'a>(object: &'a Value, key: &str) -> &'a str {
+    object["metadata"]["labels"][key]
+        .as_str()
+        .unwrap_or_default()
+}
+
+fn update_requests(cluster: &RealCluster) -> Vec<Value> {
+    cluster
+        .get(&["updaterequests.kyverno.io", "-n", NAMESPACE])
+        .and_then(|l| l["items"].as_array().cloned())
+        .unwrap_or_default()
+}
+
+/// No UpdateRequest left: all the work is done.
+fn drained(cluster: &RealCluster, timeout: Duration) {
+    eventually("every UpdateRequest worked off", timeout, || {
+        update_requests(cluster).is_empty()
+    });
+}
+
+/// best-practices/add-network-policy (data, `synchronize: true`): a
+/// Namespace gets a default-deny NetworkPolicy with Kyverno's labels; a
+/// hand edit is reverted, a deletion undone, a policy change carried over.
+fn data_synchronized(cluster: &RealCluster) {
+    apply_policy(
+        cluster,
+        &library("best-practices/add-network-policy/add-network-policy.yaml"),
+        "clusterpolicy",
+        "add-networkpolicy",
+        "namespaces",
+    );
+    cluster.kubectl(&["create", "namespace", "team-a"]);
+    let netpol = || cluster.get(&["networkpolicy", "default-deny", "-n", "team-a"]);
+    eventually(
+        "the NetworkPolicy generated",
+        Duration::from_secs(30),
+        || netpol().is_some(),
+    );
+    let generated = netpol().unwrap();
+    assert_eq!(label(&generated, "app.kubernetes.io/managed-by"), "kyverno");
+    assert_eq!(
+        label(&generated, "generate.kyverno.io/policy-name"),
+        "add-networkpolicy"
+    );
+    assert_eq!(
+        label(&generated, "generate.kyverno.io/rule-name"),
+        "default-deny"
+    );
+    assert_eq!(
+        label(&generated, "generate.kyverno.io/trigger-kind"),
+        "Namespace"
+    );
+    assert_eq!(
+        label(&generated, "generate.kyverno.io/trigger-name"),
+        "team-a"
+    );
+    let namespace = cluster.get(&["namespace", "team-a"]).unwrap();
+    assert_eq!(
+        label(&generated, "generate.kyverno.io/trigger-uid"),
+        namespace["metadata"]["uid"].as_str().unwrap()
+    );
+    assert_eq!(
+        generated["spec"]["policyTypes"],
+        json!(["Ingress", "Egress"])
+    );
+
+    // Modified by hand: reverted to the rule's data.
+    cluster.kubectl(&[
+        "patch",
+        "networkpolicy",
+        "default-deny",
+        "-n",
+        "team-a",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"policyTypes":["Ingress"]}}"#,
+    ]);
+    eventually("the hand edit reverted", Duration::from_secs(30), || {
+        netpol().is_some_and(|n| n["spec"]["policyTypes"] == json!(["Ingress", "Egress"]))
+    });
+    // Deleted: created again.
+    let uid = netpol().unwrap()["metadata"]["uid"].clone();
+    cluster.kubectl(&["delete", "networkpolicy", "default-deny", "-n", "team-a"]);
+    eventually(
+        "the deleted NetworkPolicy recreated",
+        Duration::from_secs(30),
+        || netpol().is_some_and(|n| n["metadata"]["uid"] != uid),
+    );
+    // The rule's data changed: the downstream follows.
+    let text = std::fs::read_to_string(library(
+        "best-practices/add-network-policy/add-network-policy.yaml",
+    ))
+    .unwrap();
+    let changed = text.replace("          - Egress", "");
+    assert_ne!(changed, text);
+    apply_text(cluster, &changed);
+    eventually(
+        "the policy change carried over",
+        Duration::from_secs(30),
+        || netpol().is_some_and(|n| n["spec"]["policyTypes"] == json!(["Ingress"])),
+    );
+    drained(cluster, Duration::from_secs(30));
+}
+
+/// other/sync-secrets (clone, `synchronize: true`): a new Namespace gets a
+/// copy of the `regcred` Secret of `default`, with the source labels.
+fn clone_into_new_namespaces(cluster: &RealCluster) {
+    cluster.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "regcred",
+        "-n",
+        "default",
+        "--from-literal=token=s3cr3t",
+    ]);
+    let policy = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: sync-secrets
+spec:
+  rules:
+  - name: sync-image-pull-secret
+    match:
+      any:
+      - resources:
+          kinds:
+          - Namespace
+    generate:
+      apiVersion: v1
+      kind: Secret
+      name: regcred
+      namespace: "{{request.object.metadata.name}}"
+      synchronize: true
+      clone:
+        namespace: default
+        name: regcred
+"#;
+    let file = temp_dir("background-sync-secrets").join("sync-secrets.yaml");
+    std::fs::write(&file, policy).unwrap();
+    apply_policy(
+        cluster,
+        file.to_str().unwrap(),
+        "clusterpolicy",
+        "sync-secrets",
+        "namespaces",
+    );
+    cluster.kubectl(&["create", "namespace", "team-b"]);
+    let copy = || cluster.get(&["secret", "regcred", "-n", "team-b"]);
+    eventually("the Secret cloned", Duration::from_secs(30), || {
+        copy().is_some()
+    });
+    let copy = copy().unwrap();
+    let source = cluster
+        .get(&["secret", "regcred", "-n", "default"])
+        .unwrap();
+    assert_eq!(copy["data"], source["data"]);
+    assert_eq!(label(&copy, "generate.kyverno.io/source-name"), "regcred");
+    assert_eq!(
+        label(&copy, "generate.kyverno.io/source-namespace"),
+        "default"
+    );
+    assert_eq!(
+        label(&copy, "generate.kyverno.io/source-uid"),
+        source["metadata"]["uid"].as_str().unwrap()
+    );
+    drained(cluster, Duration::from_secs(30));
+}
+
+/// best-practices/add-ns-quota with `generateExisting: true` on its quota
+/// rule: Namespaces made before the policy get their ResourceQuota.
+fn generate_existing(cluster: &RealCluster) {
+    let text =
+        std::fs::read_to_string(library("best-practices/add-ns-quota/add-ns-quota.yaml")).unwrap();
+    let with_existing = text.replacen(
+        "      synchronize: true\n",
+        "      synchronize: true\n      generateExisting: true\n",
+        1,
+    );
+    assert_ne!(with_existing, text);
+    apply_text(cluster, &with_existing);
+    for ns in ["team-a", "team-b"] {
+        eventually(
+            &format!("the ResourceQuota of the existing namespace {ns}"),
+            Duration::from_secs(60),
+            || {
+                cluster
+                    .get(&["resourcequota", "default-resourcequota", "-n", ns])
+                    .is_some()
+            },
+        );
+    }
+    drained(cluster, Duration::from_secs(60));
+}
+
+/// A ConfigMap labelled `copy: "yes"` gets a `<name>-copy` ConfigMap
+/// (`synchronize: true`): deleting the trigger, or taking its label away,
+/// deletes the copy.
+fn trigger_changes(cluster: &RealCluster) {
+    cluster.kubectl(&["create", "namespace", "triggers"]);
+    let policy = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: copy-configmaps
+spec:
+  rules:
+  - name: copy
+    match:
+      any:
+      - resources:
+          kinds:
+          - ConfigMap
+          namespaces:
+          - triggers
+          - batch
+          selector:
+            matchLabels:
+              copy: "yes"
+    generate:
+      apiVersion: v1
+      kind: ConfigMap
+      name: "{{request.object.metadata.name}}-copy"
+      namespace: "{{request.object.metadata.namespace}}"
+      synchronize: true
+      data:
+        data:
+          from: "{{request.object.metadata.name}}"
+"#;
+    let file = temp_dir("background-copy").join("copy-configmaps.yaml");
+    std::fs::write(&file, policy).unwrap();
+    apply_policy(
+        cluster,
+        file.to_str().unwrap(),
+        "clusterpolicy",
+        "copy-configmaps",
+        "configmaps",
+    );
+    for name in ["one", "two"] {
+        apply_text(
+            cluster,
+            &format!(
+                "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: triggers\n  labels:\n    copy: \"yes\"\ndata:\n  a: b\n"
+            ),
+        );
+    }
+    let copy = |name: &str| cluster.get(&["configmap", &format!("{name}-copy"), "-n", "triggers"]);
+    eventually("both copies generated", Duration::from_secs(30), || {
+        copy("one").is_some() && copy("two").is_some()
+    });
+    assert_eq!(copy("one").unwrap()["data"]["from"], "one");
+    cluster.kubectl(&["delete", "configmap", "one", "-n", "triggers"]);
+    eventually(
+        "the deleted trigger's copy deleted",
+        Duration::from_secs(30),
+        || copy("one").is_none(),
+    );
+    cluster.kubectl(&["label", "configmap", "two", "-n", "triggers", "copy-"]);
+    eventually(
+        "the unmatched trigger's copy deleted",
+        Duration::from_secs(30),
+        || copy("two").is_none(),
+    );
+    drained(cluster, Duration::from_secs(30));
+}
+
+/// Deleting add-networkpolicy (a synchronized data rule, no
+/// orphanDownstreamOnPolicyDelete) deletes the NetworkPolicies it made;
+/// deleting sync-secrets (a clone) keeps the copies.
+fn policy_deleted(cluster: &RealCluster) {
+    cluster.kubectl(&["delete", "clusterpolicy", "add-networkpolicy"]);
+    eventually(
+        "the NetworkPolicies deleted with their policy",
+        Duration::from_secs(30),
+        || {
+            cluster
+                .get(&["networkpolicy", "default-deny", "-n", "team-a"])
+                .is_none()
+        },
+    );
+    cluster.kubectl(&["delete", "clusterpolicy", "sync-secrets"]);
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(
+        cluster
+            .get(&["secret", "regcred", "-n", "team-b"])
+            .is_some(),
+        "a clone outlives its policy"
+    );
+}
+
+/// Kyverno's documented mutate-existing example (mutate-existing-secret):
+/// creating the ConfigMap `dictionary-1` in `staging` labels the Secret
+/// `secret-1` there; a second policy with `mutateExistingOnPolicyUpdate`
+/// labels it when the policy is created, the trigger already existing.
+fn mutate_existing(cluster: &RealCluster) {
+    cluster.kubectl(&["create", "namespace", "staging"]);
+    cluster.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "secret-1",
+        "-n",
+        "staging",
+        "--from-literal=k=v",
+    ]);
+    let policy = |name: &str, label: &str, on_update: bool| {
+        format!(
+            r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: {name}
+spec:
+  mutateExistingOnPolicyUpdate: {on_update}
+  rules:
+  - name: mutate-secret-on-configmap-create
+    match:
+      any:
+      - resources:
+          kinds:
+          - ConfigMap
+          names:
+          - dictionary-1
+          namespaces:
+          - staging
+    mutate:
+      targets:
+      - apiVersion: v1
+        kind: Secret
+        name: secret-1
+        namespace: "{{{{ request.object.metadata.namespace }}}}"
+      patchStrategicMerge:
+        metadata:
+          labels:
+            {label}
+"#
+        )
+    };
+    let dir = temp_dir("background-mutate");
+    let file = dir.join("mutate-existing-secret.yaml");
+    std::fs::write(&file, policy("mutate-existing-secret", "foo: bar", false)).unwrap();
+    apply_policy(
+        cluster,
+        file.to_str().unwrap(),
+        "clusterpolicy",
+        "mutate-existing-secret",
+        "configmaps",
+    );
+    let secret = || {
+        cluster
+            .get(&["secret", "secret-1", "-n", "staging"])
+            .unwrap()
+    };
+    assert_eq!(label(&secret(), "foo"), "", "not before its trigger");
+    apply_text(
+        cluster,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: dictionary-1\n  namespace: staging\ndata:\n  a: b\n",
+    );
+    eventually(
+        "the target Secret labelled",
+        Duration::from_secs(30),
+        || label(&secret(), "foo") == "bar",
+    );
+    assert_eq!(
+        secret()["data"]["k"],
+        "dg==",
+        "the rest of the target is kept"
+    );
+    let file = dir.join("label-existing.yaml");
+    std::fs::write(&file, policy("label-existing", "team: blue", true)).unwrap();
+    cluster.kubectl(&["apply", "-f", file.to_str().unwrap()]);
+    eventually(
+        "the target labelled for the existing trigger",
+        Duration::from_secs(60),
+        || label(&secret(), "team") == "blue",
+    );
+    assert_eq!(label(&secret(), "foo"), "bar");
+    drained(cluster, Duration::from_secs(30));
+}
+
+fn holder(cluster: &RealCluster, lease: &str) -> Option<String> {
+    cluster.get(&["lease", lease, "-n", NAMESPACE])?["spec"]["holderIdentity"]
+        .as_str()
+        .map(str::to_string)
+}
+
+/// 500 trigger ConfigMaps created in one go; the generate leader is
+/// killed (SIGKILL) once a part of their copies exists. After another
+/// replica takes the lead, every trigger has exactly one copy, each copy
+/// was created once (the audit log), and no UpdateRequest is left.
+fn leader_killed_mid_batch(cluster: &RealCluster, gavel: &mut Release) {
+    const N: usize = 500;
+    cluster.kubectl(&["create", "namespace", "batch"]);
+    let items: Vec<Value> = (0..N)
+        .map(|i| {
+            json!({
+                "apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": format!("t-{i:03}"), "namespace": "batch", "labels": {"copy": "yes"}},
+                "data": {"i": i.to_string()},
+            })
+        })
+        .collect();
+    let list = json!({"apiVersion": "v1", "kind": "List", "items": items}).to_string();
+    let (_, mark) = cluster.audit_since(0);
+    let started = Instant::now();
+    let creating = {
+        let kubeconfig = cluster.kubeconfig.clone();
+        std::thread::spawn(move || {
+            let mut command = std::process::Command::new(RealCluster::bin("kubectl"));
+            command
+                .arg("--kubeconfig")
+                .arg(&kubeconfig)
+                .args(["create", "-f", "-"]);
+            support::cluster::run_piped(command, Some(&list))
+        })
+    };
+    let copies = || {
+        cluster
+            .get(&[
+                "configmap",
+                "-n",
+                "batch",
+                "-l",
+                "generate.kyverno.io/policy-name=copy-configmaps",
+            ])
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let created = creating.join().unwrap();
+    assert!(
+        created.status.success(),
+        "creating the triggers: {}",
+        String::from_utf8_lossy(&created.stderr)
+    );
+    eprintln!(
+        "background: {N} triggers admitted in {:.1}s",
+        started.elapsed().as_secs_f64()
+    );
+    eventually(
+        "a part of the copies made",
+        Duration::from_secs(120),
+        || copies().len() >= 50,
+    );
+    let leader = holder(cluster, "gavel-background").expect("a generate leader");
+    let index = gavel
+        .replicas
+        .iter()
+        .position(|r| r.identity == leader)
+        .unwrap();
+    gavel.replicas[index].child.kill().unwrap();
+    gavel.replicas[index].child.wait().unwrap();
+    let made_before = copies().len();
+    let waiting = update_requests(cluster).len();
+    eprintln!(
+        "background: {leader} killed with {made_before} of {N} copies made and {waiting} UpdateRequests waiting, {:.1}s in",
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        made_before < N,
+        "the leader was not killed in the middle of the batch"
+    );
+    // Another replica takes the lead and the rest of the batch (the killed
+    // one comes back only then, as a restarted pod would).
+    let mut successor = None;
+    eventually("another generate leader", Duration::from_secs(40), || {
+        successor = holder(cluster, "gavel-background").filter(|h| *h != leader);
+        successor.is_some()
+    });
+    eprintln!(
+        "background: {} leads after {:.1}s",
+        successor.unwrap(),
+        started.elapsed().as_secs_f64()
+    );
+    gavel.replicas[index] = gavel.spawn(&leader);
+    gavel.balancer.set_backends(gavel.ports());
+    wait_ready(&gavel.replicas[index], Duration::from_secs(60));
+    eventually("every trigger's copy", Duration::from_secs(240), || {
+        copies().len() >= N
+    });
+    drained(cluster, Duration::from_secs(120));
+    eprintln!(
+        "background: {N} copies and no UpdateRequest left {:.1}s after the first trigger; lead now with {:?}",
+        started.elapsed().as_secs_f64(),
+        holder(cluster, "gavel-background")
+    );
+    let copies = copies();
+    let mut per_trigger: BTreeMap<String, usize> = BTreeMap::new();
+    for c in &copies {
+        *per_trigger
+            .entry(label(c, "generate.kyverno.io/trigger-name").to_string())
+            .or_default() += 1;
+    }
+    assert_eq!(copies.len(), N, "one copy per trigger");
+    assert_eq!(per_trigger.len(), N);
+    assert!(per_trigger.values().all(|&n| n == 1));
+    let (events, _) = cluster.audit_since(mark);
+    let mut creates: BTreeMap<String, usize> = BTreeMap::new();
+    let mut deletes = 0;
+    for e in &events {
+        if e["objectRef"]["resource"] != "configmaps" || e["objectRef"]["namespace"] != "batch" {
+            continue;
+        }
+        let name = e["objectRef"]["name"].as_str().unwrap_or_default();
+        if !name.ends_with("-copy") || e["stage"] != "ResponseComplete" {
+            continue;
+        }
+        match e["verb"].as_str() {
+            Some("create") if e["responseStatus"]["code"] == 201 => {
+                *creates.entry(name.to_string()).or_default() += 1
+            }
+            Some("delete") => deletes += 1,
+            _ => {}
+        }
+    }
+    let twice: Vec<_> = creates.iter().filter(|(_, n)| **n > 1).collect();
+    eprintln!(
+        "background: audit: {} copies created, {} created twice, {deletes} deleted",
+        creates.len(),
+        twice.len()
+    );
+    assert!(twice.is_empty(), "created more than once: {twice:?}");
+    assert_eq!(deletes, 0);
+}
