@@ -131,6 +131,10 @@ pub struct ServeArgs {
     /// Tries of a failing UpdateRequest before it is left Failed.
     #[arg(long, default_value_t = 5)]
     pub update_request_retries: u64,
+    /// Time between background scans that write PolicyReports (Kyverno's
+    /// `--backgroundScanInterval`); 0 turns the scans off.
+    #[arg(long, alias = "backgroundScanInterval", default_value = "1h", value_parser = parse_duration)]
+    pub background_scan_interval: std::time::Duration,
     /// UpdateRequests a replica holds for writing before it drops new ones.
     #[arg(long, default_value_t = 10_000)]
     pub update_request_queue: usize,
@@ -401,6 +405,11 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             max_retries: args.update_request_retries.max(1),
             policy_poll: std::time::Duration::from_secs(1),
         },
+        reports: crate::controllers::reports::ReportOptions {
+            interval: args.background_scan_interval,
+            page_size: 500,
+            debounce: std::time::Duration::from_secs(5),
+        },
         certificates: crate::controllers::certificates::CertOptions {
             namespace: args.namespace.clone(),
             ca_secret: args.ca_secret_name.clone().unwrap_or(ca_secret),
@@ -436,4 +445,14 @@ fn default_identity() -> String {
         .ok()
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| format!("gavel-{}", std::process::id()))
+}
+
+/// A Go duration (`1h`, `90s`, `1h30m`) as the flags Kyverno takes it.
+fn parse_duration(text: &str) -> Result<std::time::Duration, String> {
+    let d = crate::units::Duration::parse(text)
+        .ok_or_else(|| format!("{text:?} is not a duration (e.g. 1h, 30m, 90s)"))?;
+    if d.seconds() < 0.0 {
+        return Err(format!("{text:?} is negative"));
+    }
+    Ok(std::time::Duration::from_secs_f64(d.seconds()))
 }

@@ -7,4 +7,5 @@ pub mod background;
 pub mod certificates;
 pub mod leader;
 pub mod policy_status;
+pub mod reports;
 pub mod webhooks;

@@ -18,6 +18,8 @@ use support::release::{NAMESPACE, Release, VALIDATING, install_kyverno_crds, rea
 /// What the generate rules of these steps write, granted as a user grants
 /// it (the chart's `rbac.backgroundRules`).
 const VALUES: &str = r#"
+reports:
+  backgroundScanInterval: 20s
 rbac:
   backgroundRules:
     - apiGroups: ["networking.k8s.io"]
@@ -55,9 +57,16 @@ fn generate_on_a_real_control_plane() {
     step("mutate existing: a trigger patches its targets", || {
         mutate_existing(&cluster)
     });
+    step("background scan: PolicyReports per resource", || {
+        policy_reports(&cluster)
+    });
     step("kill -9 of the leader during 500 triggers", || {
         leader_killed_mid_batch(&cluster, &mut gavel)
     });
+    step(
+        "an API server restart in the middle of a background scan",
+        || scan_survives_api_server_restart(&cluster, &gavel),
+    );
 }
 
 fn step(name: &str, f: impl FnOnce()) {
@@ -493,6 +502,100 @@ spec:
     drained(cluster, Duration::from_secs(30));
 }
 
+fn pod_in(namespace: &str, name: &str, image: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\n  namespace: {namespace}\nspec:\n  containers:\n  - name: c\n    image: {image}\n"
+    )
+}
+
+/// best-practices/disallow-latest-tag (Audit, `background: true`): the
+/// scan the policy's creation starts writes one PolicyReport per Pod,
+/// named after its uid and owned by it, with a result per rule; a Pod
+/// created later is reported by the next scan; a deleted Pod's report
+/// goes with it (the garbage collector, through the owner reference);
+/// deleting the policy empties and deletes the reports.
+fn policy_reports(cluster: &RealCluster) {
+    cluster.kubectl(&["create", "namespace", "reports"]);
+    apply_text(cluster, &pod_in("reports", "good", "nginx:1.27"));
+    apply_text(cluster, &pod_in("reports", "bad", "nginx:latest"));
+    cluster.kubectl(&[
+        "apply",
+        "-f",
+        &library("best-practices/disallow-latest-tag/disallow-latest-tag.yaml"),
+    ]);
+    let report = |pod: &str| {
+        let uid = cluster.get(&["pod", pod, "-n", "reports"])?["metadata"]["uid"]
+            .as_str()?
+            .to_string();
+        cluster.get(&["policyreport", &uid, "-n", "reports"])
+    };
+    eventually("both Pods reported", Duration::from_secs(60), || {
+        report("good").is_some() && report("bad").is_some()
+    });
+    let bad = report("bad").unwrap();
+    assert_eq!(bad["scope"]["kind"], "Pod");
+    assert_eq!(bad["scope"]["name"], "bad");
+    assert_eq!(bad["metadata"]["ownerReferences"][0]["name"], "bad");
+    assert_eq!(label(&bad, "app.kubernetes.io/managed-by"), "kyverno");
+    assert_eq!(
+        bad["summary"],
+        json!({"pass": 1, "fail": 1, "warn": 0, "error": 0, "skip": 0})
+    );
+    let failed: Vec<&Value> = bad["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["result"] == "fail")
+        .collect();
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0]["policy"], "disallow-latest-tag");
+    assert_eq!(failed[0]["rule"], "validate-image-tag");
+    assert_eq!(failed[0]["source"], "kyverno");
+    assert_eq!(failed[0]["properties"]["process"], "background scan");
+    assert_eq!(report("good").unwrap()["summary"]["pass"], 2);
+    // `kubectl get polr`, as users read them.
+    let table = cluster.kubectl(&["get", "polr", "-n", "reports"]);
+    assert!(table.contains("Pod") && table.contains("bad"), "{table}");
+
+    // A Pod made after the scan: reported by the next one (20 s here).
+    apply_text(cluster, &pod_in("reports", "later", "busybox:latest"));
+    eventually("the later Pod reported", Duration::from_secs(60), || {
+        report("later").is_some_and(|r| r["summary"]["fail"] == 1)
+    });
+    let uid = cluster.get(&["pod", "bad", "-n", "reports"]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    cluster.kubectl(&[
+        "delete",
+        "pod",
+        "bad",
+        "-n",
+        "reports",
+        "--grace-period=0",
+        "--force",
+    ]);
+    eventually(
+        "the deleted Pod's report gone",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["policyreport", &uid, "-n", "reports"])
+                .is_none()
+        },
+    );
+    cluster.kubectl(&["delete", "clusterpolicy", "disallow-latest-tag"]);
+    eventually(
+        "the reports emptied with their policy",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["policyreport", "-n", "reports"])
+                .is_some_and(|l| l["items"].as_array().is_some_and(Vec::is_empty))
+        },
+    );
+}
+
 fn holder(cluster: &RealCluster, lease: &str) -> Option<String> {
     cluster.get(&["lease", lease, "-n", NAMESPACE])?["spec"]["holderIdentity"]
         .as_str()
@@ -635,4 +738,88 @@ fn leader_killed_mid_batch(cluster: &RealCluster, gavel: &mut Release) {
     );
     assert!(twice.is_empty(), "created more than once: {twice:?}");
     assert_eq!(deletes, 0);
+}
+
+/// An Audit policy on the ~1,000 ConfigMaps of `batch` (the triggers and
+/// copies of the step before): its scan starts on the policy's creation,
+/// and the API server is stopped for 10 s once a part of the reports is
+/// written. Afterwards every ConfigMap has exactly one report, with one
+/// result, the failure its missing label is.
+fn scan_survives_api_server_restart(cluster: &RealCluster, gavel: &Release) {
+    let policy = r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: require-team-label
+  annotations:
+    policies.kyverno.io/severity: medium
+    policies.kyverno.io/category: Best Practices
+spec:
+  validationFailureAction: Audit
+  background: true
+  rules:
+  - name: check-team
+    match:
+      any:
+      - resources:
+          kinds:
+          - ConfigMap
+          namespaces:
+          - batch
+    validate:
+      message: "The label `team` is required."
+      pattern:
+        metadata:
+          labels:
+            team: "?*"
+"#;
+    let config_maps = || {
+        cluster
+            .get(&["configmap", "-n", "batch"])
+            .and_then(|l| l["items"].as_array().map(Vec::len))
+            .unwrap_or(0)
+    };
+    let reports = || {
+        cluster
+            .get(&["policyreport", "-n", "batch"])
+            .and_then(|l| l["items"].as_array().cloned())
+            .unwrap_or_default()
+    };
+    let total = config_maps();
+    assert!(total > 1000, "{total} ConfigMaps");
+    apply_text(cluster, policy);
+    let started = Instant::now();
+    eventually(
+        "a part of the reports written",
+        Duration::from_secs(120),
+        || reports().len() >= 100,
+    );
+    let before = reports().len();
+    cluster.stop("kube-apiserver");
+    std::thread::sleep(Duration::from_secs(10));
+    cluster.start_again("kube-apiserver");
+    gavel.api_relay.set_backends(vec![cluster.api_port()]);
+    eprintln!(
+        "background: API server stopped for 10 s with {before} of {total} reports written, {:.1}s into the scan",
+        started.elapsed().as_secs_f64()
+    );
+    eventually("every ConfigMap reported", Duration::from_secs(240), || {
+        reports().len() >= total
+    });
+    let reports = reports();
+    eprintln!(
+        "background: {} reports {:.1}s after the policy",
+        reports.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(reports.len(), total);
+    for r in &reports {
+        assert_eq!(r["scope"]["kind"], "ConfigMap");
+        assert_eq!(r["summary"]["fail"], 1, "{r}");
+        let results = r["results"].as_array().unwrap();
+        assert_eq!(results.len(), 1, "{r}");
+        assert_eq!(results[0]["policy"], "require-team-label");
+        assert_eq!(results[0]["severity"], "medium");
+        assert_eq!(results[0]["category"], "Best Practices");
+    }
 }

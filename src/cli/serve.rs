@@ -57,6 +57,8 @@ pub struct ClusterOptions {
     pub update_requests: crate::cluster::update_requests::WriterOptions,
     /// The background controller (leader only).
     pub background: crate::controllers::background::BackgroundOptions,
+    /// The background scan that writes PolicyReports (leader only).
+    pub reports: crate::controllers::reports::ReportOptions,
     /// The certificate Secrets (used when no certificate files are given).
     pub certificates: crate::controllers::certificates::CertOptions,
 }
@@ -110,6 +112,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let mut synced = None;
     let mut cluster_client = None;
     let mut background_client = None;
+    let mut reports_client = None;
     let mut policy_statuses = None;
     let mut update_requests: Arc<dyn UpdateRequestSink> = Arc::new(NoUpdateRequests);
     let view: Arc<dyn ClusterView> = match &opts.cluster {
@@ -191,6 +194,18 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 client::client(
                     &cluster.client,
                     "background",
+                    cluster.client.qps,
+                    cluster.client.burst,
+                    queries.clone(),
+                )
+                .await?,
+            );
+            // So has the reports controller's scan, which lists every
+            // scanned kind.
+            reports_client = Some(
+                client::client(
+                    &cluster.client,
+                    "reports",
                     cluster.client.qps,
                     cluster.client.burst,
                     queries.clone(),
@@ -366,6 +381,27 @@ async fn run(opts: ServeOptions) -> Result<()> {
             tokio::spawn(async move {
                 if synced.wait_for(|s| *s).await.is_ok() {
                     crate::controllers::background::run(
+                        client, opts, snapshot, view, leading, background,
+                    )
+                    .await;
+                }
+            });
+        }
+        if !cluster.reports.interval.is_zero() {
+            let leading = leader::elect(
+                client.clone(),
+                "gavel-reports",
+                cluster.lease.clone(),
+                stopping.clone(),
+            );
+            let client = reports_client.clone().unwrap_or_else(|| client.clone());
+            let opts = cluster.reports.clone();
+            let (snapshot, view) = (state.snapshot.clone(), state.view.clone());
+            let background = background.clone();
+            let mut synced = synced.clone();
+            tokio::spawn(async move {
+                if synced.wait_for(|s| *s).await.is_ok() {
+                    crate::controllers::reports::run(
                         client, opts, snapshot, view, leading, background,
                     )
                     .await;

@@ -1,0 +1,230 @@
+//! Rule results as `wgpolicyk8s.io/v1alpha2` PolicyReports (§12.1), the
+//! way Kyverno 1.10+ writes them: one report per resource, named after its
+//! uid, in its namespace (a ClusterPolicyReport for a cluster-scoped one),
+//! owned by it (so the garbage collector deletes the report with the
+//! resource), with a `scope` naming it, a `summary`, and one result per
+//! validation rule.
+//!
+//! A report is rewritten by merging: the results of the policies just
+//! evaluated replace theirs, the others stay, and those of policies no
+//! longer loaded go. Timestamps are left out of the comparison, so an
+//! evaluation that changes nothing writes nothing.
+
+use crate::engine::{PolicyResponse, RuleStatus, RuleType};
+use crate::policy::CompiledPolicy;
+use serde_json::{Value, json};
+use std::collections::BTreeSet;
+
+/// The `process` property of results from a background scan.
+pub const BACKGROUND_SCAN: &str = "background scan";
+
+/// The report results of one policy's response for a resource: validation
+/// rules only, fail turned into warn for a policy scored false.
+pub fn results(
+    policy: &CompiledPolicy,
+    response: &PolicyResponse,
+    process: &str,
+    now_seconds: i64,
+) -> Vec<Value> {
+    let annotation = |k: &str| policy.annotations.get(k).cloned().unwrap_or_default();
+    let (severity, category) = (
+        annotation("policies.kyverno.io/severity"),
+        annotation("policies.kyverno.io/category"),
+    );
+    response
+        .rules
+        .iter()
+        .filter(|r| r.rule_type == RuleType::Validation)
+        .map(|r| {
+            let mut status = r.status;
+            if status == RuleStatus::Fail && !policy.scored {
+                status = RuleStatus::Warn;
+            }
+            let mut result = json!({
+                "source": "kyverno",
+                "policy": response.policy,
+                "rule": r.name,
+                "result": status.as_str(),
+                "message": r.message,
+                "scored": policy.scored,
+                "timestamp": {"seconds": now_seconds, "nanos": 0},
+                "properties": {"process": process},
+            });
+            if !severity.is_empty() {
+                result["severity"] = Value::String(severity.clone());
+            }
+            if !category.is_empty() {
+                result["category"] = Value::String(category.clone());
+            }
+            for (k, v) in r.properties() {
+                result["properties"][k] = Value::String(v.clone());
+            }
+            result
+        })
+        .collect()
+}
+
+/// The report of `resource` holding `results`.
+pub fn report(resource: &Value, results: Vec<Value>) -> Value {
+    let text = |p: &str| {
+        resource
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let (api_version, kind, namespace, name, uid) = (
+        text("/apiVersion"),
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+        text("/metadata/uid"),
+    );
+    let mut metadata = json!({
+        "name": uid,
+        "labels": {"app.kubernetes.io/managed-by": "kyverno"},
+        "ownerReferences": [{"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}],
+    });
+    let mut scope = json!({"apiVersion": api_version, "kind": kind, "name": name, "uid": uid});
+    if !namespace.is_empty() {
+        metadata["namespace"] = Value::String(namespace.to_string());
+        scope["namespace"] = Value::String(namespace.to_string());
+    }
+    json!({
+        "apiVersion": "wgpolicyk8s.io/v1alpha2",
+        "kind": if namespace.is_empty() { "ClusterPolicyReport" } else { "PolicyReport" },
+        "metadata": metadata,
+        "scope": scope,
+        "summary": summary(&results),
+        "results": results,
+    })
+}
+
+/// Counts of each result.
+pub fn summary(results: &[Value]) -> Value {
+    let count = |what: &str| results.iter().filter(|r| r["result"] == what).count();
+    json!({
+        "pass": count("pass"),
+        "fail": count("fail"),
+        "warn": count("warn"),
+        "error": count("error"),
+        "skip": count("skip"),
+    })
+}
+
+/// `existing` results merged with `fresh` ones: the results of the
+/// policies in `evaluated` are replaced by `fresh`, the results of
+/// policies not in `loaded` are dropped, the rest are kept. Sorted by
+/// policy and rule, so equal content compares equal.
+pub fn merge(
+    existing: &[Value],
+    evaluated: &BTreeSet<String>,
+    loaded: &BTreeSet<String>,
+    fresh: Vec<Value>,
+) -> Vec<Value> {
+    let policy = |r: &Value| r["policy"].as_str().unwrap_or_default().to_string();
+    let mut out: Vec<Value> = existing
+        .iter()
+        .filter(|r| {
+            let p = policy(r);
+            !evaluated.contains(&p) && loaded.contains(&p)
+        })
+        .cloned()
+        .chain(fresh)
+        .collect();
+    out.sort_by(|a, b| (policy(a), a["rule"].as_str()).cmp(&(policy(b), b["rule"].as_str())));
+    out
+}
+
+/// Whether two result lists say the same, timestamps aside.
+pub fn same_results(a: &[Value], b: &[Value]) -> bool {
+    let strip = |r: &Value| {
+        let mut r = r.clone();
+        if let Value::Object(m) = &mut r {
+            m.remove("timestamp");
+        }
+        r
+    };
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| strip(x) == strip(y))
+}
+
+/// The result list of a report object.
+pub fn results_of(report: &Value) -> Vec<Value> {
+    report["results"].as_array().cloned().unwrap_or_default()
+}
+
+/// The report's identity fields from `fresh` with the content of `results`,
+/// keeping the server's metadata of `existing` (resourceVersion for the
+/// compare-and-swap).
+pub fn updated(existing: &Value, fresh: &Value, results: Vec<Value>) -> Value {
+    let mut out = fresh.clone();
+    if let (Some(meta), Some(old)) = (
+        out.get_mut("metadata").and_then(Value::as_object_mut),
+        existing.get("metadata").and_then(Value::as_object),
+    ) {
+        for (k, v) in old {
+            if !matches!(
+                k.as_str(),
+                "labels" | "ownerReferences" | "name" | "namespace"
+            ) {
+                meta.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    out["summary"] = summary(&results);
+    out["results"] = Value::Array(results);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(policy: &str, rule: &str, outcome: &str, at: i64) -> Value {
+        json!({"policy": policy, "rule": rule, "result": outcome, "timestamp": {"seconds": at, "nanos": 0}})
+    }
+
+    #[test]
+    fn merging_replaces_the_evaluated_policies_and_drops_the_unloaded() {
+        let existing = vec![
+            result("a", "r1", "fail", 1),
+            result("b", "r1", "pass", 1),
+            result("gone", "r1", "fail", 1),
+        ];
+        let evaluated = BTreeSet::from(["a".to_string()]);
+        let loaded = BTreeSet::from(["a".to_string(), "b".to_string()]);
+        let merged = merge(
+            &existing,
+            &evaluated,
+            &loaded,
+            vec![result("a", "r1", "pass", 2)],
+        );
+        assert_eq!(
+            merged,
+            vec![result("a", "r1", "pass", 2), result("b", "r1", "pass", 1)]
+        );
+        assert_eq!(summary(&merged)["pass"], 2);
+        let again = merge(
+            &merged,
+            &evaluated,
+            &loaded,
+            vec![result("a", "r1", "pass", 3)],
+        );
+        assert!(same_results(&merged, &again), "only the timestamp moved");
+        assert!(!same_results(&existing, &merged));
+    }
+
+    #[test]
+    fn a_namespaced_resource_gets_a_policy_report_it_owns() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                         "metadata": {"name": "web", "namespace": "ns", "uid": "u-1"}});
+        let r = report(&pod, vec![result("a", "r1", "fail", 1)]);
+        assert_eq!(r["kind"], "PolicyReport");
+        assert_eq!(r["metadata"]["name"], "u-1");
+        assert_eq!(r["metadata"]["namespace"], "ns");
+        assert_eq!(r["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(r["scope"]["kind"], "Pod");
+        assert_eq!(r["summary"]["fail"], 1);
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns", "uid": "u-2"}});
+        assert_eq!(report(&ns, vec![])["kind"], "ClusterPolicyReport");
+    }
+}

@@ -1,0 +1,501 @@
+//! The reports controller's background scan (§12): on the leader of the
+//! `gavel-reports` Lease, every `interval` and whenever the policy set
+//! changes, each resource of the kinds the `background: true` validate
+//! policies match is evaluated, and its PolicyReport (ClusterPolicyReport
+//! for a cluster-scoped resource) written when its results changed.
+//!
+//! Memory stays bounded at any cluster size: resources are listed a page
+//! at a time and evaluated page by page; of the existing reports only a
+//! hash of their results is kept. Writes are bounded by what changed: a
+//! scan that finds the same results writes nothing, and the controller's
+//! client has its own rate limit. A scan cut short (the lead lost, the API
+//! server gone) is simply run again: reports are rewritten from what the
+//! resources are, never patched incrementally.
+
+use crate::admission::policies::Snapshot;
+use crate::admission::reports::{self, BACKGROUND_SCAN};
+use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, ObjectLabels};
+use crate::context::ClusterView;
+use crate::controllers::background::objects::{self, BackgroundResolver};
+use crate::engine::validate::evaluate_policy;
+use crate::engine::{EvalEnv, Request};
+use crate::kinds::{BuiltinKind, builtin_kinds, split_api_version};
+use crate::policy::CompiledPolicy;
+use arc_swap::ArcSwap;
+use kube::Client;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use serde_json::Value;
+use std::collections::{BTreeSet, HashMap};
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+const CONTROLLER: ControllerLabels = ControllerLabels {
+    controller_name: "reports",
+};
+
+/// Settings of the background scan.
+#[derive(Debug, Clone)]
+pub struct ReportOptions {
+    /// Time between full scans (Kyverno's `--backgroundScanInterval`, 1h).
+    pub interval: Duration,
+    /// Resources listed per API call.
+    pub page_size: u32,
+    /// How long policy changes gather before a scan starts.
+    pub debounce: Duration,
+}
+
+/// Runs the scans while this replica leads `leading`.
+pub async fn run(
+    client: Client,
+    opts: ReportOptions,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    view: Arc<dyn ClusterView>,
+    mut leading: watch::Receiver<bool>,
+    metrics: BackgroundMetrics,
+) {
+    loop {
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        tracing::info!("reports controller: leading");
+        let scans = async {
+            loop {
+                let generation = snapshot.load().generation;
+                let started = Instant::now();
+                match scan(&client, &opts, &snapshot, &view, &metrics).await {
+                    Ok(stats) => tracing::info!(
+                        resources = stats.resources,
+                        written = stats.written,
+                        deleted = stats.deleted,
+                        seconds = started.elapsed().as_secs_f64(),
+                        "background scan done"
+                    ),
+                    Err(e) => tracing::warn!(error = e, "background scan cut short; it runs again"),
+                }
+                metrics.reconciles.get_or_create(&CONTROLLER).inc();
+                metrics
+                    .reconcile_seconds
+                    .get_or_create(&CONTROLLER)
+                    .observe(started.elapsed().as_secs_f64());
+                // The next scan: at the interval, or after a policy change.
+                let next = Instant::now() + opts.interval;
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    if Instant::now() >= next {
+                        break;
+                    }
+                    if snapshot.load().generation != generation {
+                        tokio::time::sleep(opts.debounce).await;
+                        break;
+                    }
+                }
+            }
+        };
+        tokio::select! {
+            _ = scans => {}
+            _ = leading.wait_for(|l| !*l) => {}
+        }
+        tracing::info!("reports controller: no longer leading");
+    }
+}
+
+#[derive(Default)]
+struct ScanStats {
+    resources: usize,
+    written: usize,
+    deleted: usize,
+}
+
+/// The background policies and the kinds they match.
+fn scanned(snapshot: &Snapshot) -> (Vec<usize>, Vec<&'static BuiltinKind>) {
+    let policies: Vec<usize> = snapshot
+        .policies
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.background && p.has_validate())
+        .map(|(i, _)| i)
+        .collect();
+    let mut selectors = Vec::new();
+    for &i in &policies {
+        for rule in snapshot.policies[i]
+            .rules
+            .iter()
+            .filter(|r| r.is_validate())
+        {
+            match rule.match_resources.kind_selectors() {
+                Some(s) => selectors.extend(s),
+                None => tracing::warn!(
+                    policy = snapshot.policies[i].qualified_name(),
+                    rule = rule.name,
+                    "a rule that matches any kind is not scanned"
+                ),
+            }
+        }
+    }
+    let kinds = builtin_kinds()
+        .iter()
+        .filter(|k| {
+            let (g, v) = split_api_version(k.api_version);
+            // Reports are not scanned for themselves.
+            g != "wgpolicyk8s.io"
+                && selectors.iter().any(|s| {
+                    s.subresource.is_none()
+                        && s.kind.matches(k.kind)
+                        && s.group.matches(g)
+                        && s.version.matches(v)
+                })
+        })
+        .collect();
+    (policies, kinds)
+}
+
+fn report_resources() -> [ApiResource; 2] {
+    let resource = |kind: &str, plural: &str| ApiResource {
+        group: "wgpolicyk8s.io".into(),
+        version: "v1alpha2".into(),
+        api_version: "wgpolicyk8s.io/v1alpha2".into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    [
+        resource("PolicyReport", "policyreports"),
+        resource("ClusterPolicyReport", "clusterpolicyreports"),
+    ]
+}
+
+/// A hash of results, timestamps aside.
+fn results_hash(results: &[Value]) -> u64 {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for r in results {
+        let mut r = r.clone();
+        if let Value::Object(m) = &mut r {
+            m.remove("timestamp");
+        }
+        r.to_string().hash(&mut h);
+    }
+    h.finish()
+}
+
+/// What a scan keeps of an existing report.
+struct Existing {
+    namespace: String,
+    /// The hash of the scanned policies' results in it.
+    hash: u64,
+    /// It holds results of a policy no longer loaded.
+    stale: bool,
+}
+
+/// The existing reports, by name (the resource uid).
+async fn existing_reports(
+    client: &Client,
+    page_size: u32,
+    scanned: &BTreeSet<String>,
+    loaded: &BTreeSet<String>,
+) -> Result<HashMap<String, Existing>, String> {
+    let mut out = HashMap::new();
+    for resource in report_resources() {
+        let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
+        let mut params = ListParams::default()
+            .labels("app.kubernetes.io/managed-by=kyverno")
+            .limit(page_size);
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|e| format!("listing {}: {}", resource.plural, objects::short(&e)))?;
+            for report in &page.items {
+                let results: Vec<Value> = report.data["results"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|r| scanned.contains(r["policy"].as_str().unwrap_or_default()))
+                    .cloned()
+                    .collect();
+                let name = report.metadata.name.clone().unwrap_or_default();
+                // Results of a policy deleted since: rewritten without them.
+                let stale = report.data["results"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .any(|r| !loaded.contains(r["policy"].as_str().unwrap_or_default()));
+                out.insert(
+                    name,
+                    Existing {
+                        namespace: report.metadata.namespace.clone().unwrap_or_default(),
+                        hash: results_hash(&results),
+                        stale,
+                    },
+                );
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params.continue_token = Some(token),
+                None => break,
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// One full scan.
+async fn scan(
+    client: &Client,
+    opts: &ReportOptions,
+    snapshot: &Arc<ArcSwap<Snapshot>>,
+    view: &Arc<dyn ClusterView>,
+    metrics: &BackgroundMetrics,
+) -> Result<ScanStats, String> {
+    let snapshot = snapshot.load_full();
+    let (policies, kinds) = scanned(&snapshot);
+    let scanned_names: BTreeSet<String> = policies
+        .iter()
+        .map(|&i| snapshot.policies[i].qualified_name().to_string())
+        .collect();
+    let loaded: BTreeSet<String> = snapshot
+        .policies
+        .iter()
+        .map(|p| p.qualified_name().to_string())
+        .collect();
+    let existing = existing_reports(client, opts.page_size, &scanned_names, &loaded).await?;
+    let mut visited = std::collections::HashSet::new();
+    let mut stats = ScanStats::default();
+    for kind in kinds {
+        let api = objects::api_for(client, kind.api_version, kind.kind, "");
+        let mut params = ListParams::default().limit(opts.page_size);
+        loop {
+            let page = api
+                .list(&params)
+                .await
+                .map_err(|e| format!("listing {}: {}", kind.plural, objects::short(&e)))?;
+            let items: Vec<Value> = page
+                .items
+                .into_iter()
+                .map(|o| {
+                    let mut v = serde_json::to_value(o).unwrap_or(Value::Null);
+                    v["apiVersion"] = Value::from(kind.api_version);
+                    v["kind"] = Value::from(kind.kind);
+                    v
+                })
+                .collect();
+            stats.resources += items.len();
+            let evaluated = evaluate_page(client, &snapshot, &policies, view, items).await?;
+            for (resource, results) in evaluated {
+                let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
+                visited.insert(uid.to_string());
+                let unchanged = match existing.get(uid) {
+                    Some(e) => !e.stale && e.hash == results_hash(&results),
+                    None => results.is_empty(),
+                };
+                if unchanged {
+                    continue;
+                }
+                match write_report(client, &resource, &results, &scanned_names, &loaded).await? {
+                    Written::Wrote => {
+                        stats.written += 1;
+                        count(metrics, "report_written");
+                    }
+                    Written::Deleted => {
+                        stats.deleted += 1;
+                        count(metrics, "report_deleted");
+                    }
+                    Written::Nothing => {}
+                }
+            }
+            match page.metadata.continue_.filter(|c| !c.is_empty()) {
+                Some(token) => params.continue_token = Some(token),
+                None => break,
+            }
+        }
+    }
+    // Reports of resources no scanned kind holds any more (their policy
+    // deleted, or changed to other kinds): pruned of unloaded policies'
+    // and of scanned policies' results, which the scan found none of.
+    for (uid, report) in &existing {
+        if visited.contains(uid) || (!report.stale && report.hash == results_hash(&[])) {
+            continue;
+        }
+        match prune_report(client, &report.namespace, uid, &scanned_names, &loaded).await? {
+            Written::Wrote => stats.written += 1,
+            Written::Deleted => {
+                stats.deleted += 1;
+                count(metrics, "report_deleted");
+            }
+            Written::Nothing => {}
+        }
+    }
+    Ok(stats)
+}
+
+/// Drops from one report the results of the scanned policies (the scan
+/// did not find its resource) and of the policies no longer loaded;
+/// deletes it when nothing is left.
+async fn prune_report(
+    client: &Client,
+    namespace: &str,
+    uid: &str,
+    scanned: &BTreeSet<String>,
+    loaded: &BTreeSet<String>,
+) -> Result<Written, String> {
+    let [namespaced, cluster] = report_resources();
+    let api: Api<DynamicObject> = if namespace.is_empty() {
+        Api::all_with(client.clone(), &cluster)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, &namespaced)
+    };
+    let fail = |e: kube::Error| format!("report {uid}: {}", objects::short(&e));
+    let Some(existing) = api.get_opt(uid).await.map_err(fail)? else {
+        return Ok(Written::Nothing);
+    };
+    let existing = serde_json::to_value(existing).unwrap_or(Value::Null);
+    let held = reports::results_of(&existing);
+    let kept = reports::merge(&held, scanned, loaded, Vec::new());
+    if kept.is_empty() {
+        return match api.delete(uid, &DeleteParams::default()).await {
+            Ok(_) => Ok(Written::Deleted),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Written::Nothing),
+            Err(e) => Err(fail(e)),
+        };
+    }
+    if reports::same_results(&held, &kept) {
+        return Ok(Written::Nothing);
+    }
+    let mut report = existing.clone();
+    report["summary"] = reports::summary(&kept);
+    report["results"] = Value::Array(kept);
+    let report: DynamicObject =
+        serde_json::from_value(report).map_err(|e| format!("report {uid}: {e}"))?;
+    match api.replace(uid, &PostParams::default(), &report).await {
+        Ok(_) => Ok(Written::Wrote),
+        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Written::Nothing),
+        Err(e) => Err(fail(e)),
+    }
+}
+
+fn count(metrics: &BackgroundMetrics, action: &'static str) {
+    metrics
+        .objects
+        .get_or_create(&ObjectLabels { action })
+        .inc();
+}
+
+/// Evaluates the background policies on one page of resources, on a
+/// blocking thread: each resource with its fresh results (sorted).
+async fn evaluate_page(
+    client: &Client,
+    snapshot: &Arc<Snapshot>,
+    policies: &[usize],
+    view: &Arc<dyn ClusterView>,
+    items: Vec<Value>,
+) -> Result<Vec<(Value, Vec<Value>)>, String> {
+    let resolver = BackgroundResolver {
+        view: view.clone(),
+        client: client.clone(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let snapshot = snapshot.clone();
+    let policies = policies.to_vec();
+    tokio::task::spawn_blocking(move || {
+        let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        items
+            .into_iter()
+            .map(|resource| {
+                let namespace = resource["metadata"]["namespace"]
+                    .as_str()
+                    .unwrap_or_default();
+                let labels = (!namespace.is_empty())
+                    .then(|| resolver.namespace_labels(namespace))
+                    .flatten();
+                let req = Request::offline(&resource, "CREATE", Default::default(), labels);
+                let mut results = Vec::new();
+                for &i in &policies {
+                    let policy: &CompiledPolicy = &snapshot.policies[i];
+                    let ctx = req.json_context(policy.uses_images);
+                    let env = EvalEnv {
+                        resolver: &resolver,
+                        exceptions: &snapshot.exceptions,
+                        rule_values: &(),
+                    };
+                    let response = evaluate_policy(policy, &req, &ctx, &env);
+                    results.extend(reports::results(policy, &response, BACKGROUND_SCAN, now));
+                }
+                results.sort_by(|a, b| {
+                    (a["policy"].as_str(), a["rule"].as_str())
+                        .cmp(&(b["policy"].as_str(), b["rule"].as_str()))
+                });
+                (resource, results)
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| format!("evaluation panicked: {e}"))
+}
+
+enum Written {
+    Wrote,
+    Deleted,
+    Nothing,
+}
+
+/// Writes one resource's report: merged with what it holds (the results
+/// of policies not scanned stay), created, replaced at the
+/// resourceVersion read, or deleted when nothing is left.
+async fn write_report(
+    client: &Client,
+    resource: &Value,
+    fresh: &[Value],
+    scanned: &BTreeSet<String>,
+    loaded: &BTreeSet<String>,
+) -> Result<Written, String> {
+    let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
+    let namespace = resource["metadata"]["namespace"]
+        .as_str()
+        .unwrap_or_default();
+    let [namespaced, cluster] = report_resources();
+    let api: Api<DynamicObject> = if namespace.is_empty() {
+        Api::all_with(client.clone(), &cluster)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, &namespaced)
+    };
+    let fail = |e: kube::Error| format!("report of {uid}: {}", objects::short(&e));
+    let existing = api.get_opt(uid).await.map_err(fail)?;
+    let existing = existing.map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
+    let held = existing
+        .as_ref()
+        .map(reports::results_of)
+        .unwrap_or_default();
+    let merged = reports::merge(&held, scanned, loaded, fresh.to_vec());
+    let to_object = |v: Value| {
+        serde_json::from_value::<DynamicObject>(v).map_err(|e| format!("report of {uid}: {e}"))
+    };
+    match existing {
+        None if merged.is_empty() => Ok(Written::Nothing),
+        None => {
+            let report = to_object(reports::report(resource, merged))?;
+            match api.create(&PostParams::default(), &report).await {
+                Ok(_) => Ok(Written::Wrote),
+                // Written meanwhile (a deposed leader): the next scan compares.
+                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Written::Nothing),
+                // The resource is gone (its namespace terminating).
+                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(Written::Nothing),
+                Err(e) => Err(fail(e)),
+            }
+        }
+        Some(_) if merged.is_empty() => match api.delete(uid, &DeleteParams::default()).await {
+            Ok(_) => Ok(Written::Deleted),
+            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Written::Nothing),
+            Err(e) => Err(fail(e)),
+        },
+        Some(_) if reports::same_results(&held, &merged) => Ok(Written::Nothing),
+        Some(existing) => {
+            let fresh_report = reports::report(resource, Vec::new());
+            let report = to_object(reports::updated(&existing, &fresh_report, merged))?;
+            match api.replace(uid, &PostParams::default(), &report).await {
+                Ok(_) => Ok(Written::Wrote),
+                // Changed meanwhile: the next scan compares again.
+                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Written::Nothing),
+                Err(e) => Err(fail(e)),
+            }
+        }
+    }
+}
