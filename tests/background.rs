@@ -806,6 +806,24 @@ spec:
     eventually("every ConfigMap reported", Duration::from_secs(240), || {
         reports().len() >= total
     });
+    // The next scan (20 s) finds the same results and writes nothing.
+    let (_, mark) = cluster.audit_since(0);
+    std::thread::sleep(Duration::from_secs(45));
+    let (events, _) = cluster.audit_since(mark);
+    let rewrites = events
+        .iter()
+        .filter(|e| e["objectRef"]["resource"] == "policyreports")
+        .filter(|e| {
+            matches!(
+                e["verb"].as_str(),
+                Some("create" | "update" | "patch" | "delete")
+            )
+        })
+        .count();
+    assert_eq!(
+        rewrites, 0,
+        "a scan that finds the same results writes nothing"
+    );
     let reports = reports();
     eprintln!(
         "background: {} reports {:.1}s after the policy",
