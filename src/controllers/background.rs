@@ -19,6 +19,7 @@ mod policies;
 use crate::admission::policies::Snapshot;
 use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, api_resource};
 use crate::context::ClusterView;
+use crate::controllers::leader::while_leading;
 use crate::engine::json_context::JsonContext;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
 use crate::policy::CompiledPolicy;
@@ -84,14 +85,12 @@ pub async fn run(
     opts: BackgroundOptions,
     snapshot: Arc<ArcSwap<Snapshot>>,
     view: Arc<dyn ClusterView>,
-    mut leading: watch::Receiver<bool>,
+    leading: watch::Receiver<bool>,
     metrics: BackgroundMetrics,
 ) {
-    loop {
-        if leading.wait_for(|l| *l).await.is_err() {
-            return;
-        }
-        tracing::info!("background controller: leading");
+    while_leading(leading, "background", || {
+        // What a former lead left queued is not this one's to count.
+        metrics.queue_depth.get_or_create(&CONTROLLER).set(0);
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             urs: Api::namespaced_with(client.clone(), &opts.namespace, &api_resource()),
@@ -104,14 +103,9 @@ pub async fn run(
             queued: Mutex::new(HashSet::new()),
             latest: Mutex::new(HashMap::new()),
         });
-        let work = lead(shared.clone(), rx);
-        tokio::select! {
-            _ = work => {}
-            _ = leading.wait_for(|l| !*l) => {}
-        }
-        metrics.queue_depth.get_or_create(&CONTROLLER).set(0);
-        tracing::info!("background controller: no longer leading");
-    }
+        lead(shared, rx)
+    })
+    .await;
 }
 
 /// The leader's work: the UpdateRequest watch, the workers and the policy
@@ -353,6 +347,20 @@ struct Evaluated {
     message: String,
     /// Downstream resources, or patched targets.
     resources: Vec<Value>,
+}
+
+/// What a rule produced: its resources when it passed; nothing when it
+/// was skipped or no longer applies (no match, preconditions not met);
+/// its message as the error otherwise.
+fn produced(evaluated: Option<Evaluated>) -> Result<Vec<Value>, String> {
+    match evaluated {
+        None => Ok(Vec::new()),
+        Some(e) => match e.status {
+            RuleStatus::Pass => Ok(e.resources),
+            RuleStatus::Skip => Ok(Vec::new()),
+            _ => Err(e.message),
+        },
+    }
 }
 
 /// Runs `policy_fn` (the engine's generate or mutate) for the policy

@@ -235,3 +235,23 @@ impl Elector {
         }
     }
 }
+
+/// Runs `work` each time this replica becomes the leader of `leading`,
+/// and drops it as soon as the lead is lost, until the election ends.
+pub async fn while_leading<F, Fut>(mut leading: watch::Receiver<bool>, duty: &str, mut work: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    loop {
+        if leading.wait_for(|l| *l).await.is_err() {
+            return;
+        }
+        tracing::info!(duty, "leading");
+        tokio::select! {
+            _ = work() => {}
+            _ = leading.wait_for(|l| !*l) => {}
+        }
+        tracing::info!(duty, "no longer leading");
+    }
+}

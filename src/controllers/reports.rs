@@ -17,6 +17,7 @@ use crate::admission::reports::{self, BACKGROUND_SCAN};
 use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, ObjectLabels};
 use crate::context::ClusterView;
 use crate::controllers::background::objects::{self, BackgroundResolver};
+use crate::controllers::leader::while_leading;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, Request};
 use crate::kinds::{BuiltinKind, builtin_kinds, split_api_version};
@@ -52,53 +53,43 @@ pub async fn run(
     opts: ReportOptions,
     snapshot: Arc<ArcSwap<Snapshot>>,
     view: Arc<dyn ClusterView>,
-    mut leading: watch::Receiver<bool>,
+    leading: watch::Receiver<bool>,
     metrics: BackgroundMetrics,
 ) {
-    loop {
-        if leading.wait_for(|l| *l).await.is_err() {
-            return;
-        }
-        tracing::info!("reports controller: leading");
-        let scans = async {
+    while_leading(leading, "reports", || async {
+        loop {
+            let generation = snapshot.load().generation;
+            let started = Instant::now();
+            match scan(&client, &opts, &snapshot, &view, &metrics).await {
+                Ok(stats) => tracing::info!(
+                    resources = stats.resources,
+                    written = stats.written,
+                    deleted = stats.deleted,
+                    seconds = started.elapsed().as_secs_f64(),
+                    "background scan done"
+                ),
+                Err(e) => tracing::warn!(error = e, "background scan cut short; it runs again"),
+            }
+            metrics.reconciles.get_or_create(&CONTROLLER).inc();
+            metrics
+                .reconcile_seconds
+                .get_or_create(&CONTROLLER)
+                .observe(started.elapsed().as_secs_f64());
+            // The next scan: at the interval, or after a policy change.
+            let next = Instant::now() + opts.interval;
             loop {
-                let generation = snapshot.load().generation;
-                let started = Instant::now();
-                match scan(&client, &opts, &snapshot, &view, &metrics).await {
-                    Ok(stats) => tracing::info!(
-                        resources = stats.resources,
-                        written = stats.written,
-                        deleted = stats.deleted,
-                        seconds = started.elapsed().as_secs_f64(),
-                        "background scan done"
-                    ),
-                    Err(e) => tracing::warn!(error = e, "background scan cut short; it runs again"),
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                if Instant::now() >= next {
+                    break;
                 }
-                metrics.reconciles.get_or_create(&CONTROLLER).inc();
-                metrics
-                    .reconcile_seconds
-                    .get_or_create(&CONTROLLER)
-                    .observe(started.elapsed().as_secs_f64());
-                // The next scan: at the interval, or after a policy change.
-                let next = Instant::now() + opts.interval;
-                loop {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    if Instant::now() >= next {
-                        break;
-                    }
-                    if snapshot.load().generation != generation {
-                        tokio::time::sleep(opts.debounce).await;
-                        break;
-                    }
+                if snapshot.load().generation != generation {
+                    tokio::time::sleep(opts.debounce).await;
+                    break;
                 }
             }
-        };
-        tokio::select! {
-            _ = scans => {}
-            _ = leading.wait_for(|l| !*l) => {}
         }
-        tracing::info!("reports controller: no longer leading");
-    }
+    })
+    .await;
 }
 
 #[derive(Default)]
@@ -163,6 +154,16 @@ fn report_resources() -> [ApiResource; 2] {
         resource("PolicyReport", "policyreports"),
         resource("ClusterPolicyReport", "clusterpolicyreports"),
     ]
+}
+
+/// The reports of a namespace, or the cluster's ("").
+fn report_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
+    let [namespaced, cluster] = report_resources();
+    if namespace.is_empty() {
+        Api::all_with(client.clone(), &cluster)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, &namespaced)
+    }
 }
 
 /// A hash of results, timestamps aside.
@@ -337,12 +338,7 @@ async fn prune_report(
     scanned: &BTreeSet<String>,
     loaded: &BTreeSet<String>,
 ) -> Result<Written, String> {
-    let [namespaced, cluster] = report_resources();
-    let api: Api<DynamicObject> = if namespace.is_empty() {
-        Api::all_with(client.clone(), &cluster)
-    } else {
-        Api::namespaced_with(client.clone(), namespace, &namespaced)
-    };
+    let api = report_api(client, namespace);
     let fail = |e: kube::Error| format!("report {uid}: {}", objects::short(&e));
     let Some(existing) = api.get_opt(uid).await.map_err(fail)? else {
         return Ok(Written::Nothing);
@@ -451,12 +447,7 @@ async fn write_report(
     let namespace = resource["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default();
-    let [namespaced, cluster] = report_resources();
-    let api: Api<DynamicObject> = if namespace.is_empty() {
-        Api::all_with(client.clone(), &cluster)
-    } else {
-        Api::namespaced_with(client.clone(), namespace, &namespaced)
-    };
+    let api = report_api(client, namespace);
     let fail = |e: kube::Error| format!("report of {uid}: {}", objects::short(&e));
     let existing = api.get_opt(uid).await.map_err(fail)?;
     let existing = existing.map(|o| serde_json::to_value(o).unwrap_or(Value::Null));

@@ -1,9 +1,8 @@
 //! Generate work (§8): a rule's downstream for one trigger, created or
 //! kept in line; or, for a trigger gone or no longer matching, deleted.
 
-use super::{Evaluated, Shared, evaluate, objects, read_trigger};
+use super::{Shared, evaluate, objects, produced, read_trigger};
 use crate::admission::policies::Snapshot;
-use crate::engine::RuleStatus;
 use crate::engine::generate::generate_policy;
 use crate::policy::{CompiledPolicy, RuleBody};
 use serde_json::Value;
@@ -73,20 +72,7 @@ pub(super) async fn generate(
         generate_policy,
     )
     .await?;
-    let resources = match evaluated {
-        // No longer matches, or its preconditions do not hold: nothing to do.
-        None => return Ok(()),
-        Some(Evaluated {
-            status: RuleStatus::Pass,
-            resources,
-            ..
-        }) => resources,
-        Some(Evaluated {
-            status: RuleStatus::Skip,
-            ..
-        }) => return Ok(()),
-        Some(Evaluated { message, .. }) => return Err(message),
-    };
+    let resources = produced(evaluated)?;
     for resource in &resources {
         objects::apply(&shared.client, resource, synchronize, &shared.metrics).await?;
     }

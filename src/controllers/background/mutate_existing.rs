@@ -2,9 +2,8 @@
 //! patched and written back. A target the patch leaves as it is gets no
 //! write, so doing the work twice changes nothing the second time.
 
-use super::{Evaluated, Shared, evaluate, objects, read_trigger};
+use super::{Shared, evaluate, objects, produced, read_trigger};
 use crate::admission::policies::Snapshot;
-use crate::engine::RuleStatus;
 use crate::engine::mutate::mutate_policy;
 use serde_json::Value;
 use std::sync::Arc;
@@ -32,19 +31,7 @@ pub(super) async fn mutate_existing(
         |p, r, c, e| mutate_policy(p, r, c, e).response,
     )
     .await?;
-    let targets = match evaluated {
-        None => return Ok(()),
-        Some(Evaluated {
-            status: RuleStatus::Pass,
-            resources,
-            ..
-        }) => resources,
-        Some(Evaluated {
-            status: RuleStatus::Skip,
-            ..
-        }) => return Ok(()),
-        Some(Evaluated { message, .. }) => return Err(message),
-    };
+    let targets = produced(evaluated)?;
     for target in &targets {
         objects::replace(&shared.client, target, &shared.metrics).await?;
     }

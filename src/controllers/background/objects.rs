@@ -36,6 +36,22 @@ pub fn api_for(
     }
 }
 
+/// apiVersion, kind, namespace and name of an object.
+fn identity(object: &Value) -> (&str, &str, &str, &str) {
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    (
+        text("/apiVersion"),
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    )
+}
+
 fn to_value(object: DynamicObject) -> Value {
     serde_json::to_value(object).unwrap_or(Value::Null)
 }
@@ -79,18 +95,7 @@ pub async fn apply(
     synchronize: bool,
     metrics: &BackgroundMetrics,
 ) -> Result<(), String> {
-    let text = |p: &str| {
-        desired
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    };
-    let (api_version, kind, namespace, name) = (
-        text("/apiVersion"),
-        text("/kind"),
-        text("/metadata/namespace"),
-        text("/metadata/name"),
-    );
+    let (api_version, kind, namespace, name) = identity(desired);
     let what = format!("{api_version}/{kind} {namespace}/{name}");
     if name.is_empty() || kind.is_empty() {
         return Err(format!("downstream {what}: no kind or name"));
@@ -142,18 +147,7 @@ pub async fn replace(
     patched: &Value,
     metrics: &BackgroundMetrics,
 ) -> Result<(), String> {
-    let text = |p: &str| {
-        patched
-            .pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-    };
-    let (api_version, kind, namespace, name) = (
-        text("/apiVersion"),
-        text("/kind"),
-        text("/metadata/namespace"),
-        text("/metadata/name"),
-    );
+    let (api_version, kind, namespace, name) = identity(patched);
     let what = format!("target {api_version}/{kind} {namespace}/{name}");
     let object: DynamicObject =
         serde_json::from_value(patched.clone()).map_err(|e| format!("{what}: {e}"))?;
