@@ -23,6 +23,7 @@
 
 use super::review::Review;
 use crate::engine::Request;
+use crate::matching::MatchInput;
 use crate::policy::{CompiledPolicy, CompiledRule, RuleBody};
 use serde_json::{Map, Value, json};
 
@@ -74,8 +75,8 @@ pub mod labels {
     pub const TRIGGER_VERSION: &str = "generate.kyverno.io/trigger-version";
 }
 
-/// The UpdateRequests of an admitted `review` for the generate policies
-/// `selected` (indexes into `policies`). Dry runs leave none.
+/// The UpdateRequests of an admitted `review` for the policies `selected`
+/// (indexes into `policies`). Dry runs leave none.
 pub fn for_review(
     policies: &[CompiledPolicy],
     selected: &[usize],
@@ -85,26 +86,32 @@ pub fn for_review(
         return Vec::new();
     }
     let req = &review.request;
+    // The request's match input, once for every rule; the old object's
+    // only when a synchronized rule no longer matches an update.
+    let input = req.match_input();
+    let old = std::cell::OnceCell::new();
+    let old_request = || {
+        old.get_or_init(|| Request {
+            object: req.old_object.clone(),
+            ..req.clone()
+        })
+    };
     let mut out = Vec::new();
-    let old = (req.operation == "UPDATE").then(|| Request {
-        object: req.old_object.clone(),
-        ..req.clone()
-    });
     for &i in selected {
         let policy = &policies[i];
-        let contexts = rule_contexts(policy, req, old.as_ref());
-        if contexts.is_empty() {
+        if !in_scope(policy, req) {
             continue;
         }
-        let resource = contexts[0]["trigger"].clone();
-        out.push(UpdateRequestSpec {
-            spec: spec(policy.qualified_name(), contexts, resource, review),
-            not_for_own_writes: false,
-            username: req.user.username.clone(),
-        });
-    }
-    for &i in selected {
-        out.extend(mutate_existing(&policies[i], review));
+        let contexts = rule_contexts(policy, req, &input, old_request);
+        if !contexts.is_empty() {
+            let resource = contexts[0]["trigger"].clone();
+            out.push(UpdateRequestSpec {
+                spec: spec(policy.qualified_name(), contexts, resource, review),
+                not_for_own_writes: false,
+                username: req.user.username.clone(),
+            });
+        }
+        out.extend(mutate_existing(policy, review, &input));
     }
     if let Some(regenerate) = downstream_change(policies, review) {
         out.push(regenerate);
@@ -112,9 +119,26 @@ pub fn for_review(
     out
 }
 
+/// A namespaced Policy sees only its own namespace.
+fn in_scope(policy: &CompiledPolicy, req: &Request) -> bool {
+    policy.namespace.is_none() || policy.namespace.as_deref() == Some(req.namespace())
+}
+
+/// Whether a rule lists DELETE among its operations (then a deletion
+/// triggers it, rather than deleting its downstream).
+fn lists_delete(rule: &CompiledRule) -> bool {
+    rule.match_resources
+        .possible_operations()
+        .is_some_and(|ops| ops.iter().any(|o| o == "DELETE"))
+}
+
 /// The rule contexts of one policy for a trigger request.
-fn rule_contexts(policy: &CompiledPolicy, req: &Request, old: Option<&Request>) -> Vec<Value> {
-    let matches = |r: &Request, rule: &CompiledRule| trigger_matches(policy, rule, r);
+fn rule_contexts<'r>(
+    policy: &CompiledPolicy,
+    req: &Request,
+    input: &MatchInput,
+    old_request: impl Fn() -> &'r Request,
+) -> Vec<Value> {
     let mut out = Vec::new();
     for rule in &policy.rules {
         let RuleBody::Generate(g) = &rule.body else {
@@ -129,28 +153,16 @@ fn rule_contexts(policy: &CompiledPolicy, req: &Request, old: Option<&Request>) 
                 "trigger": resource_spec(trigger),
             })
         };
+        let matched = rule.selects(input);
         match req.operation.as_str() {
-            "DELETE" => {
-                if !matches(req, rule) {
-                    continue;
-                }
-                let on_delete = rule
-                    .match_resources
-                    .possible_operations()
-                    .is_some_and(|ops| ops.iter().any(|o| o == "DELETE"));
-                if on_delete {
-                    out.push(context(false, &req.old_object));
-                } else if synchronize {
-                    out.push(context(true, &req.old_object));
-                }
+            "DELETE" if matched && lists_delete(rule) => out.push(context(false, &req.old_object)),
+            "DELETE" if matched && synchronize => out.push(context(true, &req.old_object)),
+            "DELETE" => {}
+            _ if matched => out.push(context(false, &req.object)),
+            "UPDATE" if synchronize && rule.selects(&old_request().match_input()) => {
+                out.push(context(true, &req.old_object))
             }
-            _ => {
-                if matches(req, rule) {
-                    out.push(context(false, &req.object));
-                } else if synchronize && old.is_some_and(|o| matches(o, rule)) {
-                    out.push(context(true, &req.old_object));
-                }
-            }
+            _ => {}
         }
     }
     out
@@ -158,7 +170,11 @@ fn rule_contexts(policy: &CompiledPolicy, req: &Request, old: Option<&Request>) 
 
 /// The mutate-existing requests of one policy: one per rule its trigger
 /// matches (Kyverno's shape: `rule` and `resource`, no ruleContext).
-fn mutate_existing(policy: &CompiledPolicy, review: &Review) -> Vec<UpdateRequestSpec> {
+fn mutate_existing(
+    policy: &CompiledPolicy,
+    review: &Review,
+    input: &MatchInput,
+) -> Vec<UpdateRequestSpec> {
     let req = &review.request;
     let delete = req.operation == "DELETE";
     let mut out = Vec::new();
@@ -166,18 +182,15 @@ fn mutate_existing(policy: &CompiledPolicy, review: &Review) -> Vec<UpdateReques
         let RuleBody::Mutate(m) = &rule.body else {
             continue;
         };
-        if m.targets.is_empty() || !trigger_matches(policy, rule, req) {
+        if m.targets.is_empty() || !rule.selects(input) || (delete && !lists_delete(rule)) {
             continue;
         }
-        let lists_delete = rule
-            .match_resources
-            .possible_operations()
-            .is_some_and(|ops| ops.iter().any(|o| o == "DELETE"));
-        if delete && !lists_delete {
-            continue;
-        }
-        let trigger = resource_spec(if delete { &req.old_object } else { &req.object });
-        let mut spec = spec(policy.qualified_name(), Vec::new(), trigger, review);
+        let mut spec = spec(
+            policy.qualified_name(),
+            Vec::new(),
+            resource_spec(req.resource()),
+            review,
+        );
         spec["requestType"] = Value::from("mutate");
         spec["rule"] = Value::from(rule.name.as_str());
         if let Value::Object(m) = &mut spec {
@@ -190,20 +203,6 @@ fn mutate_existing(policy: &CompiledPolicy, review: &Review) -> Vec<UpdateReques
         });
     }
     out
-}
-
-/// Whether a trigger request (its object, or its oldObject on DELETE) is
-/// matched by a rule of `policy`: kinds, `match` and `exclude`.
-fn trigger_matches(policy: &CompiledPolicy, rule: &CompiledRule, r: &Request) -> bool {
-    if policy.namespace.is_some() && policy.namespace.as_deref() != Some(r.namespace()) {
-        return false;
-    }
-    let input = r.match_input();
-    rule.kinds
-        .as_ref()
-        .is_none_or(|k| k.iter().any(|k| k == input.kind))
-        && rule.match_resources.matches(&input)
-        && !rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
 }
 
 /// A change by someone else to a downstream resource of a synchronized

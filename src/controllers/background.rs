@@ -363,24 +363,29 @@ fn produced(evaluated: Option<Evaluated>) -> Result<Vec<Value>, String> {
     }
 }
 
-/// Runs `policy_fn` (the engine's generate or mutate) for the policy
-/// `index` of `snapshot` on a blocking thread, where the resolver may wait
-/// on the API server (clone sources, targets), and returns rule `rule`'s
-/// result: None when the rule does not apply to the trigger any more.
-async fn evaluate<F>(
+/// What rule `rule` of the policy `index` produces for a request's
+/// trigger (read back first): its downstream resources or patched targets.
+/// `policy_fn` (the engine's generate or mutate) runs on a blocking
+/// thread, where the resolver may wait on the API server (clone sources,
+/// targets).
+async fn rule_output<F>(
     shared: &Arc<Shared>,
     snapshot: &Arc<Snapshot>,
     index: usize,
     rule: &str,
-    admission: &Value,
-    object: Value,
+    trigger: &Value,
+    spec: &Value,
     policy_fn: F,
-) -> Result<Option<Evaluated>, String>
+) -> Result<Vec<Value>, String>
 where
     F: for<'p> FnOnce(&'p CompiledPolicy, &Request, &JsonContext, &EvalEnv) -> PolicyResponse<'p>
         + Send
         + 'static,
 {
+    let admission = &spec["context"]["admissionRequestInfo"]["admissionRequest"];
+    let Some(object) = read_trigger(shared, trigger, admission).await? else {
+        return Ok(Vec::new());
+    };
     let request = background_request(admission, object)?;
     let resolver = BackgroundResolver {
         view: shared.view.clone(),
@@ -389,7 +394,7 @@ where
     };
     let snapshot = snapshot.clone();
     let rule = rule.to_string();
-    tokio::task::spawn_blocking(move || {
+    let evaluated = tokio::task::spawn_blocking(move || {
         let policy = &snapshot.policies[index];
         let mut request = request;
         if !request.namespace().is_empty() {
@@ -413,7 +418,8 @@ where
             })
     })
     .await
-    .map_err(|e| format!("evaluation panicked: {e}"))
+    .map_err(|e| format!("evaluation panicked: {e}"))?;
+    produced(evaluated)
 }
 
 /// The engine's request for background evaluation: the admission request

@@ -29,13 +29,7 @@ pub fn generate_policy<'p>(
         let RuleBody::Generate(g) = &rule.body else {
             continue;
         };
-        if rule
-            .kinds
-            .as_ref()
-            .is_some_and(|k| !k.iter().any(|k| k == input.kind))
-            || !rule.match_resources.matches(&input)
-            || rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
-        {
+        if !rule.selects(&input) {
             continue;
         }
         let name = rule.name.as_str();

@@ -22,7 +22,7 @@ use super::cel_policy::{CompiledNamed, NamedExpression, compile_named};
 use super::conditions::Conditions;
 use super::mutation::{GenerateRule, MutateRule};
 use super::types::{ContextEntry, PolicyDoc, Rule};
-use crate::matching::CompiledMatch;
+use crate::matching::{CompiledMatch, MatchInput};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -97,6 +97,16 @@ impl CompiledRule {
 
     pub fn is_generate(&self) -> bool {
         matches!(self.body, RuleBody::Generate(_))
+    }
+
+    /// Whether the rule applies to `input`: its kinds, `match` and not
+    /// `exclude`.
+    pub fn selects(&self, input: &MatchInput) -> bool {
+        self.kinds
+            .as_ref()
+            .is_none_or(|k| k.iter().any(|k| k == input.kind))
+            && self.match_resources.matches(input)
+            && !self.exclude.as_ref().is_some_and(|e| e.excludes(input))
     }
 
     /// A validate rule whose failures are reported, not enforced.

@@ -1,7 +1,7 @@
 //! Generate work (§8): a rule's downstream for one trigger, created or
 //! kept in line; or, for a trigger gone or no longer matching, deleted.
 
-use super::{Shared, evaluate, objects, produced, read_trigger};
+use super::{Shared, objects, rule_output};
 use crate::admission::policies::Snapshot;
 use crate::engine::generate::generate_policy;
 use crate::policy::{CompiledPolicy, RuleBody};
@@ -53,26 +53,21 @@ pub(super) async fn generate(
     trigger: &Value,
     spec: &Value,
 ) -> Result<(), String> {
-    let admission = &spec["context"]["admissionRequestInfo"]["admissionRequest"];
-    let Some(object) = read_trigger(shared, trigger, admission).await? else {
-        return Ok(());
-    };
     let policy = &snapshot.policies[index];
     let synchronize = policy.rules.iter().any(|r| {
         r.name == rule
             && matches!(&r.body, RuleBody::Generate(g) if g.spec.synchronize == Some(true))
     });
-    let evaluated = evaluate(
+    let resources = rule_output(
         shared,
         snapshot,
         index,
         rule,
-        admission,
-        object,
+        trigger,
+        spec,
         generate_policy,
     )
     .await?;
-    let resources = produced(evaluated)?;
     for resource in &resources {
         objects::apply(&shared.client, resource, synchronize, &shared.metrics).await?;
     }

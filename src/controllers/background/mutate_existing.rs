@@ -2,7 +2,7 @@
 //! patched and written back. A target the patch leaves as it is gets no
 //! write, so doing the work twice changes nothing the second time.
 
-use super::{Shared, evaluate, objects, produced, read_trigger};
+use super::{Shared, objects, rule_output};
 use crate::admission::policies::Snapshot;
 use crate::engine::mutate::mutate_policy;
 use serde_json::Value;
@@ -17,21 +17,16 @@ pub(super) async fn mutate_existing(
     trigger: &Value,
     spec: &Value,
 ) -> Result<(), String> {
-    let admission = &spec["context"]["admissionRequestInfo"]["admissionRequest"];
-    let Some(object) = read_trigger(shared, trigger, admission).await? else {
-        return Ok(());
-    };
-    let evaluated = evaluate(
+    let targets = rule_output(
         shared,
         snapshot,
         index,
         rule,
-        admission,
-        object,
+        trigger,
+        spec,
         |p, r, c, e| mutate_policy(p, r, c, e).response,
     )
     .await?;
-    let targets = produced(evaluated)?;
     for target in &targets {
         objects::replace(&shared.client, target, &shared.metrics).await?;
     }

@@ -196,10 +196,7 @@ async fn existing_triggers(shared: &Arc<Shared>, key: &str, rule_name: &str, mut
             trigger["apiVersion"] = Value::String(kind.api_version.into());
             trigger["kind"] = Value::String(kind.kind.into());
             let req = Request::offline(&trigger, "CREATE", Default::default(), None);
-            let input = req.match_input();
-            if !rule.match_resources.matches(&input)
-                || rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
-            {
+            if !rule.selects(&req.match_input()) {
                 continue;
             }
             let trigger = update_requests::resource_spec(&trigger);
