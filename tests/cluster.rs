@@ -259,6 +259,7 @@ fn store_and_fallback_requests(server: &TestApiServer) -> Vec<support::apiserver
                 // The background half: its own clients and buckets.
                 && !r.uri.starts_with("/apis/kyverno.io/v2/namespaces/gavel/updaterequests")
                 && !r.uri.starts_with("/apis/authentication.k8s.io/")
+                && !r.uri.starts_with("/apis/wgpolicyk8s.io/")
         })
         .collect()
 }
@@ -270,7 +271,7 @@ fn client_queries(gavel: &Gavel) -> f64 {
     body.lines()
         .filter(|l| l.starts_with("kyverno_client_queries_total{"))
         .filter(|l| {
-            !["controllers", "background", "update-requests"]
+            !["controllers", "background", "update-requests", "reports"]
                 .iter()
                 .any(|c| l.contains(&format!("client_type=\"{c}\"")))
         })
