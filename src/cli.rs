@@ -135,6 +135,12 @@ pub struct ServeArgs {
     /// `--backgroundScanInterval`); 0 turns the scans off.
     #[arg(long, alias = "backgroundScanInterval", default_value = "1h", value_parser = parse_duration)]
     pub background_scan_interval: std::time::Duration,
+    /// Time between discoveries of the API's kinds by the cleanup
+    /// controller: new kinds get their TTL-label watch, and the kinds
+    /// cleanup policies name are resolved (Kyverno's
+    /// `--ttlReconciliationInterval`).
+    #[arg(long, alias = "ttlReconciliationInterval", default_value = "1m", value_parser = parse_duration)]
+    pub ttl_reconciliation_interval: std::time::Duration,
     /// UpdateRequests a replica holds for writing before it drops new ones.
     #[arg(long, default_value_t = 10_000)]
     pub update_request_queue: usize,
@@ -404,6 +410,14 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             workers: args.gen_workers,
             max_retries: args.update_request_retries.max(1),
             policy_poll: std::time::Duration::from_secs(1),
+        },
+        cleanup: crate::controllers::cleanup::CleanupOptions {
+            interval: args
+                .ttl_reconciliation_interval
+                .max(std::time::Duration::from_secs(1)),
+            page_size: 500,
+            workers: 3,
+            max_tries: 3,
         },
         reports: crate::controllers::reports::ReportOptions {
             interval: args.background_scan_interval,

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod client;
 pub mod config_maps;
+pub mod discovery;
 pub mod global_context;
 pub mod informer;
 pub mod policy_sync;

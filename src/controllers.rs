@@ -5,6 +5,7 @@
 
 pub mod background;
 pub mod certificates;
+pub mod cleanup;
 pub mod leader;
 pub mod policy_status;
 pub mod reports;

@@ -4,6 +4,7 @@
 //! through a [`Resolver`], so `gavel test` and the server share it.
 
 pub mod cel;
+pub mod cleanup;
 pub mod conditions;
 pub mod context_loader;
 pub mod generate;

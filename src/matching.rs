@@ -498,6 +498,12 @@ impl CompiledMatch {
             })
     }
 
+    /// Whether a filter names subjects, roles or clusterRoles: what only an
+    /// admission request can answer (cleanup policies reject them).
+    pub fn has_user_info(&self) -> bool {
+        self.filters().any(CompiledFilter::has_user_info)
+    }
+
     fn filters(&self) -> impl Iterator<Item = &CompiledFilter> {
         self.any
             .iter()

@@ -3,6 +3,7 @@
 
 pub mod autogen;
 pub mod cel_policy;
+pub mod cleanup;
 pub mod compile;
 pub mod conditions;
 pub mod load;

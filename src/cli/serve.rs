@@ -59,6 +59,9 @@ pub struct ClusterOptions {
     pub background: crate::controllers::background::BackgroundOptions,
     /// The background scan that writes PolicyReports (leader only).
     pub reports: crate::controllers::reports::ReportOptions,
+    /// The cleanup controller: cleanup and deleting policies, the TTL
+    /// label (leader only).
+    pub cleanup: crate::controllers::cleanup::CleanupOptions,
     /// The certificate Secrets (used when no certificate files are given).
     pub certificates: crate::controllers::certificates::CertOptions,
 }
@@ -98,9 +101,11 @@ async fn run(opts: ServeOptions) -> Result<()> {
     });
     let mut publisher = Publisher::default();
     let background = crate::cluster::update_requests::BackgroundMetrics::default();
+    let cleanup_metrics = crate::controllers::cleanup::metrics::CleanupMetrics::default();
     let mut metrics = Metrics::new();
     if opts.cluster.is_some() {
         metrics.register_background(&background);
+        cleanup_metrics.register(metrics.registry_mut());
     }
     publisher.report_to(metrics.policies_rejected.clone(), metrics.rules.clone());
     let snapshot = publisher.handle();
@@ -113,6 +118,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let mut cluster_client = None;
     let mut background_client = None;
     let mut reports_client = None;
+    let mut cleanup_client = None;
     let mut policy_statuses = None;
     let mut update_requests: Arc<dyn UpdateRequestSink> = Arc::new(NoUpdateRequests);
     let view: Arc<dyn ClusterView> = match &opts.cluster {
@@ -206,6 +212,18 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 client::client(
                     &cluster.client,
                     "reports",
+                    cluster.client.qps,
+                    cluster.client.burst,
+                    queries.clone(),
+                )
+                .await?,
+            );
+            // And the cleanup controller, which lists what its policies
+            // name and deletes.
+            cleanup_client = Some(
+                client::client(
+                    &cluster.client,
+                    "cleanup",
                     cluster.client.qps,
                     cluster.client.burst,
                     queries.clone(),
@@ -407,6 +425,22 @@ async fn run(opts: ServeOptions) -> Result<()> {
                     .await;
                 }
             });
+        }
+        {
+            let leading = leader::elect(
+                client.clone(),
+                "gavel-cleanup",
+                cluster.lease.clone(),
+                stopping.clone(),
+            );
+            let client = cleanup_client.clone().unwrap_or_else(|| client.clone());
+            tokio::spawn(crate::controllers::cleanup::run(
+                client,
+                cluster.cleanup.clone(),
+                state.view.clone(),
+                leading,
+                cleanup_metrics.clone(),
+            ));
         }
         if let Some(statuses) = policy_statuses {
             let leading = leader::elect(

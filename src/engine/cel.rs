@@ -3,10 +3,12 @@
 //! [`Resolver`], the checks of `validate.cel` and of the validating
 //! policy kinds, and the mutating and generating policy kinds.
 
+mod deleting;
 mod generating;
 mod mutating;
 mod params;
 
+pub use deleting::deleting_policy_selects;
 pub use generating::evaluate_generating_policy;
 pub use mutating::{MutatingOutcome, evaluate_mutating_policy};
 

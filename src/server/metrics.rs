@@ -122,6 +122,11 @@ impl Metrics {
         background.register(&mut self.registry);
     }
 
+    /// The registry, for the controllers' own families.
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
     pub fn admission(&self, labels: AdmissionLabels, elapsed: Duration) {
         self.review_duration
             .get_or_create(&labels)

@@ -187,7 +187,7 @@ pub struct PolicyScope {
 }
 
 impl PolicyScope {
-    pub(super) fn compile(
+    pub(in crate::policy) fn compile(
         kind: &str,
         metadata: &crate::policy::types::ObjectMeta,
         match_constraints: Option<&MatchConstraints>,

@@ -45,7 +45,7 @@ impl ExprCache {
     /// globalReference, in rules and in foreach), which are expressions
     /// without braces. Those written with variables are substituted per
     /// request, and only then parsed.
-    pub(super) fn add_all_variables(&mut self, v: &Value) {
+    pub(in crate::policy) fn add_all_variables(&mut self, v: &Value) {
         match v {
             Value::String(s) => {
                 for expr in template::expressions_in(s) {
