@@ -23,12 +23,13 @@ use support::release::{
 };
 
 const SERVICE_ACCOUNT: &str = "system:serviceaccount:gavel:gavel";
-const LEASES: [&str; 5] = [
+const LEASES: [&str; 6] = [
     "gavel-webhooks",
     "gavel-certs",
     "gavel-policy-status",
     "gavel-background",
     "gavel-reports",
+    "gavel-cleanup",
 ];
 
 #[test]
@@ -686,6 +687,8 @@ fn leader_failover(cluster: &RealCluster, gavel: &mut Release) {
         .filter(|e| e["objectRef"]["resource"] != "leases")
         // A restarted replica asks who it is: a review, nothing stored.
         .filter(|e| e["objectRef"]["resource"] != "selfsubjectreviews")
+        // A new cleanup leader asks which kinds it may delete (TTL label).
+        .filter(|e| e["objectRef"]["resource"] != "selfsubjectaccessreviews")
         // A new reports leader scans at once, and the reports follow what
         // changed since the last scan (the outage step froze the
         // ConfigMap the context-lookups policy reads). That a scan finding
