@@ -141,6 +141,10 @@ pub struct ServeArgs {
     /// `--ttlReconciliationInterval`).
     #[arg(long, alias = "ttlReconciliationInterval", default_value = "1m", value_parser = parse_duration)]
     pub ttl_reconciliation_interval: std::time::Duration,
+    /// Write the results of admitted reviews into the resources'
+    /// PolicyReports (Kyverno's `--admissionReports`).
+    #[arg(long, alias = "admissionReports", default_value_t = true, action = clap::ArgAction::Set)]
+    pub admission_reports: bool,
     /// UpdateRequests a replica holds for writing before it drops new ones.
     #[arg(long, default_value_t = 10_000)]
     pub update_request_queue: usize,
@@ -411,6 +415,13 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             max_retries: args.update_request_retries.max(1),
             policy_poll: std::time::Duration::from_secs(1),
         },
+        admission_reports: args.admission_reports.then(|| {
+            crate::cluster::policy_reports::AdmissionReportOptions {
+                queue: 10_000,
+                workers: 2,
+                delay: std::time::Duration::from_secs(3),
+            }
+        }),
         cleanup: crate::controllers::cleanup::CleanupOptions {
             interval: args
                 .ttl_reconciliation_interval

@@ -11,6 +11,7 @@ pub mod config_maps;
 pub mod discovery;
 pub mod global_context;
 pub mod informer;
+pub mod policy_reports;
 pub mod policy_sync;
 pub mod service;
 pub mod stores;

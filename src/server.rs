@@ -39,6 +39,9 @@ pub struct State {
     /// Where admitted requests leave their generate work (the cluster's
     /// UpdateRequest writer; nothing standalone).
     pub update_requests: Arc<dyn UpdateRequestSink>,
+    /// Where admitted reviews' results go for PolicyReports (the cluster's
+    /// report writer); None: not computed.
+    pub admission_reports: Option<Arc<dyn crate::admission::reports::AdmissionReportSink>>,
 }
 
 /// Largest AdmissionReview body accepted (the API server's own limit is 3 MiB).
@@ -181,17 +184,21 @@ async fn review_request(
     // write the shared reference count, a cache line every core fights
     // over, twice per request.
     let snapshot = state.snapshot.load();
-    let admitted = pipeline::admit(
+    let admitted = pipeline::admit_reporting(
         webhook,
         &body,
         &snapshot,
         Some(deadline.into_std()),
         &*state.view,
+        state.admission_reports.is_some(),
     );
     // Not held across the wait below.
     drop(snapshot);
     match admitted {
         Ok(mut outcome) => {
+            if let (Some(sink), Some(results)) = (&state.admission_reports, outcome.report.take()) {
+                sink.submit(results);
+            }
             if !outcome.update_requests.is_empty() {
                 // The generate work is in the API server before the answer
                 // is (Kyverno writes it after answering, and loses it when

@@ -60,6 +60,9 @@ fn generate_on_a_real_control_plane() {
     step("background scan: PolicyReports per resource", || {
         policy_reports(&cluster)
     });
+    step("admission results in PolicyReports", || {
+        admission_reports(&cluster)
+    });
     step("kill -9 of the leader during 500 triggers", || {
         leader_killed_mid_batch(&cluster, &mut gavel)
     });
@@ -600,6 +603,82 @@ fn holder(cluster: &RealCluster, lease: &str) -> Option<String> {
     cluster.get(&["lease", lease, "-n", NAMESPACE])?["spec"]["holderIdentity"]
         .as_str()
         .map(str::to_string)
+}
+
+/// An Audit policy with `background: false` (never scanned): its results
+/// come from admission, written by the replica that admitted the request,
+/// marked "admission review"; an update changes them; a scan leaves them;
+/// the policy's deletion empties the report.
+fn admission_reports(cluster: &RealCluster) {
+    cluster.kubectl(&["create", "namespace", "audited"]);
+    apply_text(
+        cluster,
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: require-owner
+spec:
+  validationFailureAction: Audit
+  background: false
+  rules:
+    - name: owner-label
+      match:
+        any:
+          - resources:
+              kinds: [ConfigMap]
+              namespaces: [audited]
+      validate:
+        message: "an owner label is required"
+        pattern:
+          metadata:
+            labels:
+              owner: "?*"
+"#,
+    );
+    eventually("require-owner Ready", Duration::from_secs(60), || {
+        ready(cluster, "clusterpolicy", "require-owner")
+    });
+    eventually("the validating webhook for configmaps", Duration::from_secs(60), || {
+        cluster
+            .get(&["validatingwebhookconfiguration", VALIDATING])
+            .is_some_and(|c| c["webhooks"].to_string().contains("\"configmaps\""))
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.kubectl(&["create", "configmap", "unowned", "-n", "audited"]);
+    let uid = cluster.get(&["configmap", "unowned", "-n", "audited"]).unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let result = || {
+        let report = cluster.get(&["policyreport", &uid, "-n", "audited"])?;
+        report["results"]
+            .as_array()?
+            .iter()
+            .find(|r| r["policy"] == "require-owner")
+            .cloned()
+    };
+    eventually("the admission result reported", Duration::from_secs(30), || {
+        result().is_some()
+    });
+    let failed = result().unwrap();
+    assert_eq!(failed["result"], "fail", "{failed}");
+    assert_eq!(failed["rule"], "owner-label");
+    assert_eq!(failed["properties"]["process"], "admission review");
+    let report = cluster.get(&["policyreport", &uid, "-n", "audited"]).unwrap();
+    assert_eq!(report["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+    assert_eq!(report["scope"]["name"], "unowned");
+    cluster.kubectl(&["label", "configmap", "unowned", "-n", "audited", "owner=me"]);
+    eventually("the update's result reported", Duration::from_secs(30), || {
+        result().is_some_and(|r| r["result"] == "pass")
+    });
+    // A background scan (every 20 s here) keeps what it does not evaluate.
+    std::thread::sleep(Duration::from_secs(25));
+    assert_eq!(result().expect("kept by the scans")["result"], "pass");
+    cluster.kubectl(&["delete", "clusterpolicy", "require-owner"]);
+    eventually("the report emptied with its policy", Duration::from_secs(60), || {
+        cluster.get(&["policyreport", &uid, "-n", "audited"]).is_none()
+    });
 }
 
 /// 500 trigger ConfigMaps created in one go; the generate leader is

@@ -7,6 +7,7 @@
 use super::json_text::JsonText;
 use super::phases::{self, Chaining, MutatingPhase, Visit};
 use super::policies::Snapshot;
+use super::reports::{self, AdmissionResults};
 use super::review::{self, ReviewError};
 use super::update_requests::{self, UpdateRequestSpec};
 use super::verdict::{self, DenialHeads, Verdict};
@@ -41,6 +42,36 @@ pub struct Outcome {
     /// Generate work the admitted request leaves for the background
     /// controller (validating routes only).
     pub update_requests: Vec<UpdateRequestSpec>,
+    /// The validation results of an admitted CREATE or UPDATE for its
+    /// resource's PolicyReport, when asked for (see [`admit_reporting`]).
+    pub report: Option<AdmissionResults>,
+}
+
+/// The report results of the policies evaluated for an admitted object;
+/// None when it has no uid or no policy has a result for it.
+fn results_for_report(
+    policies: &[(&CompiledPolicy, &DenialHeads)],
+    responses: &[PolicyResponse],
+    object: &serde_json::Value,
+) -> Option<AdmissionResults> {
+    if responses.iter().all(|r| r.rules.is_empty()) {
+        return None;
+    }
+    let resource = reports::report_subject(object)?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64);
+    let mut results = Vec::new();
+    let mut evaluated = std::collections::BTreeSet::new();
+    for ((policy, _), response) in policies.iter().zip(responses) {
+        evaluated.insert(policy.qualified_name().to_string());
+        results.extend(reports::results(policy, response, reports::ADMISSION_REVIEW, now));
+    }
+    (!results.is_empty()).then_some(AdmissionResults {
+        resource,
+        evaluated,
+        results,
+    })
 }
 
 /// Answers one review on `route` (a Validate or Mutate route) with the
@@ -54,6 +85,20 @@ pub fn admit(
     snapshot: &Snapshot,
     deadline: Option<Instant>,
     view: &dyn ClusterView,
+) -> Result<Outcome, ReviewError> {
+    admit_reporting(webhook, body, snapshot, deadline, view, false)
+}
+
+/// [`admit`], and with `report` the results an admitted review leaves for
+/// its resource's PolicyReport (Kyverno's admission reports): validating
+/// routes, CREATE and UPDATE that are not dry runs, objects with a uid.
+pub fn admit_reporting(
+    webhook: Webhook,
+    body: &[u8],
+    snapshot: &Snapshot,
+    deadline: Option<Instant>,
+    view: &dyn ClusterView,
+    report: bool,
 ) -> Result<Outcome, ReviewError> {
     let mut review = review::decode(body)?;
     // A custom resource's subresource (`widgets/scale`): its kind is the
@@ -72,6 +117,7 @@ pub fn admit(
     }
     let req = &review.request;
     let mut background = &[][..];
+    let mut admission_results = None;
     let verdict = match webhook {
         Webhook::Validate(failure_policy) => {
             let selected = snapshot.validate_indexes(failure_policy);
@@ -124,7 +170,15 @@ pub fn admit(
                 |i, status, elapsed| cells.record(snapshot.validating_index(i), 0, status, elapsed),
             );
             background = snapshot.background_indexes(failure_policy);
-            verdict::decide(&policies, &responses, &cel, req)
+            let verdict = verdict::decide(&policies, &responses, &cel, req);
+            if report
+                && verdict.allowed
+                && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
+                && !review.dry_run
+            {
+                admission_results = results_for_report(&policies, &responses, &req.object);
+            }
+            verdict
         }
         Webhook::Mutate(failure_policy) => {
             let selected = snapshot.mutate_indexes(failure_policy);
@@ -151,6 +205,7 @@ pub fn admit(
     };
     Ok(Outcome {
         update_requests,
+        report: admission_results,
         body: verdict::encode(&review.uid, &verdict),
         kind: req.object_kind.kind.clone(),
         namespace: req.namespace().to_string(),
@@ -407,6 +462,42 @@ mod tests {
             },
             1,
         )
+    }
+
+    /// An admitted review leaves its results for the resource's report:
+    /// one per validation rule, marked "admission review"; nothing without
+    /// a uid, for a dry run, for a denial, or when not asked for.
+    #[test]
+    fn admitted_reviews_leave_report_results() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/reviews");
+        let compliant: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("pod-compliant.json")).unwrap()).unwrap();
+        let violating: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("pod-violating.json")).unwrap()).unwrap();
+        let with_uid = |mut review: serde_json::Value, dry_run: bool| {
+            review["request"]["object"]["metadata"]["uid"] = "0c5d-uid".into();
+            review["request"]["dryRun"] = dry_run.into();
+            serde_json::to_vec(&review).unwrap()
+        };
+        let snapshot = example_pod_security(false);
+        let route = Webhook::Validate(None);
+        let admit_with = |body: &[u8], report: bool| {
+            admit_reporting(route, body, &snapshot, None, &NoResolver, report).unwrap()
+        };
+        let outcome = admit_with(&with_uid(compliant.clone(), false), true);
+        assert!(outcome.allowed);
+        let results = outcome.report.expect("results for the report");
+        assert_eq!(results.evaluated.len(), 17);
+        assert_eq!(results.resource["metadata"]["uid"], "0c5d-uid");
+        assert_eq!(results.resource["kind"], "Pod");
+        assert!(!results.results.is_empty());
+        assert!(results.results.iter().all(|r| r["result"] == "pass"
+            && r["properties"]["process"] == reports::ADMISSION_REVIEW));
+        assert!(admit_with(&with_uid(compliant.clone(), false), false).report.is_none());
+        assert!(admit_with(&with_uid(compliant.clone(), true), true).report.is_none());
+        assert!(admit_with(&serde_json::to_vec(&compliant).unwrap(), true).report.is_none());
+        let denied = admit_with(&with_uid(violating, false), true);
+        assert!(!denied.allowed && denied.report.is_none());
     }
 
     /// The denial of the example violating Pod names 17 failing rules: each

@@ -15,6 +15,42 @@ use crate::policy::CompiledPolicy;
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
+/// The `process` property of results from an admitted review.
+pub const ADMISSION_REVIEW: &str = "admission review";
+
+/// What an admitted review leaves for its resource's report.
+#[derive(Debug, Clone)]
+pub struct AdmissionResults {
+    /// apiVersion, kind and the metadata a report names (name,
+    /// namespace, uid).
+    pub resource: Value,
+    /// The policies evaluated: their results in the report are replaced.
+    pub evaluated: BTreeSet<String>,
+    pub results: Vec<Value>,
+}
+
+/// Where admission results go (the cluster's report writer; nowhere
+/// standalone). `submit` never waits.
+pub trait AdmissionReportSink: Send + Sync {
+    fn submit(&self, results: AdmissionResults);
+}
+
+/// The identity of `object` as a report names it; None without a uid (a
+/// CREATE seen by a mutating webhook, before the API server assigns one).
+pub fn report_subject(object: &Value) -> Option<Value> {
+    let meta = object.get("metadata")?;
+    let uid = meta.get("uid")?.as_str().filter(|u| !u.is_empty())?;
+    let mut metadata = json!({"name": meta.get("name").cloned().unwrap_or(Value::Null), "uid": uid});
+    if let Some(ns) = meta.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        metadata["namespace"] = Value::String(ns.to_string());
+    }
+    Some(json!({
+        "apiVersion": object.get("apiVersion").cloned().unwrap_or(Value::Null),
+        "kind": object.get("kind").cloned().unwrap_or(Value::Null),
+        "metadata": metadata,
+    }))
+}
+
 /// The `process` property of results from a background scan.
 pub const BACKGROUND_SCAN: &str = "background scan";
 
@@ -135,16 +171,23 @@ pub fn merge(
     out
 }
 
-/// Whether two result lists say the same, timestamps aside.
+/// Whether two result lists say the same, timestamps and processes aside.
 pub fn same_results(a: &[Value], b: &[Value]) -> bool {
-    let strip = |r: &Value| {
-        let mut r = r.clone();
-        if let Value::Object(m) = &mut r {
-            m.remove("timestamp");
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| comparable(x) == comparable(y))
+}
+
+/// A result without what changes at every evaluation: its timestamp, and
+/// which process found it (an admission and a scan finding the same
+/// result write nothing).
+pub fn comparable(result: &Value) -> Value {
+    let mut r = result.clone();
+    if let Value::Object(m) = &mut r {
+        m.remove("timestamp");
+        if let Some(Value::Object(p)) = m.get_mut("properties") {
+            p.remove("process");
         }
-        r
-    };
-    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| strip(x) == strip(y))
+    }
+    r
 }
 
 /// The result list of a report object.

@@ -59,6 +59,9 @@ pub struct ClusterOptions {
     pub background: crate::controllers::background::BackgroundOptions,
     /// The background scan that writes PolicyReports (leader only).
     pub reports: crate::controllers::reports::ReportOptions,
+    /// The results of admitted reviews written into PolicyReports (every
+    /// replica); None turns them off.
+    pub admission_reports: Option<crate::cluster::policy_reports::AdmissionReportOptions>,
     /// The cleanup controller: cleanup and deleting policies, the TTL
     /// label (leader only).
     pub cleanup: crate::controllers::cleanup::CleanupOptions,
@@ -121,6 +124,8 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let mut cleanup_client = None;
     let mut policy_statuses = None;
     let mut update_requests: Arc<dyn UpdateRequestSink> = Arc::new(NoUpdateRequests);
+    let mut admission_reports: Option<Arc<dyn crate::admission::reports::AdmissionReportSink>> =
+        None;
     let view: Arc<dyn ClusterView> = match &opts.cluster {
         None => {
             let mut dir = PolicyStore::new(&opts.policies);
@@ -218,6 +223,16 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 )
                 .await?,
             );
+            if let (Some(opts), Some(reports)) = (&cluster.admission_reports, &reports_client) {
+                admission_reports = Some(Arc::new(
+                    crate::cluster::policy_reports::AdmissionReportWriter::start(
+                        reports.clone(),
+                        snapshot.clone(),
+                        opts,
+                        background.clone(),
+                    ),
+                ));
+            }
             // And the cleanup controller, which lists what its policies
             // name and deletes.
             cleanup_client = Some(
@@ -282,6 +297,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
         deadline: opts.deadline,
         view,
         update_requests,
+        admission_reports,
     });
 
     // The serving certificate: the operator's files; in cluster mode

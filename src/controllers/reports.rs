@@ -14,6 +14,7 @@
 
 use crate::admission::policies::Snapshot;
 use crate::admission::reports::{self, BACKGROUND_SCAN};
+use crate::cluster::policy_reports::{Written, prune_report, report_resources, write_report};
 use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, ObjectLabels};
 use crate::context::ClusterView;
 use crate::controllers::background::objects::{self, BackgroundResolver};
@@ -24,7 +25,7 @@ use crate::kinds::{BuiltinKind, builtin_kinds, split_api_version};
 use crate::policy::CompiledPolicy;
 use arc_swap::ArcSwap;
 use kube::Client;
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams};
 use serde_json::Value;
 use std::collections::{BTreeSet, HashMap};
 use std::hash::{Hash, Hasher};
@@ -142,39 +143,11 @@ fn scanned(snapshot: &Snapshot) -> (Vec<usize>, Vec<&'static BuiltinKind>) {
     (policies, kinds)
 }
 
-fn report_resources() -> [ApiResource; 2] {
-    let resource = |kind: &str, plural: &str| ApiResource {
-        group: "wgpolicyk8s.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "wgpolicyk8s.io/v1alpha2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
-    };
-    [
-        resource("PolicyReport", "policyreports"),
-        resource("ClusterPolicyReport", "clusterpolicyreports"),
-    ]
-}
-
-/// The reports of a namespace, or the cluster's ("").
-fn report_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
-    let [namespaced, cluster] = report_resources();
-    if namespace.is_empty() {
-        Api::all_with(client.clone(), &cluster)
-    } else {
-        Api::namespaced_with(client.clone(), namespace, &namespaced)
-    }
-}
-
-/// A hash of results, timestamps aside.
+/// A hash of results, timestamps and processes aside.
 fn results_hash(results: &[Value]) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     for r in results {
-        let mut r = r.clone();
-        if let Value::Object(m) = &mut r {
-            m.remove("timestamp");
-        }
-        r.to_string().hash(&mut h);
+        reports::comparable(r).to_string().hash(&mut h);
     }
     h.finish()
 }
@@ -300,7 +273,8 @@ async fn scan(
                         stats.deleted += 1;
                         count(metrics, "report_deleted");
                     }
-                    Written::Nothing => {}
+                    // Written meanwhile: the next scan compares.
+                    Written::Nothing | Written::Conflict => {}
                 }
             }
             match page.metadata.continue_.filter(|c| !c.is_empty()) {
@@ -322,50 +296,10 @@ async fn scan(
                 stats.deleted += 1;
                 count(metrics, "report_deleted");
             }
-            Written::Nothing => {}
+            Written::Nothing | Written::Conflict => {}
         }
     }
     Ok(stats)
-}
-
-/// Drops from one report the results of the scanned policies (the scan
-/// did not find its resource) and of the policies no longer loaded;
-/// deletes it when nothing is left.
-async fn prune_report(
-    client: &Client,
-    namespace: &str,
-    uid: &str,
-    scanned: &BTreeSet<String>,
-    loaded: &BTreeSet<String>,
-) -> Result<Written, String> {
-    let api = report_api(client, namespace);
-    let fail = |e: kube::Error| format!("report {uid}: {}", objects::short(&e));
-    let Some(existing) = api.get_opt(uid).await.map_err(fail)? else {
-        return Ok(Written::Nothing);
-    };
-    let existing = serde_json::to_value(existing).unwrap_or(Value::Null);
-    let held = reports::results_of(&existing);
-    let kept = reports::merge(&held, scanned, loaded, Vec::new());
-    if kept.is_empty() {
-        return match api.delete(uid, &DeleteParams::default()).await {
-            Ok(_) => Ok(Written::Deleted),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Written::Nothing),
-            Err(e) => Err(fail(e)),
-        };
-    }
-    if reports::same_results(&held, &kept) {
-        return Ok(Written::Nothing);
-    }
-    let mut report = existing.clone();
-    report["summary"] = reports::summary(&kept);
-    report["results"] = Value::Array(kept);
-    let report: DynamicObject =
-        serde_json::from_value(report).map_err(|e| format!("report {uid}: {e}"))?;
-    match api.replace(uid, &PostParams::default(), &report).await {
-        Ok(_) => Ok(Written::Wrote),
-        Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Written::Nothing),
-        Err(e) => Err(fail(e)),
-    }
 }
 
 fn count(metrics: &BackgroundMetrics, action: &'static str) {
@@ -427,66 +361,3 @@ async fn evaluate_page(
     .map_err(|e| format!("evaluation panicked: {e}"))
 }
 
-enum Written {
-    Wrote,
-    Deleted,
-    Nothing,
-}
-
-/// Writes one resource's report: merged with what it holds (the results
-/// of policies not scanned stay), created, replaced at the
-/// resourceVersion read, or deleted when nothing is left.
-async fn write_report(
-    client: &Client,
-    resource: &Value,
-    fresh: &[Value],
-    scanned: &BTreeSet<String>,
-    loaded: &BTreeSet<String>,
-) -> Result<Written, String> {
-    let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
-    let namespace = resource["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default();
-    let api = report_api(client, namespace);
-    let fail = |e: kube::Error| format!("report of {uid}: {}", objects::short(&e));
-    let existing = api.get_opt(uid).await.map_err(fail)?;
-    let existing = existing.map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
-    let held = existing
-        .as_ref()
-        .map(reports::results_of)
-        .unwrap_or_default();
-    let merged = reports::merge(&held, scanned, loaded, fresh.to_vec());
-    let to_object = |v: Value| {
-        serde_json::from_value::<DynamicObject>(v).map_err(|e| format!("report of {uid}: {e}"))
-    };
-    match existing {
-        None if merged.is_empty() => Ok(Written::Nothing),
-        None => {
-            let report = to_object(reports::report(resource, merged))?;
-            match api.create(&PostParams::default(), &report).await {
-                Ok(_) => Ok(Written::Wrote),
-                // Written meanwhile (a deposed leader): the next scan compares.
-                Err(kube::Error::Api(s)) if s.code == 409 => Ok(Written::Nothing),
-                // The resource is gone (its namespace terminating).
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 403 => Ok(Written::Nothing),
-                Err(e) => Err(fail(e)),
-            }
-        }
-        Some(_) if merged.is_empty() => match api.delete(uid, &DeleteParams::default()).await {
-            Ok(_) => Ok(Written::Deleted),
-            Err(kube::Error::Api(s)) if s.code == 404 => Ok(Written::Nothing),
-            Err(e) => Err(fail(e)),
-        },
-        Some(_) if reports::same_results(&held, &merged) => Ok(Written::Nothing),
-        Some(existing) => {
-            let fresh_report = reports::report(resource, Vec::new());
-            let report = to_object(reports::updated(&existing, &fresh_report, merged))?;
-            match api.replace(uid, &PostParams::default(), &report).await {
-                Ok(_) => Ok(Written::Wrote),
-                // Changed meanwhile: the next scan compares again.
-                Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Written::Nothing),
-                Err(e) => Err(fail(e)),
-            }
-        }
-    }
-}
