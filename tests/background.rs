@@ -639,14 +639,20 @@ spec:
     eventually("require-owner Ready", Duration::from_secs(60), || {
         ready(cluster, "clusterpolicy", "require-owner")
     });
-    eventually("the validating webhook for configmaps", Duration::from_secs(60), || {
-        cluster
-            .get(&["validatingwebhookconfiguration", VALIDATING])
-            .is_some_and(|c| c["webhooks"].to_string().contains("\"configmaps\""))
-    });
+    eventually(
+        "the validating webhook for configmaps",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["validatingwebhookconfiguration", VALIDATING])
+                .is_some_and(|c| c["webhooks"].to_string().contains("\"configmaps\""))
+        },
+    );
     std::thread::sleep(Duration::from_secs(2));
     cluster.kubectl(&["create", "configmap", "unowned", "-n", "audited"]);
-    let uid = cluster.get(&["configmap", "unowned", "-n", "audited"]).unwrap()["metadata"]["uid"]
+    let uid = cluster
+        .get(&["configmap", "unowned", "-n", "audited"])
+        .unwrap()["metadata"]["uid"]
         .as_str()
         .unwrap()
         .to_string();
@@ -658,27 +664,42 @@ spec:
             .find(|r| r["policy"] == "require-owner")
             .cloned()
     };
-    eventually("the admission result reported", Duration::from_secs(30), || {
-        result().is_some()
-    });
+    eventually(
+        "the admission result reported",
+        Duration::from_secs(30),
+        || result().is_some(),
+    );
     let failed = result().unwrap();
     assert_eq!(failed["result"], "fail", "{failed}");
     assert_eq!(failed["rule"], "owner-label");
     assert_eq!(failed["properties"]["process"], "admission review");
-    let report = cluster.get(&["policyreport", &uid, "-n", "audited"]).unwrap();
-    assert_eq!(report["metadata"]["ownerReferences"][0]["uid"], uid.as_str());
+    let report = cluster
+        .get(&["policyreport", &uid, "-n", "audited"])
+        .unwrap();
+    assert_eq!(
+        report["metadata"]["ownerReferences"][0]["uid"],
+        uid.as_str()
+    );
     assert_eq!(report["scope"]["name"], "unowned");
     cluster.kubectl(&["label", "configmap", "unowned", "-n", "audited", "owner=me"]);
-    eventually("the update's result reported", Duration::from_secs(30), || {
-        result().is_some_and(|r| r["result"] == "pass")
-    });
+    eventually(
+        "the update's result reported",
+        Duration::from_secs(30),
+        || result().is_some_and(|r| r["result"] == "pass"),
+    );
     // A background scan (every 20 s here) keeps what it does not evaluate.
     std::thread::sleep(Duration::from_secs(25));
     assert_eq!(result().expect("kept by the scans")["result"], "pass");
     cluster.kubectl(&["delete", "clusterpolicy", "require-owner"]);
-    eventually("the report emptied with its policy", Duration::from_secs(60), || {
-        cluster.get(&["policyreport", &uid, "-n", "audited"]).is_none()
-    });
+    eventually(
+        "the report emptied with its policy",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["policyreport", &uid, "-n", "audited"])
+                .is_none()
+        },
+    );
 }
 
 /// 500 trigger ConfigMaps created in one go; the generate leader is

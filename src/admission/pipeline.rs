@@ -65,7 +65,12 @@ fn results_for_report(
     let mut evaluated = std::collections::BTreeSet::new();
     for ((policy, _), response) in policies.iter().zip(responses) {
         evaluated.insert(policy.qualified_name().to_string());
-        results.extend(reports::results(policy, response, reports::ADMISSION_REVIEW, now));
+        results.extend(reports::results(
+            policy,
+            response,
+            reports::ADMISSION_REVIEW,
+            now,
+        ));
     }
     (!results.is_empty()).then_some(AdmissionResults {
         resource,
@@ -471,9 +476,11 @@ mod tests {
     fn admitted_reviews_leave_report_results() {
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/reviews");
         let compliant: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("pod-compliant.json")).unwrap()).unwrap();
+            serde_json::from_slice(&std::fs::read(dir.join("pod-compliant.json")).unwrap())
+                .unwrap();
         let violating: serde_json::Value =
-            serde_json::from_slice(&std::fs::read(dir.join("pod-violating.json")).unwrap()).unwrap();
+            serde_json::from_slice(&std::fs::read(dir.join("pod-violating.json")).unwrap())
+                .unwrap();
         let with_uid = |mut review: serde_json::Value, dry_run: bool| {
             review["request"]["object"]["metadata"]["uid"] = "0c5d-uid".into();
             review["request"]["dryRun"] = dry_run.into();
@@ -491,11 +498,25 @@ mod tests {
         assert_eq!(results.resource["metadata"]["uid"], "0c5d-uid");
         assert_eq!(results.resource["kind"], "Pod");
         assert!(!results.results.is_empty());
-        assert!(results.results.iter().all(|r| r["result"] == "pass"
-            && r["properties"]["process"] == reports::ADMISSION_REVIEW));
-        assert!(admit_with(&with_uid(compliant.clone(), false), false).report.is_none());
-        assert!(admit_with(&with_uid(compliant.clone(), true), true).report.is_none());
-        assert!(admit_with(&serde_json::to_vec(&compliant).unwrap(), true).report.is_none());
+        assert!(
+            results.results.iter().all(|r| r["result"] == "pass"
+                && r["properties"]["process"] == reports::ADMISSION_REVIEW)
+        );
+        assert!(
+            admit_with(&with_uid(compliant.clone(), false), false)
+                .report
+                .is_none()
+        );
+        assert!(
+            admit_with(&with_uid(compliant.clone(), true), true)
+                .report
+                .is_none()
+        );
+        assert!(
+            admit_with(&serde_json::to_vec(&compliant).unwrap(), true)
+                .report
+                .is_none()
+        );
         let denied = admit_with(&with_uid(violating, false), true);
         assert!(!denied.allowed && denied.report.is_none());
     }

@@ -40,8 +40,13 @@ pub trait AdmissionReportSink: Send + Sync {
 pub fn report_subject(object: &Value) -> Option<Value> {
     let meta = object.get("metadata")?;
     let uid = meta.get("uid")?.as_str().filter(|u| !u.is_empty())?;
-    let mut metadata = json!({"name": meta.get("name").cloned().unwrap_or(Value::Null), "uid": uid});
-    if let Some(ns) = meta.get("namespace").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+    let mut metadata =
+        json!({"name": meta.get("name").cloned().unwrap_or(Value::Null), "uid": uid});
+    if let Some(ns) = meta
+        .get("namespace")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
         metadata["namespace"] = Value::String(ns.to_string());
     }
     Some(json!({

@@ -107,12 +107,17 @@ pub enum Written {
 /// Writes one resource's report: merged with what it holds (the results
 /// of the policies not in `scanned` stay), created, replaced at the
 /// resourceVersion read, or deleted when nothing is left.
+///
+/// `absent`: the caller has just listed the reports and found none for
+/// this resource, so it is created without reading it first (half the
+/// requests of a first scan); a 409 says another writer was quicker.
 pub async fn write_report(
     client: &Client,
     resource: &Value,
     fresh: &[Value],
     scanned: &BTreeSet<String>,
     loaded: &BTreeSet<String>,
+    absent: bool,
 ) -> Result<Written, String> {
     let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
     let namespace = resource["metadata"]["namespace"]
@@ -120,7 +125,11 @@ pub async fn write_report(
         .unwrap_or_default();
     let api = report_api(client, namespace);
     let fail = |e: kube::Error| format!("report of {uid}: {}", short(&e));
-    let existing = api.get_opt(uid).await.map_err(fail)?;
+    let existing = if absent {
+        None
+    } else {
+        api.get_opt(uid).await.map_err(fail)?
+    };
     let existing = existing.map(|o| serde_json::to_value(o).unwrap_or(Value::Null));
     let held = existing
         .as_ref()
@@ -196,7 +205,12 @@ impl AdmissionReportWriter {
         let (tx, rx) = mpsc::channel(opts.queue.max(1));
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..opts.workers.max(1) {
-            let (rx, client, snapshot, metrics) = (rx.clone(), client.clone(), snapshot.clone(), metrics.clone());
+            let (rx, client, snapshot, metrics) = (
+                rx.clone(),
+                client.clone(),
+                snapshot.clone(),
+                metrics.clone(),
+            );
             let delay = opts.delay;
             tokio::spawn(async move {
                 loop {
@@ -220,7 +234,10 @@ impl AdmissionReportSink for AdmissionReportWriter {
 }
 
 fn count(metrics: &BackgroundMetrics, action: &'static str) {
-    metrics.objects.get_or_create(&ObjectLabels { action }).inc();
+    metrics
+        .objects
+        .get_or_create(&ObjectLabels { action })
+        .inc();
 }
 
 /// One admission's results into its report: conflicts read again, other
@@ -239,7 +256,16 @@ async fn write_admission_results(
             .iter()
             .map(|p| p.qualified_name().to_string())
             .collect();
-        match write_report(client, &results.resource, &results.results, &results.evaluated, &loaded).await {
+        match write_report(
+            client,
+            &results.resource,
+            &results.results,
+            &results.evaluated,
+            &loaded,
+            false,
+        )
+        .await
+        {
             Ok(Written::Conflict) => continue,
             Ok(Written::Wrote | Written::Deleted) => {
                 count(metrics, "admission_report_written");
@@ -255,7 +281,9 @@ async fn write_admission_results(
     }
     count(metrics, "admission_report_error");
     tracing::warn!(
-        resource = results.resource["metadata"]["name"].as_str().unwrap_or_default(),
+        resource = results.resource["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default(),
         "admission results not written"
     );
 }

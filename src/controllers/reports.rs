@@ -264,7 +264,10 @@ async fn scan(
                 if unchanged {
                     continue;
                 }
-                match write_report(client, &resource, &results, &scanned_names, &loaded).await? {
+                let absent = !existing.contains_key(uid);
+                match write_report(client, &resource, &results, &scanned_names, &loaded, absent)
+                    .await?
+                {
                     Written::Wrote => {
                         stats.written += 1;
                         count(metrics, "report_written");
@@ -360,4 +363,3 @@ async fn evaluate_page(
     .await
     .map_err(|e| format!("evaluation panicked: {e}"))
 }
-
