@@ -39,6 +39,9 @@ fn cleanup_on_a_real_control_plane() {
         "ClusterCleanupPolicy: match, exclude, conditions, every 5 s",
         || cluster_cleanup_policy(&cluster, &gavel),
     );
+    step("an invalid policy is marked not Ready and not run", || {
+        invalid_policy(&cluster)
+    });
     step("CleanupPolicy: only in its namespace", || {
         namespaced_cleanup_policy(&cluster)
     });
@@ -154,6 +157,10 @@ fn cluster_cleanup_policy(cluster: &RealCluster, gavel: &Release) {
     assert_eq!(config_maps(cluster, "prod-a").len(), 21, "prod-a untouched");
     let first = last_execution(cluster, &["clustercleanuppolicy", "temp-configmaps"])
         .expect("the run recorded in the status");
+    eventually("the policy Ready", Duration::from_secs(10), || {
+        ready_condition(cluster, &["clustercleanuppolicy", "temp-configmaps"], false)
+            == Some(("True".to_string(), "Ready".to_string()))
+    });
     // The next runs: a new match goes, and the record moves on.
     create_all(
         cluster,
@@ -178,6 +185,58 @@ fn cluster_cleanup_policy(cluster: &RealCluster, gavel: &Release) {
     );
     assert_eq!(deleted, 11.0, "deletions counted once each");
     cluster.kubectl(&["delete", "clustercleanuppolicy", "temp-configmaps"]);
+}
+
+/// The Ready condition of a policy: (status, message).
+fn ready_condition(
+    cluster: &RealCluster,
+    args: &[&str],
+    deleting: bool,
+) -> Option<(String, String)> {
+    let object = cluster.get(args)?;
+    let conditions = if deleting {
+        &object["status"]["conditionStatus"]["conditions"]
+    } else {
+        &object["status"]["conditions"]
+    };
+    let c = conditions
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Ready")?;
+    Some((
+        c["status"].as_str()?.to_string(),
+        c["message"].as_str()?.to_string(),
+    ))
+}
+
+/// A schedule cronexpr cannot read: the policy says why in its Ready
+/// condition and deletes nothing; a valid DeletingPolicy reads READY true.
+fn invalid_policy(cluster: &RealCluster) {
+    namespace(cluster, "invalid", "dev");
+    create_all(
+        cluster,
+        vec![config_map("invalid", "stays", json!({"temp": "true"}))],
+    );
+    cluster.apply(&json!({
+        "apiVersion": "kyverno.io/v2", "kind": "ClusterCleanupPolicy",
+        "metadata": {"name": "bad-schedule"},
+        "spec": {
+            "schedule": "every day",
+            "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "namespaces": ["invalid"]}}]},
+        },
+    }));
+    eventually(
+        "the policy marked not Ready",
+        Duration::from_secs(30),
+        || {
+            ready_condition(cluster, &["clustercleanuppolicy", "bad-schedule"], false).is_some_and(
+                |(status, message)| status == "False" && message.contains("spec.schedule"),
+            )
+        },
+    );
+    std::thread::sleep(Duration::from_secs(6));
+    assert_eq!(config_maps(cluster, "invalid"), ["stays"]);
+    cluster.kubectl(&["delete", "clustercleanuppolicy", "bad-schedule"]);
 }
 
 /// A CleanupPolicy with no namespace selector acts only in its namespace.
@@ -264,6 +323,12 @@ fn deleting_policy(cluster: &RealCluster) {
     eventually("the run recorded", Duration::from_secs(30), || {
         last_execution(cluster, &["deletingpolicy", "finished-results"]).is_some()
     });
+    assert_eq!(
+        ready_condition(cluster, &["deletingpolicy", "finished-results"], true),
+        Some(("True".to_string(), "Ready".to_string()))
+    );
+    let table = cluster.kubectl(&["get", "deletingpolicy", "finished-results"]);
+    assert!(table.contains("true"), "the READY column: {table}");
     cluster.kubectl(&["delete", "deletingpolicy", "finished-results"]);
 }
 

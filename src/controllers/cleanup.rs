@@ -70,6 +70,8 @@ struct PolicyState {
     running: bool,
     failures: u32,
     retry_at: Option<Instant>,
+    /// The version whose Ready condition this leader wrote (or found).
+    status_for: (String, i64),
 }
 
 /// How a run ended.
@@ -164,6 +166,28 @@ async fn lead(
             );
             seen.insert(key.clone());
             let state = refresh(&mut states, &key, &object);
+            if state.status_for != state.compiled_for {
+                state.status_for = state.compiled_for.clone();
+                if let Some(patch) = ready_patch(&resource.api.kind, &state.compiled, &object) {
+                    let api = policy_api(&client, &resource, &object);
+                    let name = object["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string();
+                    tokio::spawn(async move {
+                        if let Err(e) = api
+                            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                            .await
+                        {
+                            tracing::warn!(
+                                policy = name,
+                                error = objects::short(&e),
+                                "Ready condition not written"
+                            );
+                        }
+                    });
+                }
+            }
             let policy = match &state.compiled {
                 Ok(p) => p.clone(),
                 Err(_) => {
@@ -263,6 +287,7 @@ fn refresh<'s>(
             running: false,
             failures: 0,
             retry_at: None,
+            status_for: (String::new(), -1),
         });
     if state.compiled_for != version {
         state.compiled = CompiledCleanupPolicy::compile(object).map(Arc::new);
@@ -280,6 +305,53 @@ fn refresh<'s>(
         state.compiled_for = version;
     }
     state
+}
+
+/// The API of a policy object's kind, in its namespace.
+fn policy_api(client: &Client, resource: &Discovered, object: &Value) -> Api<DynamicObject> {
+    match object["metadata"]["namespace"].as_str() {
+        Some(ns) if resource.namespaced => Api::namespaced_with(client.clone(), ns, &resource.api),
+        _ => Api::all_with(client.clone(), &resource.api),
+    }
+}
+
+/// The status patch that says whether the policy runs (a `Ready`
+/// condition; a DeletingPolicy's in its `conditionStatus`, with `ready`
+/// for its READY column); None when the object says so already.
+fn ready_patch(
+    kind: &str,
+    compiled: &Result<Arc<CompiledCleanupPolicy>, String>,
+    object: &Value,
+) -> Option<Value> {
+    let (state, reason, message) = match compiled {
+        Ok(_) => ("True", "Succeeded", "Ready".to_string()),
+        Err(e) => ("False", "Failed", e.clone()),
+    };
+    let deleting = kind.ends_with("DeletingPolicy");
+    let held = if deleting {
+        &object["status"]["conditionStatus"]["conditions"]
+    } else {
+        &object["status"]["conditions"]
+    };
+    let current = held
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    if current.is_some_and(|c| {
+        c["status"] == state && c["reason"] == reason && c["message"] == message.as_str()
+    }) {
+        return None;
+    }
+    let condition = json!({
+        "type": "Ready", "status": state, "reason": reason, "message": message,
+        "lastTransitionTime": Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    });
+    Some(if deleting {
+        json!({"status": {"conditionStatus": {
+            "ready": state == "True", "message": message, "conditions": [condition],
+        }}})
+    } else {
+        json!({"status": {"conditions": [condition]}})
+    })
 }
 
 fn timestamp(v: &Value) -> Option<DateTime<Utc>> {
@@ -653,6 +725,24 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ready_conditions_say_whether_a_policy_runs() {
+        let bad: Result<Arc<CompiledCleanupPolicy>, String> = Err("spec.schedule: invalid".into());
+        let patch = ready_patch("ClusterCleanupPolicy", &bad, &json!({})).unwrap();
+        let c = &patch["status"]["conditions"][0];
+        assert_eq!(
+            (c["status"].as_str(), c["reason"].as_str()),
+            (Some("False"), Some("Failed"))
+        );
+        assert_eq!(c["message"], "spec.schedule: invalid");
+        let patch = ready_patch("DeletingPolicy", &bad, &json!({})).unwrap();
+        assert_eq!(patch["status"]["conditionStatus"]["ready"], false);
+        // Written once: the object holding it needs no patch.
+        let held =
+            json!({"status": {"conditionStatus": patch["status"]["conditionStatus"].clone()}});
+        assert!(ready_patch("DeletingPolicy", &bad, &held).is_none());
+    }
 
     #[test]
     fn due_after_the_last_run_or_the_creation() {
