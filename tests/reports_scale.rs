@@ -17,21 +17,12 @@ mod support;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
-use support::bench::{cpu_seconds, peak_rss_kib};
+use support::bench::{cpu_seconds, peak_rss_kib, rss_kib};
 use support::cluster::{RealCluster, eventually};
 use support::gavel::temp_dir;
 use support::release::{Release, install_kyverno_crds, ready};
 
 const INTERVAL_SECONDS: u64 = 60;
-
-fn rss_kib(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
 
 /// The API server's requests on policyreports, by verb.
 fn report_requests(cluster: &RealCluster) -> BTreeMap<String, f64> {

@@ -238,6 +238,15 @@ pub fn describe(method: &http::Method, uri: &http::Uri) -> (&'static str, String
     (operation, resource, namespace)
 }
 
+/// An API error as a line: the API server's own message, not the whole
+/// Status.
+pub fn short(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} {}", s.code, s.message),
+        other => other.to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -4,7 +4,7 @@
 //! where the server has it, the per-group walk otherwise.
 
 use kube::Client;
-use kube::api::ApiResource;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Preconditions, PropagationPolicy};
 use kube::discovery::{Discovery, Scope};
 
 /// One resource at its group's preferred version.
@@ -24,6 +24,52 @@ impl Discovered {
     /// `group/version/plural`, `v1/plural` for the core group.
     pub fn id(&self) -> String {
         format!("{}/{}", self.api.api_version, self.api.plural)
+    }
+
+    /// Its objects in `namespace`; all of them for a cluster-scoped kind
+    /// or an empty namespace.
+    pub fn api(&self, client: &Client, namespace: &str) -> Api<DynamicObject> {
+        if self.namespaced && !namespace.is_empty() {
+            Api::namespaced_with(client.clone(), namespace, &self.api)
+        } else {
+            Api::all_with(client.clone(), &self.api)
+        }
+    }
+}
+
+/// `Foreground`, `Background` or `Orphan`; None for anything else (the API
+/// server's default).
+pub fn propagation_policy(name: &str) -> Option<PropagationPolicy> {
+    match name {
+        "Foreground" => Some(PropagationPolicy::Foreground),
+        "Background" => Some(PropagationPolicy::Background),
+        "Orphan" => Some(PropagationPolicy::Orphan),
+        _ => None,
+    }
+}
+
+/// Deletes the object `name` only if it is still the one of `uid`, so that
+/// repeating the deletion (a deposed leader, a retry) never takes a newer
+/// object of that name. Ok(true) when this call deleted it; Ok(false) when
+/// it was gone or replaced already.
+pub async fn delete_once(
+    api: &Api<DynamicObject>,
+    name: &str,
+    uid: &str,
+    propagation: Option<PropagationPolicy>,
+) -> Result<bool, kube::Error> {
+    let params = DeleteParams {
+        propagation_policy: propagation,
+        preconditions: Some(Preconditions {
+            uid: Some(uid.to_string()),
+            resource_version: None,
+        }),
+        ..DeleteParams::default()
+    };
+    match api.delete(name, &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e),
     }
 }
 

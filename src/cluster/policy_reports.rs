@@ -10,7 +10,8 @@
 
 use crate::admission::policies::Snapshot;
 use crate::admission::reports::{self, AdmissionReportSink, AdmissionResults};
-use crate::cluster::update_requests::{BackgroundMetrics, ObjectLabels};
+use crate::cluster::client::short;
+use crate::cluster::update_requests::BackgroundMetrics;
 use arc_swap::ArcSwap;
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, PostParams};
@@ -20,14 +21,6 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
-
-/// An API error as a line: the API server's own message.
-fn short(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} {}", s.code, s.message),
-        other => other.to_string(),
-    }
-}
 
 /// PolicyReport and ClusterPolicyReport.
 pub fn report_resources() -> [ApiResource; 2] {
@@ -228,16 +221,9 @@ impl AdmissionReportWriter {
 impl AdmissionReportSink for AdmissionReportWriter {
     fn submit(&self, results: AdmissionResults) {
         if self.queue.try_send((Instant::now(), results)).is_err() {
-            count(&self.metrics, "admission_report_dropped");
+            self.metrics.count("admission_report_dropped");
         }
     }
-}
-
-fn count(metrics: &BackgroundMetrics, action: &'static str) {
-    metrics
-        .objects
-        .get_or_create(&ObjectLabels { action })
-        .inc();
 }
 
 /// One admission's results into its report: conflicts read again, other
@@ -268,7 +254,7 @@ async fn write_admission_results(
         {
             Ok(Written::Conflict) => continue,
             Ok(Written::Wrote | Written::Deleted) => {
-                count(metrics, "admission_report_written");
+                metrics.count("admission_report_written");
                 return;
             }
             Ok(Written::Nothing) => return,
@@ -279,7 +265,7 @@ async fn write_admission_results(
             }
         }
     }
-    count(metrics, "admission_report_error");
+    metrics.count("admission_report_error");
     tracing::warn!(
         resource = results.resource["metadata"]["name"]
             .as_str()

@@ -78,6 +78,11 @@ impl Default for BackgroundMetrics {
 }
 
 impl BackgroundMetrics {
+    /// One more object `action` (`gavel_background_objects`).
+    pub fn count(&self, action: &'static str) {
+        self.objects.get_or_create(&ObjectLabels { action }).inc();
+    }
+
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "gavel_update_requests_written",

@@ -16,7 +16,8 @@ pub mod metrics;
 pub mod ttl;
 mod watched;
 
-use crate::cluster::discovery::{self, Discovered};
+use crate::cluster::client::short;
+use crate::cluster::discovery::{self, Discovered, delete_once, propagation_policy};
 use crate::context::ClusterView;
 use crate::controllers::background::objects::{self, BackgroundResolver};
 use crate::controllers::leader::while_leading;
@@ -24,10 +25,7 @@ use crate::engine::cleanup::{Candidate, RunContext, selects};
 use crate::policy::cleanup::{CompiledCleanupPolicy, Selection};
 use chrono::{DateTime, Utc};
 use kube::Client;
-use kube::api::{
-    Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, Preconditions,
-    PropagationPolicy,
-};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams};
 use kube::runtime::watcher;
 use metrics::{CleanupMetrics, PolicyDeletionLabels};
 use serde_json::{Value, json};
@@ -169,7 +167,8 @@ async fn lead(
             if state.status_for != state.compiled_for {
                 state.status_for = state.compiled_for.clone();
                 if let Some(patch) = ready_patch(&resource.api.kind, &state.compiled, &object) {
-                    let api = policy_api(&client, &resource, &object);
+                    let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+                    let api = resource.api(&client, namespace);
                     let name = object["metadata"]["name"]
                         .as_str()
                         .unwrap_or_default()
@@ -181,7 +180,7 @@ async fn lead(
                         {
                             tracing::warn!(
                                 policy = name,
-                                error = objects::short(&e),
+                                error = short(&e),
                                 "Ready condition not written"
                             );
                         }
@@ -307,14 +306,6 @@ fn refresh<'s>(
     state
 }
 
-/// The API of a policy object's kind, in its namespace.
-fn policy_api(client: &Client, resource: &Discovered, object: &Value) -> Api<DynamicObject> {
-    match object["metadata"]["namespace"].as_str() {
-        Some(ns) if resource.namespaced => Api::namespaced_with(client.clone(), ns, &resource.api),
-        _ => Api::all_with(client.clone(), &resource.api),
-    }
-}
-
 /// The status patch that says whether the policy runs (a `Ready`
 /// condition; a DeletingPolicy's in its `conditionStatus`, with `ready`
 /// for its READY column); None when the object says so already.
@@ -435,10 +426,8 @@ impl Job {
     }
 
     async fn record(&self, at: DateTime<Utc>) -> Result<(), String> {
-        let api: Api<DynamicObject> = match &self.policy.namespace {
-            Some(ns) => Api::namespaced_with(self.client.clone(), ns, &self.policy_resource.api),
-            None => Api::all_with(self.client.clone(), &self.policy_resource.api),
-        };
+        let namespace = self.policy.namespace.as_deref().unwrap_or_default();
+        let api = self.policy_resource.api(&self.client, namespace);
         let status =
             json!({"status": {"lastExecutionTime": at.format("%Y-%m-%dT%H:%M:%SZ").to_string()}});
         match api
@@ -452,7 +441,7 @@ impl Job {
             Ok(_) => Ok(()),
             // The policy is gone: nothing to record.
             Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-            Err(e) => Err(objects::short(&e)),
+            Err(e) => Err(short(&e)),
         }
     }
 
@@ -510,10 +499,11 @@ impl Job {
             Err(e) => return (0, vec![e]),
         };
         for target in self.targets() {
-            let api: Api<DynamicObject> = match (&self.policy.namespace, target.namespaced) {
-                (Some(ns), _) => Api::namespaced_with(self.client.clone(), ns, &target.api),
-                _ => Api::all_with(self.client.clone(), &target.api),
-            };
+            // A namespaced policy lists its namespace; the others all.
+            let api = target.api(
+                &self.client,
+                self.policy.namespace.as_deref().unwrap_or_default(),
+            );
             let mut params = ListParams::default().limit(self.page_size);
             loop {
                 let page = match api.list(&params).await {
@@ -523,7 +513,7 @@ impl Job {
                         // Kinds the controller may not list are skipped,
                         // as Kyverno skips them; others fail the run.
                         if !matches!(&e, kube::Error::Api(s) if s.code == 403 || s.code == 404) {
-                            errors.push(format!("listing {}: {}", target.id(), objects::short(&e)));
+                            errors.push(format!("listing {}: {}", target.id(), short(&e)));
                         }
                         break;
                     }
@@ -543,7 +533,7 @@ impl Job {
                     Ok(selected) => {
                         for s in selected {
                             match s {
-                                Ok(object) => match self.delete(&api, &target, &object).await {
+                                Ok(object) => match self.delete(&target, &object).await {
                                     Ok(true) => deleted += 1,
                                     Ok(false) => {}
                                     Err(e) => errors.push(e),
@@ -575,7 +565,7 @@ impl Job {
             let page = api
                 .list(&params)
                 .await
-                .map_err(|e| format!("listing namespaces: {}", objects::short(&e)))?;
+                .map_err(|e| format!("listing namespaces: {}", short(&e)))?;
             for ns in page.items {
                 let mut v = serde_json::to_value(ns).unwrap_or(Value::Null);
                 v["apiVersion"] = json!("v1");
@@ -636,55 +626,37 @@ impl Job {
     }
 
     /// Deletes one selected object: Ok(true) when this call deleted it.
-    async fn delete(
-        &self,
-        api: &Api<DynamicObject>,
-        target: &Discovered,
-        object: &Value,
-    ) -> Result<bool, String> {
+    async fn delete(&self, target: &Discovered, object: &Value) -> Result<bool, String> {
         let name = object["metadata"]["name"].as_str().unwrap_or_default();
         let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
-        let api = if target.namespaced && self.policy.namespace.is_none() {
-            Api::namespaced_with(self.client.clone(), namespace, &target.api)
-        } else {
-            api.clone()
-        };
-        let params = DeleteParams {
-            propagation_policy: self.policy.propagation.as_deref().and_then(|p| match p {
-                "Foreground" => Some(PropagationPolicy::Foreground),
-                "Background" => Some(PropagationPolicy::Background),
-                "Orphan" => Some(PropagationPolicy::Orphan),
-                _ => None,
-            }),
-            preconditions: Some(Preconditions {
-                uid: object["metadata"]["uid"].as_str().map(str::to_string),
-                resource_version: None,
-            }),
-            ..DeleteParams::default()
-        };
-        match api.delete(name, &params).await {
-            Ok(_) => {
-                self.family(true)
-                    .get_or_create(&self.labels(&target.api.kind, namespace))
-                    .inc();
-                tracing::info!(
-                    policy = self.policy.key(),
-                    kind = target.api.kind,
-                    namespace,
-                    name,
-                    "deleted by cleanup policy"
-                );
-                Ok(true)
+        let uid = object["metadata"]["uid"].as_str().unwrap_or_default();
+        let propagation = self
+            .policy
+            .propagation
+            .as_deref()
+            .and_then(propagation_policy);
+        match delete_once(&target.api(&self.client, namespace), name, uid, propagation).await {
+            Ok(deleted) => {
+                if deleted {
+                    self.family(true)
+                        .get_or_create(&self.labels(&target.api.kind, namespace))
+                        .inc();
+                    tracing::info!(
+                        policy = self.policy.key(),
+                        kind = target.api.kind,
+                        namespace,
+                        name,
+                        "deleted by cleanup policy"
+                    );
+                }
+                Ok(deleted)
             }
-            // Gone already (a deposed leader, the owner's garbage
-            // collection), or a newer object of that name.
-            Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
             Err(e) => {
                 self.count_error(&target.api.kind, namespace);
                 Err(format!(
                     "deleting {}/{namespace}/{name}: {}",
                     target.api.kind,
-                    objects::short(&e)
+                    short(&e)
                 ))
             }
         }

@@ -15,7 +15,7 @@
 use crate::admission::policies::Snapshot;
 use crate::admission::reports::{self, BACKGROUND_SCAN};
 use crate::cluster::policy_reports::{Written, prune_report, report_resources, write_report};
-use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, ObjectLabels};
+use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels};
 use crate::context::ClusterView;
 use crate::controllers::background::objects::{self, BackgroundResolver};
 use crate::controllers::leader::while_leading;
@@ -270,11 +270,11 @@ async fn scan(
                 {
                     Written::Wrote => {
                         stats.written += 1;
-                        count(metrics, "report_written");
+                        metrics.count("report_written");
                     }
                     Written::Deleted => {
                         stats.deleted += 1;
-                        count(metrics, "report_deleted");
+                        metrics.count("report_deleted");
                     }
                     // Written meanwhile: the next scan compares.
                     Written::Nothing | Written::Conflict => {}
@@ -297,19 +297,12 @@ async fn scan(
             Written::Wrote => stats.written += 1,
             Written::Deleted => {
                 stats.deleted += 1;
-                count(metrics, "report_deleted");
+                metrics.count("report_deleted");
             }
             Written::Nothing | Written::Conflict => {}
         }
     }
     Ok(stats)
-}
-
-fn count(metrics: &BackgroundMetrics, action: &'static str) {
-    metrics
-        .objects
-        .get_or_create(&ObjectLabels { action })
-        .inc();
 }
 
 /// Evaluates the background policies on one page of resources, on a

@@ -5,7 +5,7 @@
 //! finishing the same work.
 
 use crate::admission::update_requests::labels;
-use crate::cluster::update_requests::{BackgroundMetrics, ObjectLabels};
+use crate::cluster::update_requests::BackgroundMetrics;
 use crate::context::{ApiCallRequest, ClusterView, ResolveError, Resolver};
 use crate::kinds::{Gvk, plural};
 use kube::Client;
@@ -109,7 +109,7 @@ pub async fn apply(
         serde_json::from_value(desired.clone()).map_err(|e| format!("downstream {what}: {e}"))?;
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => {
-            count(metrics, "created");
+            metrics.count("created");
             return Ok(());
         }
         Err(kube::Error::Api(s)) if s.code == 409 => {}
@@ -135,7 +135,7 @@ pub async fn apply(
     api.replace(name, &PostParams::default(), &object)
         .await
         .map_err(fail)?;
-    count(metrics, "updated");
+    metrics.count("updated");
     Ok(())
 }
 
@@ -155,7 +155,7 @@ pub async fn replace(
         .replace(name, &PostParams::default(), &object)
         .await
         .map_err(|e| format!("{what}: {}", short(&e)))?;
-    count(metrics, "patched");
+    metrics.count("patched");
     Ok(())
 }
 
@@ -228,7 +228,7 @@ pub async fn delete_selected(
         match api.delete(name, &params).await {
             Ok(_) => {
                 deleted += 1;
-                count(metrics, "deleted");
+                metrics.count("deleted");
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => return Err(format!("deleting {kind} {namespace}/{name}: {}", short(&e))),
@@ -237,21 +237,7 @@ pub async fn delete_selected(
     Ok(deleted)
 }
 
-/// An API error as a line: the API server's own message, not the
-/// whole Status.
-pub fn short(e: &kube::Error) -> String {
-    match e {
-        kube::Error::Api(s) => format!("{} {}", s.code, s.message),
-        other => other.to_string(),
-    }
-}
-
-fn count(metrics: &BackgroundMetrics, action: &'static str) {
-    metrics
-        .objects
-        .get_or_create(&ObjectLabels { action })
-        .inc();
-}
+pub use crate::cluster::client::short;
 
 /// The label selector of the downstream of one rule, for one trigger or
 /// for all of them.

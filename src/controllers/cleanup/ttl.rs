@@ -7,12 +7,12 @@
 
 use super::metrics::{CleanupMetrics, TtlLabels};
 use super::watched::{self, Objects, Watch};
-use crate::cluster::discovery::Discovered;
-use crate::controllers::background::objects;
+use crate::cluster::client::short;
+use crate::cluster::discovery::{Discovered, delete_once, propagation_policy};
 use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Preconditions, PropagationPolicy};
+use kube::api::{Api, DynamicObject, ListParams, PropagationPolicy};
 use kube::core::PartialObjectMeta;
 use kube::runtime::watcher;
 use std::collections::HashMap;
@@ -42,12 +42,7 @@ fn expiry(meta: &ObjectMeta) -> Option<Expiry> {
         .annotations
         .as_ref()
         .and_then(|a| a.get(PROPAGATION_ANNOTATION))
-        .and_then(|p| match p.as_str() {
-            "Foreground" => Some(PropagationPolicy::Foreground),
-            "Background" => Some(PropagationPolicy::Background),
-            "Orphan" => Some(PropagationPolicy::Orphan),
-            _ => None,
-        });
+        .and_then(|p| propagation_policy(p));
     Some(Expiry {
         uid: meta.uid.clone().unwrap_or_default(),
         at: deletion_time(value, created),
@@ -124,7 +119,7 @@ async fn may_delete(client: &Client, resource: &Discovered) -> bool {
         Err(e) => {
             tracing::debug!(
                 resource = resource.id(),
-                error = objects::short(&e),
+                error = short(&e),
                 "access review failed"
             );
             false
@@ -172,7 +167,7 @@ impl Ttl {
                 Err(e) => {
                     tracing::warn!(
                         resource = id,
-                        error = objects::short(&e),
+                        error = short(&e),
                         "TTL preflight failed; tried again later"
                     );
                     continue;
@@ -233,33 +228,22 @@ impl Ttl {
                 continue;
             };
             let (namespace, name) = key.split_once('/').unwrap_or(("", &key));
-            let api: Api<DynamicObject> = if resource.namespaced {
-                Api::namespaced_with(client.clone(), namespace, &resource.api)
-            } else {
-                Api::all_with(client.clone(), &resource.api)
-            };
-            let params = DeleteParams {
-                propagation_policy: e.propagation.clone(),
-                preconditions: Some(Preconditions {
-                    uid: Some(e.uid.clone()),
-                    resource_version: None,
-                }),
-                ..DeleteParams::default()
-            };
             let labels = TtlLabels {
                 resource_group: resource.api.group.clone(),
                 resource_version: resource.api.version.clone(),
                 resource_resource: resource.api.plural.clone(),
                 resource_namespace: namespace.to_string(),
             };
-            let done = match api.delete(name, &params).await {
-                Ok(_) => {
-                    metrics.ttl_deleted.get_or_create(&labels).inc();
-                    tracing::info!(resource = id, object = key, "deleted: its TTL expired");
+            let api = resource.api(client, namespace);
+            let done = match delete_once(&api, name, &e.uid, e.propagation.clone()).await {
+                Ok(deleted) => {
+                    if deleted {
+                        metrics.ttl_deleted.get_or_create(&labels).inc();
+                        tracing::info!(resource = id, object = key, "deleted: its TTL expired");
+                    }
+                    // Else gone already, or another object of that name now.
                     true
                 }
-                // Gone already, or another object of that name now.
-                Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => true,
                 Err(err) => {
                     metrics.ttl_errors.get_or_create(&labels).inc();
                     let k = (id.clone(), key.clone());
@@ -268,7 +252,7 @@ impl Ttl {
                     tracing::warn!(
                         resource = id,
                         object = key,
-                        error = objects::short(&err),
+                        error = short(&err),
                         "TTL deletion failed; tried again"
                     );
                     self.retry_at.insert(k, (Instant::now() + wait, tries));
