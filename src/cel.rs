@@ -86,7 +86,7 @@ impl Program {
         &self,
         vars: &Activation,
         lookups: &dyn Lookups,
-    ) -> Result<(Value, Vec<(String, serde_json::Value)>), CelError> {
+    ) -> Result<(Value, Vec<Generated>), CelError> {
         let value = self.eval(vars, lookups)?;
         Ok((value, library::take_generated()))
     }
@@ -272,3 +272,7 @@ fn rewrite_entry(e: IdedEntryExpr) -> IdedEntryExpr {
 
 #[cfg(test)]
 mod tests;
+
+/// One object `generator.Apply` asked for, with the namespace it named
+/// (none in the NamespacedGeneratingPolicy form).
+pub type Generated = (Option<String>, serde_json::Value);

@@ -54,6 +54,14 @@ fn generate_on_a_real_control_plane() {
     step("a deleted policy takes its synchronized downstream", || {
         policy_deleted(&cluster)
     });
+    step(
+        "GeneratingPolicy: generated, kept in line, deleted with its trigger and policy",
+        || generating_policy(&cluster),
+    );
+    step(
+        "NamespacedGeneratingPolicy: generateExisting and admitted triggers",
+        || namespaced_generating_policy(&cluster),
+    );
     step("mutate existing: a trigger patches its targets", || {
         mutate_existing(&cluster)
     });
@@ -225,6 +233,218 @@ fn data_synchronized(cluster: &RealCluster) {
         Duration::from_secs(30),
         || netpol().is_some_and(|n| n["spec"]["policyTypes"] == json!(["Ingress"])),
     );
+    drained(cluster, Duration::from_secs(30));
+}
+
+const GENERATING_POLICY: &str = r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: GeneratingPolicy
+metadata:
+  name: team-settings
+spec:
+  evaluation:
+    synchronize:
+      enabled: true
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [namespaces]
+    objectSelector:
+      matchLabels:
+        team-settings: "yes"
+  variables:
+  - name: ns
+    expression: object.metadata.name
+  generate:
+  - expression: >-
+      generator.Apply(variables.ns, [{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "team-settings"},
+        "data": {"team": variables.ns}}])
+"#;
+
+/// The Ignore validating webhook registered for `resource` (where
+/// GeneratingPolicies are), and a moment for the other replica.
+fn ignore_webhook_for(cluster: &RealCluster, resource: &str) {
+    eventually(
+        &format!("the Ignore validating webhook for {resource}"),
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["validatingwebhookconfiguration", VALIDATING])
+                .is_some_and(|c| {
+                    c["webhooks"].as_array().into_iter().flatten().any(|w| {
+                        w["failurePolicy"] == "Ignore"
+                            && w["rules"].to_string().contains(&format!("\"{resource}\""))
+                            && w["rules"].to_string().contains("DELETE")
+                    })
+                })
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+}
+
+fn labelled_namespace(name: &str) -> String {
+    format!(
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {name}\n  labels:\n    team-settings: \"yes\"\n"
+    )
+}
+
+/// A GeneratingPolicy with `synchronize`: a labelled Namespace gets a
+/// ConfigMap with Kyverno's labels (no rule name); a hand edit is
+/// reverted and a deletion undone; a policy change carried over; the
+/// label removed takes the ConfigMap along, and so does the policy's
+/// deletion.
+fn generating_policy(cluster: &RealCluster) {
+    apply_text(cluster, GENERATING_POLICY);
+    ignore_webhook_for(cluster, "namespaces");
+    apply_text(cluster, &labelled_namespace("gp-a"));
+    apply_text(cluster, &labelled_namespace("gp-c"));
+    let settings = |ns: &str| cluster.get(&["configmap", "team-settings", "-n", ns]);
+    eventually("the ConfigMaps generated", Duration::from_secs(30), || {
+        settings("gp-a").is_some() && settings("gp-c").is_some()
+    });
+    let generated = settings("gp-a").unwrap();
+    assert_eq!(generated["data"], json!({"team": "gp-a"}));
+    assert_eq!(label(&generated, "app.kubernetes.io/managed-by"), "kyverno");
+    assert_eq!(
+        label(&generated, "generate.kyverno.io/policy-name"),
+        "team-settings"
+    );
+    assert_eq!(label(&generated, "generate.kyverno.io/rule-name"), "");
+    assert_eq!(
+        label(&generated, "generate.kyverno.io/trigger-kind"),
+        "Namespace"
+    );
+    let namespace = cluster.get(&["namespace", "gp-a"]).unwrap();
+    assert_eq!(
+        label(&generated, "generate.kyverno.io/trigger-uid"),
+        namespace["metadata"]["uid"].as_str().unwrap()
+    );
+
+    // Edited by hand: reverted from the trigger.
+    cluster.kubectl(&[
+        "patch",
+        "configmap",
+        "team-settings",
+        "-n",
+        "gp-a",
+        "--type=merge",
+        "-p",
+        r#"{"data":{"team":"someone-else"}}"#,
+    ]);
+    eventually("the hand edit reverted", Duration::from_secs(30), || {
+        settings("gp-a").is_some_and(|c| c["data"] == json!({"team": "gp-a"}))
+    });
+    // Deleted: generated again.
+    let uid = settings("gp-a").unwrap()["metadata"]["uid"].clone();
+    cluster.kubectl(&["delete", "configmap", "team-settings", "-n", "gp-a"]);
+    eventually(
+        "the deleted ConfigMap generated again",
+        Duration::from_secs(30),
+        || settings("gp-a").is_some_and(|c| c["metadata"]["uid"] != uid),
+    );
+    // The policy changed: its downstream follows.
+    apply_text(
+        cluster,
+        &GENERATING_POLICY.replace(
+            r#""data": {"team": variables.ns}"#,
+            r#""data": {"team": variables.ns, "tier": "gold"}"#,
+        ),
+    );
+    eventually(
+        "the policy change carried over",
+        Duration::from_secs(30),
+        || {
+            ["gp-a", "gp-c"].iter().all(|ns| {
+                settings(ns).is_some_and(|c| c["data"] == json!({"team": ns, "tier": "gold"}))
+            })
+        },
+    );
+    // The trigger no longer selected: its downstream goes.
+    cluster.kubectl(&["label", "namespace", "gp-a", "team-settings-"]);
+    eventually(
+        "the unlabelled Namespace's ConfigMap deleted",
+        Duration::from_secs(30),
+        || settings("gp-a").is_none(),
+    );
+    assert!(settings("gp-c").is_some());
+    // The policy deleted (not orphaning): its downstream goes.
+    cluster.kubectl(&["delete", "generatingpolicy", "team-settings"]);
+    eventually(
+        "the deleted policy's ConfigMap deleted",
+        Duration::from_secs(30),
+        || settings("gp-c").is_none(),
+    );
+    drained(cluster, Duration::from_secs(30));
+}
+
+/// A NamespacedGeneratingPolicy with `generateExisting`: a labelled
+/// ConfigMap made before the policy gets its copy when the policy
+/// appears, one created after it at admission; both in the policy's
+/// namespace (the one-argument `generator.Apply`).
+fn namespaced_generating_policy(cluster: &RealCluster) {
+    cluster.kubectl(&["create", "namespace", "gp-n"]);
+    let config_map = |name: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: gp-n\n  labels:\n    copy: \"yes\"\ndata:\n  k: {name}\n"
+        )
+    };
+    apply_text(cluster, &config_map("seed"));
+    apply_text(
+        cluster,
+        r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: NamespacedGeneratingPolicy
+metadata:
+  name: copies
+  namespace: gp-n
+spec:
+  evaluation:
+    generateExisting:
+      enabled: true
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [configmaps]
+    objectSelector:
+      matchLabels:
+        copy: "yes"
+  generate:
+  - expression: >-
+      generator.Apply([{"apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": object.metadata.name + "-copy"},
+        "data": object.data}])
+"#,
+    );
+    let copy = |name: &str| cluster.get(&["configmap", &format!("{name}-copy"), "-n", "gp-n"]);
+    eventually(
+        "the existing trigger's copy generated",
+        Duration::from_secs(60),
+        || copy("seed").is_some(),
+    );
+    assert_eq!(copy("seed").unwrap()["data"], json!({"k": "seed"}));
+    ignore_webhook_for(cluster, "configmaps");
+    apply_text(cluster, &config_map("fresh"));
+    eventually(
+        "the admitted trigger's copy generated",
+        Duration::from_secs(30),
+        || copy("fresh").is_some(),
+    );
+    let fresh = copy("fresh").unwrap();
+    assert_eq!(fresh["data"], json!({"k": "fresh"}));
+    assert_eq!(label(&fresh, "generate.kyverno.io/policy-name"), "copies");
+    assert_eq!(label(&fresh, "generate.kyverno.io/trigger-name"), "fresh");
+    cluster.kubectl(&[
+        "delete",
+        "namespacedgeneratingpolicy",
+        "copies",
+        "-n",
+        "gp-n",
+    ]);
     drained(cluster, Duration::from_secs(30));
 }
 

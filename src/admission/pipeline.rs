@@ -122,6 +122,7 @@ pub fn admit_reporting(
     }
     let req = &review.request;
     let mut background = &[][..];
+    let mut generating = &[][..];
     let mut admission_results = None;
     let verdict = match webhook {
         Webhook::Validate(failure_policy) => {
@@ -175,6 +176,7 @@ pub fn admit_reporting(
                 |i, status, elapsed| cells.record(snapshot.validating_index(i), 0, status, elapsed),
             );
             background = snapshot.background_indexes(failure_policy);
+            generating = snapshot.generating_on(failure_policy);
             let verdict = verdict::decide(&policies, &responses, &cel, req);
             if report
                 && verdict.allowed
@@ -204,7 +206,9 @@ pub fn admit_reporting(
         }
     };
     let update_requests = if verdict.allowed {
-        update_requests::for_review(&snapshot.policies, background, &review)
+        let mut out = update_requests::for_review(&snapshot.policies, background, &review);
+        out.extend(update_requests::for_generating(generating, &review));
+        out
     } else {
         Vec::new()
     };

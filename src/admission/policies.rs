@@ -12,7 +12,8 @@
 use super::rule_table::{RuleMetrics, RuleTable};
 use super::verdict::DenialHeads;
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope,
+    CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
+    PolicyScope,
 };
 use crate::policy::compile::FailurePolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text};
@@ -31,6 +32,7 @@ pub struct PolicySet {
     pub exceptions: Vec<CompiledException>,
     pub validating: Vec<CompiledValidatingPolicy>,
     pub mutating: Vec<CompiledMutatingPolicy>,
+    pub generating: Vec<CompiledGeneratingPolicy>,
 }
 
 impl PolicySet {
@@ -39,6 +41,7 @@ impl PolicySet {
         self.exceptions.extend(other.exceptions.iter().cloned());
         self.validating.extend(other.validating.iter().cloned());
         self.mutating.extend(other.mutating.iter().cloned());
+        self.generating.extend(other.generating.iter().cloned());
     }
 }
 
@@ -53,6 +56,10 @@ pub struct Snapshot {
     /// MutatingPolicies, applied on the mutate routes after the classic
     /// policies, each on the previous one's output.
     pub mutating: Vec<CompiledMutatingPolicy>,
+    /// GeneratingPolicies: their admitted triggers leave UpdateRequests on
+    /// the validating route of failurePolicy Ignore (Kyverno registers
+    /// them so), and the background controller generates.
+    pub generating: Vec<CompiledGeneratingPolicy>,
     /// Indexes into `policies` of the admission validate policies, per
     /// route: all, failurePolicy Fail, failurePolicy Ignore. Chosen once
     /// here rather than on every request.
@@ -82,6 +89,7 @@ impl Snapshot {
             exceptions,
             validating,
             mutating,
+            generating,
         } = set;
         let select = |f: Option<FailurePolicy>, has: fn(&CompiledPolicy) -> bool| -> Vec<usize> {
             policies
@@ -112,6 +120,7 @@ impl Snapshot {
                 .iter()
                 .map(|p| &p.scope)
                 .chain(mutating.iter().map(|p| &p.scope))
+                .chain(generating.iter().map(|p| &p.scope))
                 .any(|s| s.match_constraints.namespace_selector.is_some());
         Snapshot {
             needs_namespace_labels,
@@ -123,6 +132,7 @@ impl Snapshot {
             exceptions,
             validating,
             mutating,
+            generating,
             validate,
             mutate,
             background,
@@ -142,7 +152,17 @@ impl Snapshot {
 
     /// Policies of every kind (not exceptions).
     pub fn policy_count(&self) -> usize {
-        self.policies.len() + self.validating.len() + self.mutating.len()
+        self.policies.len() + self.validating.len() + self.mutating.len() + self.generating.len()
+    }
+
+    /// The GeneratingPolicies whose triggers a validating route sees: all
+    /// of them on the route of every policy and on the Ignore route (their
+    /// failure policy), none on the Fail route.
+    pub fn generating_on(&self, f: Option<FailurePolicy>) -> &[CompiledGeneratingPolicy] {
+        match f {
+            Some(FailurePolicy::Fail) => &[],
+            _ => &self.generating,
+        }
     }
 
     /// The CEL policies of a route: all, or those of one failurePolicy
@@ -366,13 +386,10 @@ pub fn load_text(file: &str, text: &str) -> Result<PolicySet, String> {
                      admission policies itself (gavel test and apply evaluate them)"
                 ));
             }
-            LoadedDocument::GeneratingPolicy(_) => {
-                let (kind, name) = doc.kind_and_name();
-                return Err(format!(
-                    "unsupported: kind {kind} ({name}) in the server yet: generation runs in \
-                     cluster mode (gavel test evaluates it)"
-                ));
-            }
+            LoadedDocument::GeneratingPolicy(ref p) => set.generating.push(
+                CompiledGeneratingPolicy::compile(p)
+                    .map_err(|e| cel_error(e, doc.kind_and_name()))?,
+            ),
         }
     }
     Ok(set)

@@ -23,7 +23,9 @@
 
 use super::review::Review;
 use crate::engine::Request;
+use crate::engine::cel::constraints_select;
 use crate::matching::MatchInput;
+use crate::policy::cel_policy::CompiledGeneratingPolicy;
 use crate::policy::{CompiledPolicy, CompiledRule, RuleBody};
 use serde_json::{Map, Value, json};
 
@@ -205,6 +207,63 @@ fn mutate_existing(
     out
 }
 
+/// The UpdateRequests of an admitted `review` for GeneratingPolicies
+/// (Kyverno's `cel-generate` requests, one rule context named after the
+/// policy). Only matchConstraints are checked here; the background
+/// controller evaluates the matchConditions and the generation.
+/// - CREATE, UPDATE, DELETE the policy lists: generate (an UPDATE under
+///   `synchronize` also deletes what the trigger no longer generates);
+/// - an UPDATE after which the object no longer fits the constraints, or
+///   a DELETE the policy does not list, under `synchronize`: delete the
+///   trigger's downstream.
+pub fn for_generating(
+    policies: &[CompiledGeneratingPolicy],
+    review: &Review,
+) -> Vec<UpdateRequestSpec> {
+    if review.dry_run || policies.is_empty() {
+        return Vec::new();
+    }
+    let req = &review.request;
+    let (object, old) = (&req.object, &req.old_object);
+    let selects = |p: &CompiledGeneratingPolicy, o: &Value, op: Option<&str>| {
+        !o.is_null() && constraints_select(&p.scope, req, o, op)
+    };
+    let mut out = Vec::new();
+    for policy in policies.iter().filter(|p| p.settings.admission) {
+        let sync = policy.settings.synchronize;
+        let op = req.operation.as_str();
+        let (delete, synchronize, trigger) = match op {
+            "CREATE" if selects(policy, object, Some(op)) => (false, false, object),
+            "UPDATE" if selects(policy, object, Some(op)) => (false, sync, object),
+            "UPDATE" if sync && selects(policy, old, None) && !selects(policy, object, None) => {
+                (true, false, old)
+            }
+            "DELETE" if selects(policy, old, Some(op)) => (false, false, old),
+            "DELETE" if sync && selects(policy, old, None) => (true, false, old),
+            _ => continue,
+        };
+        let trigger = resource_spec(trigger);
+        let context = json!({
+            "rule": policy.scope.name,
+            "deleteDownstream": delete,
+            "synchronize": synchronize,
+            "cacheRestore": false,
+            "trigger": trigger,
+        });
+        let mut spec = spec(&policy.key, vec![context], trigger, review);
+        spec["requestType"] = Value::from(CEL_GENERATE);
+        out.push(UpdateRequestSpec {
+            spec,
+            not_for_own_writes: policy.settings.skip_background_requests,
+            username: req.user.username.clone(),
+        });
+    }
+    out
+}
+
+/// The request type of GeneratingPolicy work (kyverno.io/v2).
+pub const CEL_GENERATE: &str = "cel-generate";
+
 /// A change by someone else to a downstream resource of a synchronized
 /// rule: the request to generate it again from its trigger.
 fn downstream_change(policies: &[CompiledPolicy], review: &Review) -> Option<UpdateRequestSpec> {
@@ -333,6 +392,7 @@ mod tests {
     use super::*;
     use crate::admission::policies::{Snapshot, load_text};
     use crate::admission::review;
+    use crate::policy::compile::FailurePolicy;
 
     const POLICY: &str = r#"
 apiVersion: kyverno.io/v1
@@ -483,6 +543,72 @@ spec:
             context["trigger"],
             json!({"apiVersion": "v1", "kind": "ConfigMap", "namespace": "ns", "name": "one", "uid": "uid-one"})
         );
+    }
+
+    const GENERATING: &str = r#"
+apiVersion: policies.kyverno.io/v1
+kind: GeneratingPolicy
+metadata:
+  name: copy-cm
+spec:
+  evaluation:
+    synchronize: {enabled: true}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}
+    objectSelector:
+      matchLabels: {copy: "yes"}
+  generate:
+  - expression: generator.Apply(object.metadata.namespace, [])
+"#;
+
+    /// A GeneratingPolicy leaves Kyverno's `cel-generate` request: generate
+    /// on the operations it lists; under synchronize, delete downstream of
+    /// a trigger deleted or changed so that the constraints no longer
+    /// select it; nothing for what it never selected or a dry run.
+    #[test]
+    fn generating_policies_leave_cel_generate_requests() {
+        let s = Snapshot::new(load_text("g.yaml", GENERATING).unwrap(), 1);
+        let run = |r: &Review| for_generating(s.generating_on(None), r);
+        let yes = config_map("one", json!({"copy": "yes"}));
+        let no = config_map("one", json!({"copy": "no"}));
+        let contexts = |out: Vec<UpdateRequestSpec>| -> Vec<(bool, bool)> {
+            out.iter()
+                .map(|u| {
+                    assert_eq!(u.spec["requestType"], "cel-generate");
+                    assert_eq!(u.spec["policy"], "copy-cm");
+                    assert!(
+                        u.not_for_own_writes,
+                        "skipBackgroundRequests defaults to true"
+                    );
+                    let c = &u.spec["ruleContext"][0];
+                    assert_eq!(c["rule"], "copy-cm");
+                    assert_eq!(c["trigger"]["uid"], "uid-one");
+                    (c["deleteDownstream"] == true, c["synchronize"] == true)
+                })
+                .collect()
+        };
+        assert_eq!(
+            contexts(run(&review("CREATE", yes.clone(), Value::Null, false))),
+            [(false, false)]
+        );
+        assert!(run(&review("CREATE", yes.clone(), Value::Null, true)).is_empty());
+        assert!(run(&review("CREATE", no.clone(), Value::Null, false)).is_empty());
+        assert_eq!(
+            contexts(run(&review("UPDATE", yes.clone(), no.clone(), false))),
+            [(false, true)]
+        );
+        assert_eq!(
+            contexts(run(&review("UPDATE", no.clone(), yes.clone(), false))),
+            [(true, false)]
+        );
+        assert!(run(&review("UPDATE", no.clone(), no.clone(), false)).is_empty());
+        assert_eq!(
+            contexts(run(&review("DELETE", Value::Null, yes.clone(), false))),
+            [(true, false)]
+        );
+        // On the Fail route, none: a GeneratingPolicy's webhook is Ignore.
+        assert!(s.generating_on(Some(FailurePolicy::Fail)).is_empty());
     }
 }
 

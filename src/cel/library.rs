@@ -76,8 +76,9 @@ struct EvalState {
     budget: i64,
     answers: Vec<(Lookup, Result<Value, String>)>,
     pending: Vec<Lookup>,
-    /// What `generator.Apply` produced this round: (namespace, object).
-    generated: Vec<(String, serde_json::Value)>,
+    /// What `generator.Apply` produced this round: (namespace, object);
+    /// no namespace for the NamespacedGeneratingPolicy form (the policy's).
+    generated: Vec<(Option<String>, serde_json::Value)>,
 }
 
 thread_local! {
@@ -105,6 +106,8 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("parseServiceAccount", parse_service_account);
     ctx.add_function("time.now", time_now);
     ctx.add_function("generator.Apply", generator_apply);
+    // Kyverno 1.18 added the lower-case spelling.
+    ctx.add_function("generator.apply", generator_apply);
     ctx.add_function("image", image_of);
     ctx.add_function("isImage", is_image);
     for field in IMAGE_FIELDS {
@@ -178,13 +181,24 @@ fn describe(e: &ExecutionError) -> String {
 }
 
 /// What `generator.Apply` produced in the last evaluation on this thread.
-pub(super) fn take_generated() -> Vec<(String, serde_json::Value)> {
+pub(super) fn take_generated() -> Vec<(Option<String>, serde_json::Value)> {
     STATE.with_borrow_mut(|s| std::mem::take(&mut s.generated))
 }
 
-/// `generator.Apply(namespace, objects)`: records the objects to create
-/// (GeneratingPolicy); the caller creates them.
-fn generator_apply(ftx: &FunctionContext, namespace: Arc<String>, objects: Value) -> ResolveResult {
+/// `generator.Apply(namespace, objects)` (GeneratingPolicy) or
+/// `generator.Apply(objects)` (NamespacedGeneratingPolicy: into the
+/// policy's namespace): records the objects to create; the caller creates
+/// them.
+fn generator_apply(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    let (namespace, objects) = match args.as_slice() {
+        [Value::String(ns), objects] => (Some(ns.to_string()), objects),
+        [objects] => (None, objects),
+        _ => {
+            return Err(ftx.error(
+                "generator.Apply takes (namespace, objects), or (objects) in a NamespacedGeneratingPolicy",
+            ));
+        }
+    };
     let Value::List(items) = objects else {
         return Err(ftx.error("generator.Apply needs a list of objects"));
     };
@@ -194,7 +208,7 @@ fn generator_apply(ftx: &FunctionContext, namespace: Arc<String>, objects: Value
         if !object.is_object() {
             return Err(ftx.error(format!("generator.Apply: {object} is not an object")));
         }
-        out.push((namespace.to_string(), object));
+        out.push((namespace.clone(), object));
     }
     STATE.with_borrow_mut(|s| s.generated.extend(out));
     Ok(Value::Null)

@@ -7,7 +7,7 @@
 use super::stores::Stores;
 use crate::admission::policies::{PolicySet, Publisher};
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledMutatingPolicy, CompiledValidatingPolicy,
+    CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
 };
 use crate::policy::load::{LoadedDocument, classify};
 use crate::policy::{CompiledException, CompiledPolicy};
@@ -36,6 +36,7 @@ enum Compiled {
     Exception(Box<CompiledException>),
     Validating(Box<CompiledValidatingPolicy>),
     Mutating(Box<CompiledMutatingPolicy>),
+    Generating(Box<CompiledGeneratingPolicy>),
 }
 
 /// A policy object that could not be used, with the reason.
@@ -102,6 +103,7 @@ impl PolicySync {
                     Compiled::Exception(x) => set.exceptions.push((**x).clone()),
                     Compiled::Validating(p) => set.validating.push((**p).clone()),
                     Compiled::Mutating(p) => set.mutating.push((**p).clone()),
+                    Compiled::Generating(p) => set.generating.push((**p).clone()),
                     Compiled::None => {}
                 }
             }
@@ -248,8 +250,10 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         LoadedDocument::MutatingPolicy(p) => CompiledMutatingPolicy::compile(&p)
             .map(|p| Compiled::Mutating(Box::new(p)))
             .map_err(named),
-        d @ (LoadedDocument::GeneratingPolicy(_)
-        | LoadedDocument::ValidatingAdmissionPolicy(_)
+        LoadedDocument::GeneratingPolicy(p) => CompiledGeneratingPolicy::compile(&p)
+            .map(|p| Compiled::Generating(Box::new(p)))
+            .map_err(named),
+        d @ (LoadedDocument::ValidatingAdmissionPolicy(_)
         | LoadedDocument::MutatingAdmissionPolicy(_)
         | LoadedDocument::AdmissionPolicyBinding(_)) => {
             let (kind, name) = d.kind_and_name();

@@ -70,6 +70,8 @@ pub const CEL_POLICY_KINDS: &[&str] = &[
     "NamespacedValidatingPolicy",
     "MutatingPolicy",
     "NamespacedMutatingPolicy",
+    "GeneratingPolicy",
+    "NamespacedGeneratingPolicy",
 ];
 
 /// Finds which of [`CEL_POLICY_KINDS`] the cluster serves, and at which

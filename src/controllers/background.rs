@@ -12,11 +12,13 @@
 //! for the operator to see.
 
 mod generate;
+mod generating;
 mod mutate_existing;
 pub mod objects;
 mod policies;
 
 use crate::admission::policies::Snapshot;
+use crate::admission::update_requests;
 use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, api_resource};
 use crate::context::ClusterView;
 use crate::controllers::leader::while_leading;
@@ -68,6 +70,8 @@ struct Shared {
     /// workers read it there rather than from the API server (a stale copy
     /// costs at most a repeat of idempotent work).
     latest: Mutex<HashMap<String, DynamicObject>>,
+    /// GeneratingPolicy downstream known to this lead.
+    downstream: generating::Downstream,
 }
 
 impl Shared {
@@ -92,7 +96,9 @@ pub async fn run(
         // What a former lead left queued is not this one's to count.
         metrics.queue_depth.get_or_create(&CONTROLLER).set(0);
         let (tx, rx) = mpsc::unbounded_channel();
+        let (downstream, downstream_kinds) = generating::Downstream::new();
         let shared = Arc::new(Shared {
+            downstream,
             urs: Api::namespaced_with(client.clone(), &opts.namespace, &api_resource()),
             client: client.clone(),
             opts: opts.clone(),
@@ -103,14 +109,18 @@ pub async fn run(
             queued: Mutex::new(HashSet::new()),
             latest: Mutex::new(HashMap::new()),
         });
-        lead(shared, rx)
+        lead(shared, rx, downstream_kinds)
     })
     .await;
 }
 
 /// The leader's work: the UpdateRequest watch, the workers and the policy
 /// follower, until the lead is lost (the caller drops this future).
-async fn lead(shared: Arc<Shared>, rx: mpsc::UnboundedReceiver<String>) {
+async fn lead(
+    shared: Arc<Shared>,
+    rx: mpsc::UnboundedReceiver<String>,
+    downstream_kinds: mpsc::UnboundedReceiver<(String, String)>,
+) {
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
     let mut tasks = tokio::task::JoinSet::new();
     for _ in 0..shared.opts.workers.max(1) {
@@ -126,6 +136,11 @@ async fn lead(shared: Arc<Shared>, rx: mpsc::UnboundedReceiver<String>) {
         });
     }
     tasks.spawn(policies::follow(shared.clone()));
+    tasks.spawn(generating::follow(shared.clone()));
+    tasks.spawn(generating::watch_downstream(
+        shared.clone(),
+        downstream_kinds,
+    ));
     let urs = shared.urs.clone();
     // Backoff on errors (the CRD missing, the API server down), as every
     // watch of gavel's.
@@ -169,7 +184,7 @@ fn name_of(ur: &DynamicObject) -> String {
 fn pending(ur: &DynamicObject, starting: bool, max_retries: u64) -> bool {
     if !matches!(
         ur.data["spec"]["requestType"].as_str(),
-        Some("generate" | "mutate")
+        Some("generate" | "mutate" | update_requests::CEL_GENERATE)
     ) {
         return false;
     }
@@ -247,6 +262,12 @@ async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), String> {
     let spec = &ur.data["spec"];
     let key = spec["policy"].as_str().unwrap_or_default().to_string();
     let snapshot = shared.snapshot.load_full();
+    if spec["requestType"] == update_requests::CEL_GENERATE {
+        if young(ur) && !snapshot.generating.iter().any(|p| p.key == key) {
+            return Err(format!("policy {key} is not loaded here yet"));
+        }
+        return generating::work(shared, spec).await;
+    }
     let index = snapshot
         .policies
         .iter()
@@ -307,7 +328,9 @@ fn young(ur: &DynamicObject) -> bool {
 
 /// The trigger of a request, read back from the API server; for a DELETE,
 /// its last state, the request's oldObject. None when it was deleted and
-/// created again under its name (that one has a request of its own).
+/// created again under its name (that one has a request of its own), or
+/// gone when the work is the controller's own (no admission request: a
+/// policy change, a downstream changed by hand).
 async fn read_trigger(
     shared: &Arc<Shared>,
     trigger: &Value,
@@ -331,6 +354,9 @@ async fn read_trigger(
                 objects::short(&e)
             )
         })?;
+    if found.is_none() && !admission.is_object() {
+        return Ok(None);
+    }
     // Not stored (rejected by a later admission step) or already gone:
     // tried again, then given up.
     let object = found.ok_or_else(|| format!("trigger {kind} {namespace}/{name} not found"))?;

@@ -218,13 +218,16 @@ impl Coverage {
 
     /// A CEL policy's resourceRules as they are written (they name
     /// resources, not kinds), plus the Pod controllers autogen covers.
-    fn add_cel(&mut self, scope: &CelScope, side: Side) {
+    /// `every_operation`: registered for all of the side's operations
+    /// whatever the rules list (a GeneratingPolicy's trigger deleted or
+    /// changed takes its downstream along, so Kyverno registers them so).
+    fn add_cel(&mut self, scope: &CelScope, side: Side, every_operation: bool) {
         let default_ops = side.default_operations();
         let ops_of = |listed: &[String]| -> BTreeSet<&'static str> {
             default_ops
                 .iter()
                 .copied()
-                .filter(|op| listed.iter().any(|o| o == "*" || o == op))
+                .filter(|op| every_operation || listed.iter().any(|o| o == "*" || o == op))
                 .collect()
         };
         for rule in &scope.match_constraints.resource_rules {
@@ -342,8 +345,16 @@ fn desired(
         let c = coverage
             .entry((side, !scope.failure_policy_ignore))
             .or_default();
-        c.add_cel(scope, side);
+        c.add_cel(scope, side, false);
         c.timeout.get_or_insert(opts.timeout_seconds);
+    }
+    // GeneratingPolicies have no failurePolicy: Kyverno registers them as
+    // Ignore.
+    for policy in snapshot.generating.iter().filter(|p| p.settings.admission) {
+        let c = coverage.entry((Side::Validating, false)).or_default();
+        c.add_cel(&policy.scope, Side::Validating, true);
+        let t = policy.timeout_seconds.unwrap_or(opts.timeout_seconds);
+        c.timeout = Some(c.timeout.map_or(t, |old| old.max(t)));
     }
     let mut out: BTreeMap<Side, Vec<Hook>> = BTreeMap::new();
     for side in [Side::Validating, Side::Mutating] {

@@ -445,6 +445,7 @@ struct RuleTarget<'a> {
     /// The plural resource name.
     resource: &'a str,
     subresource: &'a str,
+    /// Empty: any operation (a trigger's kind and labels, not a request).
     operation: &'a str,
 }
 
@@ -454,7 +455,7 @@ impl RuleTarget<'_> {
         let (resource, sub) = (self.resource, self.subresource);
         listed(&rule.api_groups, self.group)
             && listed(&rule.api_versions, self.version)
-            && listed(&rule.operations, self.operation)
+            && (self.operation.is_empty() || listed(&rule.operations, self.operation))
             && rule.resources.iter().any(|r| match r.split_once('/') {
                 None => r == "*" || (sub.is_empty() && r == resource),
                 Some((res, s)) => {
@@ -572,6 +573,12 @@ pub fn scope_view<'s>(
 
 /// The namespaceSelector and objectSelector of `m` accept the request.
 fn selectors_match(m: &MatchConstraints, req: &Request) -> bool {
+    selectors_accept(m, req, req.resource())
+}
+
+/// The namespaceSelector of `m` accepts the request's namespace, and its
+/// objectSelector `object`.
+fn selectors_accept(m: &MatchConstraints, req: &Request, object: &Value) -> bool {
     if let Some(sel) = &m.namespace_selector
         && !req.namespace().is_empty()
         && !selector_matches(sel, req.namespace_labels.as_ref())
@@ -579,8 +586,7 @@ fn selectors_match(m: &MatchConstraints, req: &Request) -> bool {
         return false;
     }
     if let Some(sel) = &m.object_selector {
-        let labels = req
-            .resource()
+        let labels = object
             .pointer("/metadata/labels")
             .and_then(Value::as_object);
         if !selector_matches(sel, labels) {
@@ -588,6 +594,34 @@ fn selectors_match(m: &MatchConstraints, req: &Request) -> bool {
         }
     }
     true
+}
+
+/// Whether a policy's own matchConstraints (no bindings, no autogen)
+/// select `object` as the request's resource, for `operation` (`None`:
+/// any). No CEL runs: this is what the answer path checks before it
+/// leaves generation work, whose conditions the background evaluates.
+pub fn constraints_select(
+    scope: &PolicyScope,
+    req: &Request,
+    object: &Value,
+    operation: Option<&str>,
+) -> bool {
+    if scope
+        .namespace
+        .as_deref()
+        .is_some_and(|ns| ns != req.namespace())
+    {
+        return false;
+    }
+    let target = RuleTarget {
+        group: &req.gvk.group,
+        version: &req.gvk.version,
+        resource: &req.gvr.resource,
+        subresource: &req.subresource,
+        operation: operation.unwrap_or_default(),
+    };
+    let m = &scope.match_constraints;
+    target.covered_by_constraints(m) && selectors_accept(m, req, object)
 }
 
 /// Evaluates a ValidatingPolicy: one rule response named after the policy,

@@ -16,6 +16,7 @@ mod validating;
 
 pub use generating::{
     CompiledGeneratingPolicy, GenerateExpression, GeneratingPolicyDoc, GeneratingPolicySpec,
+    GenerationSettings,
 };
 pub use mutating::{
     CompiledMutatingPolicy, CompiledMutation, MutatingPolicyDoc, MutatingPolicySpec, Mutation,

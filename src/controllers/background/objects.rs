@@ -21,18 +21,23 @@ pub fn api_for(
     kind: &str,
     namespace: &str,
 ) -> Api<DynamicObject> {
+    let resource = api_resource(api_version, kind);
+    if namespace.is_empty() {
+        Api::all_with(client.clone(), &resource)
+    } else {
+        Api::namespaced_with(client.clone(), namespace, &resource)
+    }
+}
+
+/// The API resource of a kind (its plural as gavel knows it).
+pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
     let gvk = Gvk::new(api_version, kind);
-    let resource = ApiResource {
+    ApiResource {
         group: gvk.group.clone(),
         version: gvk.version.clone(),
         api_version: api_version.to_string(),
         kind: kind.to_string(),
         plural: plural(api_version, kind).into_owned(),
-    };
-    if namespace.is_empty() {
-        Api::all_with(client.clone(), &resource)
-    } else {
-        Api::namespaced_with(client.clone(), namespace, &resource)
     }
 }
 
@@ -160,7 +165,7 @@ pub async fn replace(
 }
 
 /// `existing` with the content of `desired`.
-fn in_line(existing: &Value, desired: &Value) -> Value {
+pub fn in_line(existing: &Value, desired: &Value) -> Value {
     let mut out = existing.clone();
     let (Some(out_map), Some(want)) = (out.as_object_mut(), desired.as_object()) else {
         return desired.clone();

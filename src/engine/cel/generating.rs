@@ -44,7 +44,18 @@ pub fn evaluate_generating_policy<'p>(
     for (i, program) in policy.generate.iter().enumerate() {
         match program.eval_generating(&vars, &lookups) {
             Ok((_, generated)) => {
-                downstream.extend(generated.into_iter().map(|(ns, o)| place(ns, o)))
+                for (namespace, object) in generated {
+                    match target_namespace(scope.namespace.as_deref(), namespace) {
+                        Ok(ns) => downstream.push(place(ns, object)),
+                        Err(e) => {
+                            response.rules.push(respond(
+                                RuleStatus::Error,
+                                format!("failed to evaluate generate[{i}]: {e}"),
+                            ));
+                            return response;
+                        }
+                    }
+                }
             }
             Err(e) => {
                 response.rules.push(respond(
@@ -58,6 +69,26 @@ pub fn evaluate_generating_policy<'p>(
     let rule = respond(RuleStatus::Pass, "policy evaluated successfully".into());
     response.rules.push(rule.with_resources(downstream));
     response
+}
+
+/// Where `generator.Apply` puts its objects: the namespace it names, in a
+/// GeneratingPolicy; the policy's own, in a NamespacedGeneratingPolicy,
+/// which has only the one-argument form (Kyverno's generator library
+/// declares each form for its own policy kind).
+fn target_namespace(
+    policy_namespace: Option<&str>,
+    named: Option<String>,
+) -> Result<String, String> {
+    match (policy_namespace, named) {
+        (None, Some(ns)) => Ok(ns),
+        (Some(own), None) => Ok(own.to_string()),
+        (None, None) => {
+            Err("generator.Apply(objects) is the NamespacedGeneratingPolicy form; a GeneratingPolicy names the namespace: generator.Apply(namespace, objects)".into())
+        }
+        (Some(_), Some(_)) => Err(
+            "a NamespacedGeneratingPolicy generates into its own namespace: generator.Apply(objects)".into(),
+        ),
+    }
 }
 
 /// A downstream object in the namespace `generator.Apply` named.
@@ -124,5 +155,35 @@ spec:
         );
         // matchConditions false: no response at all.
         assert!(run("kube-system").is_empty());
+    }
+
+    #[test]
+    fn a_namespaced_policy_generates_into_its_own_namespace() {
+        let text = POLICY
+            .replace("kind: GeneratingPolicy", "kind: NamespacedGeneratingPolicy")
+            .replace(
+                "{name: default-deny}",
+                "{name: default-deny, namespace: team-b}",
+            )
+            .replace("[namespaces]", "[configmaps]");
+        let evaluate = |text: &str| {
+            let doc: GeneratingPolicyDoc = serde_saphyr::from_str(text).unwrap();
+            let p = CompiledGeneratingPolicy::compile(&doc).unwrap();
+            let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+                            "metadata": {"name": "c", "namespace": "team-b"}});
+            let req = Request::offline(&cm, "CREATE", Default::default(), None);
+            let mut rules =
+                evaluate_generating_policy(&p, &req, &CelRequest::of(&req), &NoResolver).rules;
+            assert_eq!(rules.len(), 1);
+            let rule = rules.remove(0);
+            (rule.status, rule.message.to_string(), rule.into_resources())
+        };
+        let (status, message, _) = evaluate(&text);
+        assert_eq!(status, RuleStatus::Error);
+        assert!(message.contains("generator.Apply(objects)"), "{message}");
+        let (status, _, resources) =
+            evaluate(&text.replace("generator.Apply(variables.ns, ", "generator.apply("));
+        assert_eq!(status, RuleStatus::Pass);
+        assert_eq!(resources[0]["metadata"]["namespace"], "team-b");
     }
 }

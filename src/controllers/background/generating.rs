@@ -1,0 +1,921 @@
+//! GeneratingPolicy work (policies.kyverno.io, Kyverno's `cel-generate`
+//! UpdateRequests): the policy evaluated on its trigger, read back from
+//! the API server, and what `generator.Apply` asked for written with
+//! Kyverno's labels (policy name and trigger; no rule, a GeneratingPolicy
+//! has none).
+//!
+//! As Kyverno's generator does: an object that exists and carries the
+//! labels of this policy and trigger is brought in line; one that exists
+//! without them is someone else's and is left alone. Under `synchronize`
+//! an UPDATE also deletes what the trigger no longer generates, a trigger
+//! that stops matching takes its downstream along, and the downstream is
+//! watched ([`Downstream`]): a hand edit or a deletion is undone from the
+//! trigger. A deleted policy takes its synchronized downstream unless
+//! `orphanDownstreamOnPolicyDelete`.
+//!
+//! Kyverno keeps its downstream watches in memory and rebuilds them at
+//! start by evaluating the policy on every trigger. gavel finds the
+//! downstream kinds instead by one labelled list per discovered kind when
+//! it takes the lead, which also finds downstream made by a previous
+//! deployment.
+
+use super::{Shared, background_request, objects, read_trigger};
+use crate::admission::update_requests::{CEL_GENERATE, UpdateRequestSpec, labels, resource_spec};
+use crate::context::ClusterView;
+use crate::engine::cel::{CelRequest, constraints_select, evaluate_generating_policy};
+use crate::engine::{Request, RuleStatus};
+use crate::policy::cel_policy::CompiledGeneratingPolicy;
+use futures_util::StreamExt;
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use serde_json::{Map, Value, json};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use tokio::sync::mpsc;
+
+/// `apiVersion` and kind of downstream objects.
+type KindKey = (String, String);
+
+/// What the leader knows of GeneratingPolicy downstream, for this lead.
+pub(super) struct Downstream {
+    /// The kinds each policy (by name, the label value) has downstream in.
+    kinds: Mutex<BTreeMap<String, BTreeSet<KindKey>>>,
+    /// Kinds whose watch has been asked for.
+    watched: Mutex<BTreeSet<KindKey>>,
+    watch: mpsc::UnboundedSender<KindKey>,
+    /// uid → resourceVersion of the controller's own writes, and uids of
+    /// its own deletes (resourceVersion ""), so their watch events are
+    /// not taken for someone else's changes.
+    own: Mutex<HashMap<String, String>>,
+}
+
+impl Downstream {
+    pub(super) fn new() -> (Downstream, mpsc::UnboundedReceiver<KindKey>) {
+        let (watch, rx) = mpsc::unbounded_channel();
+        let downstream = Downstream {
+            kinds: Mutex::new(BTreeMap::new()),
+            watched: Mutex::new(BTreeSet::new()),
+            watch,
+            own: Mutex::new(HashMap::new()),
+        };
+        (downstream, rx)
+    }
+
+    fn kinds_of(&self, policy: &str) -> Vec<KindKey> {
+        self.kinds
+            .lock()
+            .expect("kinds")
+            .get(policy)
+            .map(|k| k.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Records that `policy` has downstream of `kind`; watched when the
+    /// policy synchronizes.
+    fn record(&self, policy: &str, kind: &KindKey, synchronize: bool) {
+        self.kinds
+            .lock()
+            .expect("kinds")
+            .entry(policy.to_string())
+            .or_default()
+            .insert(kind.clone());
+        if synchronize && self.watched.lock().expect("watched").insert(kind.clone()) {
+            let _ = self.watch.send(kind.clone());
+        }
+    }
+
+    fn own_write(&self, object: &DynamicObject) {
+        if let (Some(uid), Some(rv)) = (&object.metadata.uid, &object.metadata.resource_version) {
+            self.own
+                .lock()
+                .expect("own")
+                .insert(uid.clone(), rv.clone());
+        }
+    }
+
+    fn own_delete(&self, uid: &str) {
+        self.own
+            .lock()
+            .expect("own")
+            .insert(uid.to_string(), String::new());
+    }
+
+    /// Whether a watch event is the controller's own doing.
+    fn is_own(&self, uid: &str, resource_version: Option<&str>) -> bool {
+        let own = self.own.lock().expect("own");
+        match (own.get(uid), resource_version) {
+            (Some(rv), Some(seen)) => rv == seen,
+            (Some(rv), None) => rv.is_empty(),
+            (None, _) => false,
+        }
+    }
+}
+
+/// The label selector of a GeneratingPolicy's downstream: Kyverno's
+/// labels without a rule name (which a ClusterPolicy's downstream has).
+fn selector(policy: &str, trigger_uid: Option<&str>) -> String {
+    let mut out = format!(
+        "{}=kyverno,{}={policy},!{}",
+        labels::MANAGED_BY,
+        labels::POLICY_NAME,
+        labels::RULE_NAME
+    );
+    if let Some(uid) = trigger_uid.filter(|u| !u.is_empty()) {
+        out.push_str(&format!(",{}={uid}", labels::TRIGGER_UID));
+    }
+    out
+}
+
+/// The labels of every GeneratingPolicy's downstream.
+const ANY_POLICY: &str = "app.kubernetes.io/managed-by=kyverno,generate.kyverno.io/policy-name,!generate.kyverno.io/rule-name";
+
+/// Works off one `cel-generate` UpdateRequest.
+pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), String> {
+    let key = spec["policy"].as_str().unwrap_or_default();
+    let snapshot = shared.snapshot.load_full();
+    let Some(index) = snapshot.generating.iter().position(|p| p.key == key) else {
+        // Deleted since: the policy follower deals with its downstream.
+        return Ok(());
+    };
+    let mut errors = Vec::new();
+    for context in spec["ruleContext"].as_array().into_iter().flatten() {
+        let policy = &snapshot.generating[index];
+        let trigger = &context["trigger"];
+        let result = if context["deleteDownstream"] == true {
+            delete_downstream(shared, policy, trigger, &BTreeSet::new()).await
+        } else {
+            generate(shared, &snapshot, index, context, spec).await
+        };
+        if let Err(e) = result {
+            errors.push(e);
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("; "))
+    }
+}
+
+/// What the policy generates for one trigger, written; with
+/// `synchronize` on the context, what it no longer generates deleted.
+async fn generate(
+    shared: &Arc<Shared>,
+    snapshot: &Arc<crate::admission::policies::Snapshot>,
+    index: usize,
+    context: &Value,
+    spec: &Value,
+) -> Result<(), String> {
+    let policy = &snapshot.generating[index];
+    let trigger = &context["trigger"];
+    let admission = &spec["context"]["admissionRequestInfo"]["admissionRequest"];
+    let Some(object) = read_trigger(shared, trigger, admission).await? else {
+        return Ok(());
+    };
+    let request = background_request(admission, object)?;
+    let operation = request.operation.clone();
+    let resolver = super::objects::BackgroundResolver {
+        view: shared.view.clone(),
+        client: shared.client.clone(),
+        runtime: tokio::runtime::Handle::current(),
+    };
+    let snapshot_for_eval = snapshot.clone();
+    // Evaluation may wait on the API server (resource.Get): a blocking
+    // thread.
+    let evaluated = tokio::task::spawn_blocking(move || {
+        let policy = &snapshot_for_eval.generating[index];
+        let mut request = request;
+        let namespace = request.namespace().to_string();
+        if !namespace.is_empty() {
+            request.namespace_labels = resolver.namespace_labels(&namespace);
+        }
+        let mut input = CelRequest::of(&request);
+        if !namespace.is_empty()
+            && let Ok(Some(ns)) =
+                crate::context::Resolver::resource(&resolver, "v1", "Namespace", "", &namespace)
+        {
+            input = input.with_namespace_object(&ns);
+        }
+        let response = evaluate_generating_policy(policy, &request, &input, &resolver);
+        let covered = constraints_select(
+            &policy.scope,
+            &request,
+            request.resource(),
+            Some(&request.operation),
+        );
+        response
+            .rules
+            .into_iter()
+            .next()
+            .map(|r| (r.status, r.message.to_string(), r.into_resources()))
+            .ok_or(covered)
+    })
+    .await
+    .map_err(|e| format!("evaluation panicked: {e}"))?;
+    let synchronize = context["synchronize"] == true;
+    let desired = match evaluated {
+        Ok((RuleStatus::Pass, _, resources)) => resources,
+        Ok((RuleStatus::Skip, _, _)) => return Ok(()),
+        Ok((_, message, _)) => return Err(format!("policy {}: {message}", policy.key)),
+        // Not selected. Under synchronize, a trigger its constraints still
+        // cover for this operation no longer meets the conditions: its
+        // downstream goes (an operation the policy does not list changes
+        // nothing).
+        Err(covered) => {
+            if synchronize && covered && operation == "UPDATE" {
+                return delete_downstream(shared, policy, trigger, &BTreeSet::new()).await;
+            }
+            return Ok(());
+        }
+    };
+    let owner = Owner::of(policy, trigger);
+    let mut kept = BTreeSet::new();
+    for object in desired {
+        let object = prepare(object, &owner, policy, shared.view.as_ref())?;
+        let kind = kind_key(&object);
+        shared
+            .downstream
+            .record(&policy.scope.name, &kind, policy.settings.synchronize);
+        kept.insert(identity(&object));
+        write(
+            shared,
+            &object,
+            &owner,
+            policy.settings.use_server_side_apply,
+        )
+        .await?;
+    }
+    if synchronize {
+        delete_downstream(shared, policy, trigger, &kept).await?;
+    }
+    Ok(())
+}
+
+/// Whose a downstream object is: the labels that say so.
+struct Owner {
+    labels: Map<String, Value>,
+    policy: String,
+    trigger_uid: String,
+}
+
+impl Owner {
+    fn of(policy: &CompiledGeneratingPolicy, trigger: &Value) -> Owner {
+        let text = |k: &str| trigger[k].as_str().unwrap_or_default().to_string();
+        let api_version = text("apiVersion");
+        let (group, version) = crate::kinds::split_api_version(&api_version);
+        let mut labels = Map::new();
+        for (k, v) in [
+            (labels::MANAGED_BY, "kyverno".to_string()),
+            (labels::POLICY_NAME, policy.scope.name.clone()),
+            (labels::TRIGGER_NAME, text("name")),
+            (labels::TRIGGER_NAMESPACE, text("namespace")),
+            (labels::TRIGGER_UID, text("uid")),
+            (labels::TRIGGER_KIND, text("kind")),
+            (labels::TRIGGER_GROUP, group.to_string()),
+            (labels::TRIGGER_VERSION, version.to_string()),
+        ] {
+            labels.insert(k.into(), Value::String(v));
+        }
+        Owner {
+            labels,
+            policy: policy.scope.name.clone(),
+            trigger_uid: text("uid"),
+        }
+    }
+
+    /// Whether `existing` is this policy's downstream for this trigger.
+    fn owns(&self, existing: &Value) -> bool {
+        let label = |k: &str| {
+            existing
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(k))
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+        };
+        label(labels::MANAGED_BY) == "kyverno"
+            && label(labels::POLICY_NAME) == self.policy
+            && label(labels::TRIGGER_UID) == self.trigger_uid
+    }
+}
+
+/// Source-uid label of a clone (Kyverno's `generate.kyverno.io/source-uid`).
+const SOURCE_UID: &str = "generate.kyverno.io/source-uid";
+
+/// A generated object as it is written (Kyverno's generator): the labels,
+/// the source's uid when it was read from the cluster (a clone), server
+/// fields dropped, owner references dropped when it changes namespace,
+/// and no namespace on a cluster-scoped kind (refused from a
+/// NamespacedGeneratingPolicy).
+fn prepare(
+    mut object: Value,
+    owner: &Owner,
+    policy: &CompiledGeneratingPolicy,
+    view: &dyn ClusterView,
+) -> Result<Value, String> {
+    let (api_version, kind) = kind_key(&object);
+    let source_namespace = object
+        .pointer("/metadata/namespace")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    let source_uid = object
+        .pointer("/metadata/resourceVersion")
+        .and_then(|_| object.pointer("/metadata/uid"))
+        .and_then(Value::as_str)
+        .map(str::to_string);
+    let Some(root) = object.as_object_mut() else {
+        return Err("a generated object is not an object".into());
+    };
+    root.remove("status");
+    let meta = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
+    let Some(meta) = meta.as_object_mut() else {
+        return Err(format!("{kind}: metadata is not an object"));
+    };
+    for field in [
+        "uid",
+        "selfLink",
+        "creationTimestamp",
+        "managedFields",
+        "resourceVersion",
+        "generation",
+    ] {
+        meta.remove(field);
+    }
+    let namespace = if crate::context::Resolver::is_namespaced(view, &api_version, &kind) {
+        source_namespace.clone()
+    } else {
+        if policy.scope.namespace.is_some() {
+            return Err(format!(
+                "cross-scope generation denied: a policy scoped to namespace {:?} cannot generate cluster-scoped resource {api_version}/{kind}",
+                policy.scope.namespace.as_deref().unwrap_or_default()
+            ));
+        }
+        String::new()
+    };
+    if namespace.is_empty() {
+        meta.remove("namespace");
+    } else {
+        meta.insert("namespace".into(), Value::String(namespace));
+    }
+    let labels = meta
+        .entry("labels")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(labels) = labels {
+        labels.extend(owner.labels.clone());
+        if let Some(uid) = source_uid {
+            labels.insert(SOURCE_UID.into(), Value::String(uid));
+        }
+    }
+    Ok(object)
+}
+
+fn kind_key(object: &Value) -> KindKey {
+    let text = |k: &str| object[k].as_str().unwrap_or_default().to_string();
+    (text("apiVersion"), text("kind"))
+}
+
+/// apiVersion, kind, namespace and name.
+fn identity(object: &Value) -> (String, String, String, String) {
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    (
+        text("/apiVersion"),
+        text("/kind"),
+        text("/metadata/namespace"),
+        text("/metadata/name"),
+    )
+}
+
+/// Creates `desired`, or brings the existing object in line when it is
+/// this policy's downstream for this trigger; someone else's object of
+/// the same name is left alone. With `useServerSideApply`, one apply
+/// patch (field manager `kyverno-generate`) does either.
+async fn write(
+    shared: &Arc<Shared>,
+    desired: &Value,
+    owner: &Owner,
+    server_side_apply: bool,
+) -> Result<(), String> {
+    let (api_version, kind, namespace, name) = identity(desired);
+    let what = format!("downstream {api_version}/{kind} {namespace}/{name}");
+    if name.is_empty() || kind.is_empty() || api_version.is_empty() {
+        return Err(format!("{what}: no apiVersion, kind or name"));
+    }
+    let api = objects::api_for(&shared.client, &api_version, &kind, &namespace);
+    let fail = |e: kube::Error| format!("{what}: {}", objects::short(&e));
+    let object: DynamicObject =
+        serde_json::from_value(desired.clone()).map_err(|e| format!("{what}: {e}"))?;
+    if server_side_apply {
+        if let Some(existing) = api.get_opt(&name).await.map_err(fail)?
+            && !owner.owns(&serde_json::to_value(&existing).unwrap_or_default())
+        {
+            return Ok(());
+        }
+        let params = PatchParams::apply("kyverno-generate").force();
+        let written = api
+            .patch(&name, &params, &Patch::Apply(&object))
+            .await
+            .map_err(fail)?;
+        shared.downstream.own_write(&written);
+        shared.metrics.count("applied");
+        return Ok(());
+    }
+    // Create first: for a new trigger that is the one call needed.
+    match api.create(&PostParams::default(), &object).await {
+        Ok(created) => {
+            shared.downstream.own_write(&created);
+            shared.metrics.count("created");
+            return Ok(());
+        }
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        Err(e) => return Err(fail(e)),
+    }
+    let Some(existing) = api.get_opt(&name).await.map_err(fail)? else {
+        return Err(format!("{what}: deleted while being written; tried again"));
+    };
+    let existing = serde_json::to_value(existing).unwrap_or_default();
+    if !owner.owns(&existing) {
+        tracing::info!(
+            policy = owner.policy,
+            object = what,
+            "an object of that name exists and is not this policy's downstream; left alone"
+        );
+        return Ok(());
+    }
+    let merged = objects::in_line(&existing, desired);
+    if merged == existing {
+        return Ok(());
+    }
+    let object: DynamicObject =
+        serde_json::from_value(merged).map_err(|e| format!("{what}: {e}"))?;
+    // Carries the resourceVersion read: a change meanwhile is a 409 and
+    // the request is tried again.
+    let written = api
+        .replace(&name, &PostParams::default(), &object)
+        .await
+        .map_err(fail)?;
+    shared.downstream.own_write(&written);
+    shared.metrics.count("updated");
+    Ok(())
+}
+
+/// Deletes a trigger's downstream, in every kind the policy is known to
+/// have downstream in, except the objects `kept`.
+async fn delete_downstream(
+    shared: &Arc<Shared>,
+    policy: &CompiledGeneratingPolicy,
+    trigger: &Value,
+    kept: &BTreeSet<(String, String, String, String)>,
+) -> Result<(), String> {
+    let uid = trigger["uid"].as_str().unwrap_or_default();
+    if uid.is_empty() {
+        return Ok(());
+    }
+    let selector = selector(&policy.scope.name, Some(uid));
+    delete_selected(shared, policy, &selector, kept).await
+}
+
+/// Deletes the objects `selector` selects in the policy's downstream
+/// kinds (in its namespace, for a NamespacedGeneratingPolicy).
+async fn delete_selected(
+    shared: &Arc<Shared>,
+    policy: &CompiledGeneratingPolicy,
+    selector: &str,
+    kept: &BTreeSet<(String, String, String, String)>,
+) -> Result<(), String> {
+    let namespace = policy.scope.namespace.clone().unwrap_or_default();
+    for (api_version, kind) in shared.downstream.kinds_of(&policy.scope.name) {
+        let found = objects::list(&shared.client, &api_version, &kind, &namespace, selector)
+            .await
+            .map_err(|e| format!("listing {kind} {selector}: {}", objects::short(&e)))?;
+        for object in found {
+            let mut id = identity(&object);
+            (id.0, id.1) = (api_version.clone(), kind.clone());
+            if kept.contains(&id) {
+                continue;
+            }
+            let uid = object
+                .pointer("/metadata/uid")
+                .and_then(Value::as_str)
+                .unwrap_or_default();
+            shared.downstream.own_delete(uid);
+            let api = objects::api_for(&shared.client, &api_version, &kind, &id.2);
+            let deleted = crate::cluster::discovery::delete_once(&api, &id.3, uid, None)
+                .await
+                .map_err(|e| format!("deleting {kind} {}/{}: {e}", id.2, id.3))?;
+            if deleted {
+                shared.metrics.count("deleted");
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The trigger a downstream object's labels name.
+fn trigger_of(labels: &BTreeMap<String, String>) -> Value {
+    let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
+    let (group, version) = (label(labels::TRIGGER_GROUP), label(labels::TRIGGER_VERSION));
+    json!({
+        "apiVersion": if group.is_empty() { version } else { format!("{group}/{version}") },
+        "kind": label(labels::TRIGGER_KIND),
+        "namespace": label(labels::TRIGGER_NAMESPACE),
+        "name": label(labels::TRIGGER_NAME),
+        "uid": label(labels::TRIGGER_UID),
+    })
+}
+
+/// Writes a `cel-generate` UpdateRequest for policy-driven work (no
+/// admission request).
+async fn request(
+    shared: &Arc<Shared>,
+    policy: &CompiledGeneratingPolicy,
+    trigger: Value,
+    synchronize: bool,
+) {
+    let context = json!({
+        "rule": policy.scope.name,
+        "deleteDownstream": false,
+        "synchronize": synchronize,
+        "cacheRestore": false,
+        "trigger": trigger,
+    });
+    let spec = json!({
+        "requestType": CEL_GENERATE,
+        "policy": policy.key,
+        "rule": "",
+        "deleteDownstream": false,
+        "synchronize": synchronize,
+        "resource": trigger,
+        "ruleContext": [context],
+        "context": {"userInfo": {}, "admissionRequestInfo": {}},
+    });
+    let request = UpdateRequestSpec {
+        spec,
+        not_for_own_writes: false,
+        username: String::new(),
+    };
+    crate::cluster::update_requests::write(
+        &shared.urs,
+        &shared.opts.namespace,
+        request,
+        &shared.metrics,
+    )
+    .await;
+}
+
+/// The policy a downstream object's labels name: a NamespacedGeneratingPolicy
+/// of its namespace first, else the GeneratingPolicy of that name.
+fn policy_of<'s>(
+    snapshot: &'s crate::admission::policies::Snapshot,
+    name: &str,
+    namespace: &str,
+) -> Option<&'s CompiledGeneratingPolicy> {
+    let named = |p: &&CompiledGeneratingPolicy| p.scope.name == name;
+    snapshot
+        .generating
+        .iter()
+        .filter(named)
+        .find(|p| p.scope.namespace.as_deref() == Some(namespace))
+        .or_else(|| {
+            snapshot
+                .generating
+                .iter()
+                .filter(named)
+                .find(|p| p.scope.namespace.is_none())
+        })
+}
+
+/// Watches the downstream kinds of synchronized policies, as they become
+/// known, for changes made by anyone but the controller: each one is
+/// undone by generating again from the trigger.
+pub(super) async fn watch_downstream(
+    shared: Arc<Shared>,
+    mut kinds: mpsc::UnboundedReceiver<KindKey>,
+) {
+    let mut watches = tokio::task::JoinSet::new();
+    while let Some((api_version, kind)) = kinds.recv().await {
+        let shared = shared.clone();
+        watches.spawn(async move {
+            let api: Api<PartialObjectMeta<DynamicObject>> = Api::all_with(
+                shared.client.clone(),
+                &objects::api_resource(&api_version, &kind),
+            );
+            let mut events = watcher(api, watcher::Config::default().labels(ANY_POLICY))
+                .default_backoff()
+                .boxed();
+            let mut listed = false;
+            while let Some(event) = events.next().await {
+                let (meta, deleted) = match event {
+                    Ok(watcher::Event::InitDone) => {
+                        listed = true;
+                        continue;
+                    }
+                    Ok(watcher::Event::Apply(o)) if listed => (o.metadata, false),
+                    Ok(watcher::Event::Delete(o)) if listed => (o.metadata, true),
+                    Ok(_) => continue,
+                    Err(e) => {
+                        tracing::warn!(kind, error = %e, "watching generated downstream");
+                        continue;
+                    }
+                };
+                let uid = meta.uid.clone().unwrap_or_default();
+                let rv = if deleted {
+                    None
+                } else {
+                    meta.resource_version.as_deref()
+                };
+                if shared.downstream.is_own(&uid, rv) {
+                    continue;
+                }
+                let labels = meta.labels.clone().unwrap_or_default();
+                let name = labels.get(labels::POLICY_NAME).cloned().unwrap_or_default();
+                let namespace = meta.namespace.clone().unwrap_or_default();
+                let snapshot = shared.snapshot.load_full();
+                let Some(policy) = policy_of(&snapshot, &name, &namespace) else {
+                    continue;
+                };
+                if !policy.settings.synchronize {
+                    continue;
+                }
+                tracing::info!(
+                    policy = policy.key,
+                    kind,
+                    namespace,
+                    object = meta.name.as_deref().unwrap_or_default(),
+                    deleted,
+                    "downstream changed by someone else; generating it again"
+                );
+                request(&shared, policy, trigger_of(&labels), true).await;
+            }
+        });
+    }
+    // The sender lives as long as the lead: not reached while leading.
+    while watches.join_next().await.is_some() {}
+}
+
+/// A GeneratingPolicy as the follower compares it.
+#[derive(Debug, Clone, PartialEq)]
+struct State {
+    revision: u64,
+    synchronize: bool,
+    orphan: bool,
+    existing: bool,
+}
+
+fn states(
+    snapshot: &crate::admission::policies::Snapshot,
+) -> BTreeMap<String, (State, CompiledGeneratingPolicy)> {
+    snapshot
+        .generating
+        .iter()
+        .map(|p| {
+            let s = &p.settings;
+            let state = State {
+                revision: p.revision,
+                synchronize: s.synchronize,
+                orphan: s.orphan_downstream_on_policy_delete,
+                existing: s.generate_existing,
+            };
+            (p.key.clone(), (state, p.clone()))
+        })
+        .collect()
+}
+
+/// Follows the GeneratingPolicies while leading: downstream kinds found
+/// when the lead is taken; `generateExisting` when a policy appears (and
+/// when the lead is taken: the work is idempotent); a synchronized
+/// policy's change carried to its downstream; a deleted one's downstream
+/// deleted unless orphaned.
+pub(super) async fn follow(shared: Arc<Shared>) {
+    let mut seen = states(&shared.snapshot.load());
+    let mut generation = shared.snapshot.load().generation;
+    if !seen.is_empty() {
+        find_downstream_kinds(&shared, &seen).await;
+    }
+    for (state, policy) in seen.values() {
+        if state.existing {
+            existing_triggers(&shared, policy).await;
+        }
+    }
+    loop {
+        tokio::time::sleep(shared.opts.policy_poll).await;
+        let snapshot = shared.snapshot.load_full();
+        if snapshot.generation == generation {
+            continue;
+        }
+        generation = snapshot.generation;
+        let now = states(&snapshot);
+        for (key, (state, policy)) in &now {
+            let before = seen.get(key).map(|(s, _)| s);
+            if before == Some(state) {
+                continue;
+            }
+            if before.is_none() && seen.is_empty() {
+                find_downstream_kinds(&shared, &now).await;
+            }
+            if state.existing && before.is_none_or(|b| b.revision != state.revision) {
+                existing_triggers(&shared, policy).await;
+            }
+            if before.is_some() && state.synchronize {
+                regenerate(&shared, policy).await;
+            }
+        }
+        for (key, (state, policy)) in &seen {
+            if now.contains_key(key) || !state.synchronize || state.orphan {
+                continue;
+            }
+            match delete_selected(
+                &shared,
+                policy,
+                &selector(&policy.scope.name, None),
+                &BTreeSet::new(),
+            )
+            .await
+            {
+                Ok(()) => tracing::info!(
+                    policy = key,
+                    "downstream of a deleted GeneratingPolicy deleted"
+                ),
+                Err(e) => tracing::warn!(
+                    policy = key,
+                    error = e,
+                    "deleting the downstream of a deleted GeneratingPolicy"
+                ),
+            }
+        }
+        seen = now;
+    }
+}
+
+/// Finds in which kinds GeneratingPolicies have downstream: one labelled
+/// metadata list per discovered kind the controller may list.
+async fn find_downstream_kinds(
+    shared: &Arc<Shared>,
+    policies: &BTreeMap<String, (State, CompiledGeneratingPolicy)>,
+) {
+    let resources = match crate::cluster::discovery::resources(&shared.client).await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(error = e, "discovery for GeneratingPolicy downstream");
+            return;
+        }
+    };
+    let synchronized: BTreeSet<&str> = policies
+        .values()
+        .filter(|(s, _)| s.synchronize)
+        .map(|(_, p)| p.scope.name.as_str())
+        .collect();
+    let mut found = 0;
+    for resource in resources.iter().filter(|r| r.supports(&["list", "watch"])) {
+        let api: Api<PartialObjectMeta<DynamicObject>> =
+            Api::all_with(shared.client.clone(), &resource.api);
+        let Ok(list) = api
+            .list_metadata(&ListParams::default().labels(ANY_POLICY))
+            .await
+        else {
+            // Not allowed to list: nothing of ours can be there.
+            continue;
+        };
+        let kind = (resource.api.api_version.clone(), resource.api.kind.clone());
+        for object in list.items {
+            let name = object
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get(labels::POLICY_NAME))
+                .cloned()
+                .unwrap_or_default();
+            found += 1;
+            shared
+                .downstream
+                .record(&name, &kind, synchronized.contains(name.as_str()));
+        }
+    }
+    tracing::info!(objects = found, "GeneratingPolicy downstream found");
+}
+
+/// One UpdateRequest per trigger a synchronized policy's downstream
+/// names: its change carried over.
+async fn regenerate(shared: &Arc<Shared>, policy: &CompiledGeneratingPolicy) {
+    let namespace = policy.scope.namespace.clone().unwrap_or_default();
+    let mut triggers = BTreeMap::new();
+    for (api_version, kind) in shared.downstream.kinds_of(&policy.scope.name) {
+        match objects::list(
+            &shared.client,
+            &api_version,
+            &kind,
+            &namespace,
+            &selector(&policy.scope.name, None),
+        )
+        .await
+        {
+            Ok(found) => {
+                for o in found {
+                    let labels: BTreeMap<String, String> = o
+                        .pointer("/metadata/labels")
+                        .and_then(|l| serde_json::from_value(l.clone()).ok())
+                        .unwrap_or_default();
+                    let trigger = trigger_of(&labels);
+                    triggers.insert(trigger.to_string(), trigger);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(policy = policy.key, kind, error = %e, "listing downstream to regenerate")
+            }
+        }
+    }
+    for trigger in triggers.into_values() {
+        request(shared, policy, trigger, true).await;
+    }
+}
+
+/// One UpdateRequest per existing trigger of a policy (`generateExisting`):
+/// the objects of each resource its constraints name.
+async fn existing_triggers(shared: &Arc<Shared>, policy: &CompiledGeneratingPolicy) {
+    let namespace = policy.scope.namespace.clone().unwrap_or_default();
+    let mut kinds = BTreeSet::new();
+    for rule in &policy.scope.match_constraints.resource_rules {
+        for group in &rule.api_groups {
+            for version in &rule.api_versions {
+                for resource in &rule.resources {
+                    if [group, version, resource].iter().any(|x| x.contains('*'))
+                        || resource.contains('/')
+                    {
+                        tracing::warn!(
+                            policy = policy.key,
+                            resource,
+                            "generateExisting does not sweep wildcard or subresource rules"
+                        );
+                        continue;
+                    }
+                    let api_version = if group.is_empty() {
+                        version.clone()
+                    } else {
+                        format!("{group}/{version}")
+                    };
+                    match shared.view.kind_for_resource(&api_version, resource) {
+                        Some(kind) => {
+                            kinds.insert((api_version, kind));
+                        }
+                        None => tracing::warn!(
+                            policy = policy.key,
+                            resource,
+                            "generateExisting: resource not served"
+                        ),
+                    }
+                }
+            }
+        }
+    }
+    let mut written = 0;
+    for (api_version, kind) in kinds {
+        let triggers = match objects::list(&shared.client, &api_version, &kind, &namespace, "")
+            .await
+        {
+            Ok(t) => t,
+            Err(e) => {
+                tracing::warn!(policy = policy.key, kind, error = %e, "listing triggers for generateExisting");
+                continue;
+            }
+        };
+        for mut trigger in triggers {
+            trigger["apiVersion"] = Value::String(api_version.clone());
+            trigger["kind"] = Value::String(kind.clone());
+            let ns = trigger
+                .pointer("/metadata/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let labels = if ns.is_empty() {
+                None
+            } else {
+                shared.view.namespace_labels(&ns)
+            };
+            let req = Request::offline(&trigger, "CREATE", Default::default(), labels);
+            if !constraints_select(&policy.scope, &req, &trigger, None) {
+                continue;
+            }
+            request(
+                shared,
+                policy,
+                resource_spec(&trigger),
+                policy.settings.synchronize,
+            )
+            .await;
+            written += 1;
+        }
+    }
+    tracing::info!(
+        policy = policy.key,
+        requests = written,
+        "requests written for the existing triggers"
+    );
+}
