@@ -298,6 +298,15 @@ fn labelled_namespace(name: &str) -> String {
 /// deletion.
 fn generating_policy(cluster: &RealCluster) {
     apply_text(cluster, GENERATING_POLICY);
+    eventually(
+        "the GeneratingPolicy READY",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["generatingpolicy", "team-settings"])
+                .is_some_and(|p| p["status"]["conditionStatus"]["ready"] == true)
+        },
+    );
     ignore_webhook_for(cluster, "namespaces");
     apply_text(cluster, &labelled_namespace("gp-a"));
     apply_text(cluster, &labelled_namespace("gp-c"));

@@ -1366,6 +1366,28 @@ fn cel_policy_kinds_are_watched() {
     );
     assert!(denies_violating_pod(&gavel), "the previous version stays");
     assert_eq!(gavel.metric("gavel_policies"), 2.0);
+    // The leader says why in its status, where `kubectl get vpol` reads
+    // its READY column.
+    eventually(
+        "conditionStatus.ready false with the reason",
+        Duration::from_secs(10),
+        || {
+            server
+                .get(
+                    "policies.kyverno.io/v1alpha1",
+                    "ValidatingPolicy",
+                    "",
+                    "no-host-network",
+                )
+                .is_some_and(|p| {
+                    let status = &p["status"]["conditionStatus"];
+                    status["ready"] == false
+                        && status["message"]
+                            .as_str()
+                            .is_some_and(|m| m.contains("object.spec.("))
+                })
+        },
+    );
 
     server.delete(
         "policies.kyverno.io/v1alpha1",

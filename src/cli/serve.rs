@@ -257,6 +257,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 },
             );
             let cel_kinds = crate::cluster::stores::discover_cel_policy_kinds(&informers).await;
+            let status_kinds = cel_kinds.clone();
             let stores = Stores::start(informers, &cluster.stores, cel_kinds);
             let view = Arc::new(ResolverChain {
                 service: crate::cluster::service::ServiceClient::new(
@@ -269,7 +270,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 metrics: lookups,
             });
             let sync = PolicySync::new(publisher);
-            policy_statuses = Some(sync.statuses());
+            policy_statuses = Some((sync.statuses(), status_kinds));
             let debounce = cluster.debounce;
             let (tx, rx) = tokio::sync::watch::channel(false);
             tokio::spawn(async move {
@@ -458,7 +459,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 cleanup_metrics.clone(),
             ));
         }
-        if let Some(statuses) = policy_statuses {
+        if let Some((statuses, cel_kinds)) = policy_statuses {
             let leading = leader::elect(
                 client.clone(),
                 "gavel-policy-status",
@@ -467,6 +468,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             );
             tokio::spawn(policy_status::run(
                 client.clone(),
+                cel_kinds,
                 statuses,
                 leading,
                 Duration::from_secs(60),

@@ -21,6 +21,7 @@ use crate::cluster::discovery::{self, Discovered, delete_once, propagation_polic
 use crate::context::ClusterView;
 use crate::controllers::background::objects::{self, BackgroundResolver};
 use crate::controllers::leader::while_leading;
+use crate::controllers::policy_status::{ready_patch, uses_condition_status};
 use crate::engine::cleanup::{Candidate, RunContext, selects};
 use crate::policy::cleanup::{CompiledCleanupPolicy, Selection};
 use chrono::{DateTime, Utc};
@@ -166,7 +167,9 @@ async fn lead(
             let state = refresh(&mut states, &key, &object);
             if state.status_for != state.compiled_for {
                 state.status_for = state.compiled_for.clone();
-                if let Some(patch) = ready_patch(&resource.api.kind, &state.compiled, &object) {
+                let compiled = state.compiled.as_ref().map(|_| ()).map_err(Clone::clone);
+                let condition_status = uses_condition_status(&resource.api.api_version);
+                if let Some(patch) = ready_patch(condition_status, &compiled, &object) {
                     let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
                     let api = resource.api(&client, namespace);
                     let name = object["metadata"]["name"]
@@ -304,45 +307,6 @@ fn refresh<'s>(
         state.compiled_for = version;
     }
     state
-}
-
-/// The status patch that says whether the policy runs (a `Ready`
-/// condition; a DeletingPolicy's in its `conditionStatus`, with `ready`
-/// for its READY column); None when the object says so already.
-fn ready_patch(
-    kind: &str,
-    compiled: &Result<Arc<CompiledCleanupPolicy>, String>,
-    object: &Value,
-) -> Option<Value> {
-    let (state, reason, message) = match compiled {
-        Ok(_) => ("True", "Succeeded", "Ready".to_string()),
-        Err(e) => ("False", "Failed", e.clone()),
-    };
-    let deleting = kind.ends_with("DeletingPolicy");
-    let held = if deleting {
-        &object["status"]["conditionStatus"]["conditions"]
-    } else {
-        &object["status"]["conditions"]
-    };
-    let current = held
-        .as_array()
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
-    if current.is_some_and(|c| {
-        c["status"] == state && c["reason"] == reason && c["message"] == message.as_str()
-    }) {
-        return None;
-    }
-    let condition = json!({
-        "type": "Ready", "status": state, "reason": reason, "message": message,
-        "lastTransitionTime": Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    });
-    Some(if deleting {
-        json!({"status": {"conditionStatus": {
-            "ready": state == "True", "message": message, "conditions": [condition],
-        }}})
-    } else {
-        json!({"status": {"conditions": [condition]}})
-    })
 }
 
 fn timestamp(v: &Value) -> Option<DateTime<Utc>> {
@@ -697,24 +661,6 @@ impl Job {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn ready_conditions_say_whether_a_policy_runs() {
-        let bad: Result<Arc<CompiledCleanupPolicy>, String> = Err("spec.schedule: invalid".into());
-        let patch = ready_patch("ClusterCleanupPolicy", &bad, &json!({})).unwrap();
-        let c = &patch["status"]["conditions"][0];
-        assert_eq!(
-            (c["status"].as_str(), c["reason"].as_str()),
-            (Some("False"), Some("Failed"))
-        );
-        assert_eq!(c["message"], "spec.schedule: invalid");
-        let patch = ready_patch("DeletingPolicy", &bad, &json!({})).unwrap();
-        assert_eq!(patch["status"]["conditionStatus"]["ready"], false);
-        // Written once: the object holding it needs no patch.
-        let held =
-            json!({"status": {"conditionStatus": patch["status"]["conditionStatus"].clone()}});
-        assert!(ready_patch("DeletingPolicy", &bad, &held).is_none());
-    }
 
     #[test]
     fn due_after_the_last_run_or_the_creation() {
