@@ -68,6 +68,9 @@ fn generate_on_a_real_control_plane() {
     step("background scan: PolicyReports per resource", || {
         policy_reports(&cluster)
     });
+    step("ValidatingPolicy results in PolicyReports", || {
+        validating_policy_reports(&cluster)
+    });
     step("admission results in PolicyReports", || {
         admission_reports(&cluster)
     });
@@ -824,6 +827,102 @@ fn policy_reports(cluster: &RealCluster) {
             cluster
                 .get(&["policyreport", "-n", "reports"])
                 .is_some_and(|l| l["items"].as_array().is_some_and(Vec::is_empty))
+        },
+    );
+}
+
+/// An Audit ValidatingPolicy's results, as Kyverno writes them (source
+/// `KyvernoValidatingPolicy`, rule named after the policy): from the
+/// background scan for ConfigMaps made before it, from admission for one
+/// made after; gone with the policy.
+fn validating_policy_reports(cluster: &RealCluster) {
+    cluster.kubectl(&["create", "namespace", "vpol-reports"]);
+    let config_map = |name: &str, labels: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: vpol-reports\n  labels: {labels}\n"
+        )
+    };
+    apply_text(cluster, &config_map("labelled", "{team: a}"));
+    apply_text(cluster, &config_map("plain", "{}"));
+    apply_text(
+        cluster,
+        r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: ValidatingPolicy
+metadata:
+  name: require-team
+  annotations:
+    policies.kyverno.io/severity: medium
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [configmaps]
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: vpol-reports
+  validations:
+  - expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"
+    message: a team label is required
+"#,
+    );
+    let report = |name: &str| {
+        let uid = cluster.get(&["configmap", name, "-n", "vpol-reports"])?["metadata"]["uid"]
+            .as_str()?
+            .to_string();
+        cluster.get(&["policyreport", &uid, "-n", "vpol-reports"])
+    };
+    let result = |name: &str| -> Option<Value> {
+        report(name)?["results"]
+            .as_array()?
+            .iter()
+            .find(|r| r["policy"] == "require-team")
+            .cloned()
+    };
+    eventually("both ConfigMaps scanned", Duration::from_secs(60), || {
+        result("labelled").is_some() && result("plain").is_some()
+    });
+    assert_eq!(result("labelled").unwrap()["result"], "pass");
+    let failed = result("plain").unwrap();
+    assert_eq!(failed["result"], "fail");
+    assert_eq!(failed["source"], "KyvernoValidatingPolicy");
+    assert_eq!(failed["rule"], "require-team");
+    assert_eq!(failed["severity"], "medium");
+    assert_eq!(failed["message"], "a team label is required");
+    assert_eq!(failed["properties"]["process"], "background scan");
+
+    // Admitted (Audit) after the scan: its result comes from admission.
+    eventually(
+        "the ValidatingPolicy READY",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["validatingpolicy", "require-team"])
+                .is_some_and(|p| p["status"]["conditionStatus"]["ready"] == true)
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    apply_text(cluster, &config_map("late", "{}"));
+    eventually(
+        "the admitted ConfigMap reported",
+        Duration::from_secs(30),
+        || result("late").is_some(),
+    );
+    let late = result("late").unwrap();
+    assert_eq!(late["result"], "fail");
+    assert_eq!(late["properties"]["process"], "admission review");
+
+    cluster.kubectl(&["delete", "validatingpolicy", "require-team"]);
+    eventually(
+        "the results gone with their policy",
+        Duration::from_secs(60),
+        || {
+            ["labelled", "plain", "late"]
+                .iter()
+                .all(|n| result(n).is_none())
         },
     );
 }

@@ -52,9 +52,14 @@ pub struct Outcome {
 fn results_for_report(
     policies: &[(&CompiledPolicy, &DenialHeads)],
     responses: &[PolicyResponse],
+    cel: &[(&CompiledValidatingPolicy, PolicyResponse)],
     object: &serde_json::Value,
 ) -> Option<AdmissionResults> {
-    if responses.iter().all(|r| r.rules.is_empty()) {
+    if responses
+        .iter()
+        .chain(cel.iter().map(|(_, r)| r))
+        .all(|r| r.rules.is_empty())
+    {
         return None;
     }
     let resource = reports::report_subject(object)?;
@@ -66,6 +71,15 @@ fn results_for_report(
     for ((policy, _), response) in policies.iter().zip(responses) {
         evaluated.insert(policy.qualified_name().to_string());
         results.extend(reports::results(
+            policy,
+            response,
+            reports::ADMISSION_REVIEW,
+            now,
+        ));
+    }
+    for (policy, response) in cel {
+        evaluated.insert(policy.key.clone());
+        results.extend(reports::validating_policy_results(
             policy,
             response,
             reports::ADMISSION_REVIEW,
@@ -183,7 +197,7 @@ pub fn admit_reporting(
                 && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
                 && !review.dry_run
             {
-                admission_results = results_for_report(&policies, &responses, &req.object);
+                admission_results = results_for_report(&policies, &responses, &cel, &req.object);
             }
             verdict
         }
@@ -237,7 +251,7 @@ fn validate_cel<'s>(
         .validating
         .iter()
         .enumerate()
-        .filter(|(_, p)| Snapshot::cel_selected(&p.scope, failure_policy))
+        .filter(|(_, p)| p.admission && Snapshot::cel_selected(&p.scope, failure_policy))
         .peekable();
     if selected.peek().is_none() {
         return Vec::new();

@@ -150,6 +150,16 @@ impl Snapshot {
         self.policies.len() + self.validating.len() + i
     }
 
+    /// The names report results carry for the loaded policies (classic
+    /// and ValidatingPolicies): results of any other policy are dropped.
+    pub fn report_policy_names(&self) -> std::collections::BTreeSet<String> {
+        self.policies
+            .iter()
+            .map(|p| p.qualified_name().to_string())
+            .chain(self.validating.iter().map(|p| p.key.clone()))
+            .collect()
+    }
+
     /// Policies of every kind (not exceptions).
     pub fn policy_count(&self) -> usize {
         self.policies.len() + self.validating.len() + self.mutating.len() + self.generating.len()

@@ -10,8 +10,9 @@
 //! longer loaded go. Timestamps are left out of the comparison, so an
 //! evaluation that changes nothing writes nothing.
 
-use crate::engine::{PolicyResponse, RuleStatus, RuleType};
-use crate::policy::CompiledPolicy;
+use crate::engine::{PolicyResponse, RuleResponse, RuleStatus, RuleType};
+use crate::policy::cel_policy::CompiledValidatingPolicy;
+use crate::policy::{CompiledPolicy, ReportMeta};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
 
@@ -67,42 +68,80 @@ pub fn results(
     process: &str,
     now_seconds: i64,
 ) -> Vec<Value> {
-    let annotation = |k: &str| policy.annotations.get(k).cloned().unwrap_or_default();
-    let (severity, category) = (
-        annotation("policies.kyverno.io/severity"),
-        annotation("policies.kyverno.io/category"),
-    );
+    let meta = ReportMeta {
+        scored: policy.scored,
+        ..ReportMeta::of(&policy.annotations)
+    };
+    let result = Source::Kyverno.result(response.policy, &meta, process, now_seconds);
     response
         .rules
         .iter()
         .filter(|r| r.rule_type == RuleType::Validation)
-        .map(|r| {
+        .map(result)
+        .collect()
+}
+
+/// The report results of a ValidatingPolicy's response (one rule, named
+/// after the policy), as Kyverno writes them: source
+/// `KyvernoValidatingPolicy`, the policy as `namespace/name` for a
+/// namespaced one.
+pub fn validating_policy_results(
+    policy: &CompiledValidatingPolicy,
+    response: &PolicyResponse,
+    process: &str,
+    now_seconds: i64,
+) -> Vec<Value> {
+    let result = Source::ValidatingPolicy.result(&policy.key, &policy.report, process, now_seconds);
+    response.rules.iter().map(result).collect()
+}
+
+/// Which engine a result comes from (its `source`).
+#[derive(Clone, Copy)]
+enum Source {
+    Kyverno,
+    ValidatingPolicy,
+}
+
+impl Source {
+    /// Turns a rule response of `policy` into its report result.
+    fn result<'a>(
+        self,
+        policy: &'a str,
+        meta: &'a ReportMeta,
+        process: &'a str,
+        now_seconds: i64,
+    ) -> impl Fn(&RuleResponse) -> Value + 'a {
+        let source = match self {
+            Source::Kyverno => "kyverno",
+            Source::ValidatingPolicy => "KyvernoValidatingPolicy",
+        };
+        move |r: &RuleResponse| {
             let mut status = r.status;
-            if status == RuleStatus::Fail && !policy.scored {
+            if status == RuleStatus::Fail && !meta.scored {
                 status = RuleStatus::Warn;
             }
             let mut result = json!({
-                "source": "kyverno",
-                "policy": response.policy,
+                "source": source,
+                "policy": policy,
                 "rule": r.name,
                 "result": status.as_str(),
                 "message": r.message,
-                "scored": policy.scored,
+                "scored": meta.scored,
                 "timestamp": {"seconds": now_seconds, "nanos": 0},
                 "properties": {"process": process},
             });
-            if !severity.is_empty() {
-                result["severity"] = Value::String(severity.clone());
+            if !meta.severity.is_empty() {
+                result["severity"] = Value::String(meta.severity.clone());
             }
-            if !category.is_empty() {
-                result["category"] = Value::String(category.clone());
+            if !meta.category.is_empty() {
+                result["category"] = Value::String(meta.category.clone());
             }
             for (k, v) in r.properties() {
                 result["properties"][k] = Value::String(v.clone());
             }
             result
-        })
-        .collect()
+        }
+    }
 }
 
 /// The report of `resource` holding `results`.

@@ -236,12 +236,7 @@ async fn write_admission_results(
 ) {
     let mut wait = Duration::from_millis(200);
     for _ in 0..5 {
-        let loaded: BTreeSet<String> = snapshot
-            .load()
-            .policies
-            .iter()
-            .map(|p| p.qualified_name().to_string())
-            .collect();
+        let loaded = snapshot.load().report_policy_names();
         match write_report(
             client,
             &results.resource,

@@ -1,7 +1,8 @@
 //! The reports controller's background scan (§12): on the leader of the
 //! `gavel-reports` Lease, every `interval` and whenever the policy set
 //! changes, each resource of the kinds the `background: true` validate
-//! policies match is evaluated, and its PolicyReport (ClusterPolicyReport
+//! policies and ValidatingPolicies (`evaluation.background.enabled`, on
+//! by default) match is evaluated, and its PolicyReport (ClusterPolicyReport
 //! for a cluster-scoped resource) written when its results changed.
 //!
 //! Memory stays bounded at any cluster size: resources are listed a page
@@ -19,6 +20,7 @@ use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels};
 use crate::context::ClusterView;
 use crate::controllers::background::objects::{self, BackgroundResolver};
 use crate::controllers::leader::while_leading;
+use crate::engine::cel::{CelRequest, evaluate_validating_policy};
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, Request};
 use crate::kinds::{BuiltinKind, builtin_kinds, split_api_version};
@@ -100,8 +102,16 @@ struct ScanStats {
     deleted: usize,
 }
 
+/// What a scan evaluates: indexes of the background policies and of the
+/// background ValidatingPolicies, and the kinds they match.
+struct Scanned {
+    policies: Vec<usize>,
+    validating: Vec<usize>,
+    kinds: Vec<&'static BuiltinKind>,
+}
+
 /// The background policies and the kinds they match.
-fn scanned(snapshot: &Snapshot) -> (Vec<usize>, Vec<&'static BuiltinKind>) {
+fn scanned(snapshot: &Snapshot) -> Scanned {
     let policies: Vec<usize> = snapshot
         .policies
         .iter()
@@ -109,6 +119,40 @@ fn scanned(snapshot: &Snapshot) -> (Vec<usize>, Vec<&'static BuiltinKind>) {
         .filter(|(_, p)| p.background && p.has_validate())
         .map(|(i, _)| i)
         .collect();
+    let validating: Vec<usize> = snapshot
+        .validating
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.background)
+        .map(|(i, _)| i)
+        .collect();
+    // A ValidatingPolicy's rules name resources (plural), and the Pod
+    // controllers autogen evaluates it on.
+    let mut resources: Vec<(String, String)> = Vec::new();
+    for &i in &validating {
+        let scope = &snapshot.validating[i].scope;
+        for rule in &scope.match_constraints.resource_rules {
+            if rule.resources.iter().any(|r| r.contains('*'))
+                || rule.api_groups.iter().any(|g| g == "*")
+            {
+                tracing::warn!(
+                    policy = snapshot.validating[i].key,
+                    "a ValidatingPolicy rule with a wildcard resource or group is not scanned"
+                );
+                continue;
+            }
+            for group in &rule.api_groups {
+                for resource in rule.resources.iter().filter(|r| !r.contains('/')) {
+                    resources.push((group.clone(), resource.clone()));
+                    if resource == "pods" {
+                        for c in &scope.controllers {
+                            resources.push((c.group.to_string(), c.resource.to_string()));
+                        }
+                    }
+                }
+            }
+        }
+    }
     let mut selectors = Vec::new();
     for &i in &policies {
         for rule in snapshot.policies[i]
@@ -132,15 +176,19 @@ fn scanned(snapshot: &Snapshot) -> (Vec<usize>, Vec<&'static BuiltinKind>) {
             let (g, v) = split_api_version(k.api_version);
             // Reports are not scanned for themselves.
             g != "wgpolicyk8s.io"
-                && selectors.iter().any(|s| {
+                && (selectors.iter().any(|s| {
                     s.subresource.is_none()
                         && s.kind.matches(k.kind)
                         && s.group.matches(g)
                         && s.version.matches(v)
-                })
+                }) || resources.iter().any(|(rg, r)| rg == g && r == k.plural))
         })
         .collect();
-    (policies, kinds)
+    Scanned {
+        policies,
+        validating,
+        kinds,
+    }
 }
 
 /// A hash of results, timestamps and processes aside.
@@ -221,16 +269,21 @@ async fn scan(
     metrics: &BackgroundMetrics,
 ) -> Result<ScanStats, String> {
     let snapshot = snapshot.load_full();
-    let (policies, kinds) = scanned(&snapshot);
+    let Scanned {
+        policies,
+        validating,
+        kinds,
+    } = scanned(&snapshot);
     let scanned_names: BTreeSet<String> = policies
         .iter()
         .map(|&i| snapshot.policies[i].qualified_name().to_string())
+        .chain(
+            validating
+                .iter()
+                .map(|&i| snapshot.validating[i].key.clone()),
+        )
         .collect();
-    let loaded: BTreeSet<String> = snapshot
-        .policies
-        .iter()
-        .map(|p| p.qualified_name().to_string())
-        .collect();
+    let loaded = snapshot.report_policy_names();
     let existing = existing_reports(client, opts.page_size, &scanned_names, &loaded).await?;
     let mut visited = std::collections::HashSet::new();
     let mut stats = ScanStats::default();
@@ -253,7 +306,8 @@ async fn scan(
                 })
                 .collect();
             stats.resources += items.len();
-            let evaluated = evaluate_page(client, &snapshot, &policies, view, items).await?;
+            let evaluated =
+                evaluate_page(client, &snapshot, (&policies, &validating), view, items).await?;
             for (resource, results) in evaluated {
                 let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
                 visited.insert(uid.to_string());
@@ -310,7 +364,7 @@ async fn scan(
 async fn evaluate_page(
     client: &Client,
     snapshot: &Arc<Snapshot>,
-    policies: &[usize],
+    (policies, validating): (&[usize], &[usize]),
     view: &Arc<dyn ClusterView>,
     items: Vec<Value>,
 ) -> Result<Vec<(Value, Vec<Value>)>, String> {
@@ -321,6 +375,7 @@ async fn evaluate_page(
     };
     let snapshot = snapshot.clone();
     let policies = policies.to_vec();
+    let validating = validating.to_vec();
     tokio::task::spawn_blocking(move || {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         items
@@ -344,6 +399,19 @@ async fn evaluate_page(
                     };
                     let response = evaluate_policy(policy, &req, &ctx, &env);
                     results.extend(reports::results(policy, &response, BACKGROUND_SCAN, now));
+                }
+                if !validating.is_empty() {
+                    let input = CelRequest::of(&req);
+                    for &i in &validating {
+                        let policy = &snapshot.validating[i];
+                        let response = evaluate_validating_policy(policy, &req, &input, &resolver);
+                        results.extend(reports::validating_policy_results(
+                            policy,
+                            &response,
+                            BACKGROUND_SCAN,
+                            now,
+                        ));
+                    }
                 }
                 results.sort_by(|a, b| {
                     (a["policy"].as_str(), a["rule"].as_str())

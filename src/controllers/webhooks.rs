@@ -339,6 +339,7 @@ fn desired(
     let cel = snapshot
         .validating
         .iter()
+        .filter(|p| p.admission)
         .map(|p| (&p.scope, Side::Validating))
         .chain(snapshot.mutating.iter().map(|p| (&p.scope, Side::Mutating)));
     for (scope, side) in cel {

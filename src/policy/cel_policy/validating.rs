@@ -59,6 +59,17 @@ pub struct CompiledValidatingPolicy {
     pub deny: bool,
     /// `validationActions` contains Warn.
     pub warn: bool,
+    /// `evaluation.admission.enabled` (default true): evaluated at
+    /// admission.
+    pub admission: bool,
+    /// `evaluation.background.enabled` (default true): evaluated by the
+    /// background scan.
+    pub background: bool,
+    /// `name`, or `namespace/name` for a namespaced one: the policy of its
+    /// report results, as Kyverno names it.
+    pub key: String,
+    /// What its report results carry from its annotations.
+    pub report: crate::policy::ReportMeta,
 }
 
 impl CompiledValidatingPolicy {
@@ -68,7 +79,22 @@ impl CompiledValidatingPolicy {
         if spec.param_kind.is_some() && doc.kind != "ValidatingAdmissionPolicy" {
             return Err(CelCompileError::Unsupported("spec.paramKind".into()));
         }
+        let enabled = |path: &str| {
+            spec.evaluation
+                .as_ref()
+                .and_then(|e| e.pointer(path))
+                .and_then(Value::as_bool)
+                .unwrap_or(true)
+        };
+        let key = match &doc.metadata.namespace {
+            Some(ns) if doc.kind.starts_with("Namespaced") => format!("{ns}/{}", doc.metadata.name),
+            _ => doc.metadata.name.clone(),
+        };
         Ok(CompiledValidatingPolicy {
+            admission: enabled("/admission/enabled"),
+            background: enabled("/background/enabled"),
+            key,
+            report: crate::policy::ReportMeta::of(&doc.metadata.annotations),
             scope: PolicyScope::compile(
                 &doc.kind,
                 &doc.metadata,
