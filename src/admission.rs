@@ -14,6 +14,7 @@ pub mod json_text;
 pub mod phases;
 pub mod pipeline;
 pub mod policies;
+pub mod policy_validation;
 pub mod reports;
 pub mod review;
 pub mod rule_table;

@@ -154,6 +154,11 @@ pub struct ServeArgs {
     /// Name of the MutatingWebhookConfiguration the leader maintains.
     #[arg(long, default_value = "gavel-resource-mutating-webhook-cfg")]
     pub mutating_webhook_config_name: String,
+    /// Name of the ValidatingWebhookConfiguration that checks policies
+    /// and TTL labels as they are written (Kyverno's policy and TTL
+    /// validating webhooks).
+    #[arg(long, default_value = "gavel-policy-validating-webhook-cfg")]
+    pub policy_webhook_config_name: String,
     /// The Service the API server calls (in gavel's namespace).
     #[arg(long, default_value = "gavel-svc")]
     pub service_name: String,
@@ -383,6 +388,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
         webhook: serve::WebhookSettings {
             validating_name: args.webhook_config_name.clone(),
             mutating_name: args.mutating_webhook_config_name.clone(),
+            policy_validating_name: args.policy_webhook_config_name.clone(),
             target: match &args.webhook_url {
                 Some(url) => crate::controllers::webhooks::WebhookTarget::Url(
                     url.trim_end_matches('/').to_string(),

@@ -76,6 +76,8 @@ pub fn route(path: &str) -> Route {
         return Route::Admission(Webhook::Mutate(p));
     }
     match path {
+        "/policyvalidate" => Route::Admission(Webhook::PolicyValidation),
+        "/verifyttl" => Route::Admission(Webhook::TtlValidation),
         "/health/liveness" => Route::Liveness,
         "/health/readiness" => Route::Readiness,
         "/metrics" => Route::Metrics,
@@ -226,7 +228,9 @@ async fn review_request(
                     request_allowed: if outcome.allowed { "true" } else { "false" },
                     request_webhook: match webhook {
                         Webhook::Mutate(_) => "MutatingWebhookConfiguration",
-                        Webhook::Validate(_) => "ValidatingWebhookConfiguration",
+                        Webhook::Validate(_)
+                        | Webhook::PolicyValidation
+                        | Webhook::TtlValidation => "ValidatingWebhookConfiguration",
                     },
                     resource_kind: outcome.kind,
                     resource_namespace: outcome.namespace,

@@ -39,9 +39,10 @@ fn cleanup_on_a_real_control_plane() {
         "ClusterCleanupPolicy: match, exclude, conditions, every 5 s",
         || cluster_cleanup_policy(&cluster, &gavel),
     );
-    step("an invalid policy is marked not Ready and not run", || {
-        invalid_policy(&cluster)
-    });
+    step(
+        "an invalid policy is refused, or marked not Ready and not run",
+        || invalid_policy(&cluster),
+    );
     step("CleanupPolicy: only in its namespace", || {
         namespaced_cleanup_policy(&cluster)
     });
@@ -209,34 +210,82 @@ fn ready_condition(
     ))
 }
 
-/// A schedule cronexpr cannot read: the policy says why in its Ready
-/// condition and deletes nothing; a valid DeletingPolicy reads READY true.
+/// A schedule cronexpr cannot read: `kubectl apply` is refused with the
+/// reason (the policy webhook, as Kyverno's cleanup controller refuses
+/// it); one that gets in anyway (in gavel's own namespace, which the
+/// webhooks skip) says why in its Ready condition and deletes nothing.
+/// An unreadable TTL label is written with a warning.
 fn invalid_policy(cluster: &RealCluster) {
-    namespace(cluster, "invalid", "dev");
-    create_all(
-        cluster,
-        vec![config_map("invalid", "stays", json!({"temp": "true"}))],
-    );
-    cluster.apply(&json!({
+    let bad = json!({
         "apiVersion": "kyverno.io/v2", "kind": "ClusterCleanupPolicy",
         "metadata": {"name": "bad-schedule"},
         "spec": {
             "schedule": "every day",
             "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "namespaces": ["invalid"]}}]},
         },
+    });
+    let mut refusal = String::new();
+    eventually(
+        "kubectl apply refused by the policy webhook",
+        Duration::from_secs(60),
+        || {
+            let out = cluster.kubectl_in(&["apply", "-f", "-"], Some(&bad.to_string()));
+            refusal = String::from_utf8_lossy(&out.stderr).into_owned();
+            !out.status.success()
+                && refusal.contains("ClusterCleanupPolicy bad-schedule is invalid")
+        },
+    );
+    assert!(refusal.contains("spec.schedule"), "{refusal}");
+    assert!(
+        cluster
+            .get(&["clustercleanuppolicy", "bad-schedule"])
+            .is_none()
+    );
+
+    create_all(
+        cluster,
+        vec![config_map(NAMESPACE, "stays", json!({"temp": "true"}))],
+    );
+    cluster.apply(&json!({
+        "apiVersion": "kyverno.io/v2", "kind": "CleanupPolicy",
+        "metadata": {"name": "bad-schedule", "namespace": NAMESPACE},
+        "spec": {
+            "schedule": "every day",
+            "match": {"any": [{"resources": {"kinds": ["ConfigMap"], "selector": {"matchLabels": {"temp": "true"}}}}]},
+        },
     }));
     eventually(
         "the policy marked not Ready",
         Duration::from_secs(30),
         || {
-            ready_condition(cluster, &["clustercleanuppolicy", "bad-schedule"], false).is_some_and(
-                |(status, message)| status == "False" && message.contains("spec.schedule"),
+            ready_condition(
+                cluster,
+                &["cleanuppolicy", "bad-schedule", "-n", NAMESPACE],
+                false,
             )
+            .is_some_and(|(status, message)| status == "False" && message.contains("spec.schedule"))
         },
     );
     std::thread::sleep(Duration::from_secs(6));
-    assert_eq!(config_maps(cluster, "invalid"), ["stays"]);
-    cluster.kubectl(&["delete", "clustercleanuppolicy", "bad-schedule"]);
+    assert!(
+        cluster
+            .get(&["configmap", "stays", "-n", NAMESPACE])
+            .is_some()
+    );
+    cluster.kubectl(&["delete", "cleanuppolicy", "bad-schedule", "-n", NAMESPACE]);
+    cluster.kubectl(&["delete", "configmap", "stays", "-n", NAMESPACE]);
+
+    namespace(cluster, "invalid", "dev");
+    let labelled = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: unreadable-ttl\n  namespace: invalid\n  labels:\n    cleanup.kyverno.io/ttl: soon\n";
+    let out = cluster.kubectl_in(&["apply", "-f", "-"], Some(labelled));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(
+            "cleanup.kyverno.io/ttl label value cannot be parsed as any recognizable format"
+        ),
+        "{stderr}"
+    );
 }
 
 /// A CleanupPolicy with no namespace selector acts only in its namespace.

@@ -7,6 +7,7 @@
 use super::json_text::JsonText;
 use super::phases::{self, Chaining, MutatingPhase, Visit};
 use super::policies::Snapshot;
+use super::policy_validation;
 use super::reports::{self, AdmissionResults};
 use super::review::{self, ReviewError};
 use super::update_requests::{self, UpdateRequestSpec};
@@ -30,6 +31,10 @@ use std::time::{Duration, Instant};
 pub enum Webhook {
     Validate(Option<FailurePolicy>),
     Mutate(Option<FailurePolicy>),
+    /// A policy object written (`/policyvalidate`).
+    PolicyValidation,
+    /// An object carrying the TTL label written (`/verifyttl`).
+    TtlValidation,
 }
 
 /// What the handler learned, for metrics and logs.
@@ -201,6 +206,8 @@ pub fn admit_reporting(
             }
             verdict
         }
+        Webhook::PolicyValidation => policy_validation::policy_verdict(req),
+        Webhook::TtlValidation => policy_validation::ttl_verdict(req),
         Webhook::Mutate(failure_policy) => {
             let selected = snapshot.mutate_indexes(failure_policy);
             let cells = snapshot.rule_table.resource(

@@ -365,44 +365,65 @@ pub(super) fn load_file(path: &Path) -> Result<PolicySet, String> {
 pub fn load_text(file: &str, text: &str) -> Result<PolicySet, String> {
     let docs = load_policy_text(file, text).map_err(|e| e.to_string())?;
     let mut set = PolicySet::default();
-    let cel_error = |e: CelCompileError, (kind, name): (&str, &str)| format!("{kind} {name}: {e}");
     for doc in docs {
-        match doc {
-            LoadedDocument::Policy(p) => {
-                let policy = CompiledPolicy::compile(&p).map_err(|e| e.to_string())?;
-                policy.check_servable()?;
-                set.policies.push(policy);
-            }
-            LoadedDocument::Exception(e) => set
-                .exceptions
-                .push(CompiledException::compile(&e).map_err(|e| e.to_string())?),
-            LoadedDocument::ValidatingPolicy(ref p) => set.validating.push(
-                CompiledValidatingPolicy::compile(p)
-                    .map_err(|e| cel_error(e, doc.kind_and_name()))?,
-            ),
-            LoadedDocument::MutatingPolicy(ref p) => set.mutating.push(
-                CompiledMutatingPolicy::compile(p)
-                    .map_err(|e| cel_error(e, doc.kind_and_name()))?,
-            ),
-            LoadedDocument::Unsupported { kind, name, .. } => {
-                return Err(format!("unsupported: kind {kind} ({name})"));
-            }
-            LoadedDocument::ValidatingAdmissionPolicy(_)
-            | LoadedDocument::MutatingAdmissionPolicy(_)
-            | LoadedDocument::AdmissionPolicyBinding(_) => {
-                let (kind, name) = doc.kind_and_name();
-                return Err(format!(
-                    "unsupported: kind {kind} ({name}) in the server: the API server enforces \
-                     admission policies itself (gavel test and apply evaluate them)"
-                ));
-            }
-            LoadedDocument::GeneratingPolicy(ref p) => set.generating.push(
-                CompiledGeneratingPolicy::compile(p)
-                    .map_err(|e| cel_error(e, doc.kind_and_name()))?,
-            ),
+        match compile_document(doc)? {
+            CompiledDocument::Policy(p) => set.policies.push(*p),
+            CompiledDocument::Exception(e) => set.exceptions.push(*e),
+            CompiledDocument::Validating(p) => set.validating.push(*p),
+            CompiledDocument::Mutating(p) => set.mutating.push(*p),
+            CompiledDocument::Generating(p) => set.generating.push(*p),
         }
     }
     Ok(set)
+}
+
+/// One policy document, compiled as the server serves it.
+#[derive(Debug, Clone)]
+pub enum CompiledDocument {
+    Policy(Box<CompiledPolicy>),
+    Exception(Box<CompiledException>),
+    Validating(Box<CompiledValidatingPolicy>),
+    Mutating(Box<CompiledMutatingPolicy>),
+    Generating(Box<CompiledGeneratingPolicy>),
+}
+
+/// Compiles a loaded document for the server (the directory store, the
+/// cluster's policy sync and the policy validation webhook): the reason
+/// when it cannot be served, starting `unsupported:` for what gavel does
+/// not serve (Kyverno may).
+pub fn compile_document(doc: LoadedDocument) -> Result<CompiledDocument, String> {
+    let named = |e: CelCompileError, (kind, name): (&str, &str)| format!("{kind} {name}: {e}");
+    Ok(match doc {
+        LoadedDocument::Policy(p) => {
+            let policy = CompiledPolicy::compile(&p).map_err(|e| e.to_string())?;
+            policy.check_servable()?;
+            CompiledDocument::Policy(Box::new(policy))
+        }
+        LoadedDocument::Exception(e) => CompiledDocument::Exception(Box::new(
+            CompiledException::compile(&e).map_err(|e| e.to_string())?,
+        )),
+        LoadedDocument::ValidatingPolicy(ref p) => CompiledDocument::Validating(Box::new(
+            CompiledValidatingPolicy::compile(p).map_err(|e| named(e, doc.kind_and_name()))?,
+        )),
+        LoadedDocument::MutatingPolicy(ref p) => CompiledDocument::Mutating(Box::new(
+            CompiledMutatingPolicy::compile(p).map_err(|e| named(e, doc.kind_and_name()))?,
+        )),
+        LoadedDocument::GeneratingPolicy(ref p) => CompiledDocument::Generating(Box::new(
+            CompiledGeneratingPolicy::compile(p).map_err(|e| named(e, doc.kind_and_name()))?,
+        )),
+        LoadedDocument::Unsupported { kind, name, .. } => {
+            return Err(format!("unsupported: kind {kind} ({name})"));
+        }
+        LoadedDocument::ValidatingAdmissionPolicy(_)
+        | LoadedDocument::MutatingAdmissionPolicy(_)
+        | LoadedDocument::AdmissionPolicyBinding(_) => {
+            let (kind, name) = doc.kind_and_name();
+            return Err(format!(
+                "unsupported: kind {kind} ({name}) in the server: the API server enforces \
+                 admission policies itself (gavel test and apply evaluate them)"
+            ));
+        }
+    })
 }
 
 #[cfg(test)]

@@ -75,6 +75,7 @@ pub struct ClusterOptions {
 pub struct WebhookSettings {
     pub validating_name: String,
     pub mutating_name: String,
+    pub policy_validating_name: String,
     pub target: crate::controllers::webhooks::WebhookTarget,
     pub timeout_seconds: i32,
     pub excluded_namespaces: Vec<String>,
@@ -392,6 +393,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
         let webhook = webhooks::WebhookOptions {
             validating_name: w.validating_name.clone(),
             mutating_name: w.mutating_name.clone(),
+            policy_validating_name: w.policy_validating_name.clone(),
             target: w.target.clone(),
             ca_bundle,
             timeout_seconds: w.timeout_seconds,

@@ -5,11 +5,11 @@
 //! remembered until its next change.
 
 use super::stores::Stores;
-use crate::admission::policies::{PolicySet, Publisher};
+use crate::admission::policies::{CompiledDocument, PolicySet, Publisher, compile_document};
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
+    CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
 };
-use crate::policy::load::{LoadedDocument, classify};
+use crate::policy::load::classify;
 use crate::policy::{CompiledException, CompiledPolicy};
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
@@ -227,39 +227,11 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         }
     );
     let doc = classify(&source, 0, value).map_err(|e| e.to_string())?;
-    let named = {
-        let (kind, name) = doc.kind_and_name();
-        let label = format!("{kind} {name}");
-        move |e: CelCompileError| format!("{label}: {e}")
-    };
-    match doc {
-        LoadedDocument::Policy(p) => {
-            let policy = CompiledPolicy::compile(&p).map_err(|e| e.to_string())?;
-            policy.check_servable()?;
-            Ok(Compiled::Policy(Box::new(policy)))
-        }
-        LoadedDocument::Exception(e) => CompiledException::compile(&e)
-            .map(|e| Compiled::Exception(Box::new(e)))
-            .map_err(|e| e.to_string()),
-        LoadedDocument::Unsupported { kind, name, .. } => {
-            Err(format!("unsupported: kind {kind} ({name})"))
-        }
-        LoadedDocument::ValidatingPolicy(p) => CompiledValidatingPolicy::compile(&p)
-            .map(|p| Compiled::Validating(Box::new(p)))
-            .map_err(named),
-        LoadedDocument::MutatingPolicy(p) => CompiledMutatingPolicy::compile(&p)
-            .map(|p| Compiled::Mutating(Box::new(p)))
-            .map_err(named),
-        LoadedDocument::GeneratingPolicy(p) => CompiledGeneratingPolicy::compile(&p)
-            .map(|p| Compiled::Generating(Box::new(p)))
-            .map_err(named),
-        d @ (LoadedDocument::ValidatingAdmissionPolicy(_)
-        | LoadedDocument::MutatingAdmissionPolicy(_)
-        | LoadedDocument::AdmissionPolicyBinding(_)) => {
-            let (kind, name) = d.kind_and_name();
-            Err(format!(
-                "unsupported: kind {kind} ({name}) in the server yet"
-            ))
-        }
-    }
+    Ok(match compile_document(doc)? {
+        CompiledDocument::Policy(p) => Compiled::Policy(p),
+        CompiledDocument::Exception(e) => Compiled::Exception(e),
+        CompiledDocument::Validating(p) => Compiled::Validating(p),
+        CompiledDocument::Mutating(p) => Compiled::Mutating(p),
+        CompiledDocument::Generating(p) => Compiled::Generating(p),
+    })
 }

@@ -52,6 +52,8 @@ pub enum WebhookTarget {
 pub struct WebhookOptions {
     pub validating_name: String,
     pub mutating_name: String,
+    /// The configuration of the policy and TTL label checks.
+    pub policy_validating_name: String,
     pub target: WebhookTarget,
     /// PEM of the CAs that sign gavel's serving certificate; empty until
     /// known, and nothing is registered before.
@@ -308,6 +310,88 @@ struct Hook {
     failure_policy: &'static str,
     rules: Vec<RuleWithOperations>,
     timeout_seconds: i32,
+    /// Only objects with these labels (all objects when None).
+    object_selector: Option<LabelSelector>,
+}
+
+/// The resources of every policy kind gavel checks when written.
+const POLICY_RESOURCES: [(&str, &[&str]); 2] = [
+    (
+        "kyverno.io",
+        &[
+            "clusterpolicies",
+            "policies",
+            "policyexceptions",
+            "cleanuppolicies",
+            "clustercleanuppolicies",
+        ],
+    ),
+    (
+        "policies.kyverno.io",
+        &[
+            "validatingpolicies",
+            "namespacedvalidatingpolicies",
+            "mutatingpolicies",
+            "namespacedmutatingpolicies",
+            "generatingpolicies",
+            "namespacedgeneratingpolicies",
+            "deletingpolicies",
+            "namespaceddeletingpolicies",
+            "imagevalidatingpolicies",
+            "namespacedimagevalidatingpolicies",
+            "policyexceptions",
+        ],
+    ),
+];
+
+/// The webhooks of the policy configuration, as Kyverno registers its
+/// own: every policy kind on CREATE and UPDATE (failurePolicy Fail: a
+/// policy is not written unchecked), and every object that carries the
+/// TTL label (Ignore: it only warns).
+fn policy_hooks(opts: &WebhookOptions) -> Vec<Hook> {
+    let create_update = || Some(vec!["CREATE".to_string(), "UPDATE".to_string()]);
+    let policies = POLICY_RESOURCES
+        .iter()
+        .map(|(group, resources)| RuleWithOperations {
+            api_groups: Some(vec![group.to_string()]),
+            api_versions: Some(vec!["*".into()]),
+            resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+            operations: create_update(),
+            scope: Some("*".into()),
+        })
+        .collect();
+    let everything = RuleWithOperations {
+        api_groups: Some(vec!["*".into()]),
+        api_versions: Some(vec!["*".into()]),
+        resources: Some(vec!["*".into()]),
+        operations: create_update(),
+        scope: Some("*".into()),
+    };
+    vec![
+        Hook {
+            name: "policy.validate.gavel.svc".into(),
+            path: "/policyvalidate",
+            failure_policy: "Fail",
+            rules: policies,
+            timeout_seconds: opts.timeout_seconds.clamp(1, 30),
+            object_selector: None,
+        },
+        Hook {
+            name: "ttl.validate.gavel.svc".into(),
+            path: "/verifyttl",
+            failure_policy: "Ignore",
+            rules: vec![everything],
+            timeout_seconds: opts.timeout_seconds.clamp(1, 30),
+            object_selector: Some(LabelSelector {
+                match_expressions: Some(vec![LabelSelectorRequirement {
+                    key: crate::policy::cleanup::TTL_LABEL.into(),
+                    operator: "Exists".into(),
+                    values: None,
+                }]),
+                match_labels: None,
+            }),
+        },
+    ]
 }
 
 /// The webhooks of each side the policies of `snapshot` need.
@@ -387,6 +471,7 @@ fn desired(
                 failure_policy: if fail { "Fail" } else { "Ignore" },
                 rules,
                 timeout_seconds: c.timeout.unwrap_or(opts.timeout_seconds).clamp(1, 30),
+                object_selector: None,
             });
         }
     }
@@ -440,7 +525,7 @@ fn validating(hook: Hook, opts: &WebhookOptions, ca_bundle: &str) -> ValidatingW
         admission_review_versions: vec!["v1".into()],
         timeout_seconds: Some(hook.timeout_seconds),
         namespace_selector: Some(namespace_selector(&opts.excluded_namespaces)),
-        object_selector: Some(LabelSelector::default()),
+        object_selector: Some(hook.object_selector.unwrap_or_default()),
         match_conditions: None,
     }
 }
@@ -634,10 +719,24 @@ pub async fn run(
                 .into_iter()
                 .map(|h| mutating(h, &opts, &ca_bundle))
                 .collect();
+            let p: Vec<_> = policy_hooks(&opts)
+                .into_iter()
+                .map(|h| validating(h, &opts, &ca_bundle))
+                .collect();
             for (name, written) in [
                 (
                     &opts.validating_name,
                     reconcile(&validating_api, &opts.validating_name, v, owners.as_deref()).await,
+                ),
+                (
+                    &opts.policy_validating_name,
+                    reconcile(
+                        &validating_api,
+                        &opts.policy_validating_name,
+                        p,
+                        owners.as_deref(),
+                    )
+                    .await,
                 ),
                 (
                     &opts.mutating_name,
@@ -707,6 +806,7 @@ spec:
         let opts = WebhookOptions {
             validating_name: "v".into(),
             mutating_name: "m".into(),
+            policy_validating_name: "p".into(),
             target: WebhookTarget::Url("https://127.0.0.1:9443".into()),
             ca_bundle: watch::channel(String::new()).1,
             timeout_seconds: 10,

@@ -16,6 +16,8 @@ pub const NAMESPACE: &str = "gavel";
 pub const RELEASE: &str = "gavel";
 pub const VALIDATING: &str = "gavel-resource-validating-webhook-cfg";
 pub const MUTATING: &str = "gavel-resource-mutating-webhook-cfg";
+/// The configuration of the policy and TTL label checks.
+pub const POLICY_VALIDATING: &str = "gavel-policy-validating-webhook-cfg";
 
 /// Kyverno's CRDs, pinned with Kyverno in e2e/versions.env, as a user
 /// installs them before gavel's chart (server-side: some are too large for
@@ -193,6 +195,14 @@ impl Release {
             "delete",
             "mutatingwebhookconfiguration",
             MUTATING,
+            "--ignore-not-found",
+        ]);
+        // Its policy check fails closed: left behind, it would refuse
+        // every policy written while gavel is down.
+        cluster.kubectl(&[
+            "delete",
+            "validatingwebhookconfiguration",
+            POLICY_VALIDATING,
             "--ignore-not-found",
         ]);
     }

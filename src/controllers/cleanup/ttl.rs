@@ -9,7 +9,7 @@ use super::metrics::{CleanupMetrics, TtlLabels};
 use super::watched::{self, Objects, Watch};
 use crate::cluster::client::short;
 use crate::cluster::discovery::{Discovered, delete_once, propagation_policy};
-use chrono::{DateTime, NaiveDate, NaiveDateTime, Utc};
+use chrono::{DateTime, Utc};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams, PropagationPolicy};
@@ -18,8 +18,7 @@ use kube::runtime::watcher;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-pub const LABEL: &str = "cleanup.kyverno.io/ttl";
-pub const PROPAGATION_ANNOTATION: &str = "cleanup.kyverno.io/propagation-policy";
+pub use crate::policy::cleanup::{PROPAGATION_ANNOTATION, TTL_LABEL as LABEL, deletion_time};
 
 /// When and how one labelled object goes.
 #[derive(Debug, Clone)]
@@ -49,48 +48,6 @@ fn expiry(meta: &ObjectMeta) -> Option<Expiry> {
         propagation,
         terminating: meta.deletion_timestamp.is_some(),
     })
-}
-
-/// A duration as Kyverno's `strfmt.ParseDuration` reads it: a Go duration
-/// (`1h30m`), or one number and a unit that may be days or weeks (`1d`,
-/// `2 weeks`).
-fn ttl_duration(value: &str) -> Option<chrono::Duration> {
-    if let Some(d) = crate::units::Duration::parse(value) {
-        return chrono::Duration::try_milliseconds((d.seconds() * 1000.0) as i64);
-    }
-    let value = value.trim();
-    let split = value.find(|c: char| !c.is_ascii_digit())?;
-    let (number, unit) = value.split_at(split);
-    let n: i64 = number.parse().ok()?;
-    let seconds = match unit.trim() {
-        "ns" | "us" | "µs" | "ms" => return Some(chrono::Duration::zero()),
-        "s" | "sec" | "secs" | "second" | "seconds" => 1,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60,
-        "h" | "hr" | "hrs" | "hour" | "hours" => 3_600,
-        "d" | "day" | "days" => 86_400,
-        "w" | "wk" | "wks" | "week" | "weeks" => 604_800,
-        _ => return None,
-    };
-    chrono::Duration::try_seconds(n.checked_mul(seconds)?)
-}
-
-/// The time a label value names, relative to `created` for a duration.
-pub fn deletion_time(value: &str, created: Option<DateTime<Utc>>) -> Result<DateTime<Utc>, String> {
-    if let Some(d) = ttl_duration(value) {
-        let created = created.ok_or("the object has no creationTimestamp")?;
-        return created
-            .checked_add_signed(d)
-            .ok_or_else(|| format!("{LABEL}={value}: out of range"));
-    }
-    if let Ok(t) = NaiveDateTime::parse_from_str(value, "%Y-%m-%dT%H%M%SZ") {
-        return Ok(t.and_utc());
-    }
-    if let Ok(d) = NaiveDate::parse_from_str(value, "%Y-%m-%d") {
-        return Ok(d.and_hms_opt(0, 0, 0).unwrap_or_default().and_utc());
-    }
-    Err(format!(
-        "{LABEL}={value}: neither a duration (5m, 1d) nor a time (2006-01-02T150405Z, 2006-01-02)"
-    ))
 }
 
 /// Whether the controller may delete objects of `resource` anywhere (a

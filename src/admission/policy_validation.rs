@@ -1,0 +1,182 @@
+//! What Kyverno checks when a policy or a TTL label is written, as
+//! admission webhooks of their own:
+//! - `/policyvalidate` (Kyverno's policy validating webhook, and its
+//!   cleanup controller's for cleanup policies): a policy object of any
+//!   kind gavel loads is compiled as the server would; one that does not
+//!   compile is denied with the reason, so `kubectl apply` says what is
+//!   wrong instead of a policy that never takes effect. A policy that uses
+//!   what gavel does not serve (`unsupported: ...`) is allowed with a
+//!   warning: Kyverno may serve it beside gavel, and gavel's refusal to
+//!   serve it stays loud in the policy's status.
+//! - `/verifyttl` (Kyverno's TTL webhook): an object whose
+//!   `cleanup.kyverno.io/ttl` label cannot be read is allowed with a
+//!   warning, as Kyverno does.
+
+use super::policies::compile_document;
+use super::verdict::Verdict;
+use crate::engine::Request;
+use crate::policy::cleanup::{CompiledCleanupPolicy, TTL_LABEL, deletion_time};
+use crate::policy::load::classify;
+use serde_json::Value;
+
+/// The kinds compiled by the cleanup controller rather than the policy set.
+const CLEANUP_KINDS: [&str; 4] = [
+    "CleanupPolicy",
+    "ClusterCleanupPolicy",
+    "DeletingPolicy",
+    "NamespacedDeletingPolicy",
+];
+
+/// The verdict on a policy object written (CREATE, UPDATE).
+pub fn policy_verdict(req: &Request) -> Verdict {
+    let object = &req.object;
+    if object.is_null() {
+        return allowed(Vec::new());
+    }
+    let kind = object["kind"].as_str().unwrap_or_default();
+    let name = object
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
+    let checked = if CLEANUP_KINDS.contains(&kind) {
+        CompiledCleanupPolicy::compile(object).map(|_| ())
+    } else {
+        classify(&format!("{kind}/{name}"), 0, object.clone())
+            .map_err(|e| e.to_string())
+            .and_then(compile_document)
+            .map(|_| ())
+    };
+    match checked {
+        Ok(()) => allowed(Vec::new()),
+        Err(reason) if reason.contains("unsupported:") => allowed(vec![format!(
+            "gavel does not serve {kind} {name}: {reason}"
+        )]),
+        Err(reason) => Verdict {
+            allowed: false,
+            message: Some(super::json_text::JsonText::escape(&format!(
+                "{kind} {name} is invalid: {reason}"
+            ))),
+            warnings: Vec::new(),
+            patch: None,
+        },
+    }
+}
+
+/// The verdict on an object carrying the TTL label: allowed, with a
+/// warning when the value cannot be read (Kyverno's words).
+pub fn ttl_verdict(req: &Request) -> Verdict {
+    let Some(value) = req
+        .object
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(TTL_LABEL))
+        .and_then(Value::as_str)
+    else {
+        return allowed(Vec::new());
+    };
+    // A creation time is needed only to place a duration; any will do to
+    // tell whether the value reads.
+    match deletion_time(value, Some(chrono::DateTime::UNIX_EPOCH)) {
+        Ok(_) => allowed(Vec::new()),
+        Err(e) => allowed(vec![format!(
+            "{TTL_LABEL} label value cannot be parsed as any recognizable format ({e})"
+        )]),
+    }
+}
+
+fn allowed(warnings: Vec<String>) -> Verdict {
+    Verdict {
+        allowed: true,
+        message: None,
+        warnings,
+        patch: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn request(object: Value) -> Request {
+        Request::offline(&object, "CREATE", Default::default(), None)
+    }
+
+    fn cluster_policy(expression: &str) -> Value {
+        json!({
+            "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+            "metadata": {"name": "p"},
+            "spec": {"rules": [{"name": "r",
+                "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+                "validate": {"message": "m", "deny": {"conditions": {"any": [
+                    {"key": expression, "operator": "Equals", "value": "x"}]}}}}]},
+        })
+    }
+
+    #[test]
+    fn invalid_policies_are_denied_with_the_reason() {
+        let good = policy_verdict(&request(cluster_policy(
+            "{{ request.object.metadata.name }}",
+        )));
+        assert!(good.allowed && good.warnings.is_empty());
+        let mut bad = cluster_policy("x");
+        bad["spec"]["rules"][0]["validate"]["patern"] = json!({"a": "b"});
+        let bad = policy_verdict(&request(bad));
+        assert!(!bad.allowed, "{:?}", bad.warnings);
+        let message = bad.message.unwrap().as_escaped().to_string();
+        assert!(
+            message.starts_with("ClusterPolicy p is invalid: "),
+            "{message}"
+        );
+
+        let cleanup = json!({
+            "apiVersion": "kyverno.io/v2", "kind": "ClusterCleanupPolicy",
+            "metadata": {"name": "c"},
+            "spec": {"schedule": "not a schedule",
+                     "match": {"any": [{"resources": {"kinds": ["Pod"]}}]}},
+        });
+        let verdict = policy_verdict(&request(cleanup));
+        assert!(!verdict.allowed);
+        assert!(
+            verdict.message.unwrap().as_escaped().contains("schedule"),
+            "the reason names the field"
+        );
+    }
+
+    #[test]
+    fn unsupported_policies_are_allowed_with_a_warning() {
+        let vap = json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": "v"},
+            "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                        "operations": ["CREATE"], "resources": ["pods"]}]},
+                     "validations": [{"expression": "true"}]},
+        });
+        let verdict = policy_verdict(&request(vap));
+        assert!(verdict.allowed);
+        assert_eq!(verdict.warnings.len(), 1);
+        assert!(
+            verdict.warnings[0].contains("unsupported:"),
+            "{:?}",
+            verdict.warnings
+        );
+    }
+
+    #[test]
+    fn unreadable_ttl_labels_warn() {
+        let object = |ttl: &str| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": "c", "namespace": "n", "labels": {TTL_LABEL: ttl}}})
+        };
+        assert!(ttl_verdict(&request(object("1d"))).warnings.is_empty());
+        assert!(
+            ttl_verdict(&request(object("2026-10-04")))
+                .warnings
+                .is_empty()
+        );
+        let soon = ttl_verdict(&request(object("soon")));
+        assert!(soon.allowed);
+        assert!(soon.warnings[0].starts_with(
+            "cleanup.kyverno.io/ttl label value cannot be parsed as any recognizable format"
+        ));
+    }
+}
