@@ -39,7 +39,8 @@ stamp_of() {
     kube) echo "$KUBERNETES_VERSION $ETCD_VERSION $(sha256sum "$here/go/kube/go.sum" "$here/go/kube/etcd/main.go" | sha256sum | cut -c1-16)" ;;
     kwok) echo "$KWOK_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
-    kyverno-crds|kyverno) echo "$KYVERNO_VERSION" ;;
+    kyverno-crds) echo "$KYVERNO_VERSION openreports" ;;
+    kyverno) echo "$KYVERNO_VERSION" ;;
   esac
   go env GOVERSION
 }
@@ -117,6 +118,15 @@ fetch_kyverno_crds() {
   rm -rf "$cache/kyverno-crds"
   mkdir -p "$cache/kyverno-crds"
   find "$src/config/crds" -name '*.yaml' -exec cp {} "$cache/kyverno-crds/" \; || return 1
+  # The openreports.io Report and ClusterReport (Kyverno's
+  # --openreportsEnabled), at the version Kyverno's go.mod requires.
+  local reports_version reports_src
+  reports_version="$(sed -n 's/^\tgithub.com\/openreports\/reports-api \(v[^ ]*\).*/\1/p' "$src/go.mod")"
+  [ -n "$reports_version" ] || die "no github.com/openreports/reports-api in $src/go.mod"
+  reports_src="$(cd "$cache" && go mod download -json "github.com/openreports/reports-api@$reports_version" \
+    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  [ -d "$reports_src/config/crd" ] || die "no config/crd in github.com/openreports/reports-api@$reports_version"
+  find "$reports_src/config/crd" -name 'openreports.io_*.yaml' -exec cp {} "$cache/kyverno-crds/" \; || return 1
   chmod -R u+w "$cache/kyverno-crds"
 }
 

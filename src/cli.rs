@@ -145,6 +145,11 @@ pub struct ServeArgs {
     /// PolicyReports (Kyverno's `--admissionReports`).
     #[arg(long, alias = "admissionReports", default_value_t = true, action = clap::ArgAction::Set)]
     pub admission_reports: bool,
+    /// Write reports as openreports.io Report / ClusterReport instead of
+    /// wgpolicyk8s.io PolicyReport / ClusterPolicyReport (Kyverno's
+    /// `--openreportsEnabled`).
+    #[arg(long, alias = "openreportsEnabled", default_value_t = false, action = clap::ArgAction::Set)]
+    pub openreports_enabled: bool,
     /// UpdateRequests a replica holds for writing before it drops new ones.
     #[arg(long, default_value_t = 10_000)]
     pub update_request_queue: usize,
@@ -366,6 +371,11 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             sans.push(san.clone());
         }
     }
+    let report_api = if args.openreports_enabled {
+        crate::admission::reports::ReportApi::OpenReports
+    } else {
+        crate::admission::reports::ReportApi::PolicyReport
+    };
     Ok(Some(serve::ClusterOptions {
         client: crate::cluster::client::ClientOptions {
             kubeconfig: args.kubeconfig.clone(),
@@ -426,6 +436,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
                 queue: 10_000,
                 workers: 2,
                 delay: std::time::Duration::from_secs(3),
+                api: report_api,
             }
         }),
         cleanup: crate::controllers::cleanup::CleanupOptions {
@@ -440,6 +451,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             interval: args.background_scan_interval,
             page_size: 500,
             debounce: std::time::Duration::from_secs(5),
+            api: report_api,
         },
         certificates: crate::controllers::certificates::CertOptions {
             namespace: args.namespace.clone(),

@@ -13,7 +13,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 use support::cluster::{RealCluster, eventually, repo};
 use support::gavel::temp_dir;
-use support::release::{NAMESPACE, Release, VALIDATING, install_kyverno_crds, ready, wait_ready};
+use support::release::{
+    NAMESPACE, RELEASE, Release, VALIDATING, deployment_args, install_kyverno_crds, ready,
+    wait_ready, webhook_configurations,
+};
 
 /// What the generate rules of these steps write, granted as a user grants
 /// it (the chart's `rbac.backgroundRules`).
@@ -80,6 +83,10 @@ fn generate_on_a_real_control_plane() {
     step(
         "an API server restart in the middle of a background scan",
         || scan_survives_api_server_restart(&cluster, &gavel),
+    );
+    step(
+        "openreports.io: Report and ClusterReport, behind a flag",
+        || openreports(&cluster, &mut gavel),
     );
 }
 
@@ -1268,4 +1275,106 @@ spec:
         assert_eq!(results[0]["severity"], "medium");
         assert_eq!(results[0]["category"], "Best Practices");
     }
+}
+
+/// With the chart's `reports.openreports`, results go to openreports.io
+/// Reports (Kyverno's `--openreportsEnabled`), with the same content.
+fn openreports(cluster: &RealCluster, gavel: &mut Release) {
+    gavel.stop_all(cluster);
+    let chart = support::cluster::repo().join("charts/gavel");
+    let out = cluster.helm(&[
+        "upgrade",
+        RELEASE,
+        chart.to_str().unwrap(),
+        "--namespace",
+        NAMESPACE,
+        "--reuse-values",
+        "--set",
+        "reports.openreports=true",
+    ]);
+    assert!(
+        out.status.success(),
+        "helm upgrade: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    gavel.chart_args = deployment_args(cluster);
+    assert!(
+        gavel
+            .chart_args
+            .iter()
+            .any(|a| a == "--openreports-enabled=true"),
+        "{:?}",
+        gavel.chart_args
+    );
+    gavel.scale_to(1);
+    eventually(
+        "the webhook configurations",
+        Duration::from_secs(60),
+        || webhook_configurations(cluster) == (true, true),
+    );
+    cluster.kubectl(&["create", "namespace", "open-reports"]);
+    apply_text(
+        cluster,
+        r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: ValidatingPolicy
+metadata:
+  name: require-owner
+spec:
+  validationActions: [Audit]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [configmaps]
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: open-reports
+  validations:
+  - expression: "has(object.metadata.labels) && 'owner' in object.metadata.labels"
+    message: an owner label is required
+"#,
+    );
+    eventually(
+        "the ValidatingPolicy READY",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["validatingpolicy", "require-owner"])
+                .is_some_and(|p| p["status"]["conditionStatus"]["ready"] == true)
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    apply_text(
+        cluster,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: plain\n  namespace: open-reports\n",
+    );
+    let uid = cluster
+        .get(&["configmap", "plain", "-n", "open-reports"])
+        .unwrap()["metadata"]["uid"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let report = || cluster.get(&["reports.openreports.io", &uid, "-n", "open-reports"]);
+    eventually("the openreports.io Report", Duration::from_secs(60), || {
+        report().is_some_and(|r| {
+            r["results"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|x| x["policy"] == "require-owner" && x["result"] == "fail")
+        })
+    });
+    let report = report().unwrap();
+    assert_eq!(report["apiVersion"], "openreports.io/v1alpha1");
+    assert_eq!(report["scope"]["name"], "plain");
+    assert_eq!(report["summary"]["fail"], 1);
+    assert!(
+        cluster
+            .get(&["policyreport", &uid, "-n", "open-reports"])
+            .is_none(),
+        "no wgpolicyk8s.io report besides"
+    );
+    cluster.kubectl(&["delete", "validatingpolicy", "require-owner"]);
 }

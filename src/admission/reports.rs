@@ -144,8 +144,44 @@ impl Source {
     }
 }
 
+/// The API reports are written in: Kyverno's default `wgpolicyk8s.io`, or
+/// `openreports.io` (Kyverno's `--openreportsEnabled`), whose Report and
+/// ClusterReport hold the same fields.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReportApi {
+    #[default]
+    PolicyReport,
+    OpenReports,
+}
+
+impl ReportApi {
+    pub fn group(self) -> &'static str {
+        match self {
+            ReportApi::PolicyReport => "wgpolicyk8s.io",
+            ReportApi::OpenReports => "openreports.io",
+        }
+    }
+
+    pub fn version(self) -> &'static str {
+        match self {
+            ReportApi::PolicyReport => "v1alpha2",
+            ReportApi::OpenReports => "v1alpha1",
+        }
+    }
+
+    /// (kind, plural) of the namespaced or the cluster-scoped report.
+    pub fn kind(self, namespaced: bool) -> (&'static str, &'static str) {
+        match (self, namespaced) {
+            (ReportApi::PolicyReport, true) => ("PolicyReport", "policyreports"),
+            (ReportApi::PolicyReport, false) => ("ClusterPolicyReport", "clusterpolicyreports"),
+            (ReportApi::OpenReports, true) => ("Report", "reports"),
+            (ReportApi::OpenReports, false) => ("ClusterReport", "clusterreports"),
+        }
+    }
+}
+
 /// The report of `resource` holding `results`.
-pub fn report(resource: &Value, results: Vec<Value>) -> Value {
+pub fn report(api: ReportApi, resource: &Value, results: Vec<Value>) -> Value {
     let text = |p: &str| {
         resource
             .pointer(p)
@@ -170,8 +206,8 @@ pub fn report(resource: &Value, results: Vec<Value>) -> Value {
         scope["namespace"] = Value::String(namespace.to_string());
     }
     json!({
-        "apiVersion": "wgpolicyk8s.io/v1alpha2",
-        "kind": if namespace.is_empty() { "ClusterPolicyReport" } else { "PolicyReport" },
+        "apiVersion": format!("{}/{}", api.group(), api.version()),
+        "kind": api.kind(!namespace.is_empty()).0,
         "metadata": metadata,
         "scope": scope,
         "summary": summary(&results),
@@ -304,7 +340,11 @@ mod tests {
     fn a_namespaced_resource_gets_a_policy_report_it_owns() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod",
                          "metadata": {"name": "web", "namespace": "ns", "uid": "u-1"}});
-        let r = report(&pod, vec![result("a", "r1", "fail", 1)]);
+        let r = report(
+            ReportApi::PolicyReport,
+            &pod,
+            vec![result("a", "r1", "fail", 1)],
+        );
         assert_eq!(r["kind"], "PolicyReport");
         assert_eq!(r["metadata"]["name"], "u-1");
         assert_eq!(r["metadata"]["namespace"], "ns");
@@ -312,6 +352,18 @@ mod tests {
         assert_eq!(r["scope"]["kind"], "Pod");
         assert_eq!(r["summary"]["fail"], 1);
         let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ns", "uid": "u-2"}});
-        assert_eq!(report(&ns, vec![])["kind"], "ClusterPolicyReport");
+        assert_eq!(
+            report(ReportApi::PolicyReport, &ns, vec![])["kind"],
+            "ClusterPolicyReport"
+        );
+        let open = report(ReportApi::OpenReports, &ns, vec![]);
+        assert_eq!(
+            (open["apiVersion"].as_str(), open["kind"].as_str()),
+            (Some("openreports.io/v1alpha1"), Some("ClusterReport"))
+        );
+        assert_eq!(
+            report(ReportApi::OpenReports, &pod, vec![])["kind"],
+            "Report"
+        );
     }
 }

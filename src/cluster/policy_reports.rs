@@ -9,7 +9,7 @@
 //! other's results: a 409 is read again.
 
 use crate::admission::policies::Snapshot;
-use crate::admission::reports::{self, AdmissionReportSink, AdmissionResults};
+use crate::admission::reports::{self, AdmissionReportSink, AdmissionResults, ReportApi};
 use crate::cluster::client::short;
 use crate::cluster::update_requests::BackgroundMetrics;
 use arc_swap::ArcSwap;
@@ -22,24 +22,24 @@ use std::time::Duration;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
 
-/// PolicyReport and ClusterPolicyReport.
-pub fn report_resources() -> [ApiResource; 2] {
-    let resource = |kind: &str, plural: &str| ApiResource {
-        group: "wgpolicyk8s.io".into(),
-        version: "v1alpha2".into(),
-        api_version: "wgpolicyk8s.io/v1alpha2".into(),
-        kind: kind.into(),
-        plural: plural.into(),
+/// The namespaced and the cluster-scoped report resource of `api`.
+pub fn report_resources(api: ReportApi) -> [ApiResource; 2] {
+    let resource = |namespaced: bool| {
+        let (kind, plural) = api.kind(namespaced);
+        ApiResource {
+            group: api.group().into(),
+            version: api.version().into(),
+            api_version: format!("{}/{}", api.group(), api.version()),
+            kind: kind.into(),
+            plural: plural.into(),
+        }
     };
-    [
-        resource("PolicyReport", "policyreports"),
-        resource("ClusterPolicyReport", "clusterpolicyreports"),
-    ]
+    [resource(true), resource(false)]
 }
 
 /// The reports of a namespace, or the cluster's ("").
-pub fn report_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
-    let [namespaced, cluster] = report_resources();
+pub fn report_api(client: &Client, api: ReportApi, namespace: &str) -> Api<DynamicObject> {
+    let [namespaced, cluster] = report_resources(api);
     if namespace.is_empty() {
         Api::all_with(client.clone(), &cluster)
     } else {
@@ -52,12 +52,13 @@ pub fn report_api(client: &Client, namespace: &str) -> Api<DynamicObject> {
 /// deletes it when nothing is left.
 pub async fn prune_report(
     client: &Client,
+    report_kind: ReportApi,
     namespace: &str,
     uid: &str,
     scanned: &BTreeSet<String>,
     loaded: &BTreeSet<String>,
 ) -> Result<Written, String> {
-    let api = report_api(client, namespace);
+    let api = report_api(client, report_kind, namespace);
     let fail = |e: kube::Error| format!("report {uid}: {}", short(&e));
     let Some(existing) = api.get_opt(uid).await.map_err(fail)? else {
         return Ok(Written::Nothing);
@@ -106,6 +107,7 @@ pub enum Written {
 /// requests of a first scan); a 409 says another writer was quicker.
 pub async fn write_report(
     client: &Client,
+    report_kind: ReportApi,
     resource: &Value,
     fresh: &[Value],
     scanned: &BTreeSet<String>,
@@ -116,7 +118,7 @@ pub async fn write_report(
     let namespace = resource["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default();
-    let api = report_api(client, namespace);
+    let api = report_api(client, report_kind, namespace);
     let fail = |e: kube::Error| format!("report of {uid}: {}", short(&e));
     let existing = if absent {
         None
@@ -135,7 +137,7 @@ pub async fn write_report(
     match existing {
         None if merged.is_empty() => Ok(Written::Nothing),
         None => {
-            let report = to_object(reports::report(resource, merged))?;
+            let report = to_object(reports::report(report_kind, resource, merged))?;
             match api.create(&PostParams::default(), &report).await {
                 Ok(_) => Ok(Written::Wrote),
                 // Written meanwhile (another replica, a deposed leader).
@@ -152,7 +154,7 @@ pub async fn write_report(
         },
         Some(_) if reports::same_results(&held, &merged) => Ok(Written::Nothing),
         Some(existing) => {
-            let fresh_report = reports::report(resource, Vec::new());
+            let fresh_report = reports::report(report_kind, resource, Vec::new());
             let report = to_object(reports::updated(&existing, &fresh_report, merged))?;
             match api.replace(uid, &PostParams::default(), &report).await {
                 Ok(_) => Ok(Written::Wrote),
@@ -177,6 +179,7 @@ pub struct AdmissionReportOptions {
     /// owner missing and delete it. A resource that never comes to be
     /// (another webhook denied it) takes its report with it.
     pub delay: Duration,
+    pub api: ReportApi,
 }
 
 /// Writes the results of admitted reviews into their resources' reports,
@@ -204,13 +207,13 @@ impl AdmissionReportWriter {
                 snapshot.clone(),
                 metrics.clone(),
             );
-            let delay = opts.delay;
+            let (delay, api) = (opts.delay, opts.api);
             tokio::spawn(async move {
                 loop {
                     let next = rx.lock().await.recv().await;
                     let Some((at, results)) = next else { return };
                     tokio::time::sleep_until(at + delay).await;
-                    write_admission_results(&client, &snapshot, &results, &metrics).await;
+                    write_admission_results(&client, api, &snapshot, &results, &metrics).await;
                 }
             });
         }
@@ -230,6 +233,7 @@ impl AdmissionReportSink for AdmissionReportWriter {
 /// failures tried again with backoff, a few times.
 async fn write_admission_results(
     client: &Client,
+    api: ReportApi,
     snapshot: &Arc<ArcSwap<Snapshot>>,
     results: &AdmissionResults,
     metrics: &BackgroundMetrics,
@@ -239,6 +243,7 @@ async fn write_admission_results(
         let loaded = snapshot.load().report_policy_names();
         match write_report(
             client,
+            api,
             &results.resource,
             &results.results,
             &results.evaluated,

@@ -14,7 +14,7 @@
 //! resources are, never patched incrementally.
 
 use crate::admission::policies::Snapshot;
-use crate::admission::reports::{self, BACKGROUND_SCAN};
+use crate::admission::reports::{self, BACKGROUND_SCAN, ReportApi};
 use crate::cluster::policy_reports::{Written, prune_report, report_resources, write_report};
 use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels};
 use crate::context::ClusterView;
@@ -48,6 +48,8 @@ pub struct ReportOptions {
     pub page_size: u32,
     /// How long policy changes gather before a scan starts.
     pub debounce: Duration,
+    /// The API the reports are written in.
+    pub api: ReportApi,
 }
 
 /// Runs the scans while this replica leads `leading`.
@@ -176,6 +178,7 @@ fn scanned(snapshot: &Snapshot) -> Scanned {
             let (g, v) = split_api_version(k.api_version);
             // Reports are not scanned for themselves.
             g != "wgpolicyk8s.io"
+                && g != "openreports.io"
                 && (selectors.iter().any(|s| {
                     s.subresource.is_none()
                         && s.kind.matches(k.kind)
@@ -212,12 +215,13 @@ struct Existing {
 /// The existing reports, by name (the resource uid).
 async fn existing_reports(
     client: &Client,
+    api: ReportApi,
     page_size: u32,
     scanned: &BTreeSet<String>,
     loaded: &BTreeSet<String>,
 ) -> Result<HashMap<String, Existing>, String> {
     let mut out = HashMap::new();
-    for resource in report_resources() {
+    for resource in report_resources(api) {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
         let mut params = ListParams::default()
             .labels("app.kubernetes.io/managed-by=kyverno")
@@ -284,7 +288,8 @@ async fn scan(
         )
         .collect();
     let loaded = snapshot.report_policy_names();
-    let existing = existing_reports(client, opts.page_size, &scanned_names, &loaded).await?;
+    let existing =
+        existing_reports(client, opts.api, opts.page_size, &scanned_names, &loaded).await?;
     let mut visited = std::collections::HashSet::new();
     let mut stats = ScanStats::default();
     for kind in kinds {
@@ -319,8 +324,16 @@ async fn scan(
                     continue;
                 }
                 let absent = !existing.contains_key(uid);
-                match write_report(client, &resource, &results, &scanned_names, &loaded, absent)
-                    .await?
+                match write_report(
+                    client,
+                    opts.api,
+                    &resource,
+                    &results,
+                    &scanned_names,
+                    &loaded,
+                    absent,
+                )
+                .await?
                 {
                     Written::Wrote => {
                         stats.written += 1;
@@ -347,7 +360,16 @@ async fn scan(
         if visited.contains(uid) || (!report.stale && report.hash == results_hash(&[])) {
             continue;
         }
-        match prune_report(client, &report.namespace, uid, &scanned_names, &loaded).await? {
+        match prune_report(
+            client,
+            opts.api,
+            &report.namespace,
+            uid,
+            &scanned_names,
+            &loaded,
+        )
+        .await?
+        {
             Written::Wrote => stats.written += 1,
             Written::Deleted => {
                 stats.deleted += 1;
