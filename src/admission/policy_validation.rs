@@ -5,9 +5,10 @@
 //!   kind gavel loads is compiled as the server would; one that does not
 //!   compile is denied with the reason, so `kubectl apply` says what is
 //!   wrong instead of a policy that never takes effect. A policy that uses
-//!   what gavel does not serve (`unsupported: ...`) is allowed with a
-//!   warning: Kyverno may serve it beside gavel, and gavel's refusal to
-//!   serve it stays loud in the policy's status.
+//!   what gavel does not serve (`unsupported: ...`, or a field gavel
+//!   does not know) is allowed with a warning: Kyverno may serve it beside
+//!   gavel, and gavel's refusal to serve it stays loud in the policy's
+//!   status.
 //! - `/verifyttl` (Kyverno's TTL webhook): an object whose
 //!   `cleanup.kyverno.io/ttl` label cannot be read is allowed with a
 //!   warning, as Kyverno does.
@@ -48,9 +49,14 @@ pub fn policy_verdict(req: &Request) -> Verdict {
     };
     match checked {
         Ok(()) => allowed(Vec::new()),
-        Err(reason) if reason.contains("unsupported:") => allowed(vec![format!(
-            "gavel does not serve {kind} {name}: {reason}"
-        )]),
+        // The API server prunes what the CRD does not declare before any
+        // webhook sees the object: an unknown field is one gavel does not
+        // know yet, not a mistake of the user's.
+        Err(reason) if reason.contains("unsupported:") || reason.contains("unknown field") => {
+            allowed(vec![format!(
+                "gavel does not serve {kind} {name}: {reason}"
+            )])
+        }
         Err(reason) => Verdict {
             allowed: false,
             message: Some(super::json_text::JsonText::escape(&format!(
@@ -118,13 +124,21 @@ mod tests {
             "{{ request.object.metadata.name }}",
         )));
         assert!(good.allowed && good.warnings.is_empty());
-        let mut bad = cluster_policy("x");
-        bad["spec"]["rules"][0]["validate"]["patern"] = json!({"a": "b"});
-        let bad = policy_verdict(&request(bad));
+        let vpol = |expression: &str| {
+            json!({
+                "apiVersion": "policies.kyverno.io/v1", "kind": "ValidatingPolicy",
+                "metadata": {"name": "p"},
+                "spec": {"matchConstraints": {"resourceRules": [{"apiGroups": [""],
+                            "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+                         "validations": [{"expression": expression}]},
+            })
+        };
+        assert!(policy_verdict(&request(vpol("true"))).allowed);
+        let bad = policy_verdict(&request(vpol("object.spec.(")));
         assert!(!bad.allowed, "{:?}", bad.warnings);
         let message = bad.message.unwrap().as_escaped().to_string();
         assert!(
-            message.starts_with("ClusterPolicy p is invalid: "),
+            message.starts_with("ValidatingPolicy p is invalid: "),
             "{message}"
         );
 
@@ -156,6 +170,17 @@ mod tests {
         assert_eq!(verdict.warnings.len(), 1);
         assert!(
             verdict.warnings[0].contains("unsupported:"),
+            "{:?}",
+            verdict.warnings
+        );
+        // A field gavel does not know (the API server has pruned any the
+        // CRD does not declare).
+        let mut newer = cluster_policy("x");
+        newer["spec"]["rules"][0]["validate"]["someNewField"] = json!(true);
+        let verdict = policy_verdict(&request(newer));
+        assert!(verdict.allowed);
+        assert!(
+            verdict.warnings[0].contains("unknown field"),
             "{:?}",
             verdict.warnings
         );
