@@ -150,6 +150,19 @@ pub struct ServeArgs {
     /// `--openreportsEnabled`).
     #[arg(long, alias = "openreportsEnabled", default_value_t = false, action = clap::ArgAction::Set)]
     pub openreports_enabled: bool,
+    /// Event reasons not written (Kyverno's `--omitEvents`; its chart's
+    /// default omits successes): PolicyApplied, PolicyError, ...
+    #[arg(
+        long,
+        alias = "omitEvents",
+        value_delimiter = ',',
+        default_value = "PolicyApplied,PolicySkipped"
+    )]
+    pub omit_events: Vec<String>,
+    /// Events held for writing before new ones are dropped (Kyverno's
+    /// `--maxQueuedEvents`).
+    #[arg(long, alias = "maxQueuedEvents", default_value_t = 1000)]
+    pub max_queued_events: usize,
     /// UpdateRequests a replica holds for writing before it drops new ones.
     #[arg(long, default_value_t = 10_000)]
     pub update_request_queue: usize,
@@ -371,6 +384,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             sans.push(san.clone());
         }
     }
+    let identity = args.identity.clone().unwrap_or_else(default_identity);
     let report_api = if args.openreports_enabled {
         crate::admission::reports::ReportApi::OpenReports
     } else {
@@ -390,7 +404,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
         debounce: std::time::Duration::from_millis(200),
         lease: crate::controllers::leader::LeaseOptions {
             namespace: args.namespace.clone(),
-            identity: args.identity.clone().unwrap_or_else(default_identity),
+            identity: identity.clone(),
             lease_duration: seconds(args.lease_duration_seconds),
             renew_deadline: seconds(args.renew_deadline_seconds),
             retry_period: seconds(args.retry_period_seconds),
@@ -446,6 +460,16 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             page_size: 500,
             workers: 3,
             max_tries: 3,
+        },
+        events: crate::cluster::events::EventOptions {
+            max_queued: args.max_queued_events,
+            omit: args
+                .omit_events
+                .iter()
+                .map(|r| r.trim().to_string())
+                .filter(|r| !r.is_empty())
+                .collect(),
+            instance: identity.clone(),
         },
         reports: crate::controllers::reports::ReportOptions {
             interval: args.background_scan_interval,

@@ -9,6 +9,7 @@ pub mod api;
 pub mod client;
 pub mod config_maps;
 pub mod discovery;
+pub mod events;
 pub mod global_context;
 pub mod informer;
 pub mod policy_reports;

@@ -65,6 +65,9 @@ fn generate_on_a_real_control_plane() {
         "NamespacedGeneratingPolicy: generateExisting and admitted triggers",
         || namespaced_generating_policy(&cluster),
     );
+    step("a generation that fails leaves a PolicyError event", || {
+        generation_error_event(&cluster)
+    });
     step("mutate existing: a trigger patches its targets", || {
         mutate_existing(&cluster)
     });
@@ -463,6 +466,89 @@ spec:
         "copies",
         "-n",
         "gp-n",
+    ]);
+    drained(cluster, Duration::from_secs(30));
+}
+
+/// A GeneratingPolicy whose downstream the controller may not write (the
+/// chart grants no ServiceAccounts here): the request fails, and
+/// Kyverno's `PolicyError` event (Warning, reporting controller
+/// `kyverno-generate`) names the policy, with the trigger as related.
+fn generation_error_event(cluster: &RealCluster) {
+    apply_text(
+        cluster,
+        r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: GeneratingPolicy
+metadata:
+  name: sa-per-namespace
+spec:
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [namespaces]
+    objectSelector:
+      matchLabels:
+        sa-gen: "yes"
+  generate:
+  - expression: >-
+      generator.Apply(object.metadata.name, [{"apiVersion": "v1", "kind": "ServiceAccount",
+        "metadata": {"name": "generated"}}])
+"#,
+    );
+    eventually(
+        "the GeneratingPolicy READY",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["generatingpolicy", "sa-per-namespace"])
+                .is_some_and(|p| p["status"]["conditionStatus"]["ready"] == true)
+        },
+    );
+    std::thread::sleep(Duration::from_secs(3));
+    apply_text(
+        cluster,
+        "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: ev-a\n  labels:\n    sa-gen: \"yes\"\n",
+    );
+    let event = || {
+        cluster.get(&["events.events.k8s.io", "-n", "default"])?["items"]
+            .as_array()?
+            .iter()
+            .find(|e| {
+                e["reason"] == "PolicyError"
+                    && e["regarding"]["kind"] == "GeneratingPolicy"
+                    && e["regarding"]["name"] == "sa-per-namespace"
+            })
+            .cloned()
+    };
+    eventually("the PolicyError event", Duration::from_secs(60), || {
+        event().is_some()
+    });
+    let event = event().unwrap();
+    assert_eq!(event["type"], "Warning");
+    assert_eq!(event["reportingController"], "kyverno-generate");
+    assert_eq!(event["related"]["name"], "ev-a");
+    assert!(
+        event["note"]
+            .as_str()
+            .is_some_and(|n| n.starts_with("policy sa-per-namespace error: ")),
+        "{event}"
+    );
+    assert!(
+        cluster
+            .get(&["serviceaccount", "generated", "-n", "ev-a"])
+            .is_none()
+    );
+    cluster.kubectl(&["delete", "generatingpolicy", "sa-per-namespace"]);
+    cluster.kubectl(&[
+        "delete",
+        "updaterequests.kyverno.io",
+        "-n",
+        NAMESPACE,
+        "-l",
+        "generate.kyverno.io/policy-name=sa-per-namespace",
     ]);
     drained(cluster, Duration::from_secs(30));
 }

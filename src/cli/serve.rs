@@ -65,6 +65,8 @@ pub struct ClusterOptions {
     /// The cleanup controller: cleanup and deleting policies, the TTL
     /// label (leader only).
     pub cleanup: crate::controllers::cleanup::CleanupOptions,
+    /// Kubernetes Events of the background controllers.
+    pub events: crate::cluster::events::EventOptions,
     /// The certificate Secrets (used when no certificate files are given).
     pub certificates: crate::controllers::certificates::CertOptions,
 }
@@ -107,9 +109,15 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let background = crate::cluster::update_requests::BackgroundMetrics::default();
     let cleanup_metrics = crate::controllers::cleanup::metrics::CleanupMetrics::default();
     let mut metrics = Metrics::new();
+    let events_dropped = prometheus_client::metrics::counter::Counter::default();
     if opts.cluster.is_some() {
         metrics.register_background(&background);
         cleanup_metrics.register(metrics.registry_mut());
+        metrics.registry_mut().register(
+            "gavel_events_dropped",
+            "Kubernetes Events dropped because the event queue was full",
+            events_dropped.clone(),
+        );
     }
     publisher.report_to(metrics.policies_rejected.clone(), metrics.rules.clone());
     let snapshot = publisher.handle();
@@ -123,6 +131,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let mut background_client = None;
     let mut reports_client = None;
     let mut cleanup_client = None;
+    let mut events = crate::cluster::events::Events::none();
     let mut policy_statuses = None;
     let mut update_requests: Arc<dyn UpdateRequestSink> = Arc::new(NoUpdateRequests);
     let mut admission_reports: Option<Arc<dyn crate::admission::reports::AdmissionReportSink>> =
@@ -246,6 +255,15 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 )
                 .await?,
             );
+            // Events go through the background controller's client and rate
+            // limit (only the leaders of the background duties write them).
+            if let Some(background) = &background_client {
+                events = crate::cluster::events::Events::start(
+                    background.clone(),
+                    &cluster.events,
+                    events_dropped.clone(),
+                );
+            }
             let global = crate::cluster::global_context::start(
                 informers.clone(),
                 crate::cluster::global_context::GlobalContextOptions {
@@ -412,13 +430,14 @@ async fn run(opts: ServeOptions) -> Result<()> {
             let opts = cluster.background.clone();
             let (snapshot, view) = (state.snapshot.clone(), state.view.clone());
             let background = background.clone();
+            let events = events.clone();
             let mut synced = synced.clone();
             // Like the webhooks: only once the policy set is loaded, or an
             // empty set would look like every policy deleted.
             tokio::spawn(async move {
                 if synced.wait_for(|s| *s).await.is_ok() {
                     crate::controllers::background::run(
-                        client, opts, snapshot, view, leading, background,
+                        client, opts, snapshot, view, leading, background, events,
                     )
                     .await;
                 }
@@ -459,6 +478,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
                 state.view.clone(),
                 leading,
                 cleanup_metrics.clone(),
+                events.clone(),
             ));
         }
         if let Some((statuses, cel_kinds)) = policy_statuses {

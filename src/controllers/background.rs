@@ -19,6 +19,7 @@ mod policies;
 
 use crate::admission::policies::Snapshot;
 use crate::admission::update_requests;
+use crate::cluster::events::{self, Events, Source};
 use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, api_resource};
 use crate::context::ClusterView;
 use crate::controllers::leader::while_leading;
@@ -72,6 +73,7 @@ struct Shared {
     latest: Mutex<HashMap<String, DynamicObject>>,
     /// GeneratingPolicy downstream known to this lead.
     downstream: generating::Downstream,
+    events: Events,
 }
 
 impl Shared {
@@ -91,6 +93,7 @@ pub async fn run(
     view: Arc<dyn ClusterView>,
     leading: watch::Receiver<bool>,
     metrics: BackgroundMetrics,
+    events: Events,
 ) {
     while_leading(leading, "background", || {
         // What a former lead left queued is not this one's to count.
@@ -99,6 +102,7 @@ pub async fn run(
         let (downstream, downstream_kinds) = generating::Downstream::new();
         let shared = Arc::new(Shared {
             downstream,
+            events: events.clone(),
             urs: Api::namespaced_with(client.clone(), &opts.namespace, &api_resource()),
             client: client.clone(),
             opts: opts.clone(),
@@ -205,6 +209,7 @@ async fn process(shared: &Arc<Shared>, name: &str) {
         return;
     };
     let result = work(shared, &ur).await;
+    record_event(shared, &ur, &result);
     shared.metrics.reconciles.get_or_create(&CONTROLLER).inc();
     shared
         .metrics
@@ -244,6 +249,62 @@ async fn process(shared: &Arc<Shared>, name: &str) {
                     "generate gave up; the UpdateRequest stays Failed"
                 );
             }
+        }
+    }
+}
+
+/// Kyverno's events for one request's work: `PolicyError` on the policy
+/// for a failure, `PolicyApplied` for a success (when not omitted), the
+/// trigger as the related object.
+fn record_event(shared: &Arc<Shared>, ur: &DynamicObject, result: &Result<(), String>) {
+    let spec = &ur.data["spec"];
+    let key = spec["policy"].as_str().unwrap_or_default();
+    let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+    let (api_version, kind) = match spec["requestType"].as_str() {
+        Some(update_requests::CEL_GENERATE) if namespace.is_empty() => {
+            ("policies.kyverno.io/v1", "GeneratingPolicy")
+        }
+        Some(update_requests::CEL_GENERATE) => {
+            ("policies.kyverno.io/v1", "NamespacedGeneratingPolicy")
+        }
+        _ if namespace.is_empty() => ("kyverno.io/v1", "ClusterPolicy"),
+        _ => ("kyverno.io/v1", "Policy"),
+    };
+    let policy = events::reference(api_version, kind, namespace, name);
+    let trigger = &spec["resource"];
+    let text = |k: &str| trigger[k].as_str().unwrap_or_default();
+    let related = (!text("name").is_empty()).then(|| {
+        events::reference(
+            text("apiVersion"),
+            text("kind"),
+            text("namespace"),
+            text("name"),
+        )
+    });
+    let mutate = spec["requestType"] == "mutate";
+    let source = if mutate {
+        Source::MutateExisting
+    } else {
+        Source::Generate
+    };
+    match result {
+        Ok(()) => {
+            let (action, note) = if mutate {
+                ("ResourceMutated", "resource mutated")
+            } else {
+                ("ResourceGenerated", "resource generated")
+            };
+            shared
+                .events
+                .policy_applied(source, action, policy, related, note.into());
+        }
+        Err(message) => {
+            let rule = spec["rule"].as_str().filter(|r| !r.is_empty());
+            let note = match rule {
+                Some(rule) => format!("policy {name}/{rule} error: {message}"),
+                None => format!("policy {name} error: {message}"),
+            };
+            shared.events.policy_error(source, policy, related, note);
         }
     }
 }

@@ -18,6 +18,7 @@ mod watched;
 
 use crate::cluster::client::short;
 use crate::cluster::discovery::{self, Discovered, delete_once, propagation_policy};
+use crate::cluster::events::{self, Events, Source};
 use crate::context::ClusterView;
 use crate::controllers::background::objects::{self, BackgroundResolver};
 use crate::controllers::leader::while_leading;
@@ -87,11 +88,17 @@ pub async fn run(
     view: Arc<dyn ClusterView>,
     leading: watch::Receiver<bool>,
     metrics: CleanupMetrics,
+    events: Events,
 ) {
     while_leading(leading, "cleanup", || {
-        let (client, opts, view, metrics) =
-            (client.clone(), opts.clone(), view.clone(), metrics.clone());
-        async move { lead(client, opts, view, metrics).await }
+        let (client, opts, view, metrics, events) = (
+            client.clone(),
+            opts.clone(),
+            view.clone(),
+            metrics.clone(),
+            events.clone(),
+        );
+        async move { lead(client, opts, view, metrics, events).await }
     })
     .await;
 }
@@ -101,6 +108,7 @@ async fn lead(
     opts: CleanupOptions,
     view: Arc<dyn ClusterView>,
     metrics: CleanupMetrics,
+    events: Events,
 ) {
     let policies: Objects<Value> = Default::default();
     let mut policy_watches: HashMap<String, (Discovered, Watch)> = HashMap::new();
@@ -210,6 +218,7 @@ async fn lead(
                 client: client.clone(),
                 view: view.clone(),
                 metrics: metrics.clone(),
+                events: events.clone(),
                 resources: resources.clone(),
                 policy_resource: resource,
                 policy,
@@ -342,6 +351,7 @@ struct Job {
     client: Client,
     view: Arc<dyn ClusterView>,
     metrics: CleanupMetrics,
+    events: Events,
     resources: Arc<Vec<Discovered>>,
     policy_resource: Discovered,
     policy: Arc<CompiledCleanupPolicy>,
@@ -599,9 +609,25 @@ impl Job {
             .propagation
             .as_deref()
             .and_then(propagation_policy);
+        let related = || {
+            Some(events::reference(
+                &target.api.api_version,
+                &target.api.kind,
+                namespace,
+                name,
+            ))
+        };
+        let what = format!("{}/{namespace}/{name}", target.api.kind);
         match delete_once(&target.api(&self.client, namespace), name, uid, propagation).await {
             Ok(deleted) => {
                 if deleted {
+                    self.events.policy_applied(
+                        Source::Cleanup,
+                        "ResourceCleanedUp",
+                        self.policy_reference(),
+                        related(),
+                        format!("successfully cleaned up the target resource {what}"),
+                    );
                     self.family(true)
                         .get_or_create(&self.labels(&target.api.kind, namespace))
                         .inc();
@@ -617,13 +643,28 @@ impl Job {
             }
             Err(e) => {
                 self.count_error(&target.api.kind, namespace);
-                Err(format!(
-                    "deleting {}/{namespace}/{name}: {}",
-                    target.api.kind,
-                    short(&e)
-                ))
+                self.events.policy_error(
+                    Source::Cleanup,
+                    self.policy_reference(),
+                    related(),
+                    format!(
+                        "failed to clean up the target resource {what}: {}",
+                        short(&e)
+                    ),
+                );
+                Err(format!("deleting {what}: {}", short(&e)))
             }
         }
+    }
+
+    /// The policy, as its events name it.
+    fn policy_reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        events::reference(
+            &self.policy_resource.api.api_version,
+            &self.policy_resource.api.kind,
+            self.policy.namespace.as_deref().unwrap_or_default(),
+            &self.policy.name,
+        )
     }
 
     fn labels(&self, kind: &str, namespace: &str) -> PolicyDeletionLabels {
