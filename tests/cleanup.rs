@@ -18,7 +18,8 @@ use support::gavel::temp_dir;
 use support::release::{NAMESPACE, Release, install_kyverno_crds, wait_ready};
 
 /// What the cleanup controller may delete, granted as a user grants it
-/// (the chart's `rbac.cleanupRules`): ConfigMaps, not Secrets.
+/// (the chart's `rbac.cleanupRules`): ConfigMaps and
+/// HorizontalPodAutoscalers, not Secrets.
 const VALUES: &str = r#"
 cleanup:
   ttlReconciliationInterval: 5s
@@ -26,6 +27,9 @@ rbac:
   cleanupRules:
     - apiGroups: [""]
       resources: ["configmaps"]
+      verbs: ["get", "list", "watch", "delete"]
+    - apiGroups: ["autoscaling"]
+      resources: ["horizontalpodautoscalers"]
       verbs: ["get", "list", "watch", "delete"]
 "#;
 
@@ -49,6 +53,10 @@ fn cleanup_on_a_real_control_plane() {
     step("DeletingPolicy: CEL conditions and variables", || {
         deleting_policy(&cluster)
     });
+    step(
+        "DeletingPolicy: a version other than the preferred one",
+        || deleting_policy_at_another_version(&cluster),
+    );
     step("the TTL label, where RBAC allows the deletion", || {
         ttl_label(&cluster, &gavel)
     });
@@ -379,6 +387,39 @@ fn deleting_policy(cluster: &RealCluster) {
     let table = cluster.kubectl(&["get", "deletingpolicy", "finished-results"]);
     assert!(table.contains("true"), "the READY column: {table}");
     cluster.kubectl(&["delete", "deletingpolicy", "finished-results"]);
+}
+
+/// A DeletingPolicy whose rule names autoscaling/v1, where discovery
+/// prefers v2: the HorizontalPodAutoscalers are listed and deleted at the
+/// version the rule names.
+fn deleting_policy_at_another_version(cluster: &RealCluster) {
+    namespace(cluster, "hpas", "dev");
+    for (name, expire) in [("old", "yes"), ("kept", "no")] {
+        cluster.apply(&json!({
+            "apiVersion": "autoscaling/v1", "kind": "HorizontalPodAutoscaler",
+            "metadata": {"name": name, "namespace": "hpas", "labels": {"expire": expire}},
+            "spec": {"scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "web"},
+                     "maxReplicas": 2},
+        }));
+    }
+    cluster.apply(&json!({
+        "apiVersion": "policies.kyverno.io/v1beta1", "kind": "DeletingPolicy",
+        "metadata": {"name": "expired-hpas"},
+        "spec": {
+            "schedule": "*/5 * * * * * *",
+            "matchConstraints": {
+                "resourceRules": [{"apiGroups": ["autoscaling"], "apiVersions": ["v1"],
+                                   "resources": ["horizontalpodautoscalers"]}],
+                "objectSelector": {"matchLabels": {"expire": "yes"}},
+            },
+        },
+    }));
+    let hpa = |name: &str| cluster.get(&["horizontalpodautoscaler", name, "-n", "hpas"]);
+    eventually("the expired HPA deleted", Duration::from_secs(60), || {
+        hpa("old").is_none()
+    });
+    assert!(hpa("kept").is_some());
+    cluster.kubectl(&["delete", "deletingpolicy", "expired-hpas"]);
 }
 
 /// ConfigMaps with an expired or expiring TTL go; one with a long TTL or an

@@ -21,6 +21,18 @@ impl Discovered {
         verbs.iter().all(|v| self.verbs.iter().any(|x| x == v))
     }
 
+    /// The same resource at another version of its group.
+    pub fn at_version(&self, version: &str) -> Discovered {
+        let mut out = self.clone();
+        out.api.version = version.to_string();
+        out.api.api_version = if out.api.group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{}/{version}", out.api.group)
+        };
+        out
+    }
+
     /// `group/version/plural`, `v1/plural` for the core group.
     pub fn id(&self) -> String {
         format!("{}/{}", self.api.api_version, self.api.plural)

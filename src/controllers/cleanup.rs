@@ -449,10 +449,19 @@ impl Job {
                 for rule in &scope.match_constraints.resource_rules {
                     for r in self.resources.iter().filter(|r| {
                         listed(&rule.api_groups, &r.api.group)
-                            && listed(&rule.api_versions, &r.api.version)
                             && listed(&rule.resources, &r.api.plural)
                     }) {
-                        add(r);
+                        if listed(&rule.api_versions, &r.api.version) {
+                            add(r);
+                            continue;
+                        }
+                        // Discovery lists the group's preferred version; a
+                        // rule that names another one lists at that one (a
+                        // version the server does not serve fails the run,
+                        // which is tried again and reported).
+                        for version in rule.api_versions.iter().filter(|v| *v != "*") {
+                            add(&r.at_version(version));
+                        }
                     }
                 }
             }

@@ -850,6 +850,68 @@ spec:
         assert!(!hooks.contains_key(&Side::Mutating));
     }
 
+    /// A GeneratingPolicy is registered on the Ignore webhook for every
+    /// operation whatever its rules list (its trigger's deletion takes
+    /// its downstream along); the policy configuration checks every
+    /// policy kind on write and TTL labels.
+    #[test]
+    fn generating_policies_and_the_policy_checks_are_registered() {
+        let set = crate::admission::policies::load_text(
+            "g.yaml",
+            "apiVersion: policies.kyverno.io/v1
+kind: GeneratingPolicy
+metadata: {name: g}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [namespaces]}
+  generate:
+  - expression: generator.Apply(object.metadata.name, [])
+",
+        )
+        .unwrap();
+        let opts = WebhookOptions {
+            validating_name: "v".into(),
+            mutating_name: "m".into(),
+            policy_validating_name: "p".into(),
+            target: WebhookTarget::Url("https://127.0.0.1:9443".into()),
+            ca_bundle: watch::channel(String::new()).1,
+            timeout_seconds: 10,
+            owner_cluster_role: None,
+            excluded_namespaces: Vec::new(),
+            resync: Duration::from_secs(60),
+        };
+        let hooks = desired(&Snapshot::new(set, 1), &KindMap::new(), &opts);
+        let validating = &hooks[&Side::Validating];
+        assert_eq!(validating.len(), 1);
+        assert_eq!(validating[0].path, "/validate/ignore");
+        let rule = &validating[0].rules[0];
+        assert_eq!(rule.resources, Some(vec!["namespaces".to_string()]));
+        assert_eq!(
+            rule.operations,
+            Some(
+                ["CREATE", "UPDATE", "DELETE", "CONNECT"]
+                    .map(String::from)
+                    .to_vec()
+            )
+        );
+
+        let checks = policy_hooks(&opts);
+        let paths: Vec<&str> = checks.iter().map(|h| h.path).collect();
+        assert_eq!(paths, ["/policyvalidate", "/verifyttl"]);
+        assert_eq!(checks[0].failure_policy, "Fail");
+        assert!(checks[0].rules.iter().any(|r| {
+            r.resources
+                .as_ref()
+                .is_some_and(|rs| rs.iter().any(|x| x == "generatingpolicies"))
+        }));
+        let ttl = checks[1].object_selector.as_ref().unwrap();
+        assert_eq!(
+            ttl.match_expressions.as_ref().unwrap()[0].key,
+            "cleanup.kyverno.io/ttl"
+        );
+    }
+
     /// Discovery is repeated for a kind it did not find (a CRD installed
     /// after the last one), not for every policy change.
     #[test]
