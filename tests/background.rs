@@ -1029,7 +1029,7 @@ fn holder(cluster: &RealCluster, lease: &str) -> Option<String> {
 /// An Audit policy with `background: false` (never scanned): its results
 /// come from admission, written by the replica that admitted the request,
 /// marked "admission review"; an update changes them; a scan leaves them;
-/// the policy's deletion empties the report.
+/// an update the policy no longer selects removes them (the report goes).
 fn admission_reports(cluster: &RealCluster) {
     cluster.kubectl(&["create", "namespace", "audited"]);
     apply_text(
@@ -1049,6 +1049,9 @@ spec:
           - resources:
               kinds: [ConfigMap]
               namespaces: [audited]
+              selector:
+                matchLabels:
+                  audit: "yes"
       validate:
         message: "an owner label is required"
         pattern:
@@ -1070,7 +1073,10 @@ spec:
         },
     );
     std::thread::sleep(Duration::from_secs(2));
-    cluster.kubectl(&["create", "configmap", "unowned", "-n", "audited"]);
+    apply_text(
+        cluster,
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: unowned\n  namespace: audited\n  labels:\n    audit: \"yes\"\n",
+    );
     let uid = cluster
         .get(&["configmap", "unowned", "-n", "audited"])
         .unwrap()["metadata"]["uid"]
@@ -1111,6 +1117,13 @@ spec:
     // A background scan (every 20 s here) keeps what it does not evaluate.
     std::thread::sleep(Duration::from_secs(25));
     assert_eq!(result().expect("kept by the scans")["result"], "pass");
+    // An update the policy no longer selects takes its result away.
+    cluster.kubectl(&["label", "configmap", "unowned", "-n", "audited", "audit-"]);
+    eventually(
+        "the result of a policy no longer selecting it removed",
+        Duration::from_secs(30),
+        || result().is_none(),
+    );
     cluster.kubectl(&["delete", "clusterpolicy", "require-owner"]);
     eventually(
         "the report emptied with its policy",

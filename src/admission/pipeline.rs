@@ -13,10 +13,11 @@ use super::review::{self, ReviewError};
 use super::update_requests::{self, UpdateRequestSpec};
 use super::verdict::{self, DenialHeads, Verdict};
 use crate::context::ClusterView;
-use crate::engine::cel::{CelRequest, evaluate_validating_policy};
+use crate::engine::cel::{CelRequest, constraints_select, evaluate_validating_policy};
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
+use crate::matching::MatchInput;
 use crate::patch::json_patch;
 use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::compile::FailurePolicy;
@@ -58,12 +59,14 @@ fn results_for_report(
     policies: &[(&CompiledPolicy, &DenialHeads)],
     responses: &[PolicyResponse],
     cel: &[(&CompiledValidatingPolicy, PolicyResponse)],
+    stale: &[String],
     object: &serde_json::Value,
 ) -> Option<AdmissionResults> {
-    if responses
-        .iter()
-        .chain(cel.iter().map(|(_, r)| r))
-        .all(|r| r.rules.is_empty())
+    if stale.is_empty()
+        && responses
+            .iter()
+            .chain(cel.iter().map(|(_, r)| r))
+            .all(|r| r.rules.is_empty())
     {
         return None;
     }
@@ -72,7 +75,8 @@ fn results_for_report(
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
     let mut results = Vec::new();
-    let mut evaluated = std::collections::BTreeSet::new();
+    // A policy that no longer applies has its earlier results removed.
+    let mut evaluated: std::collections::BTreeSet<String> = stale.iter().cloned().collect();
     for ((policy, _), response) in policies.iter().zip(responses) {
         evaluated.insert(policy.qualified_name().to_string());
         results.extend(reports::results(
@@ -91,11 +95,58 @@ fn results_for_report(
             now,
         ));
     }
-    (!results.is_empty()).then_some(AdmissionResults {
+    (!results.is_empty() || !stale.is_empty()).then_some(AdmissionResults {
         resource,
         evaluated,
         results,
     })
+}
+
+/// The policies of an UPDATE that have no result for the new object but
+/// selected the old one: results they left in the resource's report are
+/// stale. Only match is checked on the old object (no evaluation), so an
+/// update that changes nothing any policy selects costs no report read.
+fn no_longer_selected(
+    policies: &[(&CompiledPolicy, &DenialHeads)],
+    responses: &[PolicyResponse],
+    cel: &[(&CompiledValidatingPolicy, PolicyResponse)],
+    req: &Request,
+    input: &MatchInput,
+) -> Vec<String> {
+    let old = &req.old_object;
+    let Some(meta) = old.get("metadata").and_then(serde_json::Value::as_object) else {
+        return Vec::new();
+    };
+    let text = |k: &str| {
+        meta.get(k)
+            .and_then(serde_json::Value::as_str)
+            .unwrap_or_default()
+    };
+    let old_input = MatchInput {
+        name: text("name"),
+        generate_name: text("generateName"),
+        labels: meta.get("labels").and_then(serde_json::Value::as_object),
+        annotations: meta
+            .get("annotations")
+            .and_then(serde_json::Value::as_object),
+        ..*input
+    };
+    let classic = policies
+        .iter()
+        .zip(responses)
+        .filter(|(_, r)| r.rules.is_empty())
+        .filter(|((p, _), _)| {
+            p.rules
+                .iter()
+                .any(|rule| rule.is_validate() && rule.selects(&old_input))
+        })
+        .map(|((p, _), _)| p.qualified_name().to_string());
+    let validating = cel
+        .iter()
+        .filter(|(_, r)| r.rules.is_empty())
+        .filter(|(p, _)| constraints_select(&p.scope, req, old, None))
+        .map(|(p, _)| p.key.clone());
+    classic.chain(validating).collect()
 }
 
 /// Answers one review on `route` (a Validate or Mutate route) with the
@@ -202,7 +253,13 @@ pub fn admit_reporting(
                 && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
                 && !review.dry_run
             {
-                admission_results = results_for_report(&policies, &responses, &cel, &req.object);
+                let stale = if req.operation == "UPDATE" {
+                    no_longer_selected(&policies, &responses, &cel, req, &input)
+                } else {
+                    Vec::new()
+                };
+                admission_results =
+                    results_for_report(&policies, &responses, &cel, &stale, &req.object);
             }
             verdict
         }
@@ -544,6 +601,78 @@ mod tests {
         );
         let denied = admit_with(&with_uid(violating, false), true);
         assert!(!denied.allowed && denied.report.is_none());
+    }
+
+    /// An UPDATE after which a policy no longer selects the resource
+    /// leaves that policy among the evaluated ones with no result, so its
+    /// earlier results leave the report; an UPDATE it never selected
+    /// leaves nothing to write.
+    #[test]
+    fn a_policy_no_longer_selecting_an_updated_resource_has_its_results_removed() {
+        let set = crate::admission::policies::load_text(
+            "p.yaml",
+            r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: require-owner}
+spec:
+  validationFailureAction: Audit
+  rules:
+  - name: owner-label
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+          selector: {matchLabels: {audit: "yes"}}
+    validate:
+      message: an owner label is required
+      pattern: {metadata: {labels: {owner: "?*"}}}
+"#,
+        )
+        .unwrap();
+        let snapshot = Snapshot::new(set, 1);
+        let update = |old_labels: serde_json::Value, labels: serde_json::Value| {
+            let cm = |labels: serde_json::Value| {
+                serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "c", "namespace": "n", "uid": "u1", "labels": labels}})
+            };
+            let review = serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "r", "operation": "UPDATE",
+                    "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                    "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                    "namespace": "n", "userInfo": {"username": "u"},
+                    "object": cm(labels), "oldObject": cm(old_labels)},
+            });
+            let body = serde_json::to_vec(&review).unwrap();
+            admit_reporting(
+                Webhook::Validate(None),
+                &body,
+                &snapshot,
+                None,
+                &NoResolver,
+                true,
+            )
+            .unwrap()
+            .report
+        };
+        let gone = update(
+            serde_json::json!({"audit": "yes"}),
+            serde_json::json!({"audit": "no"}),
+        )
+        .expect("the stale result is removed");
+        assert!(gone.results.is_empty());
+        assert!(gone.evaluated.contains("require-owner"));
+        let still = update(
+            serde_json::json!({"audit": "yes"}),
+            serde_json::json!({"audit": "yes", "owner": "me"}),
+        )
+        .expect("a fresh result");
+        assert_eq!(still.results[0]["result"], "pass");
+        assert!(
+            update(serde_json::json!({}), serde_json::json!({})).is_none(),
+            "never selected: nothing to write"
+        );
     }
 
     /// The denial of the example violating Pod names 17 failing rules: each
