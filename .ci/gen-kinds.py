@@ -3,8 +3,9 @@
 
 The source is the discovery of the real kube-apiserver that e2e/cluster.sh
 builds (KUBERNETES_VERSION in e2e/versions.env), with Kyverno's CRDs
-(KYVERNO_VERSION) installed: for every served group version, each kind's
-plural resource name, its scope and its subresources. This is what the API
+(KYVERNO_VERSION, and the openreports.io CRDs it requires) installed: for
+every served group version, each kind's plural resource name, its scope and
+its subresources. This is what the API
 server itself answers, so irregular plurals (`endpoints`, `ingresses`,
 `networkpolicies`) and scopes need no guessing.
 
