@@ -180,11 +180,11 @@ async fn generate(
         client: shared.client.clone(),
         runtime: tokio::runtime::Handle::current(),
     };
-    let snapshot_for_eval = snapshot.clone();
+    let snapshot = snapshot.clone();
     // Evaluation may wait on the API server (resource.Get): a blocking
     // thread.
     let evaluated = tokio::task::spawn_blocking(move || {
-        let policy = &snapshot_for_eval.generating[index];
+        let policy = &snapshot.generating[index];
         let mut request = request;
         let namespace = request.namespace().to_string();
         if !namespace.is_empty() {
@@ -198,32 +198,32 @@ async fn generate(
             input = input.with_namespace_object(&ns);
         }
         let response = evaluate_generating_policy(policy, &request, &input, &resolver);
-        let covered = constraints_select(
-            &policy.scope,
-            &request,
-            request.resource(),
-            Some(&request.operation),
-        );
-        response
-            .rules
-            .into_iter()
-            .next()
-            .map(|r| (r.status, r.message.to_string(), r.into_resources()))
-            .ok_or(covered)
+        match response.rules.into_iter().next() {
+            None => Evaluated::NotSelected {
+                by_constraints: constraints_select(
+                    &policy.scope,
+                    &request,
+                    request.resource(),
+                    Some(&request.operation),
+                ),
+            },
+            Some(r) if r.status == RuleStatus::Pass => Evaluated::Generated(r.into_resources()),
+            Some(r) if r.status == RuleStatus::Skip => Evaluated::Skipped,
+            Some(r) => Evaluated::Failed(r.message.to_string()),
+        }
     })
     .await
     .map_err(|e| format!("evaluation panicked: {e}"))?;
     let synchronize = context["synchronize"] == true;
     let desired = match evaluated {
-        Ok((RuleStatus::Pass, _, resources)) => resources,
-        Ok((RuleStatus::Skip, _, _)) => return Ok(()),
-        Ok((_, message, _)) => return Err(format!("policy {}: {message}", policy.key)),
-        // Not selected. Under synchronize, a trigger its constraints still
-        // cover for this operation no longer meets the conditions: its
-        // downstream goes (an operation the policy does not list changes
-        // nothing).
-        Err(covered) => {
-            if synchronize && covered && operation == "UPDATE" {
+        Evaluated::Generated(resources) => resources,
+        Evaluated::Skipped => return Ok(()),
+        Evaluated::Failed(message) => return Err(format!("policy {}: {message}", policy.key)),
+        // Under synchronize, a trigger its constraints still select for
+        // this operation no longer meets the conditions: its downstream
+        // goes (an operation the policy does not list changes nothing).
+        Evaluated::NotSelected { by_constraints } => {
+            if synchronize && by_constraints && operation == "UPDATE" {
                 return delete_downstream(shared, policy, trigger, &BTreeSet::new()).await;
             }
             return Ok(());
@@ -250,6 +250,20 @@ async fn generate(
         delete_downstream(shared, policy, trigger, &kept).await?;
     }
     Ok(())
+}
+
+/// What evaluating a GeneratingPolicy on a trigger came to.
+enum Evaluated {
+    /// The objects `generator.Apply` asked for.
+    Generated(Vec<serde_json::Value>),
+    /// An exception skipped it.
+    Skipped,
+    Failed(String),
+    /// It does not apply; `by_constraints`: its matchConstraints select
+    /// the trigger (its matchConditions do not hold).
+    NotSelected {
+        by_constraints: bool,
+    },
 }
 
 /// Whose a downstream object is: the labels that say so.
