@@ -288,14 +288,7 @@ fn downstream_change(policies: &[CompiledPolicy], review: &Review) -> Option<Upd
     if !synchronized {
         return None;
     }
-    let (group, version) = (label(labels::TRIGGER_GROUP), label(labels::TRIGGER_VERSION));
-    let trigger = json!({
-        "apiVersion": if group.is_empty() { version.to_string() } else { format!("{group}/{version}") },
-        "kind": label(labels::TRIGGER_KIND),
-        "namespace": label(labels::TRIGGER_NAMESPACE),
-        "name": label(labels::TRIGGER_NAME),
-        "uid": label(labels::TRIGGER_UID),
-    });
+    let trigger = trigger_from_labels(label);
     let context = json!({
         "rule": rule_name,
         "deleteDownstream": false,
@@ -310,6 +303,19 @@ fn downstream_change(policies: &[CompiledPolicy], review: &Review) -> Option<Upd
         spec,
         not_for_own_writes: true,
         username: req.user.username.clone(),
+    })
+}
+
+/// `{apiVersion, kind, namespace, name, uid}` of the trigger a downstream
+/// object's labels name (`label` reads one label, "" when absent).
+pub fn trigger_from_labels<'a>(label: impl Fn(&str) -> &'a str) -> Value {
+    let (group, version) = (label(labels::TRIGGER_GROUP), label(labels::TRIGGER_VERSION));
+    json!({
+        "apiVersion": if group.is_empty() { version.to_string() } else { format!("{group}/{version}") },
+        "kind": label(labels::TRIGGER_KIND),
+        "namespace": label(labels::TRIGGER_NAMESPACE),
+        "name": label(labels::TRIGGER_NAME),
+        "uid": label(labels::TRIGGER_UID),
     })
 }
 

@@ -780,6 +780,20 @@ mod tests {
     use crate::admission::policies::PolicySet;
     use crate::policy::cel_policy::{CompiledValidatingPolicy, ValidatingPolicyDoc};
 
+    fn options() -> WebhookOptions {
+        WebhookOptions {
+            validating_name: "v".into(),
+            mutating_name: "m".into(),
+            policy_validating_name: "p".into(),
+            target: WebhookTarget::Url("https://127.0.0.1:9443".into()),
+            ca_bundle: watch::channel(String::new()).1,
+            timeout_seconds: 10,
+            owner_cluster_role: None,
+            excluded_namespaces: Vec::new(),
+            resync: Duration::from_secs(60),
+        }
+    }
+
     /// A ValidatingPolicy registers the resources its rules name, and the
     /// Pod controllers autogen evaluates it for, under its failurePolicy.
     #[test]
@@ -803,17 +817,7 @@ spec:
             ..PolicySet::default()
         };
         let snapshot = Snapshot::new(set, 1);
-        let opts = WebhookOptions {
-            validating_name: "v".into(),
-            mutating_name: "m".into(),
-            policy_validating_name: "p".into(),
-            target: WebhookTarget::Url("https://127.0.0.1:9443".into()),
-            ca_bundle: watch::channel(String::new()).1,
-            timeout_seconds: 10,
-            owner_cluster_role: None,
-            excluded_namespaces: Vec::new(),
-            resync: Duration::from_secs(60),
-        };
+        let opts = options();
         let hooks = desired(&snapshot, &KindMap::new(), &opts);
         let validating = &hooks[&Side::Validating];
         assert_eq!(validating.len(), 1);
@@ -870,17 +874,7 @@ spec:
 ",
         )
         .unwrap();
-        let opts = WebhookOptions {
-            validating_name: "v".into(),
-            mutating_name: "m".into(),
-            policy_validating_name: "p".into(),
-            target: WebhookTarget::Url("https://127.0.0.1:9443".into()),
-            ca_bundle: watch::channel(String::new()).1,
-            timeout_seconds: 10,
-            owner_cluster_role: None,
-            excluded_namespaces: Vec::new(),
-            resync: Duration::from_secs(60),
-        };
+        let opts = options();
         let hooks = desired(&Snapshot::new(set, 1), &KindMap::new(), &opts);
         let validating = &hooks[&Side::Validating];
         assert_eq!(validating.len(), 1);

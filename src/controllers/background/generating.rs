@@ -20,7 +20,7 @@
 //! deployment.
 
 use super::{Shared, background_request, objects, read_trigger};
-use crate::admission::update_requests::{CEL_GENERATE, UpdateRequestSpec, labels, resource_spec};
+use crate::admission::update_requests::{CEL_GENERATE, labels, resource_spec, trigger_from_labels};
 use crate::context::ClusterView;
 use crate::engine::cel::{CelRequest, constraints_select, evaluate_generating_policy};
 use crate::engine::{Request, RuleStatus};
@@ -533,19 +533,6 @@ async fn delete_selected(
     Ok(())
 }
 
-/// The trigger a downstream object's labels name.
-fn trigger_of(labels: &BTreeMap<String, String>) -> Value {
-    let label = |k: &str| labels.get(k).cloned().unwrap_or_default();
-    let (group, version) = (label(labels::TRIGGER_GROUP), label(labels::TRIGGER_VERSION));
-    json!({
-        "apiVersion": if group.is_empty() { version } else { format!("{group}/{version}") },
-        "kind": label(labels::TRIGGER_KIND),
-        "namespace": label(labels::TRIGGER_NAMESPACE),
-        "name": label(labels::TRIGGER_NAME),
-        "uid": label(labels::TRIGGER_UID),
-    })
-}
-
 /// Writes a `cel-generate` UpdateRequest for policy-driven work (no
 /// admission request).
 async fn request(
@@ -571,18 +558,7 @@ async fn request(
         "ruleContext": [context],
         "context": {"userInfo": {}, "admissionRequestInfo": {}},
     });
-    let request = UpdateRequestSpec {
-        spec,
-        not_for_own_writes: false,
-        username: String::new(),
-    };
-    crate::cluster::update_requests::write(
-        &shared.urs,
-        &shared.opts.namespace,
-        request,
-        &shared.metrics,
-    )
-    .await;
+    super::policies::submit(shared, spec).await;
 }
 
 /// The policy a downstream object's labels name: a NamespacedGeneratingPolicy
@@ -667,7 +643,9 @@ pub(super) async fn watch_downstream(
                     deleted,
                     "downstream changed by someone else; generating it again"
                 );
-                request(&shared, policy, trigger_of(&labels), true).await;
+                let trigger =
+                    trigger_from_labels(|k| labels.get(k).map(String::as_str).unwrap_or_default());
+                request(&shared, policy, trigger, true).await;
             }
         });
     }
@@ -833,11 +811,12 @@ async fn regenerate(shared: &Arc<Shared>, policy: &CompiledGeneratingPolicy) {
         {
             Ok(found) => {
                 for o in found {
-                    let labels: BTreeMap<String, String> = o
-                        .pointer("/metadata/labels")
-                        .and_then(|l| serde_json::from_value(l.clone()).ok())
-                        .unwrap_or_default();
-                    let trigger = trigger_of(&labels);
+                    let trigger = trigger_from_labels(|k| {
+                        o.pointer("/metadata/labels")
+                            .and_then(|l| l.get(k))
+                            .and_then(Value::as_str)
+                            .unwrap_or_default()
+                    });
                     triggers.insert(trigger.to_string(), trigger);
                 }
             }

@@ -232,26 +232,11 @@ async fn regenerate(shared: &Arc<Shared>, key: &str, rule: &str, state: &RuleSta
         match objects::list(&shared.client, api_version, kind, "", &selector).await {
             Ok(objects) => {
                 for o in objects {
-                    let label = |k: &str| {
+                    let trigger = update_requests::trigger_from_labels(|k| {
                         o.pointer("/metadata/labels")
                             .and_then(|l| l.get(k))
                             .and_then(Value::as_str)
                             .unwrap_or_default()
-                            .to_string()
-                    };
-                    use update_requests::labels as l;
-                    let (group, version) = (label(l::TRIGGER_GROUP), label(l::TRIGGER_VERSION));
-                    let api = if group.is_empty() {
-                        version
-                    } else {
-                        format!("{group}/{version}")
-                    };
-                    let trigger = json!({
-                        "apiVersion": api,
-                        "kind": label(l::TRIGGER_KIND),
-                        "namespace": label(l::TRIGGER_NAMESPACE),
-                        "name": label(l::TRIGGER_NAME),
-                        "uid": label(l::TRIGGER_UID),
                     });
                     triggers.insert(trigger.to_string(), trigger);
                 }
@@ -302,7 +287,8 @@ async fn write_mutate(shared: &Arc<Shared>, policy: &str, rule: &str, trigger: V
     submit(shared, spec).await;
 }
 
-async fn submit(shared: &Arc<Shared>, spec: Value) {
+/// Writes an UpdateRequest for policy-driven work (no admission request).
+pub(super) async fn submit(shared: &Arc<Shared>, spec: Value) {
     let request = UpdateRequestSpec {
         spec,
         not_for_own_writes: false,
