@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 use support::cluster::{RealCluster, eventually, repo};
 use support::gavel::temp_dir;
 use support::release::{
-    NAMESPACE, RELEASE, Release, VALIDATING, deployment_args, install_kyverno_crds, ready,
-    wait_ready, webhook_configurations,
+    MUTATING, NAMESPACE, RELEASE, Release, VALIDATING, deployment_args, install_kyverno_crds,
+    ready, wait_ready, webhook_configurations,
 };
 
 /// What the generate rules of these steps write, granted as a user grants
@@ -71,6 +71,10 @@ fn generate_on_a_real_control_plane() {
     step("mutate existing: a trigger patches its targets", || {
         mutate_existing(&cluster)
     });
+    step(
+        "MutatingPolicy mutate existing: listed and expression targets",
+        || mutating_policy_existing(&cluster),
+    );
     step("background scan: PolicyReports per resource", || {
         policy_reports(&cluster)
     });
@@ -828,6 +832,151 @@ spec:
     );
     assert_eq!(label(&secret(), "foo"), "bar");
     drained(cluster, Duration::from_secs(30));
+}
+
+/// MutatingPolicy with `evaluation.mutateExisting` (Kyverno's `cel-mutate`
+/// requests), in a labelled namespace:
+/// - targets listed by `targetMatchConstraints` (ConfigMaps with a label):
+///   the policy's creation mutates those that exist, each seeing an
+///   UPDATE of itself as `request`; an admitted Secret mutates them again
+///   with itself as `request`; an unlabelled ConfigMap and the Secret
+///   itself are left alone;
+/// - a target named by an expression on the trigger (`resource.get`): the
+///   policy's creation mutates it for the existing trigger, and a change
+///   of the trigger undoes a hand edit of the target.
+fn mutating_policy_existing(cluster: &RealCluster) {
+    let ns = "mpol-existing";
+    apply_text(
+        cluster,
+        &format!(
+            "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: {ns}\n  labels:\n    rotation: \"on\"\n"
+        ),
+    );
+    let config_map = |name: &str, labels: &str| {
+        format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: {ns}\n  labels: {{{labels}}}\ndata:\n  a: b\n"
+        )
+    };
+    apply_text(cluster, &config_map("stamped", "stamp: \"yes\""));
+    apply_text(cluster, &config_map("plain", ""));
+    apply_text(cluster, &config_map("app", ""));
+    let annotation = |kind: &str, name: &str, key: &str| {
+        cluster
+            .get(&[kind, name, "-n", ns])
+            .and_then(|o| o["metadata"]["annotations"][key].as_str().map(String::from))
+            .unwrap_or_default()
+    };
+    let stamp = r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: MutatingPolicy
+metadata:
+  name: stamp-on-rotation
+spec:
+  evaluation:
+    mutateExisting:
+      enabled: true
+  matchConstraints:
+    namespaceSelector:
+      matchLabels: {rotation: "on"}
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets]}
+  targetMatchConstraints:
+    namespaceSelector:
+      matchLabels: {rotation: "on"}
+    objectSelector:
+      matchLabels: {stamp: "yes"}
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [configmaps]}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: 'Object{metadata: Object.metadata{annotations: {"rotated-by": request.name}}}'
+"#;
+    apply_text(cluster, stamp);
+    eventually("the MutatingPolicy READY", Duration::from_secs(60), || {
+        cluster
+            .get(&["mutatingpolicy", "stamp-on-rotation"])
+            .is_some_and(|p| p["status"]["conditionStatus"]["ready"] == true)
+    });
+    eventually(
+        "the existing target mutated as an UPDATE of itself",
+        Duration::from_secs(60),
+        || annotation("configmap", "stamped", "rotated-by") == "stamped",
+    );
+    eventually(
+        "the mutating webhook for secrets",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["mutatingwebhookconfiguration", MUTATING])
+                .is_some_and(|c| c["webhooks"].to_string().contains("\"secrets\""))
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    cluster.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "db",
+        "-n",
+        ns,
+        "--from-literal=password=one",
+    ]);
+    eventually(
+        "the target mutated with the admitted trigger as request",
+        Duration::from_secs(30),
+        || annotation("configmap", "stamped", "rotated-by") == "db",
+    );
+    assert_eq!(
+        annotation("configmap", "plain", "rotated-by"),
+        "",
+        "not selected"
+    );
+    assert_eq!(
+        annotation("secret", "db", "rotated-by"),
+        "",
+        "a policy with targetMatchConstraints leaves its trigger alone"
+    );
+    let restart = r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: MutatingPolicy
+metadata:
+  name: restart-app
+spec:
+  evaluation:
+    mutateExisting:
+      enabled: true
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets], resourceNames: [db]}
+  targetMatchConstraints:
+    expression: resource.get("v1", "configmaps", object.metadata.namespace, "app")
+  mutations:
+  - patchType: JSONPatch
+    jsonPatch:
+      expression: '[JSONPatch{op: "add", path: "/metadata/annotations", value: {"restarted-for": request.name}}]'
+"#;
+    apply_text(cluster, restart);
+    eventually(
+        "the expression's target mutated for the existing trigger",
+        Duration::from_secs(60),
+        || annotation("configmap", "app", "restarted-for") == "db",
+    );
+    cluster.kubectl(&["annotate", "configmap", "app", "-n", ns, "restarted-for-"]);
+    assert_eq!(annotation("configmap", "app", "restarted-for"), "");
+    cluster.kubectl(&["label", "secret", "db", "-n", ns, "version=2"]);
+    eventually(
+        "a change of the trigger mutates the target again",
+        Duration::from_secs(30),
+        || annotation("configmap", "app", "restarted-for") == "db",
+    );
+    drained(cluster, Duration::from_secs(30));
+    cluster.kubectl(&[
+        "delete",
+        "mutatingpolicy",
+        "stamp-on-rotation",
+        "restart-app",
+    ]);
 }
 
 fn pod_in(namespace: &str, name: &str, image: &str) -> String {

@@ -72,6 +72,16 @@ fn changed_expectations_fail_with_a_resource_diff() {
         ),
         ["Resource diff"]
     );
+    // MutatingPolicy mutate existing: the patched targets are compared.
+    assert_eq!(
+        with_edited(
+            "mutating-policy-existing",
+            "patched.yaml",
+            "rotated-by: db-password",
+            "rotated-by: someone-else"
+        ),
+        ["Resource diff"]
+    );
     // The status is checked as well as the resource.
     assert_eq!(
         with_edited(

@@ -286,6 +286,13 @@ pub fn admit_reporting(
     let update_requests = if verdict.allowed {
         let mut out = update_requests::for_review(&snapshot.policies, background, &review);
         out.extend(update_requests::for_generating(generating, &review));
+        if let Webhook::Mutate(failure_policy) = webhook {
+            let mutating = snapshot
+                .mutating
+                .iter()
+                .filter(|p| Snapshot::cel_selected(&p.scope, failure_policy));
+            out.extend(update_requests::for_mutating(mutating, &review));
+        }
         out
     } else {
         Vec::new()
@@ -446,7 +453,10 @@ fn mutate(
         },
         CelRequest::of,
         |_, policy| {
-            if !Snapshot::cel_selected(&policy.scope, failure_policy) {
+            // A policy that names other targets leaves its trigger as it
+            // is (its work is the UpdateRequest), as does one evaluated
+            // in the background only.
+            if !policy.mutates_trigger() || !Snapshot::cel_selected(&policy.scope, failure_policy) {
                 return Visit::Skip;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {

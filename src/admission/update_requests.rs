@@ -19,13 +19,15 @@
 //!   labels Kyverno puts on downstream resources name the policy, rule and
 //!   trigger);
 //! - a trigger of a mutate-existing rule (`mutate.targets`) created or
-//!   updated (deleted, when the rule lists DELETE): patch its targets.
+//!   updated (deleted, when the rule lists DELETE): patch its targets;
+//! - a trigger of a MutatingPolicy with mutate existing, for an operation
+//!   its matchConstraints list: patch its targets (Kyverno's `cel-mutate`).
 
 use super::review::Review;
 use crate::engine::Request;
 use crate::engine::cel::constraints_select;
 use crate::matching::MatchInput;
-use crate::policy::cel_policy::CompiledGeneratingPolicy;
+use crate::policy::cel_policy::{CompiledGeneratingPolicy, CompiledMutatingPolicy};
 use crate::policy::{CompiledPolicy, CompiledRule, RuleBody};
 use serde_json::{Map, Value, json};
 
@@ -263,6 +265,49 @@ pub fn for_generating(
 
 /// The request type of GeneratingPolicy work (kyverno.io/v2).
 pub const CEL_GENERATE: &str = "cel-generate";
+
+/// The request type of MutatingPolicy mutate-existing work (kyverno.io/v2).
+pub const CEL_MUTATE: &str = "cel-mutate";
+
+/// The UpdateRequests of an admitted `review` for MutatingPolicies with
+/// mutate existing: one per policy whose matchConstraints select the
+/// trigger for the request's operation (its last state on DELETE), in
+/// Kyverno's `cel-mutate` shape (the policy key, the whole admission
+/// request, no rule context). The matchConditions are left to the
+/// background controller, as the generation's are.
+pub fn for_mutating<'p>(
+    policies: impl Iterator<Item = &'p CompiledMutatingPolicy>,
+    review: &Review,
+) -> Vec<UpdateRequestSpec> {
+    if review.dry_run {
+        return Vec::new();
+    }
+    let req = &review.request;
+    let trigger = match req.operation.as_str() {
+        "DELETE" => &req.old_object,
+        _ => &req.object,
+    };
+    if trigger.is_null() {
+        return Vec::new();
+    }
+    policies
+        .filter(|p| p.admission)
+        .filter_map(|p| Some((p, p.existing.as_ref()?)))
+        .filter(|(p, _)| constraints_select(&p.scope, req, trigger, Some(&req.operation)))
+        .map(|(policy, existing)| {
+            let mut spec = spec(&policy.key, Vec::new(), resource_spec(trigger), review);
+            spec["requestType"] = Value::from(CEL_MUTATE);
+            if let Value::Object(m) = &mut spec {
+                m.remove("ruleContext");
+            }
+            UpdateRequestSpec {
+                spec,
+                not_for_own_writes: existing.skip_background_requests,
+                username: req.user.username.clone(),
+            }
+        })
+        .collect()
+}
 
 /// A change by someone else to a downstream resource of a synchronized
 /// rule: the request to generate it again from its trigger.
@@ -678,5 +723,75 @@ spec:
         delete["request"]["oldObject"] = delete["request"]["object"].take();
         let r = review::decode(delete.to_string().as_bytes()).unwrap();
         assert!(for_review(&s.policies, s.background_indexes(None), &r).is_empty());
+    }
+
+    const MUTATING: &str = r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: NamespacedMutatingPolicy
+metadata:
+  name: stamp
+  namespace: staging
+spec:
+  evaluation:
+    mutateExisting:
+      enabled: true
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [configmaps], resourceNames: [dictionary-1]}
+  targetMatchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [secrets]}
+  mutations: []
+"#;
+
+    /// A MutatingPolicy with mutate existing leaves Kyverno's `cel-mutate`
+    /// request, keyed `namespace/name`, for the operations and names its
+    /// constraints list; nothing for a dry run or another namespace.
+    #[test]
+    fn mutating_policies_leave_cel_mutate_requests() {
+        let s = Snapshot::new(load_text("m.yaml", MUTATING).unwrap(), 1);
+        let body = json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "r1", "operation": "CREATE",
+                "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
+                "resource": {"group": "", "version": "v1", "resource": "configmaps"},
+                "namespace": "staging",
+                "userInfo": {"username": "bob"},
+                "object": {"apiVersion": "v1", "kind": "ConfigMap",
+                           "metadata": {"name": "dictionary-1", "namespace": "staging", "uid": "u1"}},
+            }
+        });
+        let run = |edit: &dyn Fn(&mut Value)| {
+            let mut b = body.clone();
+            edit(&mut b);
+            let r = review::decode(b.to_string().as_bytes()).unwrap();
+            for_mutating(s.mutating.iter(), &r)
+        };
+        let out = run(&|_| {});
+        assert_eq!(out.len(), 1);
+        let spec = &out[0].spec;
+        assert_eq!(spec["requestType"], "cel-mutate");
+        assert_eq!(spec["policy"], "staging/stamp");
+        assert_eq!(spec["resource"]["uid"], "u1");
+        assert!(spec.get("ruleContext").is_none());
+        assert_eq!(
+            spec["context"]["admissionRequestInfo"]["admissionRequest"]["object"]["metadata"]["name"],
+            "dictionary-1"
+        );
+        assert!(out[0].not_for_own_writes);
+        assert!(run(&|b| b["request"]["dryRun"] = json!(true)).is_empty());
+        assert!(run(&|b| b["request"]["operation"] = json!("UPDATE")).is_empty());
+        assert!(
+            run(&|b| b["request"]["object"]["metadata"]["name"] = json!("other")).is_empty(),
+            "resourceNames"
+        );
+        assert!(
+            run(&|b| {
+                b["request"]["namespace"] = json!("prod");
+                b["request"]["object"]["metadata"]["namespace"] = json!("prod");
+            })
+            .is_empty()
+        );
     }
 }

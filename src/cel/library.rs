@@ -106,8 +106,14 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("parseServiceAccount", parse_service_account);
     ctx.add_function("time.now", time_now);
     ctx.add_function("generator.Apply", generator_apply);
-    // Kyverno 1.18 added the lower-case spelling.
+    // Kyverno 1.18 added a lower-case spelling of every library function.
     ctx.add_function("generator.apply", generator_apply);
+    ctx.add_function("resource.get", resource_get);
+    ctx.add_function("resource.list", resource_list);
+    ctx.add_function("globalContext.get", global_context_get);
+    ctx.add_function("image.getMetadata", image_metadata);
+    ctx.add_function("http.get", http_get);
+    ctx.add_function("http.post", http_post);
     ctx.add_function("image", image_of);
     ctx.add_function("isImage", is_image);
     for field in IMAGE_FIELDS {

@@ -14,6 +14,7 @@
 mod generate;
 mod generating;
 mod mutate_existing;
+mod mutating;
 pub mod objects;
 mod policies;
 
@@ -141,6 +142,7 @@ async fn lead(
     }
     tasks.spawn(policies::follow(shared.clone()));
     tasks.spawn(generating::follow(shared.clone()));
+    tasks.spawn(mutating::follow(shared.clone()));
     tasks.spawn(generating::watch_downstream(
         shared.clone(),
         downstream_kinds,
@@ -188,7 +190,7 @@ fn name_of(ur: &DynamicObject) -> String {
 fn pending(ur: &DynamicObject, starting: bool, max_retries: u64) -> bool {
     if !matches!(
         ur.data["spec"]["requestType"].as_str(),
-        Some("generate" | "mutate" | update_requests::CEL_GENERATE)
+        Some("generate" | "mutate" | update_requests::CEL_GENERATE | update_requests::CEL_MUTATE)
     ) {
         return false;
     }
@@ -267,6 +269,10 @@ fn record_event(shared: &Arc<Shared>, ur: &DynamicObject, result: &Result<(), St
         Some(update_requests::CEL_GENERATE) => {
             ("policies.kyverno.io/v1", "NamespacedGeneratingPolicy")
         }
+        Some(update_requests::CEL_MUTATE) if namespace.is_empty() => {
+            ("policies.kyverno.io/v1", "MutatingPolicy")
+        }
+        Some(update_requests::CEL_MUTATE) => ("policies.kyverno.io/v1", "NamespacedMutatingPolicy"),
         _ if namespace.is_empty() => ("kyverno.io/v1", "ClusterPolicy"),
         _ => ("kyverno.io/v1", "Policy"),
     };
@@ -281,7 +287,10 @@ fn record_event(shared: &Arc<Shared>, ur: &DynamicObject, result: &Result<(), St
             text("name"),
         )
     });
-    let mutate = spec["requestType"] == "mutate";
+    let mutate = matches!(
+        spec["requestType"].as_str(),
+        Some("mutate" | update_requests::CEL_MUTATE)
+    );
     let source = if mutate {
         Source::MutateExisting
     } else {
@@ -328,6 +337,12 @@ async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), String> {
             return Err(format!("policy {key} is not loaded here yet"));
         }
         return generating::work(shared, spec).await;
+    }
+    if spec["requestType"] == update_requests::CEL_MUTATE {
+        if young(ur) && !snapshot.mutating.iter().any(|p| p.key == key) {
+            return Err(format!("policy {key} is not loaded here yet"));
+        }
+        return mutating::work(shared, spec).await;
     }
     let index = snapshot
         .policies

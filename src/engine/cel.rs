@@ -10,7 +10,10 @@ mod params;
 
 pub use deleting::deleting_policy_selects;
 pub use generating::evaluate_generating_policy;
-pub use mutating::{MutatingOutcome, evaluate_mutating_policy};
+pub use mutating::{
+    MutatingOutcome, TargetOutcome, evaluate_mutating_policy, expression_targets, mutate_target,
+    trigger_conditions_hold,
+};
 
 use super::{PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::cel::values::{cel_to_json, json_to_cel};
@@ -97,6 +100,24 @@ impl CelRequest {
 
     pub fn activation(&self) -> &Activation<'static> {
         &self.vars
+    }
+
+    /// The variables of mutate existing on `target`: the target as
+    /// `object`, this request as `request`, no `oldObject` and no
+    /// `namespaceObject` (Kyverno's background controller binds none).
+    pub fn for_target(&self, target: &Value) -> CelRequest {
+        CelRequest {
+            vars: bind_request(
+                json_to_cel(target),
+                CelValue::Null,
+                self.request.clone(),
+                CelValue::Null,
+            ),
+            resource: self.resource.clone(),
+            request: self.request.clone(),
+            namespace: CelValue::Null,
+            views: Default::default(),
+        }
     }
 
     /// The variables seen through a Pod controller's template: `object` and
@@ -447,6 +468,8 @@ struct RuleTarget<'a> {
     subresource: &'a str,
     /// Empty: any operation (a trigger's kind and labels, not a request).
     operation: &'a str,
+    /// The object's name, which `resourceNames` lists.
+    name: &'a str,
 }
 
 impl RuleTarget<'_> {
@@ -456,6 +479,8 @@ impl RuleTarget<'_> {
         listed(&rule.api_groups, self.group)
             && listed(&rule.api_versions, self.version)
             && (self.operation.is_empty() || listed(&rule.operations, self.operation))
+            && (rule.resource_names.is_empty()
+                || rule.resource_names.iter().any(|n| n == self.name))
             && rule.resources.iter().any(|r| match r.split_once('/') {
                 None => r == "*" || (sub.is_empty() && r == resource),
                 Some((res, s)) => {
@@ -521,6 +546,7 @@ pub fn scope_view<'s>(
         resource,
         subresource: &req.subresource,
         operation: &req.operation,
+        name: req.name(),
     };
     let m = &scope.match_constraints;
     let selected =
@@ -556,6 +582,7 @@ pub fn scope_view<'s>(
             resource: "pods",
             subresource: "",
             operation: &req.operation,
+            name: req.name(),
         };
         let controller = scope.controllers.iter().find(|c| {
             c.group == target.group && c.resource == resource && target.subresource.is_empty()
@@ -619,9 +646,56 @@ pub fn constraints_select(
         resource: &req.gvr.resource,
         subresource: &req.subresource,
         operation: operation.unwrap_or_default(),
+        name: object
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default(),
     };
     let m = &scope.match_constraints;
     target.covered_by_constraints(m) && selectors_accept(m, req, object)
+}
+
+/// Whether `constraints` select an object that exists (a mutate-existing
+/// target): its kind, name and labels, and its namespace's labels; no
+/// operation applies. `resource` is the object's plural resource name.
+pub fn object_selected(
+    constraints: &MatchConstraints,
+    object: &Value,
+    resource: &str,
+    namespace_labels: Option<&serde_json::Map<String, Value>>,
+) -> bool {
+    let text = |p: &str| {
+        object
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let gvk = Gvk::new(text("/apiVersion"), text("/kind"));
+    let target = RuleTarget {
+        group: &gvk.group,
+        version: &gvk.version,
+        resource,
+        subresource: "",
+        operation: "",
+        name: text("/metadata/name"),
+    };
+    if !target.covered_by_constraints(constraints) {
+        return false;
+    }
+    if let Some(sel) = &constraints.namespace_selector
+        && !text("/metadata/namespace").is_empty()
+        && !selector_matches(sel, namespace_labels)
+    {
+        return false;
+    }
+    constraints.object_selector.as_ref().is_none_or(|sel| {
+        selector_matches(
+            sel,
+            object
+                .pointer("/metadata/labels")
+                .and_then(Value::as_object),
+        )
+    })
 }
 
 /// Evaluates a ValidatingPolicy: one rule response named after the policy,

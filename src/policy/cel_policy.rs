@@ -19,8 +19,8 @@ pub use generating::{
     GenerationSettings,
 };
 pub use mutating::{
-    CompiledMutatingPolicy, CompiledMutation, MutatingPolicyDoc, MutatingPolicySpec, Mutation,
-    MutationExpression,
+    CompiledMutatingPolicy, CompiledMutation, MutateExisting, MutatingPolicyDoc,
+    MutatingPolicySpec, Mutation, MutationExpression, TargetMatchConstraints, TargetSelection,
 };
 pub use scope::{
     Autogen, BindingDoc, BindingSpec, Bindings, CompiledBinding, ControllerView, MatchConstraints,

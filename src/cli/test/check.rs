@@ -209,7 +209,7 @@ pub(super) fn check_results(
                         if missing && diff.is_none() {
                             continue;
                         }
-                        let row = if let Some(d) = diff {
+                        let mut row = if let Some(d) = diff {
                             row(r.name, "Fail", "Resource diff".into(), d, Outcome::Fail)
                         } else if actual == expected.result {
                             let outcome = if expected.result == "skip" {
@@ -227,6 +227,11 @@ pub(super) fn check_results(
                                 Outcome::Fail,
                             )
                         };
+                        // A patched target's row names the target, as
+                        // Kyverno's rows from its target responses do.
+                        if let (true, Some(target)) = (existing, produced) {
+                            row.resource = display_resource(target);
+                        }
                         rows.push(row);
                     }
                 }

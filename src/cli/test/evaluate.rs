@@ -8,13 +8,17 @@ use crate::admission::phases::{self, Chaining, MutatingPhase, Visit};
 use crate::cli::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use crate::cli::values::PolicyRuleValues;
 use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
-use crate::engine::cel::{CelRequest, evaluate_generating_policy, evaluate_validating_policy};
+use crate::engine::cel::{
+    CelRequest, TargetOutcome, evaluate_generating_policy, evaluate_validating_policy,
+    expression_targets, mutate_target, object_selected,
+};
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
-use crate::engine::{EvalEnv, PolicyResponse, Request};
+use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::policy::CompiledPolicy;
+use crate::policy::cel_policy::{CompiledMutatingPolicy, TargetSelection};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -241,6 +245,14 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
             .map(|req| req.object);
         }
         let cel_mutated = cel_mutated.unwrap_or_else(|| current.clone());
+        if !loaded.targets.is_empty() {
+            let (_, input) = cel_input(&cel_mutated);
+            for p in &loaded.mutating {
+                if let Some(response) = mutate_targets(p, &input, loaded, &resolver) {
+                    mutating.push(response);
+                }
+            }
+        }
         let mut validating = Vec::with_capacity(loaded.validating.len());
         if !loaded.validating.is_empty() || !loaded.generating.is_empty() {
             let (req, input) = cel_input(&cel_mutated);
@@ -264,6 +276,96 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
         });
     }
     out
+}
+
+/// Mutate existing of a MutatingPolicy in `kyverno test`: the
+/// `targetResources` its targetMatchConstraints select (by expression on
+/// the trigger, or by constraints with any operation), each mutated; one
+/// rule per target, a passing one carrying the patched target. As
+/// Kyverno's CLI does, the trigger is not matched against the policy's
+/// constraints here.
+fn mutate_targets<'p>(
+    policy: &'p CompiledMutatingPolicy,
+    trigger: &CelRequest,
+    loaded: &Loaded,
+    resolver: &MockResolver,
+) -> Option<PolicyResponse<'p>> {
+    let existing = policy.existing.as_ref()?;
+    let name = policy.name();
+    let respond = |status, message: String| {
+        RuleResponse::new(name, status, message).of_type(RuleType::Mutation)
+    };
+    let key = |o: &Value| {
+        let text = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default();
+        (
+            text("/metadata/namespace").to_string(),
+            text("/metadata/name").to_string(),
+        )
+    };
+    let named: Option<Vec<(String, String)>> =
+        match expression_targets(policy, existing, trigger, resolver) {
+            None => None,
+            Some(Ok(list)) => Some(list.iter().map(key).collect()),
+            Some(Err(e)) => {
+                return Some(PolicyResponse {
+                    policy: name,
+                    rules: vec![respond(RuleStatus::Error, e)],
+                });
+            }
+        };
+    let mut rules = Vec::new();
+    for target in &loaded.targets {
+        let selected = match (&named, &existing.targets) {
+            (Some(named), _) => named.contains(&key(target)),
+            (None, TargetSelection::Constraints(m)) => {
+                let (api_version, kind) = (
+                    target["apiVersion"].as_str().unwrap_or_default(),
+                    target["kind"].as_str().unwrap_or_default(),
+                );
+                let namespace = key(target).0;
+                policy
+                    .scope
+                    .namespace
+                    .as_ref()
+                    .is_none_or(|ns| *ns == namespace)
+                    && object_selected(
+                        m,
+                        target,
+                        &crate::kinds::plural(api_version, kind),
+                        loaded.values.namespace_labels.get(&namespace),
+                    )
+            }
+            (None, TargetSelection::Expression(_)) => false,
+        };
+        if !selected {
+            continue;
+        }
+        rules.push(
+            match mutate_target(policy, existing, trigger, target, resolver) {
+                TargetOutcome::Patched(p) => {
+                    respond(RuleStatus::Pass, "success".into()).with_resources(vec![p])
+                }
+                TargetOutcome::Unchanged => {
+                    respond(RuleStatus::Pass, "success".into()).with_resources(vec![target.clone()])
+                }
+                // The target, unpatched, goes with a skip or an error too, so
+                // that an entry naming it gets a row (Kyverno's would read "Not
+                // found").
+                TargetOutcome::NotSelected(condition) => respond(
+                    RuleStatus::Skip,
+                    format!("target match condition {condition:?} not met"),
+                )
+                .with_resources(vec![target.clone()]),
+                TargetOutcome::Failed(e) => {
+                    respond(RuleStatus::Error, e).with_resources(vec![target.clone()])
+                }
+            },
+        );
+    }
+    (!rules.is_empty()).then_some(PolicyResponse {
+        policy: name,
+        rules,
+    })
 }
 
 /// Builds the request and context `kyverno test` gives `policy` for

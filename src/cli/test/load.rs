@@ -39,6 +39,8 @@ pub(super) struct Loaded {
     pub(super) user: UserInfoFile,
     /// Documents of every `cloneSourceResource` and `targetResources` file.
     pub(super) objects: Vec<Value>,
+    /// The `targetResources` documents alone: what mutate existing patches.
+    pub(super) targets: Vec<Value>,
     /// Admission policies and bindings, until all files are read.
     pub(super) admission_docs: AdmissionDocs,
 }
@@ -79,6 +81,7 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         values: Values::default(),
         user: UserInfoFile::default(),
         objects: Vec::new(),
+        targets: Vec::new(),
         admission_docs: AdmissionDocs::default(),
     };
     let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
@@ -174,9 +177,10 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
     }
     for f in &doc.target_resources {
         loaded
-            .objects
+            .targets
             .extend(load_resources(f).map_err(|e| e.to_string())?);
     }
+    loaded.objects.extend(loaded.targets.iter().cloned());
     for f in &doc.param_resources {
         loaded
             .objects

@@ -834,40 +834,11 @@ async fn regenerate(shared: &Arc<Shared>, policy: &CompiledGeneratingPolicy) {
 /// the objects of each resource its constraints name.
 async fn existing_triggers(shared: &Arc<Shared>, policy: &CompiledGeneratingPolicy) {
     let namespace = policy.scope.namespace.clone().unwrap_or_default();
-    let mut kinds = BTreeSet::new();
-    for rule in &policy.scope.match_constraints.resource_rules {
-        for group in &rule.api_groups {
-            for version in &rule.api_versions {
-                for resource in &rule.resources {
-                    if [group, version, resource].iter().any(|x| x.contains('*'))
-                        || resource.contains('/')
-                    {
-                        tracing::warn!(
-                            policy = policy.key,
-                            resource,
-                            "generateExisting does not sweep wildcard or subresource rules"
-                        );
-                        continue;
-                    }
-                    let api_version = if group.is_empty() {
-                        version.clone()
-                    } else {
-                        format!("{group}/{version}")
-                    };
-                    match shared.view.kind_for_resource(&api_version, resource) {
-                        Some(kind) => {
-                            kinds.insert((api_version, kind));
-                        }
-                        None => tracing::warn!(
-                            policy = policy.key,
-                            resource,
-                            "generateExisting: resource not served"
-                        ),
-                    }
-                }
-            }
-        }
-    }
+    let kinds = objects::kinds_named(
+        shared.view.as_ref(),
+        &policy.scope.match_constraints.resource_rules,
+        &policy.key,
+    );
     let mut written = 0;
     for (api_version, kind) in kinds {
         let triggers = match objects::list(&shared.client, &api_version, &kind, &namespace, "")

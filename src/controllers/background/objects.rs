@@ -8,9 +8,11 @@ use crate::admission::update_requests::labels;
 use crate::cluster::update_requests::BackgroundMetrics;
 use crate::context::{ApiCallRequest, ClusterView, ResolveError, Resolver};
 use crate::kinds::{Gvk, plural};
+use crate::policy::cel_policy::ResourceRule;
 use kube::Client;
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, ListParams, PostParams};
 use serde_json::{Map, Value};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// The API of a kind in a namespace ("" for cluster-scoped kinds or all
@@ -39,6 +41,47 @@ pub fn api_resource(api_version: &str, kind: &str) -> ApiResource {
         kind: kind.to_string(),
         plural: plural(api_version, kind).into_owned(),
     }
+}
+
+/// The kinds (apiVersion, kind) admission rules name, for sweeping the
+/// objects of each: wildcards and subresources are not swept (said in
+/// the log, with `policy`), nor resources the cluster does not serve.
+pub fn kinds_named(
+    view: &dyn ClusterView,
+    rules: &[ResourceRule],
+    policy: &str,
+) -> BTreeSet<(String, String)> {
+    let mut kinds = BTreeSet::new();
+    for rule in rules {
+        for group in &rule.api_groups {
+            for version in &rule.api_versions {
+                for resource in &rule.resources {
+                    if [group, version, resource].iter().any(|x| x.contains('*'))
+                        || resource.contains('/')
+                    {
+                        tracing::warn!(
+                            policy,
+                            resource,
+                            "wildcard and subresource rules are not swept for existing objects"
+                        );
+                        continue;
+                    }
+                    let api_version = if group.is_empty() {
+                        version.clone()
+                    } else {
+                        format!("{group}/{version}")
+                    };
+                    match view.kind_for_resource(&api_version, resource) {
+                        Some(kind) => {
+                            kinds.insert((api_version, kind));
+                        }
+                        None => tracing::warn!(policy, resource, "resource not served"),
+                    }
+                }
+            }
+        }
+    }
+    kinds
 }
 
 /// apiVersion, kind, namespace and name of an object.

@@ -4,7 +4,8 @@
 
 use super::params::{self, NONE_FOUND};
 use super::{
-    CelRequest, ResolverLookups, bind_variables, match_conditions_gate, scope_view, template_view,
+    CelRequest, ResolverLookups, bind_variables, conditions_hold, match_conditions_gate,
+    scope_view, template_view,
 };
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, Lookups};
@@ -12,7 +13,9 @@ use crate::context::Resolver;
 use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::kinds::schema::Schema;
 use crate::patch::{apply, json_patch};
-use crate::policy::cel_policy::{CompiledMutatingPolicy, CompiledMutation, PodTemplate};
+use crate::policy::cel_policy::{
+    CompiledMutatingPolicy, CompiledMutation, MutateExisting, PodTemplate, TargetSelection,
+};
 use serde_json::{Map, Value};
 
 /// What a MutatingPolicy made of a request.
@@ -101,6 +104,93 @@ pub fn evaluate_mutating_policy<'p>(
     };
     outcome.response.rules.push(rule);
     outcome
+}
+
+/// Whether the trigger of mutate existing meets the policy's
+/// matchConditions (with its variables), as Kyverno checks before it
+/// leaves the work. Its constraints are checked where the request is
+/// admitted.
+pub fn trigger_conditions_hold(
+    policy: &CompiledMutatingPolicy,
+    input: &CelRequest,
+    resolver: &dyn Resolver,
+) -> Result<bool, String> {
+    let lookups = ResolverLookups(resolver);
+    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
+    conditions_hold(&policy.scope.match_conditions, &vars, &lookups)
+        .map(|failed| failed.is_none())
+        .map_err(|e| format!("match conditions: {e}"))
+}
+
+/// The targets `targetMatchConstraints.expression` names for a trigger:
+/// the object it gives, or the `items` of the list it gives; `None` when
+/// the targets are listed by constraints instead.
+pub fn expression_targets(
+    policy: &CompiledMutatingPolicy,
+    existing: &MutateExisting,
+    input: &CelRequest,
+    resolver: &dyn Resolver,
+) -> Option<Result<Vec<Value>, String>> {
+    let TargetSelection::Expression(program) = &existing.targets else {
+        return None;
+    };
+    let lookups = ResolverLookups(resolver);
+    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
+    let named = program
+        .eval(&vars, &lookups)
+        .map_err(|e| format!("targetMatchConstraints.expression: {e}"))
+        .and_then(|v| cel_to_json(&v));
+    Some(named.and_then(|value| match value {
+        Value::Null => Ok(Vec::new()),
+        Value::Object(mut m) => match m.remove("items") {
+            Some(Value::Array(items)) if items.iter().all(Value::is_object) => Ok(items),
+            Some(other) => Err(format!(
+                "targetMatchConstraints.expression: items is not a list of objects: {other}"
+            )),
+            None => Ok(vec![Value::Object(m)]),
+        },
+        other => Err(format!(
+            "targetMatchConstraints.expression must give an object, got {other}"
+        )),
+    }))
+}
+
+/// What mutate existing made of one target.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TargetOutcome {
+    /// The target as the mutations left it, changed.
+    Patched(Value),
+    /// The mutations change nothing: the target is as the policy wants it.
+    Unchanged,
+    /// A targetMatchCondition was false (its name).
+    NotSelected(String),
+    Failed(String),
+}
+
+/// Mutate existing on one target, as Kyverno's background controller
+/// evaluates it: `object` is the target, `request` the trigger's
+/// admission request (`trigger`), no `oldObject` or `namespaceObject`;
+/// the variables, then targetMatchConditions, then the mutations in turn.
+pub fn mutate_target(
+    policy: &CompiledMutatingPolicy,
+    existing: &MutateExisting,
+    trigger: &CelRequest,
+    target: &Value,
+    resolver: &dyn Resolver,
+) -> TargetOutcome {
+    let lookups = ResolverLookups(resolver);
+    let input = trigger.for_target(target);
+    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
+    match conditions_hold(&existing.conditions, &vars, &lookups) {
+        Ok(None) => {}
+        Ok(Some(name)) => return TargetOutcome::NotSelected(name),
+        Err(e) => return TargetOutcome::Failed(format!("targetMatchConditions: {e}")),
+    }
+    match mutate(policy, target.clone(), None, &vars, &lookups) {
+        Ok(patched) if patched == *target => TargetOutcome::Unchanged,
+        Ok(patched) => TargetOutcome::Patched(patched),
+        Err(e) => TargetOutcome::Failed(e),
+    }
 }
 
 /// One application of a MutatingAdmissionPolicy with `base` (and its
@@ -424,5 +514,98 @@ spec:
             patched.unwrap()["spec"]["containers"],
             json!([{"name": "c", "imagePullPolicy": "Always"}])
         );
+    }
+
+    const EXISTING: &str = "apiVersion: policies.kyverno.io/v1beta1
+kind: MutatingPolicy
+metadata: {name: stamp}
+spec:
+  evaluation:
+    mutateExisting: {enabled: true}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [secrets]}
+  variables:
+  - {name: wanted, expression: \"'app'\"}
+";
+
+    fn secret_request() -> CelRequest {
+        let secret = json!({"apiVersion": "v1", "kind": "Secret",
+                            "metadata": {"name": "db", "namespace": "a"}});
+        let req = Request::offline(&secret, "CREATE", Default::default(), None);
+        CelRequest::of(&req)
+    }
+
+    /// A target sees itself as `object` and the trigger's request as
+    /// `request`; targetMatchConditions filter; a target already as the
+    /// policy wants it is unchanged.
+    #[test]
+    fn mutate_existing_mutates_each_target_with_the_trigger_as_request() {
+        let p = policy(&format!(
+            "{EXISTING}  targetMatchConstraints:
+    resourceRules:
+    - {{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}}
+  targetMatchConditions:
+  - {{name: not-frozen, expression: \"!has(object.metadata.labels) || !('frozen' in object.metadata.labels)\"}}
+  mutations:
+  - patchType: ApplyConfiguration
+    applyConfiguration:
+      expression: \"Object{{metadata: Object.metadata{{annotations: {{'by': request.name + '/' + object.metadata.name}}}}}}\"
+"
+        ));
+        let existing = p.existing.as_ref().unwrap();
+        assert!(existing.targets_only && !p.mutates_trigger());
+        let cm = |name: &str, labels: Value| {
+            json!({"apiVersion": "v1", "kind": "ConfigMap",
+                   "metadata": {"name": name, "namespace": "a", "labels": labels}})
+        };
+        let trigger = secret_request();
+        let out = mutate_target(&p, existing, &trigger, &cm("c1", json!({})), &NoResolver);
+        let TargetOutcome::Patched(patched) = out else {
+            panic!("{out:?}")
+        };
+        assert_eq!(patched["metadata"]["annotations"], json!({"by": "db/c1"}));
+        assert_eq!(
+            mutate_target(&p, existing, &trigger, &patched, &NoResolver),
+            TargetOutcome::Unchanged
+        );
+        assert_eq!(
+            mutate_target(
+                &p,
+                existing,
+                &trigger,
+                &cm("c2", json!({"frozen": "x"})),
+                &NoResolver
+            ),
+            TargetOutcome::NotSelected("not-frozen".into())
+        );
+    }
+
+    /// The expression gives one object or a list; anything else is an
+    /// error; without an expression the targets are listed instead.
+    #[test]
+    fn expression_targets_name_one_object_or_a_list() {
+        let run = |expression: &str| {
+            let p = policy(&format!(
+                "{EXISTING}  targetMatchConstraints:
+    expression: \"{expression}\"
+  mutations: []
+"
+            ));
+            let existing = p.existing.clone().unwrap();
+            expression_targets(&p, &existing, &secret_request(), &NoResolver)
+        };
+        let one = run("{'kind': 'ConfigMap', 'metadata': {'name': variables.wanted}}");
+        assert_eq!(one.unwrap().unwrap()[0]["metadata"]["name"], "app");
+        let list = run("{'items': [{'metadata': {'name': 'x'}}, {'metadata': {'name': 'y'}}]}");
+        assert_eq!(list.unwrap().unwrap().len(), 2);
+        assert!(run("'app'").unwrap().is_err());
+        let listed = policy(&format!("{EXISTING}  mutations: []\n"));
+        let existing = listed.existing.as_ref().unwrap();
+        assert!(
+            !existing.targets_only && listed.mutates_trigger(),
+            "no targetMatchConstraints: the trigger is mutated too, and the matchConstraints list the targets"
+        );
+        assert!(expression_targets(&listed, existing, &secret_request(), &NoResolver).is_none());
     }
 }

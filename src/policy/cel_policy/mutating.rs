@@ -3,7 +3,9 @@
 //! bindings: the documents and their compilation into apply-configuration
 //! and JSON Patch programs.
 
-use super::scope::{Autogen, BindingDoc, Bindings, MatchConstraints, PolicyScope, bindings_for};
+use super::scope::{
+    Autogen, BindingDoc, Bindings, MatchConstraints, PolicyScope, ResourceRule, bindings_for,
+};
 use super::{CelCompileError, CompiledNamed, NamedExpression, ParamKind, compile, compile_named};
 use crate::cel::Program;
 use serde::Deserialize;
@@ -52,7 +54,29 @@ pub struct MutatingPolicySpec {
     #[serde(default)]
     pub param_kind: Option<ParamKind>,
     #[serde(default)]
-    pub target_match_constraints: Option<Value>,
+    pub target_match_constraints: Option<TargetMatchConstraints>,
+    #[serde(default)]
+    pub target_match_conditions: Vec<NamedExpression>,
+}
+
+/// `spec.targetMatchConstraints`: the objects mutate existing patches,
+/// named by an expression evaluated on the trigger, or by admission rules
+/// (matchResources, inline) the cluster's objects are listed by.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TargetMatchConstraints {
+    #[serde(default)]
+    pub expression: Option<String>,
+    #[serde(default)]
+    pub resource_rules: Vec<ResourceRule>,
+    #[serde(default)]
+    pub exclude_resource_rules: Vec<ResourceRule>,
+    #[serde(default)]
+    pub namespace_selector: Option<crate::policy::types::LabelSelector>,
+    #[serde(default)]
+    pub object_selector: Option<crate::policy::types::LabelSelector>,
+    #[serde(default)]
+    pub match_policy: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -74,10 +98,49 @@ pub enum CompiledMutation {
     JsonPatch(Program),
 }
 
+/// How mutate existing finds its targets.
+#[derive(Debug, Clone)]
+pub enum TargetSelection {
+    /// `targetMatchConstraints.expression`, evaluated on the trigger: one
+    /// object, or a list (`{items: [...]}`).
+    Expression(Program),
+    /// The objects these constraints select, listed from the cluster
+    /// (operations do not apply: targets are not requests):
+    /// `targetMatchConstraints` when it has resourceRules, else the
+    /// policy's own matchConstraints (Kyverno's background controller).
+    Constraints(MatchConstraints),
+}
+
+/// Mutate existing (`evaluation.mutateExisting.enabled`): what the policy
+/// does to objects other than the request's.
+#[derive(Debug, Clone)]
+pub struct MutateExisting {
+    pub targets: TargetSelection,
+    /// `targetMatchConditions`: evaluated on each target (`object`), with
+    /// the variables.
+    pub conditions: Vec<CompiledNamed>,
+    /// The trigger itself is not mutated at admission: the policy names
+    /// other targets (`targetMatchConstraints` set).
+    pub targets_only: bool,
+    /// `evaluation.skipBackgroundRequests` (default true): triggers written
+    /// by gavel's own background work leave no request.
+    pub skip_background_requests: bool,
+}
+
 /// A compiled MutatingPolicy (cluster or namespaced).
 #[derive(Debug, Clone)]
 pub struct CompiledMutatingPolicy {
     pub scope: PolicyScope,
+    /// `name`, or `namespace/name` for a NamespacedMutatingPolicy: how
+    /// UpdateRequests name it.
+    pub key: String,
+    /// `evaluation.admission.enabled` (default true): applied at admission
+    /// (and its mutate-existing triggers taken from admission).
+    pub admission: bool,
+    pub existing: Option<MutateExisting>,
+    /// A hash of the spec: a changed policy has another (the background
+    /// controller mutates existing targets again then).
+    pub revision: u64,
     pub variables: Vec<CompiledNamed>,
     pub mutations: Vec<CompiledMutation>,
     /// A Kubernetes MutatingAdmissionPolicy: lists merge atomically (no
@@ -94,18 +157,17 @@ impl CompiledMutatingPolicy {
         if spec.param_kind.is_some() && doc.kind != "MutatingAdmissionPolicy" {
             return unsupported("spec.paramKind");
         }
-        if spec.target_match_constraints.is_some() {
-            return unsupported("spec.targetMatchConstraints (mutate existing)");
-        }
-        let enabled = |path: &str| {
+        let setting = |path: &str| {
             spec.evaluation
                 .as_ref()
                 .and_then(|e| e.pointer(path))
                 .and_then(Value::as_bool)
         };
-        if enabled("/mutateExisting/enabled") == Some(true) {
-            return unsupported("spec.evaluation.mutateExisting");
-        }
+        let existing = if setting("/mutateExisting/enabled") == Some(true) {
+            Some(MutateExisting::compile(spec)?)
+        } else {
+            None
+        };
         let mutations = spec
             .mutations
             .iter()
@@ -130,7 +192,20 @@ impl CompiledMutatingPolicy {
                 }
             })
             .collect::<Result<Vec<_>, CelCompileError>>()?;
+        let key = match &doc.metadata.namespace {
+            Some(ns) if doc.kind.starts_with("Namespaced") => format!("{ns}/{}", doc.metadata.name),
+            _ => doc.metadata.name.clone(),
+        };
         Ok(CompiledMutatingPolicy {
+            key,
+            admission: setting("/admission/enabled").unwrap_or(true),
+            existing,
+            revision: {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                format!("{spec:?}").hash(&mut h);
+                h.finish()
+            },
             scope: PolicyScope::compile(
                 &doc.kind,
                 &doc.metadata,
@@ -168,5 +243,52 @@ impl CompiledMutatingPolicy {
 
     pub fn name(&self) -> &str {
         &self.scope.name
+    }
+
+    /// Whether the policy mutates the request's own object at admission
+    /// (Kyverno leaves a policy with targetMatchConstraints to the
+    /// background).
+    pub fn mutates_trigger(&self) -> bool {
+        self.admission && !self.existing.as_ref().is_some_and(|e| e.targets_only)
+    }
+}
+
+impl MutateExisting {
+    fn compile(spec: &MutatingPolicySpec) -> Result<MutateExisting, CelCompileError> {
+        let target = spec.target_match_constraints.clone().unwrap_or_default();
+        let expression = target
+            .expression
+            .as_deref()
+            .filter(|e| !e.trim().is_empty());
+        let targets_only = expression.is_some() || !target.resource_rules.is_empty();
+        let targets = match expression {
+            Some(e) => {
+                TargetSelection::Expression(compile(e, "spec.targetMatchConstraints.expression")?)
+            }
+            None if !target.resource_rules.is_empty() => {
+                TargetSelection::Constraints(MatchConstraints {
+                    resource_rules: target.resource_rules,
+                    exclude_resource_rules: target.exclude_resource_rules,
+                    namespace_selector: target.namespace_selector,
+                    object_selector: target.object_selector,
+                    match_policy: target.match_policy,
+                })
+            }
+            None => {
+                TargetSelection::Constraints(spec.match_constraints.clone().unwrap_or_default())
+            }
+        };
+        let skip_background_requests = spec
+            .evaluation
+            .as_ref()
+            .and_then(|e| e.pointer("/skipBackgroundRequests"))
+            .and_then(Value::as_bool)
+            .unwrap_or(true);
+        Ok(MutateExisting {
+            targets,
+            conditions: compile_named(&spec.target_match_conditions, "spec.targetMatchConditions")?,
+            targets_only,
+            skip_background_requests,
+        })
     }
 }
