@@ -1,7 +1,16 @@
 #!/usr/bin/env python3
 """`kyverno test` and `gavel test` over the conformance corpus, side by side.
 
-    e2e/cli-side-by-side.py [--repeats N] [--out DIR]
+    e2e/cli-side-by-side.py [--repeats N] [--out DIR] [--corpus kyverno-cli]
+
+`--corpus kyverno-cli` runs over Kyverno's own CLI tests instead (the
+`test/cli` tree of the pinned Kyverno module, in Go's module cache once
+`e2e/cluster.sh build kyverno` has fetched it), written as
+`kyverno-cli-corpus.md` and `cli-corpus-rounds.json`: the kyverno-test.yaml
+files Kyverno's developers wrote for every policy kind and test field.
+Kyverno's summaries also go to tests/kyverno_cli_corpus.json, which
+`cargo test --test kyverno_cli_corpus` holds gavel to (its floor, the
+number of directories that agree, only goes up).
 
 Kyverno's CLI (kubectl-kyverno, built from its module by
 `e2e/cluster.sh build kyverno`) and gavel's (`target/release/gavel`, built
@@ -59,6 +68,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out")
+    parser.add_argument("--corpus", choices=["conformance", "kyverno-cli"], default="conformance")
     args = parser.parse_args()
 
     subprocess.run([str(REPO / "e2e/cluster.sh"), "build", "kyverno"], check=True,
@@ -74,23 +84,33 @@ def main():
     out_dir = Path(args.out) if args.out else REPO / f"perf-results/{version}/kyverno-side-by-side"
     out_dir.mkdir(parents=True, exist_ok=True)
     engines = {"gavel": [gavel, "test"], "kyverno": [kyverno, "test"]}
+    corpus, report, rounds, title = CORPUS, "kyverno-cli-side-by-side.md", "cli-rounds.json", (
+        "the conformance corpus", "`../shared/conformance/kyverno-policies`")
+    if args.corpus == "kyverno-cli":
+        modules = subprocess.run(["go", "env", "GOMODCACHE"], capture_output=True, text=True,
+                                 check=True).stdout.strip()
+        pinned = re.search(r"^KYVERNO_VERSION=(\S+)$", (REPO / "e2e/versions.env").read_text(),
+                           re.M).group(1)
+        corpus = Path(modules) / f"github.com/kyverno/kyverno@{pinned}" / "test" / "cli"
+        report, rounds = "kyverno-cli-corpus.md", "cli-corpus-rounds.json"
+        title = ("Kyverno's own CLI tests", f"`test/cli` of github.com/kyverno/kyverno@{pinned}")
 
     # The whole corpus, alternating.
     walls = {name: [] for name in engines}
     whole = {}
     for _ in range(args.repeats):
         for name, cmd in engines.items():
-            wall, out = run(cmd + [str(CORPUS)], timeout=1800)
+            wall, out = run(cmd + [str(corpus)], timeout=1800)
             walls[name].append(wall)
             whole[name] = outcome(out)
             print(f"cli-side-by-side: whole corpus, {name}: {wall:.2f}s {whole[name]}",
                   file=sys.stderr)
 
     # Each test file alone.
-    files = sorted(p.parent for p in CORPUS.rglob("kyverno-test.yaml"))
+    files = sorted(p.parent for p in corpus.rglob("kyverno-test.yaml"))
     per_file = []
     for directory in files:
-        row = {"dir": str(directory.relative_to(CORPUS))}
+        row = {"dir": str(directory.relative_to(corpus))}
         for name, cmd in engines.items():
             _, out = run(cmd + [str(directory)])
             row[name] = outcome(out)
@@ -100,14 +120,14 @@ def main():
     median = {name: statistics.median(w) for name, w in walls.items()}
     ratio = median["kyverno"] / median["gavel"] if median["gavel"] else float("nan")
 
-    (out_dir / "cli-rounds.json").write_text(json.dumps(
+    (out_dir / rounds).write_text(json.dumps(
         {"walls": walls, "whole": whole, "per_file": per_file,
          "kyverno": kyverno_version, "gavel": version}, indent=2, default=str))
     lines = [
-        f"# `gavel test` and `kyverno test` ({kyverno_version}) over the conformance corpus",
+        f"# `gavel test` and `kyverno test` ({kyverno_version}) over {title[0]}",
         "",
-        f"Made by `e2e/cli-side-by-side.py`: {len(files)} kyverno-test.yaml files of "
-        "`../shared/conformance/kyverno-policies`; raw figures in `cli-rounds.json`.",
+        f"Made by `e2e/cli-side-by-side.py --corpus {args.corpus}`: {len(files)} "
+        f"kyverno-test.yaml files of {title[1]}; raw figures in `{rounds}`.",
         "",
         "## The whole corpus in one invocation",
         "",
@@ -131,10 +151,20 @@ def main():
         lines += ["| file | gavel (passed, failed) | Kyverno (passed, failed) |", "|---|---|---|"]
         lines += [f"| `{r['dir']}` | {r['gavel']} | {r['kyverno']} |" for r in disagreements]
         lines.append("")
-    notes = out_dir / "cli-notes.md"
+    if args.corpus == "kyverno-cli":
+        # Kyverno's summaries, for tests/kyverno_cli_corpus.rs; its floor
+        # (how many agree) only goes up.
+        fixture = REPO / "tests/kyverno_cli_corpus.json"
+        previous = json.loads(fixture.read_text())["floor"] if fixture.exists() else 0
+        fixture.write_text(json.dumps({
+            "kyverno": kyverno_version,
+            "floor": max(previous, agree),
+            "files": {r["dir"]: r["kyverno"] for r in per_file},
+        }, indent=1, sort_keys=True) + "\n")
+    notes = out_dir / ("cli-notes.md" if args.corpus == "conformance" else "cli-corpus-notes.md")
     if notes.exists():
         lines += ["## Findings", "", notes.read_text().strip(), ""]
-    (out_dir / "kyverno-cli-side-by-side.md").write_text("\n".join(lines))
+    (out_dir / report).write_text("\n".join(lines))
     print(f"cli-side-by-side: files={len(files)} agree={agree} wall_ratio={ratio:.1f}")
 
 

@@ -18,10 +18,12 @@ pub mod library;
 pub mod values;
 
 use kube_cel::cel::common::ast::{
-    CallExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, LiteralValue, MapEntryExpr, MapExpr,
+    CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, ListExpr, LiteralValue,
+    MapEntryExpr, MapExpr,
 };
 use kube_cel::cel::parser::Parser;
 use kube_cel::cel::{Context, Value};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 pub use library::{Lookup, Lookups, NoLookups};
@@ -64,9 +66,11 @@ impl Program {
         })
         .map_err(|_| CelError::Compile("the CEL parser failed on this expression".into()))?
         .map_err(|e| CelError::Compile(e.to_string().replace('\n', " ")))?;
+        let mut shadowed = HashSet::new();
+        bound_names(&parsed, &mut shadowed);
         Ok(Program {
             source: source.into(),
-            expr: Arc::new(rewrite(parsed)),
+            expr: Arc::new(rewrite(parsed, &shadowed)),
         })
     }
 
@@ -188,17 +192,110 @@ fn entry_weight(e: &IdedEntryExpr) -> i64 {
 }
 
 /// Whether `e` yields an optional by optional chaining.
+/// `cel.bind(<identifier>, init, body)`.
+fn is_bind(c: &CallExpr) -> bool {
+    c.func_name == "bind"
+        && c.args.len() == 3
+        && matches!(&c.args[0].expr, Expr::Ident(_))
+        && matches!(c.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(t), .. }) if t == "cel")
+}
+
 fn is_optional(e: &IdedExpr) -> bool {
     matches!(&e.expr, Expr::Call(c) if c.func_name == library::OPT_SELECT || c.func_name == library::OPT_INDEX)
 }
 
+/// The names an expression binds (comprehension and `cel.bind`
+/// variables): a type name used so (`exists(type, ...)`) stays a
+/// variable everywhere in it.
+fn bound_names(e: &IdedExpr, out: &mut HashSet<String>) {
+    match &e.expr {
+        Expr::Call(c) => {
+            if is_bind(c)
+                && let Expr::Ident(name) = &c.args[0].expr
+            {
+                out.insert(name.clone());
+            }
+            c.target.iter().for_each(|t| bound_names(t, out));
+            c.args.iter().for_each(|a| bound_names(a, out));
+        }
+        Expr::Comprehension(c) => {
+            out.insert(c.iter_var.clone());
+            out.extend(c.iter_var2.clone());
+            out.insert(c.accu_var.clone());
+            for x in [
+                &c.iter_range,
+                &c.accu_init,
+                &c.loop_cond,
+                &c.loop_step,
+                &c.result,
+            ] {
+                bound_names(x, out);
+            }
+        }
+        Expr::List(l) => l.elements.iter().for_each(|x| bound_names(x, out)),
+        Expr::Map(m) => m.entries.iter().for_each(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => {
+                bound_names(&m.key, out);
+                bound_names(&m.value, out);
+            }
+            EntryExpr::StructField(f) => bound_names(&f.value, out),
+        }),
+        Expr::Struct(st) => st.entries.iter().for_each(|x| match &x.expr {
+            EntryExpr::MapEntry(m) => {
+                bound_names(&m.key, out);
+                bound_names(&m.value, out);
+            }
+            EntryExpr::StructField(f) => bound_names(&f.value, out),
+        }),
+        Expr::Select(sel) => bound_names(&sel.operand, out),
+        _ => {}
+    }
+}
+
 /// The compile-time rewrite described in the module docs.
-fn rewrite(e: IdedExpr) -> IdedExpr {
+fn rewrite(e: IdedExpr, shadowed: &HashSet<String>) -> IdedExpr {
     let id = e.id;
     let expr = match e.expr {
+        Expr::Call(c) if is_bind(&c) => {
+            // `cel.bind(name, init, body)` (CEL's bind extension) is its
+            // expansion: a comprehension over no elements whose
+            // accumulator `name` holds `init` while `body` is evaluated.
+            let mut args = c.args.into_iter();
+            let (
+                Some(IdedExpr {
+                    expr: Expr::Ident(name),
+                    ..
+                }),
+                Some(init),
+                Some(body),
+            ) = (args.next(), args.next(), args.next())
+            else {
+                unreachable!("is_bind checked the arguments")
+            };
+            Expr::Comprehension(Box::new(ComprehensionExpr {
+                iter_range: ided(Expr::List(ListExpr {
+                    elements: Vec::new(),
+                    optional_indices: Vec::new(),
+                })),
+                iter_var: "#unused".into(),
+                iter_var2: None,
+                accu_var: name.clone(),
+                accu_init: rewrite(init, shadowed),
+                loop_cond: ided(Expr::Literal(LiteralValue::Boolean(false.into()))),
+                loop_step: ided(Expr::Ident(name)),
+                result: rewrite(body, shadowed),
+            }))
+        }
+        // A type name (`int`, `map`, `null_type`, ...) is the value
+        // `type()` gives for values of that type.
+        Expr::Ident(name)
+            if library::TYPE_NAMES.contains(&name.as_str()) && !shadowed.contains(&name) =>
+        {
+            Expr::Literal(LiteralValue::String(library::type_value(&name).into()))
+        }
         Expr::Call(mut c) => {
-            c.target = c.target.map(|t| Box::new(rewrite(*t)));
-            c.args = c.args.into_iter().map(rewrite).collect();
+            c.target = c.target.map(|t| Box::new(rewrite(*t, shadowed)));
+            c.args = c.args.into_iter().map(|e| rewrite(e, shadowed)).collect();
             match c.func_name.as_str() {
                 "_?._" => c.func_name = library::OPT_SELECT.into(),
                 "_[?_]" => c.func_name = library::OPT_INDEX.into(),
@@ -210,11 +307,11 @@ fn rewrite(e: IdedExpr) -> IdedExpr {
             Expr::Call(c)
         }
         Expr::Comprehension(mut c) => {
-            c.iter_range = rewrite(c.iter_range);
-            c.accu_init = rewrite(c.accu_init);
-            c.loop_cond = rewrite(c.loop_cond);
-            c.result = rewrite(c.result);
-            let step = rewrite(c.loop_step);
+            c.iter_range = rewrite(c.iter_range, shadowed);
+            c.accu_init = rewrite(c.accu_init, shadowed);
+            c.loop_cond = rewrite(c.loop_cond, shadowed);
+            c.result = rewrite(c.result, shadowed);
+            let step = rewrite(c.loop_step, shadowed);
             let w = weight(&step) + weight(&c.loop_cond);
             c.loop_step = ided(call(
                 library::TICK,
@@ -223,19 +320,31 @@ fn rewrite(e: IdedExpr) -> IdedExpr {
             Expr::Comprehension(c)
         }
         Expr::List(mut l) => {
-            l.elements = l.elements.into_iter().map(rewrite).collect();
+            l.elements = l
+                .elements
+                .into_iter()
+                .map(|e| rewrite(e, shadowed))
+                .collect();
             Expr::List(l)
         }
         Expr::Map(m) => Expr::Map(MapExpr {
-            entries: m.entries.into_iter().map(rewrite_entry).collect(),
+            entries: m
+                .entries
+                .into_iter()
+                .map(|e| rewrite_entry(e, shadowed))
+                .collect(),
         }),
         // Typed object construction (`Object{...}`, `JSONPatch{...}`) is a
         // map of its fields: what the policy kinds read back is JSON.
         Expr::Struct(s) => Expr::Map(MapExpr {
-            entries: s.entries.into_iter().map(rewrite_entry).collect(),
+            entries: s
+                .entries
+                .into_iter()
+                .map(|e| rewrite_entry(e, shadowed))
+                .collect(),
         }),
         Expr::Select(mut s) => {
-            s.operand = Box::new(rewrite(*s.operand));
+            s.operand = Box::new(rewrite(*s.operand, shadowed));
             // Selecting on an optional gives an optional: `a.?b.c` is `a.?b.?c`.
             if !s.test && is_optional(&s.operand) {
                 call(
@@ -254,16 +363,16 @@ fn rewrite(e: IdedExpr) -> IdedExpr {
     IdedExpr { id, expr }
 }
 
-fn rewrite_entry(e: IdedEntryExpr) -> IdedEntryExpr {
+fn rewrite_entry(e: IdedEntryExpr, shadowed: &HashSet<String>) -> IdedEntryExpr {
     let expr = match e.expr {
         EntryExpr::MapEntry(m) => EntryExpr::MapEntry(MapEntryExpr {
-            key: rewrite(m.key),
-            value: rewrite(m.value),
+            key: rewrite(m.key, shadowed),
+            value: rewrite(m.value, shadowed),
             optional: m.optional,
         }),
         EntryExpr::StructField(f) => EntryExpr::MapEntry(MapEntryExpr {
             key: ided(Expr::Literal(LiteralValue::String(f.field.into()))),
-            value: rewrite(f.value),
+            value: rewrite(f.value, shadowed),
             optional: f.optional,
         }),
     };

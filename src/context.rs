@@ -120,12 +120,13 @@ impl Objects<'_> {
             .cloned()
     }
 
+    /// An empty `namespace` lists every namespace (a cluster-wide list).
     pub fn list(&self, api_version: &str, kind: &str, namespace: &str) -> Vec<Value> {
         self.0
             .iter()
             .filter(|o| {
                 let [a, k, ns, _] = identity(o);
-                a == api_version && k == kind && ns == namespace
+                a == api_version && k == kind && (namespace.is_empty() || ns == namespace)
             })
             .cloned()
             .collect()

@@ -12,8 +12,8 @@
 use super::rule_table::{RuleMetrics, RuleTable};
 use super::verdict::DenialHeads;
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
-    PolicyScope,
+    CelCompileError, CompiledCelException, CompiledGeneratingPolicy, CompiledMutatingPolicy,
+    CompiledValidatingPolicy, PolicyScope, attach_exceptions,
 };
 use crate::policy::compile::FailurePolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text};
@@ -33,10 +33,29 @@ pub struct PolicySet {
     pub validating: Vec<CompiledValidatingPolicy>,
     pub mutating: Vec<CompiledMutatingPolicy>,
     pub generating: Vec<CompiledGeneratingPolicy>,
+    /// PolicyExceptions (policies.kyverno.io) of the CEL kinds: attached to
+    /// the policies they name when a snapshot is made.
+    pub cel_exceptions: Vec<Arc<CompiledCelException>>,
 }
 
 impl PolicySet {
+    /// Gives each CEL policy the PolicyExceptions that name it.
+    pub fn attach_cel_exceptions(&mut self) {
+        let all = &self.cel_exceptions;
+        let scopes = self
+            .validating
+            .iter_mut()
+            .map(|p| &mut p.scope)
+            .chain(self.mutating.iter_mut().map(|p| &mut p.scope))
+            .chain(self.generating.iter_mut().map(|p| &mut p.scope));
+        for scope in scopes {
+            scope.exceptions = attach_exceptions(all, &scope.kind, &scope.name);
+        }
+    }
+
     pub fn extend(&mut self, other: &PolicySet) {
+        self.cel_exceptions
+            .extend(other.cel_exceptions.iter().cloned());
         self.policies.extend(other.policies.iter().cloned());
         self.exceptions.extend(other.exceptions.iter().cloned());
         self.validating.extend(other.validating.iter().cloned());
@@ -83,13 +102,15 @@ pub struct Snapshot {
 }
 
 impl Snapshot {
-    pub fn new(set: PolicySet, generation: u64) -> Snapshot {
+    pub fn new(mut set: PolicySet, generation: u64) -> Snapshot {
+        set.attach_cel_exceptions();
         let PolicySet {
             policies,
             exceptions,
             validating,
             mutating,
             generating,
+            cel_exceptions: _,
         } = set;
         let select = |f: Option<FailurePolicy>, has: fn(&CompiledPolicy) -> bool| -> Vec<usize> {
             policies
@@ -372,6 +393,7 @@ pub fn load_text(file: &str, text: &str) -> Result<PolicySet, String> {
             CompiledDocument::Validating(p) => set.validating.push(*p),
             CompiledDocument::Mutating(p) => set.mutating.push(*p),
             CompiledDocument::Generating(p) => set.generating.push(*p),
+            CompiledDocument::CelException(e) => set.cel_exceptions.push(Arc::new(*e)),
         }
     }
     Ok(set)
@@ -385,6 +407,7 @@ pub enum CompiledDocument {
     Validating(Box<CompiledValidatingPolicy>),
     Mutating(Box<CompiledMutatingPolicy>),
     Generating(Box<CompiledGeneratingPolicy>),
+    CelException(Box<CompiledCelException>),
 }
 
 /// Compiles a loaded document for the server (the directory store, the
@@ -410,6 +433,9 @@ pub fn compile_document(doc: LoadedDocument) -> Result<CompiledDocument, String>
         )),
         LoadedDocument::GeneratingPolicy(ref p) => CompiledDocument::Generating(Box::new(
             CompiledGeneratingPolicy::compile(p).map_err(|e| named(e, doc.kind_and_name()))?,
+        )),
+        LoadedDocument::CelException(ref e) => CompiledDocument::CelException(Box::new(
+            CompiledCelException::compile(e).map_err(|e| named(e, doc.kind_and_name()))?,
         )),
         LoadedDocument::Unsupported { kind, name, .. } => {
             return Err(format!("unsupported: kind {kind} ({name})"));

@@ -97,6 +97,8 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("hasValue", has_value);
     ctx.add_function("value", value_of);
     ctx.add_function("dyn", dyn_value);
+    ctx.add_function("string", string_of);
+    ctx.add_function("type", type_of);
     ctx.add_function("resource.Get", resource_get);
     ctx.add_function("resource.List", resource_list);
     ctx.add_function("globalContext.Get", global_context_get);
@@ -236,6 +238,57 @@ fn answer(lookup: Lookup) -> ResolveResult {
 /// `dyn(x)`: a type-checker hint; the interpreter is dynamic already.
 fn dyn_value(v: Value) -> ResolveResult {
     Ok(v)
+}
+
+/// The type names a policy may compare `type(x)` with; each is rewritten
+/// at compile time to [`type_value`] of itself.
+pub const TYPE_NAMES: &[&str] = &[
+    "null_type",
+    "int",
+    "uint",
+    "double",
+    "bool",
+    "string",
+    "bytes",
+    "list",
+    "map",
+    "type",
+];
+
+/// The value standing for a CEL type: the interpreter has no type values,
+/// so a type is a string no object field can hold by accident.
+pub fn type_value(name: &str) -> String {
+    format!("\u{1}type:{name}")
+}
+
+/// `type(x)`: the value of `x`'s type, comparable with a type name.
+fn type_of(v: Value) -> ResolveResult {
+    let name = match &v {
+        Value::Null => "null_type",
+        Value::Int(_) => "int",
+        Value::UInt(_) => "uint",
+        Value::Float(_) => "double",
+        Value::Bool(_) => "bool",
+        Value::String(s) if s.starts_with("\u{1}type:") => "type",
+        Value::String(_) => "string",
+        Value::Bytes(_) => "bytes",
+        Value::List(_) => "list",
+        Value::Map(_) => "map",
+        Value::Duration(_) => "google.protobuf.Duration",
+        Value::Timestamp(_) => "google.protobuf.Timestamp",
+        _ if optional_inner(&v).is_some() => "optional_type",
+        _ => "dyn",
+    };
+    Ok(Value::String(Arc::new(type_value(name))))
+}
+
+/// `string(x)`: the interpreter's conversion, plus `string(bool)`, which
+/// the CEL spec (and cel-go) has and the interpreter lacks.
+fn string_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
+    match this {
+        Value::Bool(b) => Ok(Value::String(Arc::new(b.to_string()))),
+        other => kube_cel::cel::functions::string(ftx, This(other)),
+    }
 }
 
 fn tick(v: Value, weight: i64) -> ResolveResult {

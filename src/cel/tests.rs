@@ -168,3 +168,45 @@ fn unknown_functions_are_errors_inside_macros() {
     assert!(run("[1].exists(x, noSuchFunction(x) == 1)").is_err());
     assert!(run("[1].exists(x, noSuchFunction(x) == 1) ? [1] : []").is_err());
 }
+
+/// `string()` of a bool, as the CEL spec converts it (Kyverno's
+/// test-context-apicall-vpol maps `string(p.?spot.orValue(false))`).
+#[test]
+fn string_converts_bools() {
+    let o = json!({"priorities": [{"spot": true}, {}]});
+    assert_eq!(
+        eval(
+            "object.priorities.map(p, string(p.?spot.orValue(false)))",
+            o
+        ),
+        Ok(json!(["true", "false"]))
+    );
+    assert_eq!(eval("string(3) + string('x')", json!({})), Ok(json!("3x")));
+}
+
+/// `type()` compared with type names, and `cel.bind` (Kyverno's
+/// test-context-*-dpol conditions use both).
+#[test]
+fn type_values_and_bind() {
+    let o = json!({"a": {"b": [1, 2]}, "n": null, "s": "x"});
+    for (e, want) in [
+        ("type(object.n) == type(null)", true),
+        ("type(object.a) != type(null)", true),
+        ("type(object.a) == map && type(object.a.b) == list", true),
+        (
+            "type(object.s) == string && type(1) == int && type(true) == bool",
+            true,
+        ),
+        ("type(object.s) == type(1)", false),
+        ("type(type(1)) == type", true),
+        (
+            "cel.bind(b, object.a.b, b.exists(x, x == 2) && size(b) == 2)",
+            true,
+        ),
+        ("cel.bind(x, 1, cel.bind(y, x + 1, y == 2))", true),
+        // A type name bound as a variable stays a variable.
+        ("['a', 'b'].exists(type, type == 'b')", true),
+    ] {
+        assert_eq!(eval(e, o.clone()), Ok(json!(want)), "{e}");
+    }
+}

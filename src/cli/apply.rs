@@ -12,8 +12,8 @@ use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
 use crate::policy::cel_policy::{
-    AdmissionDocs, CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy,
-    CompiledValidatingPolicy,
+    AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
+    CompiledMutatingPolicy, CompiledValidatingPolicy, attach_exceptions,
 };
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
@@ -91,6 +91,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     let mut validating = Vec::new();
     let mut mutating = Vec::new();
     let mut generating = Vec::new();
+    let mut cel_exceptions = Vec::new();
     let mut admission = AdmissionDocs::default();
     for path in policy_files(&args.policies) {
         let text = read_file(&path)?;
@@ -107,6 +108,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 LoadedDocument::ValidatingAdmissionPolicy(p) => admission.validating.push(*p),
                 LoadedDocument::MutatingAdmissionPolicy(p) => admission.mutating.push(*p),
                 LoadedDocument::AdmissionPolicyBinding(b) => admission.bindings.push(*b),
+                LoadedDocument::CelException(ref e) => cel_exceptions.push(std::sync::Arc::new(
+                    CompiledCelException::compile(e).map_err(|e| cel_error(&doc, e))?,
+                )),
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     anyhow::bail!(
                         "{}: unsupported: policy kind {kind} ({name})",
@@ -131,6 +135,23 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             CompiledMutatingPolicy::compile_admission(p, &admission.bindings)
                 .map_err(|e| admission_error(&p.kind, &p.metadata.name, e))?,
         );
+    }
+    let scopes = validating
+        .iter_mut()
+        .map(|p: &mut CompiledValidatingPolicy| &mut p.scope)
+        .chain(
+            mutating
+                .iter_mut()
+                .map(|p: &mut CompiledMutatingPolicy| &mut p.scope),
+        )
+        .chain(admission_mutating.iter_mut().map(|p| &mut p.scope))
+        .chain(
+            generating
+                .iter_mut()
+                .map(|p: &mut CompiledGeneratingPolicy| &mut p.scope),
+        );
+    for scope in scopes {
+        scope.exceptions = attach_exceptions(&cel_exceptions, &scope.kind, &scope.name);
     }
     let mut values = Values::default();
     if let Some(path) = &args.values_file {

@@ -74,7 +74,9 @@ pub struct TestDoc {
     /// `context`: a `Context` file with the cluster's objects and image
     /// metadata that CEL lookups read.
     pub context: Option<PathBuf>,
-    pub uses_cluster_resources: bool,
+    /// `clusterResources`: `ClusterResource` files whose objects (and
+    /// CRDs) stand for the cluster: what lookups read.
+    pub cluster_resources: Vec<PathBuf>,
     pub target_resources: Vec<PathBuf>,
     /// `paramResources`: the params of parameterised CEL policies.
     pub param_resources: Vec<PathBuf>,
@@ -271,7 +273,7 @@ impl TestDoc {
             inline_values: m.get("values").cloned(),
             userinfo: join("userinfo"),
             context: join("context"),
-            uses_cluster_resources: m.contains_key("clusterresources"),
+            cluster_resources: dedup_paths(dir, m.get("clusterresources")),
             api_calls,
             global_context,
             results,

@@ -37,6 +37,7 @@ enum Compiled {
     Validating(Box<CompiledValidatingPolicy>),
     Mutating(Box<CompiledMutatingPolicy>),
     Generating(Box<CompiledGeneratingPolicy>),
+    CelException(Box<crate::policy::cel_policy::CompiledCelException>),
 }
 
 /// A policy object that could not be used, with the reason.
@@ -104,6 +105,9 @@ impl PolicySync {
                     Compiled::Validating(p) => set.validating.push((**p).clone()),
                     Compiled::Mutating(p) => set.mutating.push((**p).clone()),
                     Compiled::Generating(p) => set.generating.push((**p).clone()),
+                    Compiled::CelException(e) => {
+                        set.cel_exceptions.push(std::sync::Arc::new((**e).clone()))
+                    }
                     Compiled::None => {}
                 }
             }
@@ -233,5 +237,6 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         CompiledDocument::Validating(p) => Compiled::Validating(p),
         CompiledDocument::Mutating(p) => Compiled::Mutating(p),
         CompiledDocument::Generating(p) => Compiled::Generating(p),
+        CompiledDocument::CelException(e) => Compiled::CelException(e),
     })
 }

@@ -273,6 +273,52 @@ pub enum CelVerdict {
     Error(String),
 }
 
+/// Whether PolicyExceptions exempt the request from a CEL policy, as
+/// Kyverno checks them before the policy's matchConditions: every
+/// exception whose matchConditions all hold (on `object`, `oldObject`,
+/// `request`, `namespaceObject`; no variables) exempts it, named in the
+/// message; the first one's `reportResult: pass` reports pass, else skip.
+/// An exception whose conditions fail to evaluate is the policy's error,
+/// unless another already exempted the request.
+pub fn exempted(
+    scope: &PolicyScope,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Option<(RuleStatus, String)> {
+    let mut keys: Vec<&str> = Vec::new();
+    let mut pass = false;
+    let mut failure = None;
+    for e in &scope.exceptions {
+        match conditions_hold(&e.match_conditions, vars, lookups) {
+            Ok(None) => {
+                if keys.is_empty() {
+                    pass = e.report_pass;
+                }
+                keys.push(&e.key);
+            }
+            Ok(Some(_)) => {}
+            Err(err) => {
+                failure.get_or_insert(format!("policy exception {}: {err}", e.key));
+            }
+        }
+    }
+    if keys.is_empty() {
+        return failure.map(|f| (RuleStatus::Error, f));
+    }
+    let (status, word) = if pass {
+        (RuleStatus::Pass, "passed")
+    } else {
+        (RuleStatus::Skip, "skipped")
+    };
+    Some((
+        status,
+        format!(
+            "rule is {word} due to policy exception: {}",
+            keys.join(", ")
+        ),
+    ))
+}
+
 /// Evaluates `variables` in order into the activation: each sees the ones
 /// before it. A variable that fails is left out, so only an expression
 /// that reads it fails (the API server evaluates variables lazily).
@@ -721,7 +767,9 @@ pub fn evaluate_validating_policy<'p>(
     let lookups = ResolverLookups(resolver);
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
-    let evaluate = |vars: &Activation| match match_conditions_gate(scope, vars, &lookups) {
+    let evaluate = |vars: &Activation| match exempted(scope, vars, &lookups)
+        .or_else(|| match_conditions_gate(scope, vars, &lookups))
+    {
         Some((status, message)) => respond(status, message),
         None => {
             let vars = bind_variables(vars, &policy.checks.variables, &lookups);

@@ -98,6 +98,7 @@ pub fn selects(
         }
         Selection::Cel { scope, variables } => {
             deleting_policy_selects(scope, variables, &req, candidate.namespace, resolver)
+                .map(|held| held == Some(true))
         }
     }
 }

@@ -184,17 +184,27 @@ impl Mutator<'_> {
             let spec = &t.spec;
             let name = text(&spec.name)?;
             let namespace = text(&spec.namespace)?;
-            let found = if !name.is_empty() && !name.contains(['*', '?']) {
-                self.resolver
-                    .resource(&spec.api_version, &spec.kind, &namespace, &name)
-                    .map_err(|e| format!("failed to get target: {e}"))?
-                    .into_iter()
-                    .collect()
-            } else {
-                self.resolver
-                    .resources(&spec.api_version, &spec.kind, &namespace)
-                    .map_err(|e| format!("failed to list targets: {e}"))?
-            };
+            // One object when the name and namespace are exact; else a
+            // list (every namespace when none or a pattern is named, as
+            // Kyverno's client lists), filtered below.
+            let wild = |s: &str| s.contains(['*', '?']);
+            let found =
+                if !name.is_empty() && !wild(&name) && !namespace.is_empty() && !wild(&namespace) {
+                    self.resolver
+                        .resource(&spec.api_version, &spec.kind, &namespace, &name)
+                        .map_err(|e| format!("failed to get target: {e}"))?
+                        .into_iter()
+                        .collect()
+                } else {
+                    let listed = if wild(&namespace) {
+                        ""
+                    } else {
+                        namespace.as_str()
+                    };
+                    self.resolver
+                        .resources(&spec.api_version, &spec.kind, listed)
+                        .map_err(|e| format!("failed to list targets: {e}"))?
+                };
             for target in found {
                 let field = |p: &str| {
                     target
@@ -203,6 +213,10 @@ impl Mutator<'_> {
                         .unwrap_or_default()
                 };
                 if !name.is_empty() && !wildcard::matches(&name, field("/metadata/name")) {
+                    continue;
+                }
+                if wild(&namespace) && !wildcard::matches(&namespace, field("/metadata/namespace"))
+                {
                     continue;
                 }
                 if spec

@@ -9,11 +9,13 @@
 //! `validating`, `mutating` and `generating` each kind's documents and
 //! compilation.
 
+mod exception;
 mod generating;
 mod mutating;
 mod scope;
 mod validating;
 
+pub use exception::{CelExceptionDoc, CompiledCelException, attach as attach_exceptions};
 pub use generating::{
     CompiledGeneratingPolicy, GenerateExpression, GeneratingPolicyDoc, GeneratingPolicySpec,
     GenerationSettings,

@@ -45,12 +45,17 @@ pub enum LoadedDocument {
     AdmissionPolicyBinding(Box<super::cel_policy::BindingDoc>),
     /// policies.kyverno.io GeneratingPolicy / NamespacedGeneratingPolicy.
     GeneratingPolicy(Box<super::cel_policy::GeneratingPolicyDoc>),
+    /// policies.kyverno.io PolicyException (for the CEL policy kinds).
+    CelException(Box<super::cel_policy::CelExceptionDoc>),
     /// A kind gavel does not evaluate yet (CEL policy kinds, VAP, ...), kept
     /// so callers can report it as unsupported rather than drop it.
     Unsupported {
         api_version: String,
         kind: String,
         name: String,
+        /// The document as read: what a caller that handles the kind
+        /// itself (DeletingPolicy in `gavel test`) compiles.
+        document: Box<Value>,
     },
 }
 
@@ -66,6 +71,7 @@ impl LoadedDocument {
             LoadedDocument::ValidatingAdmissionPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::MutatingAdmissionPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::AdmissionPolicyBinding(b) => (&b.kind, &b.metadata.name),
+            LoadedDocument::CelException(e) => (&e.kind, &e.metadata.name),
             LoadedDocument::Unsupported { kind, name, .. } => (kind, name),
         }
     }
@@ -159,6 +165,9 @@ pub fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, 
         ("kyverno.io", "PolicyException") => Ok(LoadedDocument::Exception(Box::new(
             decode_strict(file, index, doc)?,
         ))),
+        ("policies.kyverno.io", "PolicyException") => Ok(LoadedDocument::CelException(Box::new(
+            decode_strict(file, index, doc)?,
+        ))),
         _ if kind.is_empty() => Err(LoadError::Document {
             file: file.into(),
             index,
@@ -174,6 +183,7 @@ pub fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, 
                 api_version,
                 kind,
                 name,
+                document: Box::new(doc),
             })
         }
     }

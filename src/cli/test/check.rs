@@ -7,7 +7,7 @@ use super::load::Loaded;
 use super::{Outcome, Row, Selector};
 use crate::cli::resources::{load_resources, resource_key};
 use crate::cli::test_file::TestDoc;
-use crate::engine::{PolicyResponse, RuleStatus, RuleType};
+use crate::engine::{PolicyResponse, RuleResponse, RuleStatus, RuleType};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
 
@@ -30,7 +30,45 @@ fn status_word(s: RuleStatus) -> &'static str {
     }
 }
 
-/// Compares expected results with engine responses (§4).
+/// A resource an expected result names, as Kyverno's CLI keys them: a
+/// trigger (one of the test's resources) or a target that some rule
+/// patched (mutate existing).
+#[derive(Debug, Clone, Copy)]
+enum Keyed {
+    Trigger(usize),
+    Target(usize),
+}
+
+/// A response that patched a target: the response, the rule, the target
+/// as patched.
+type PatchedBy<'e, 'l> = (&'e PolicyResponse<'l>, &'e RuleResponse<'l>, &'e Value);
+
+/// Every response of one trigger, in Kyverno's order: each classic
+/// policy's phases (with the policy's index), then the CEL kinds.
+fn all_responses<'e, 'l>(
+    ev: &'e Evaluated<'l>,
+) -> impl Iterator<Item = (Option<usize>, &'e PolicyResponse<'l>)> {
+    ev.responses
+        .iter()
+        .enumerate()
+        .flat_map(|(pi, phases)| phases.iter().map(move |r| (Some(pi), r)))
+        .chain(ev.mutating.iter().chain(&ev.validating).map(|r| (None, r)))
+}
+
+/// Whether a listed name (`name` or `namespace/name`) names `r`.
+fn named(n: &str, r: &Value) -> bool {
+    let (_, _, ns, name) = resource_key(r);
+    match n.split_once('/') {
+        Some((want_ns, want_name)) => ns == want_ns && name == want_name,
+        None => name == n,
+    }
+}
+
+/// Compares expected results with engine responses (§4), as Kyverno's
+/// `printTestResult` does: each listed name picks the patched targets and
+/// the triggers it names (all of them when it names none); a trigger gets
+/// a row per rule of each response of the policy (or one `Excluded` row
+/// before any other), a target a row per response that patched it.
 pub(super) fn check_results(
     doc: &TestDoc,
     loaded: &Loaded,
@@ -39,6 +77,31 @@ pub(super) fn check_results(
 ) -> Vec<Row> {
     let dir = doc.path.parent().unwrap_or(Path::new("."));
     let mut expected_files = ExpectedFiles::default();
+    // Kyverno's target map: each target resource, with the responses (of
+    // any trigger and policy) that patched it and the rule and object.
+    let patched_targets: Vec<(&Value, Vec<PatchedBy>)> = loaded
+        .targets
+        .iter()
+        .map(|target| {
+            let key = resource_key(target);
+            let found = evaluated
+                .iter()
+                .flat_map(all_responses)
+                .filter_map(|(_, resp)| {
+                    resp.rules.iter().find_map(|rule| {
+                        rule.resources()
+                            .iter()
+                            .find(|p| {
+                                rule.rule_type == RuleType::Mutation && resource_key(p) == key
+                            })
+                            .map(|p| (resp, rule, p))
+                    })
+                })
+                .collect();
+            (target, found)
+        })
+        .filter(|(_, found): &(_, Vec<_>)| !found.is_empty())
+        .collect();
     let mut rows = Vec::new();
     for expected in &doc.results {
         if !selector.keeps(&expected.policy, &expected.rule, &expected.resources) {
@@ -50,65 +113,212 @@ pub(super) fn check_results(
             expected.resources.clone()
         };
         // A name listed twice gives its rows twice, as Kyverno appends the
-        // resources of each listed name without removing repeats
-        // (commands/test/output.go, printTestResult).
-        let mut chosen: Vec<usize> = Vec::new();
+        // resources of each listed name without removing repeats.
+        let mut keys: Vec<Keyed> = Vec::new();
         for n in &names {
+            for (t, (target, _)) in patched_targets.iter().enumerate() {
+                if named(n, target) {
+                    keys.push(Keyed::Target(t));
+                }
+            }
             for (i, r) in loaded.resources.iter().enumerate() {
-                let (_, _, ns, name) = resource_key(r);
-                let hit = match n.split_once('/') {
-                    Some((want_ns, want_name)) => ns == want_ns && name == want_name,
-                    None => name == *n,
-                };
-                if hit {
-                    chosen.push(i);
+                if named(n, r) {
+                    keys.push(Keyed::Trigger(i));
                 }
             }
         }
-        if chosen.is_empty() {
-            chosen = (0..loaded.resources.len()).collect();
+        if keys.is_empty() {
+            keys.extend((0..patched_targets.len()).map(Keyed::Target));
+            keys.extend((0..loaded.resources.len()).map(Keyed::Trigger));
         }
         let policy_name = expected
             .policy
             .rsplit('/')
             .next()
             .unwrap_or(&expected.policy);
-        for i in chosen {
-            let resource = &loaded.resources[i];
-            let shown = display_resource(resource);
-            let ev = &evaluated[i];
-            // (index among classic policies, response, scored)
-            let mut matching: Vec<(Option<usize>, &PolicyResponse, bool)> = ev
-                .responses
-                .iter()
-                .zip(&loaded.policies)
-                .enumerate()
-                .filter(|(_, (_, p))| p.name == policy_name)
-                .filter_map(|(pi, (r, p))| r.as_ref().map(|r| (Some(pi), r, p.scored)))
-                .collect();
-            matching.extend(
-                ev.mutating
-                    .iter()
-                    .chain(&ev.validating)
-                    .filter(|r| r.policy == policy_name)
-                    .map(|r| (None, r, true)),
-            );
-            let row = |rule: &str,
-                       result: &'static str,
-                       reason: String,
-                       message: String,
-                       outcome: Outcome| Row {
-                policy: expected.policy.clone(),
-                rule: rule.to_string(),
-                resource: shown.clone(),
-                result,
-                reason,
-                message,
-                outcome,
+        for key in keys {
+            let shown = match key {
+                Keyed::Trigger(i) => display_resource(&loaded.resources[i]),
+                Keyed::Target(t) => display_resource(patched_targets[t].0),
             };
-            if matching.is_empty() {
+            let row =
+                |rule: &str, result: &'static str, reason: String, message: String, outcome| Row {
+                    policy: expected.policy.clone(),
+                    rule: rule.to_string(),
+                    resource: shown.clone(),
+                    result,
+                    reason,
+                    message,
+                    outcome,
+                };
+            // Compares `resource` with the expected file (None: the file
+            // lacks it), then the status.
+            let mut judge = |r: &RuleResponse,
+                             scored: bool,
+                             resource: Option<&Value>,
+                             file: Option<&str>|
+             -> Option<Row> {
+                if let Some(file) = file {
+                    let found = match resource {
+                        Some(resource) => expected_files
+                            .find(&dir.join(file), resource)
+                            .map(|w| w.map(|w| (resource, w))),
+                        None => Ok(None),
+                    };
+                    match found {
+                        Err(e) => {
+                            return Some(row(
+                                r.name,
+                                "Fail",
+                                "Resource error".into(),
+                                e,
+                                Outcome::Fail,
+                            ));
+                        }
+                        Ok(None) => return None,
+                        Ok(Some((resource, want))) => {
+                            if let Some(d) = resource_diff(resource, want) {
+                                return Some(row(
+                                    r.name,
+                                    "Fail",
+                                    "Resource diff".into(),
+                                    d,
+                                    Outcome::Fail,
+                                ));
+                            }
+                        }
+                    }
+                }
+                let mut actual = status_word(r.status);
+                if actual == "fail" && !scored {
+                    actual = "warn";
+                }
+                Some(if actual == expected.result {
+                    let outcome = if expected.result == "skip" {
+                        Outcome::Skip
+                    } else {
+                        Outcome::Pass
+                    };
+                    row(r.name, "Pass", "Ok".into(), r.message.to_string(), outcome)
+                } else {
+                    row(
+                        r.name,
+                        "Fail",
+                        format!("Want {}, got {actual}", expected.result),
+                        r.message.to_string(),
+                        Outcome::Fail,
+                    )
+                })
+            };
+            let mut here: Vec<Row> = Vec::new();
+            let mut skipped = false;
+            match key {
+                Keyed::Trigger(i) => {
+                    let ev = &evaluated[i];
+                    let scored_of =
+                        |pi: Option<usize>| pi.is_none_or(|pi| loaded.policies[pi].scored);
+                    // A classic policy by its own name (a namespaced
+                    // Policy's response carries `namespace/name`).
+                    let of_policy = |(pi, r): &(Option<usize>, &PolicyResponse)| match pi {
+                        Some(pi) => loaded.policies[*pi].name == policy_name,
+                        None => r.policy == policy_name,
+                    };
+                    for (pi, resp) in all_responses(ev).filter(of_policy) {
+                        let scored = scored_of(pi);
+                        let checked = resp.rules.iter().filter(|r| {
+                            expected.rule.is_empty()
+                                || expected.is_cel_policy
+                                || pi.is_none()
+                                || r.name == expected.rule
+                                || r.name == format!("autogen-{}", expected.rule)
+                                || r.name == format!("autogen-cronjob-{}", expected.rule)
+                        });
+                        for r in checked {
+                            if r.rule_type == RuleType::Generation {
+                                let produced = r.resources();
+                                if produced.is_empty() {
+                                    here.extend(judge(r, scored, None, None));
+                                }
+                                for g in produced {
+                                    let file = expected.generated_resource.as_deref();
+                                    // A generated resource the file lacks is
+                                    // a resource error in Kyverno.
+                                    let mut judged = judge(r, scored, Some(g), file)
+                                        .unwrap_or_else(|| {
+                                            row(
+                                                r.name,
+                                                "Fail",
+                                                "Resource error".into(),
+                                                format!(
+                                                    "resource {} not found in the expected file",
+                                                    display_resource(g)
+                                                ),
+                                                Outcome::Fail,
+                                            )
+                                        });
+                                    judged.resource = resource_key(g).3.to_string();
+                                    here.push(judged);
+                                }
+                                continue;
+                            }
+                            // What Kyverno compares: the response's
+                            // patched resource for a mutation (none for a
+                            // MutatingPolicy's target response), else the
+                            // resource the phase saw.
+                            let cel_target = pi.is_none()
+                                && r.rule_type == RuleType::Mutation
+                                && !r.resources().is_empty();
+                            let resource = match (r.rule_type, pi) {
+                                _ if cel_target => None,
+                                (RuleType::Mutation, Some(pi)) => Some(&ev.patched[pi]),
+                                (_, Some(_)) => Some(&ev.mutated),
+                                (_, None) => Some(&ev.cel_mutated),
+                            };
+                            match judge(r, scored, resource, expected.patched_resources.as_deref())
+                            {
+                                Some(row) => here.push(row),
+                                // Not in the expected file: skipped (§4.6).
+                                None => skipped = true,
+                            }
+                        }
+                        if here.is_empty() && !skipped {
+                            here.push(row(
+                                &expected.rule,
+                                "Pass",
+                                "Excluded".into(),
+                                String::new(),
+                                Outcome::Skip,
+                            ));
+                        }
+                    }
+                }
+                Keyed::Target(t) => {
+                    for (resp, r, patched) in &patched_targets[t].1 {
+                        let scored = !loaded
+                            .policies
+                            .iter()
+                            .any(|p| p.name == resp.policy && !p.scored);
+                        let judged = judge(
+                            r,
+                            scored,
+                            Some(patched),
+                            expected.patched_resources.as_deref(),
+                        );
+                        here.push(judged.unwrap_or_else(|| {
+                            row(
+                                r.name,
+                                "Fail",
+                                "Resource error".into(),
+                                format!("resource {shown} not found in the expected file"),
+                                Outcome::Fail,
+                            )
+                        }));
+                    }
+                }
+            }
+            if here.is_empty() && !skipped {
                 if loaded.invalid.iter().any(|(n, _)| n == policy_name) {
-                    rows.push(row(
+                    here.push(row(
                         &expected.rule,
                         "Skip",
                         "Invalid Policy".into(),
@@ -118,7 +328,7 @@ pub(super) fn check_results(
                 } else if let Some((_, kind)) =
                     loaded.unsupported.iter().find(|(n, _)| n == policy_name)
                 {
-                    rows.push(row(
+                    here.push(row(
                         &expected.rule,
                         "Fail",
                         "Not found".into(),
@@ -126,7 +336,7 @@ pub(super) fn check_results(
                         Outcome::Fail,
                     ));
                 } else {
-                    rows.push(row(
+                    here.push(row(
                         &expected.rule,
                         "Fail",
                         "Not found".into(),
@@ -134,108 +344,8 @@ pub(super) fn check_results(
                         Outcome::Fail,
                     ));
                 }
-                continue;
             }
-            for (pi, resp, scored) in matching {
-                let rule_rows: Vec<_> = resp
-                    .rules
-                    .iter()
-                    .filter(|r| {
-                        expected.rule.is_empty()
-                            || expected.is_cel_policy
-                            || r.name == expected.rule
-                            || r.name == format!("autogen-{}", expected.rule)
-                            || r.name == format!("autogen-cronjob-{}", expected.rule)
-                    })
-                    .collect();
-                if rule_rows.is_empty() {
-                    rows.push(row(
-                        &expected.rule,
-                        "Pass",
-                        "Excluded".into(),
-                        String::new(),
-                        Outcome::Skip,
-                    ));
-                    continue;
-                }
-                for r in rule_rows {
-                    let mut actual = status_word(r.status);
-                    if actual == "fail" && !scored {
-                        actual = "warn";
-                    }
-                    // Resources to compare: (actual, expected file). A
-                    // generate rule gives one row per downstream resource, a
-                    // mutate-existing rule one per patched target.
-                    let existing = r.rule_type == RuleType::Mutation && !r.resources().is_empty();
-                    let mut compare: Vec<(&Value, &str)> = Vec::new();
-                    if let Some(file) = &expected.patched_resources
-                        && !existing
-                    {
-                        let resource = match (r.rule_type, pi) {
-                            (RuleType::Mutation, Some(pi)) => &ev.patched[pi],
-                            (_, Some(_)) => &ev.mutated,
-                            (_, None) => &ev.cel_mutated,
-                        };
-                        compare.push((resource, file));
-                    }
-                    let produced_file = match r.rule_type {
-                        RuleType::Generation => expected.generated_resource.as_deref(),
-                        RuleType::Mutation if existing => expected.patched_resources.as_deref(),
-                        _ => None,
-                    };
-                    let mut produced_rows: Vec<Option<&Value>> = vec![None];
-                    if produced_file.is_some() && !r.resources().is_empty() {
-                        produced_rows = r.resources().iter().map(Some).collect();
-                    }
-                    for produced in produced_rows {
-                        let mut checks = compare.clone();
-                        if let (Some(g), Some(file)) = (produced, produced_file) {
-                            checks.push((g, file));
-                        }
-                        let mut diff = None;
-                        let mut missing = false;
-                        for (resource, file) in checks {
-                            match expected_files.find(&dir.join(file), resource) {
-                                Err(e) => diff = Some(e),
-                                Ok(None) => missing = true,
-                                Ok(Some(want)) => {
-                                    if let Some(d) = resource_diff(resource, want) {
-                                        diff = Some(d);
-                                    }
-                                }
-                            }
-                        }
-                        // §4.6: a resource the expected file lacks drops the row.
-                        if missing && diff.is_none() {
-                            continue;
-                        }
-                        let mut row = if let Some(d) = diff {
-                            row(r.name, "Fail", "Resource diff".into(), d, Outcome::Fail)
-                        } else if actual == expected.result {
-                            let outcome = if expected.result == "skip" {
-                                Outcome::Skip
-                            } else {
-                                Outcome::Pass
-                            };
-                            row(r.name, "Pass", "Ok".into(), r.message.to_string(), outcome)
-                        } else {
-                            row(
-                                r.name,
-                                "Fail",
-                                format!("Want {}, got {actual}", expected.result),
-                                r.message.to_string(),
-                                Outcome::Fail,
-                            )
-                        };
-                        // A patched target's row names the target, as
-                        // Kyverno's rows from its target responses do.
-                        if let (true, Some(target)) = (existing, produced) {
-                            row.resource = display_resource(target);
-                        }
-                        rows.push(row);
-                    }
-                }
-            }
+            rows.extend(here);
         }
     }
     rows

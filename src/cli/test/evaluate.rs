@@ -9,8 +9,8 @@ use crate::cli::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use crate::cli::values::PolicyRuleValues;
 use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
 use crate::engine::cel::{
-    CelRequest, TargetOutcome, evaluate_generating_policy, evaluate_validating_policy,
-    expression_targets, mutate_target, object_selected,
+    CelRequest, TargetOutcome, deleting_policy_selects, evaluate_generating_policy,
+    evaluate_validating_policy, expression_targets, mutate_target, object_selected,
 };
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
@@ -19,6 +19,7 @@ use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::policy::CompiledPolicy;
 use crate::policy::cel_policy::{CompiledMutatingPolicy, TargetSelection};
+use crate::policy::cleanup::{CompiledCleanupPolicy, Selection};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -31,6 +32,10 @@ struct MockResolver<'a> {
     objects: &'a [Value],
     /// `spec.images` of the test's Context file.
     images: &'a [Value],
+    /// The test has `clusterResources`: API calls and ConfigMap lookups
+    /// are answered from the objects (Kyverno's CLI allows API calls to
+    /// its fake cluster only then).
+    cluster: bool,
 }
 
 impl Resolver for MockResolver<'_> {
@@ -40,11 +45,28 @@ impl Resolver for MockResolver<'_> {
             .as_deref()
             .or(call.url.as_deref())
             .unwrap_or_default();
-        Ok(self
+        let mocked = self
             .api_calls
             .iter()
             .find(|m| m.url == target && m.method.eq_ignore_ascii_case(&call.method))
-            .map(|m| m.body.clone()))
+            .map(|m| m.body.clone());
+        if mocked.is_some()
+            || !self.cluster
+            || call.url_path.is_none()
+            || !call.method.eq_ignore_ascii_case("GET")
+        {
+            return Ok(mocked);
+        }
+        // A GET of an API path answered from the test's objects, as
+        // Kyverno's CLI answers it from its fake cluster.
+        Ok(api_path_get(Objects(self.objects), target))
+    }
+
+    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
+        if !self.cluster {
+            return Ok(None);
+        }
+        Ok(Objects(self.objects).get("v1", "ConfigMap", namespace, name))
     }
 
     fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
@@ -95,11 +117,48 @@ impl Resolver for MockResolver<'_> {
     }
 }
 
+/// `GET /api/v1/...` or `/apis/<group>/<version>/...` on the objects: one
+/// object (a name last), or a list (`{items}`) of a kind in a namespace
+/// or in all of them. `None` for a path that names no known resource.
+fn api_path_get(objects: Objects, path: &str) -> Option<Value> {
+    let path = path.split('?').next().unwrap_or_default().trim_matches('/');
+    let parts: Vec<&str> = path.split('/').collect();
+    let (api_version, rest) = match parts.as_slice() {
+        ["api", version, rest @ ..] => ((*version).to_string(), rest),
+        ["apis", group, version, rest @ ..] => (format!("{group}/{version}"), rest),
+        _ => return None,
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, rest @ ..] if !rest.is_empty() => (*ns, rest),
+        _ => ("", rest),
+    };
+    let (resource, name) = match rest {
+        [resource] => (*resource, None),
+        [resource, name] => (*resource, Some(*name)),
+        _ => return None,
+    };
+    let kind = objects
+        .kind_for_resource(&api_version, resource)
+        .or_else(|| {
+            (api_version == "v1" && resource == "namespaces").then(|| "Namespace".to_string())
+        })?;
+    match name {
+        Some(name) => objects.get(&api_version, &kind, namespace, name),
+        None => Some(serde_json::json!({
+            "apiVersion": api_version,
+            "kind": format!("{kind}List"),
+            "metadata": {},
+            "items": objects.list(&api_version, &kind, namespace),
+        })),
+    }
+}
+
 /// What the engine made of one resource, per policy (in load order).
 pub(super) struct Evaluated<'l> {
-    /// Each policy's responses over all phases; `None` for a generate-only
-    /// policy none of whose rules applied (it reads as "Not found").
-    pub(super) responses: Vec<Option<PolicyResponse<'l>>>,
+    /// Each policy's responses, one per phase as Kyverno's CLI makes
+    /// them (mutate, validate, generate); none for a generate-only policy
+    /// none of whose rules applied (it reads as "Not found").
+    pub(super) responses: Vec<Vec<PolicyResponse<'l>>>,
     /// The resource after each policy's mutate rules.
     pub(super) patched: Vec<Value>,
     /// The resource validate and generate rules saw: after every mutation.
@@ -123,6 +182,7 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
         globals: &doc.global_context,
         objects: &loaded.objects,
         images: &loaded.images,
+        cluster: !doc.cluster_resources.is_empty(),
     };
     let operation = loaded.values.operation();
     let mut out = Vec::with_capacity(loaded.resources.len());
@@ -132,11 +192,11 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
             .and_then(Value::as_str)
             .unwrap_or_default();
         let mut current = resource.clone();
-        let mut responses: Vec<Option<PolicyResponse>> = Vec::with_capacity(loaded.policies.len());
+        let mut responses: Vec<Vec<PolicyResponse>> = Vec::with_capacity(loaded.policies.len());
         let mut patched = Vec::with_capacity(loaded.policies.len());
         for policy in &loaded.policies {
             if !policy.has_mutate() {
-                responses.push(None);
+                responses.push(Vec::new());
                 patched.push(current.clone());
                 continue;
             }
@@ -153,7 +213,7 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
                 current = p;
             }
             patched.push(current.clone());
-            responses.push(Some(outcome.response));
+            responses.push(vec![outcome.response]);
         }
         for (i, policy) in loaded.policies.iter().enumerate() {
             // Validate and generate see the same request: one build for both.
@@ -173,20 +233,15 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
                     )
                 },
             );
-            let slot = &mut responses[i];
-            let mut merged = slot.take().unwrap_or(PolicyResponse {
-                policy: validated.policy,
-                rules: Vec::new(),
-            });
-            merged.rules.extend(validated.rules);
-            if let Some(g) = generated {
-                merged.rules.extend(g.rules);
+            // kyverno-compat: a validate response for every policy with
+            // validate (or verifyImages) rules, a generate response only
+            // when the generate phase produced rule responses.
+            if policy.has_validate() || !validated.rules.is_empty() {
+                responses[i].push(validated);
             }
-            // kyverno-compat: only a generate phase that produced rule
-            // responses yields an engine response for a generate policy.
-            let generate_only =
-                policy.has_generate() && !policy.has_mutate() && !policy.has_validate();
-            *slot = (!generate_only || !merged.rules.is_empty()).then_some(merged);
+            if let Some(g) = generated.filter(|g| !g.rules.is_empty()) {
+                responses[i].push(g);
+            }
         }
         let cel_input = |resource: &Value| {
             let req = build_request(resource, &operation, loaded);
@@ -266,6 +321,11 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
                 }
             }
         }
+        for p in &loaded.deleting {
+            if let Some(response) = deleting(p, resource, loaded, &resolver) {
+                validating.push(response);
+            }
+        }
         out.push(Evaluated {
             responses,
             patched,
@@ -276,6 +336,43 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
         });
     }
     out
+}
+
+/// A DeletingPolicy in `kyverno test`: pass ("resource matched") when a
+/// run would delete the resource, fail when its conditions keep it, and
+/// no row when its matchConstraints do not select it (Kyverno's CLI).
+fn deleting<'p>(
+    policy: &'p CompiledCleanupPolicy,
+    resource: &Value,
+    loaded: &Loaded,
+    resolver: &MockResolver,
+) -> Option<PolicyResponse<'p>> {
+    let Selection::Cel { scope, variables } = &policy.selection else {
+        return None;
+    };
+    let text = |p: &str| {
+        resource
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let namespace = text("/metadata/namespace");
+    let labels = loaded.values.namespace_labels.get(namespace).cloned();
+    let mut req = Request::offline(resource, "", loaded.user.user.clone(), labels);
+    req.gvr.resource = crate::kinds::plural(text("/apiVersion"), text("/kind")).into_owned();
+    req.request_resource = req.gvr.clone();
+    let namespace_object = loaded.values.namespace_objects.get(namespace);
+    let name = scope.name.as_str();
+    let rule = match deleting_policy_selects(scope, variables, &req, namespace_object, resolver) {
+        Ok(None) => return None,
+        Ok(Some(true)) => RuleResponse::new(name, RuleStatus::Pass, "resource matched"),
+        Ok(Some(false)) => RuleResponse::new(name, RuleStatus::Fail, "resource did not match"),
+        Err(e) => RuleResponse::new(name, RuleStatus::Error, e),
+    };
+    Some(PolicyResponse {
+        policy: name,
+        rules: vec![rule],
+    })
 }
 
 /// Mutate existing of a MutatingPolicy in `kyverno test`: the

@@ -7,9 +7,10 @@ use crate::cli::resources::{load_objects_as_written, load_resources, resource_ke
 use crate::cli::test_file::TestDoc;
 use crate::cli::values::{UserInfoFile, Values};
 use crate::policy::cel_policy::{
-    AdmissionDocs, CelCompileError, CompiledGeneratingPolicy, CompiledMutatingPolicy,
-    CompiledValidatingPolicy,
+    AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
+    CompiledMutatingPolicy, CompiledValidatingPolicy, attach_exceptions,
 };
+use crate::policy::cleanup::CompiledCleanupPolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use serde_json::Value;
@@ -27,6 +28,8 @@ pub(super) struct Loaded {
     pub(super) validating: Vec<CompiledValidatingPolicy>,
     /// GeneratingPolicies, evaluated last.
     pub(super) generating: Vec<CompiledGeneratingPolicy>,
+    /// DeletingPolicies: whether a run would delete each resource.
+    pub(super) deleting: Vec<CompiledCleanupPolicy>,
     /// `spec.images` of the Context file.
     pub(super) images: Vec<Value>,
     /// Policies rejected by validation: (name, reason).
@@ -34,6 +37,9 @@ pub(super) struct Loaded {
     /// Unsupported policy kinds: (name, kind).
     pub(super) unsupported: Vec<(String, String)>,
     pub(super) exceptions: Vec<CompiledException>,
+    /// PolicyExceptions of the CEL kinds, attached to the policies they
+    /// name once every file is read.
+    pub(super) cel_exceptions: Vec<std::sync::Arc<CompiledCelException>>,
     pub(super) resources: Vec<Value>,
     pub(super) values: Values,
     pub(super) user: UserInfoFile,
@@ -82,6 +88,8 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         user: UserInfoFile::default(),
         objects: Vec::new(),
         targets: Vec::new(),
+        deleting: Vec::new(),
+        cel_exceptions: Vec::new(),
         admission_docs: AdmissionDocs::default(),
     };
     let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
@@ -126,6 +134,28 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
                 LoadedDocument::AdmissionPolicyBinding(b) => {
                     loaded.admission_docs.bindings.push(*b)
                 }
+                LoadedDocument::CelException(e) => match CompiledCelException::compile(&e) {
+                    Ok(c) => loaded.cel_exceptions.push(std::sync::Arc::new(c)),
+                    Err(CelCompileError::Unsupported(_)) => loaded
+                        .unsupported
+                        .push((e.metadata.name.clone(), e.kind.clone())),
+                    Err(CelCompileError::Invalid(why)) => {
+                        return Err(format!("PolicyException {}: {why}", e.metadata.name));
+                    }
+                },
+                LoadedDocument::Unsupported {
+                    api_version,
+                    kind,
+                    name,
+                    document,
+                } if api_version.starts_with("policies.kyverno.io/")
+                    && matches!(kind.as_str(), "DeletingPolicy" | "NamespacedDeletingPolicy") =>
+                {
+                    match CompiledCleanupPolicy::compile(&document) {
+                        Ok(p) => loaded.deleting.push(p),
+                        Err(e) => loaded.invalid.push((name, e)),
+                    }
+                }
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     loaded.unsupported.push((name, kind))
                 }
@@ -149,6 +179,16 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         loaded.file_cel(&p.kind, &p.metadata.name, compiled, |l| {
             &mut l.admission_mutating
         });
+    }
+    let scopes = loaded
+        .validating
+        .iter_mut()
+        .map(|p| &mut p.scope)
+        .chain(loaded.mutating.iter_mut().map(|p| &mut p.scope))
+        .chain(loaded.admission_mutating.iter_mut().map(|p| &mut p.scope))
+        .chain(loaded.generating.iter_mut().map(|p| &mut p.scope));
+    for scope in scopes {
+        scope.exceptions = attach_exceptions(&loaded.cel_exceptions, &scope.kind, &scope.name);
     }
     let mut seen = std::collections::HashSet::new();
     for p in &doc.resources {
@@ -199,6 +239,29 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
             };
             loaded.objects.extend(list("/spec/resources"));
             loaded.images.extend(list("/spec/images"));
+        }
+    }
+    // The cluster the test stands for: each ClusterResource's objects and
+    // the CRDs it names (paths relative to the test).
+    for path in &doc.cluster_resources {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        for d in
+            parse_yaml_documents(&path.display().to_string(), &text).map_err(|e| e.to_string())?
+        {
+            if let Some(objects) = d.pointer("/spec/resources").and_then(Value::as_array) {
+                loaded.objects.extend(objects.iter().cloned());
+            }
+            for crd in d
+                .pointer("/spec/crds")
+                .and_then(Value::as_array)
+                .into_iter()
+                .flatten()
+            {
+                let Some(file) = crd.as_str() else { continue };
+                loaded
+                    .objects
+                    .extend(load_resources(&dir.join(file)).map_err(|e| e.to_string())?);
+            }
         }
     }
     if let Some(v) = &doc.inline_values {

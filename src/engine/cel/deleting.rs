@@ -9,25 +9,27 @@ use crate::engine::Request;
 use crate::policy::cel_policy::{CompiledNamed, PolicyScope};
 use serde_json::Value;
 
+/// `None` when the matchConstraints do not select the resource; else
+/// whether the conditions hold.
 pub fn deleting_policy_selects(
     scope: &PolicyScope,
     variables: &[CompiledNamed],
     req: &Request,
     namespace: Option<&Value>,
     resolver: &dyn Resolver,
-) -> Result<bool, String> {
+) -> Result<Option<bool>, String> {
     let mut input = CelRequest::of(req);
     if let Some(ns) = namespace {
         input = input.with_namespace_object(ns);
     }
     if scope_view(scope, req, &input).is_none() {
-        return Ok(false);
+        return Ok(None);
     }
     let lookups = ResolverLookups(resolver);
     let vars = bind_variables(input.activation(), variables, &lookups);
     match conditions_hold(&scope.match_conditions, &vars, &lookups) {
-        Ok(None) => Ok(true),
-        Ok(Some(_)) => Ok(false),
+        Ok(None) => Ok(Some(true)),
+        Ok(Some(_)) => Ok(Some(false)),
         Err(e) => Err(format!("failed to evaluate conditions: {e}")),
     }
 }

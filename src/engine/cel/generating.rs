@@ -1,7 +1,7 @@
 //! GeneratingPolicy: the `generate` expressions call `generator.Apply`,
 //! and what they ask for becomes the rule's downstream resources.
 
-use super::{CelRequest, ResolverLookups, bind_variables, conditions_hold, scope_view};
+use super::{CelRequest, ResolverLookups, bind_variables, conditions_hold, exempted, scope_view};
 use crate::context::Resolver;
 use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::policy::cel_policy::CompiledGeneratingPolicy;
@@ -25,10 +25,14 @@ pub fn evaluate_generating_policy<'p>(
         return response;
     }
     let lookups = ResolverLookups(resolver);
-    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
     let respond = |status: RuleStatus, message: String| {
         RuleResponse::new(&scope.name, status, message).of_type(RuleType::Generation)
     };
+    if let Some((status, message)) = exempted(scope, input.activation(), &lookups) {
+        response.rules.push(respond(status, message));
+        return response;
+    }
+    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
     match conditions_hold(&scope.match_conditions, &vars, &lookups) {
         Ok(Some(_)) => return response,
         Err(e) => {

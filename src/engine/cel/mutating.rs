@@ -4,7 +4,7 @@
 
 use super::params::{self, NONE_FOUND};
 use super::{
-    CelRequest, ResolverLookups, bind_variables, conditions_hold, match_conditions_gate,
+    CelRequest, ResolverLookups, bind_variables, conditions_hold, exempted, match_conditions_gate,
     scope_view, template_view,
 };
 use crate::cel::values::{cel_to_json, json_to_cel};
@@ -91,7 +91,9 @@ pub fn evaluate_mutating_policy<'p>(
     // Variables are evaluated once, on the incoming object, as the API
     // server's lazily evaluated (and then cached) variables mostly are.
     let vars = bind_variables(base, &policy.variables, &lookups);
-    let rule = match match_conditions_gate(scope, &vars, &lookups) {
+    let rule = match exempted(scope, base, &lookups)
+        .or_else(|| match_conditions_gate(scope, &vars, &lookups))
+    {
         Some((status, message)) => respond(status, message),
         None => match mutate(policy, req.object.clone(), view.template, &vars, &lookups) {
             Ok(patched) => {

@@ -174,6 +174,12 @@ pub(super) fn bindings_for(
 #[derive(Debug, Clone)]
 pub struct PolicyScope {
     pub name: String,
+    /// The policy's kind (ValidatingPolicy, NamespacedMutatingPolicy, ...):
+    /// what exceptions name it by.
+    pub kind: String,
+    /// The PolicyExceptions (policies.kyverno.io) that name this policy,
+    /// attached once every document is read.
+    pub exceptions: Vec<std::sync::Arc<super::CompiledCelException>>,
     /// Set for a Namespaced* kind: it applies only there.
     pub namespace: Option<String>,
     pub match_constraints: MatchConstraints,
@@ -224,6 +230,8 @@ impl PolicyScope {
         };
         Ok(PolicyScope {
             name: metadata.name.clone(),
+            kind: kind.to_string(),
+            exceptions: Vec::new(),
             namespace: kind.starts_with("Namespaced").then(|| {
                 metadata
                     .namespace
