@@ -216,10 +216,19 @@ fn generator_apply(ftx: &FunctionContext, Arguments(args): Arguments) -> Resolve
         if !object.is_object() {
             return Err(ftx.error(format!("generator.Apply: {object} is not an object")));
         }
+        // A list (`resource.List(...)`) stands for its items, as Kyverno's
+        // generator takes an unstructured list.
+        if let Some(list) = object.get("items").and_then(serde_json::Value::as_array) {
+            for o in list.iter().filter(|o| o.is_object()) {
+                out.push((namespace.clone(), o.clone()));
+            }
+            continue;
+        }
         out.push((namespace.clone(), object));
     }
     STATE.with_borrow_mut(|s| s.generated.extend(out));
-    Ok(Value::Null)
+    // true, as Kyverno's: `all(ns, generator.apply(ns, ...))` iterates.
+    Ok(Value::Bool(true))
 }
 
 /// The answer to `lookup`, or a pending marker that fails this round.

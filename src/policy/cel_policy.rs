@@ -17,8 +17,8 @@ mod validating;
 
 pub use exception::{CelExceptionDoc, CompiledCelException, attach as attach_exceptions};
 pub use generating::{
-    CompiledGeneratingPolicy, GenerateExpression, GeneratingPolicyDoc, GeneratingPolicySpec,
-    GenerationSettings,
+    CompiledGeneratingPolicy, CompiledGeneration, GenerateExpression, GeneratingPolicyDoc,
+    GeneratingPolicySpec, GenerationSettings, GenerationTemplate, Segment, TemplateNode,
 };
 pub use mutating::{
     CompiledMutatingPolicy, CompiledMutation, MutateExisting, MutatingPolicyDoc,

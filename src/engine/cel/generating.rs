@@ -2,9 +2,13 @@
 //! and what they ask for becomes the rule's downstream resources.
 
 use super::{CelRequest, ResolverLookups, bind_variables, conditions_hold, exempted, scope_view};
+use crate::cel::values::cel_to_json;
+use crate::cel::{Activation, Lookups};
 use crate::context::Resolver;
 use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
-use crate::policy::cel_policy::CompiledGeneratingPolicy;
+use crate::policy::cel_policy::{
+    CompiledGeneratingPolicy, CompiledGeneration, Segment, TemplateNode,
+};
 use serde_json::Value;
 
 /// One response named after the policy, with the downstream resources;
@@ -45,7 +49,23 @@ pub fn evaluate_generating_policy<'p>(
         Ok(None) => {}
     }
     let mut downstream = Vec::new();
-    for (i, program) in policy.generate.iter().enumerate() {
+    for (i, generation) in policy.generate.iter().enumerate() {
+        let program = match generation {
+            CompiledGeneration::Expression(program) => program,
+            CompiledGeneration::Template(docs) => {
+                match render_template(docs, scope.namespace.as_deref(), &vars, &lookups) {
+                    Ok(objects) => downstream.extend(objects),
+                    Err(e) => {
+                        response.rules.push(respond(
+                            RuleStatus::Error,
+                            format!("failed to render generate[{i}].template: {e}"),
+                        ));
+                        return response;
+                    }
+                }
+                continue;
+            }
+        };
         match program.eval_generating(&vars, &lookups) {
             Ok((_, generated)) => {
                 for (namespace, object) in generated {
@@ -73,6 +93,91 @@ pub fn evaluate_generating_policy<'p>(
     let rule = respond(RuleStatus::Pass, "policy evaluated successfully".into());
     response.rules.push(rule.with_resources(downstream));
     response
+}
+
+/// A template's objects, each in the namespace its metadata names (a
+/// namespaced policy's own when it names none; another is refused).
+fn render_template(
+    docs: &[TemplateNode],
+    policy_namespace: Option<&str>,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Result<Vec<Value>, String> {
+    let mut out = Vec::with_capacity(docs.len());
+    for (i, doc) in docs.iter().enumerate() {
+        let object = render(doc, vars, lookups).map_err(|e| format!("document {}: {e}", i + 1))?;
+        if !object.is_object() {
+            return Err(format!(
+                "document {}: expected a mapping describing a resource",
+                i + 1
+            ));
+        }
+        let named = object
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let namespace = match policy_namespace {
+            Some(own) if named.is_empty() => own.to_string(),
+            Some(own) if named != own => {
+                return Err(format!(
+                    "cross-namespace generation denied: a policy in namespace {own:?} cannot generate resources into namespace {named:?}"
+                ));
+            }
+            _ => named,
+        };
+        out.push(place(namespace, object));
+    }
+    Ok(out)
+}
+
+fn render(node: &TemplateNode, vars: &Activation, lookups: &dyn Lookups) -> Result<Value, String> {
+    let eval = |p: &crate::cel::Program| -> Result<Value, String> {
+        let v = p
+            .eval(vars, lookups)
+            .map_err(|e| format!("placeholder {:?}: {e}", p.source()))?;
+        cel_to_json(&v)
+    };
+    Ok(match node {
+        TemplateNode::Literal(v) => v.clone(),
+        TemplateNode::Splice(p) => eval(p)?,
+        TemplateNode::Interpolated(segments) => {
+            let mut s = String::new();
+            for segment in segments {
+                match segment {
+                    Segment::Text(t) => s.push_str(t),
+                    Segment::Expr(p) => match eval(p)? {
+                        Value::String(v) => s.push_str(&v),
+                        v @ (Value::Bool(_) | Value::Number(_)) => s.push_str(&v.to_string()),
+                        other => {
+                            return Err(format!(
+                                "placeholder {:?} embedded in a string must evaluate to a scalar, got {other}",
+                                p.source()
+                            ));
+                        }
+                    },
+                }
+            }
+            Value::String(s)
+        }
+        TemplateNode::Map(entries) => Value::Object(
+            entries
+                .iter()
+                .map(|(k, v)| {
+                    Ok((
+                        k.clone(),
+                        render(v, vars, lookups).map_err(|e| format!("field {k:?}: {e}"))?,
+                    ))
+                })
+                .collect::<Result<_, String>>()?,
+        ),
+        TemplateNode::List(items) => Value::Array(
+            items
+                .iter()
+                .map(|v| render(v, vars, lookups))
+                .collect::<Result<_, String>>()?,
+        ),
+    })
 }
 
 /// Where `generator.Apply` puts its objects: the namespace it names, in a
@@ -189,5 +294,97 @@ spec:
             evaluate(&text.replace("generator.Apply(variables.ns, ", "generator.apply("));
         assert_eq!(status, RuleStatus::Pass);
         assert_eq!(resources[0]["metadata"]["namespace"], "team-b");
+    }
+
+    /// `generate[].template`: plain YAML as written; with `interpolate:
+    /// cel`, a whole-value placeholder splices any value, an embedded one
+    /// interpolates a scalar, `\((` stays literal; a namespaced policy's
+    /// template lands in its namespace and may not name another.
+    #[test]
+    fn templates_render_their_placeholders() {
+        let policy = |kind: &str, interpolate: &str, value: &str| {
+            let yaml = format!(
+                "apiVersion: policies.kyverno.io/v1beta1
+kind: {kind}
+metadata: {{name: t, namespace: team-a}}
+spec:
+  matchConstraints:
+    resourceRules:
+    - {{apiGroups: [''], apiVersions: [v1], operations: [CREATE], resources: [namespaces, configmaps]}}
+  variables:
+  - {{name: labels, expression: \"{{'team': 'a', 'env': 'x'}}\"}}
+  generate:
+  - template:
+      interpolate: {interpolate}
+      value: |
+{}
+",
+                value
+                    .lines()
+                    .map(|l| format!("        {l}"))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            );
+            let doc: GeneratingPolicyDoc = serde_saphyr::from_str(&yaml).unwrap();
+            CompiledGeneratingPolicy::compile(&doc).unwrap()
+        };
+        let generate = |p: &CompiledGeneratingPolicy, object: Value| {
+            let req = Request::offline(&object, "CREATE", Default::default(), None);
+            let out = evaluate_generating_policy(p, &req, &CelRequest::of(&req), &NoResolver);
+            let rule = &out.rules[0];
+            (
+                rule.status,
+                rule.message.to_string(),
+                rule.resources().to_vec(),
+            )
+        };
+        let ns = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team-b"}});
+        let template = "apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: (( object.metadata.name ))-config
+  namespace: (( object.metadata.name ))
+  labels: (( variables.labels ))
+data:
+  replicas: (( 1 + 2 ))
+  note: \\(( kept ))";
+        let (status, _, made) = generate(&policy("GeneratingPolicy", "cel", template), ns.clone());
+        assert_eq!(status, RuleStatus::Pass);
+        assert_eq!(
+            made,
+            [json!({"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "team-b-config", "namespace": "team-b",
+                                 "labels": {"team": "a", "env": "x"}},
+                    "data": {"replicas": 3, "note": "(( kept ))"}})]
+        );
+        // interpolate none (the default): the text as written.
+        let (_, _, made) = generate(&policy("GeneratingPolicy", "none", template), ns.clone());
+        assert_eq!(
+            made[0]["metadata"]["name"],
+            "(( object.metadata.name ))-config"
+        );
+        // A namespaced policy: its own namespace, and no other.
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "team-a"}});
+        let plain = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n";
+        let (_, _, made) = generate(
+            &policy("NamespacedGeneratingPolicy", "cel", plain),
+            cm.clone(),
+        );
+        assert_eq!(made[0]["metadata"]["namespace"], "team-a");
+        let elsewhere =
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n  namespace: other\n";
+        let (status, message, _) =
+            generate(&policy("NamespacedGeneratingPolicy", "cel", elsewhere), cm);
+        assert_eq!(status, RuleStatus::Error);
+        assert!(
+            message.contains("cross-namespace generation denied"),
+            "{message}"
+        );
+        // A structured value embedded in a string is an error.
+        let embedded =
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x-(( variables.labels ))\n";
+        let (status, message, _) = generate(&policy("GeneratingPolicy", "cel", embedded), ns);
+        assert_eq!(status, RuleStatus::Error);
+        assert!(message.contains("must evaluate to a scalar"), "{message}");
     }
 }

@@ -7,11 +7,205 @@ use crate::cel::Program;
 use serde::Deserialize;
 use serde_json::Value;
 
-/// One of `spec.generate[]`.
+/// One of `spec.generate[]`: an expression that calls `generator.Apply`,
+/// or a YAML template of the objects to generate.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct GenerateExpression {
-    pub expression: String,
+    #[serde(default)]
+    pub expression: Option<String>,
+    #[serde(default)]
+    pub template: Option<GenerationTemplate>,
+}
+
+/// `generate[].template`: YAML (one or more documents); with
+/// `interpolate: cel`, `(( expr ))` placeholders are CEL.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct GenerationTemplate {
+    pub value: String,
+    #[serde(default)]
+    pub interpolate: Option<String>,
+}
+
+/// One compiled `generate[]` entry.
+#[derive(Debug, Clone)]
+pub enum CompiledGeneration {
+    /// An expression calling `generator.Apply`.
+    Expression(Program),
+    /// A template: one node tree per YAML document, each rendering to an
+    /// object (its namespace from its own metadata).
+    Template(Vec<TemplateNode>),
+}
+
+/// A template tree, placeholders compiled (Kyverno's
+/// gpol/template): a whole-scalar placeholder is spliced as whatever value
+/// it gives; one inside a longer string is interpolated and must give a
+/// scalar.
+#[derive(Debug, Clone)]
+pub enum TemplateNode {
+    Literal(Value),
+    Splice(Program),
+    Interpolated(Vec<Segment>),
+    Map(Vec<(String, TemplateNode)>),
+    List(Vec<TemplateNode>),
+}
+
+#[derive(Debug, Clone)]
+pub enum Segment {
+    Text(String),
+    Expr(Program),
+}
+
+fn compile_template(t: &GenerationTemplate, field: &str) -> Result<Vec<TemplateNode>, String> {
+    let interpolate = match t.interpolate.as_deref() {
+        None | Some("none") => false,
+        Some("cel") => true,
+        Some(other) => return Err(format!("{field}.interpolate: {other:?} is not none or cel")),
+    };
+    let docs = crate::policy::load::parse_yaml_documents(field, &t.value)
+        .map_err(|e| format!("{field}.value: {e}"))?;
+    if docs.is_empty() {
+        return Err(format!("{field}.value: the template has no document"));
+    }
+    docs.into_iter()
+        .enumerate()
+        .map(|(i, doc)| {
+            if !doc.is_object() {
+                return Err(format!(
+                    "{field}.value: document {} must be a mapping describing a resource",
+                    i + 1
+                ));
+            }
+            if interpolate {
+                template_node(doc, &format!("{field}.value"))
+            } else {
+                Ok(TemplateNode::Literal(doc))
+            }
+        })
+        .collect()
+}
+
+fn template_node(v: Value, field: &str) -> Result<TemplateNode, String> {
+    Ok(match v {
+        Value::String(s) if s.contains("((") => {
+            let segments = scan(&s).map_err(|e| format!("{field}: {e}"))?;
+            let compile_expr = |e: &str| compile(e, &format!("{field} placeholder"));
+            match segments.as_slice() {
+                [Scanned::Expr(e)] => TemplateNode::Splice(compile_expr(e)?),
+                _ if segments.iter().all(|s| matches!(s, Scanned::Text(_))) => {
+                    TemplateNode::Literal(Value::String(
+                        segments
+                            .iter()
+                            .map(|s| match s {
+                                Scanned::Text(t) => t.as_str(),
+                                Scanned::Expr(_) => "",
+                            })
+                            .collect(),
+                    ))
+                }
+                _ => TemplateNode::Interpolated(
+                    segments
+                        .into_iter()
+                        .map(|s| match s {
+                            Scanned::Text(t) => Ok(Segment::Text(t)),
+                            Scanned::Expr(e) => compile_expr(&e).map(Segment::Expr),
+                        })
+                        .collect::<Result<_, String>>()?,
+                ),
+            }
+        }
+        Value::Object(m) => TemplateNode::Map(
+            m.into_iter()
+                .map(|(k, v)| {
+                    if k.contains("((") {
+                        return Err(format!(
+                            "{field}: placeholders are not supported in mapping keys; use a whole-value placeholder on the parent field instead"
+                        ));
+                    }
+                    Ok((k, template_node(v, field)?))
+                })
+                .collect::<Result<_, String>>()?,
+        ),
+        Value::Array(a) => TemplateNode::List(
+            a.into_iter()
+                .map(|v| template_node(v, field))
+                .collect::<Result<_, String>>()?,
+        ),
+        other => TemplateNode::Literal(other),
+    })
+}
+
+enum Scanned {
+    Text(String),
+    Expr(String),
+}
+
+/// Splits a scalar into text and `(( expr ))` placeholders: `\((` is a
+/// literal `((`; a placeholder ends at the first `))` outside quotes and
+/// nested parentheses.
+fn scan(s: &str) -> Result<Vec<Scanned>, String> {
+    let mut out = Vec::new();
+    let mut text = String::new();
+    let b = s.as_bytes();
+    let mut i = 0;
+    while i < b.len() {
+        if s[i..].starts_with("\\((") {
+            text.push_str("((");
+            i += 3;
+            continue;
+        }
+        if s[i..].starts_with("((") {
+            let (expr, next) = placeholder(s, i)?;
+            if !text.is_empty() {
+                out.push(Scanned::Text(std::mem::take(&mut text)));
+            }
+            out.push(Scanned::Expr(expr));
+            i = next;
+            continue;
+        }
+        let c = s[i..].chars().next().expect("in bounds");
+        text.push(c);
+        i += c.len_utf8();
+    }
+    if !text.is_empty() {
+        out.push(Scanned::Text(text));
+    }
+    Ok(out)
+}
+
+fn placeholder(s: &str, start: usize) -> Result<(String, usize), String> {
+    let b = s.as_bytes();
+    let (mut depth, mut quote, mut i) = (0usize, None::<u8>, start + 2);
+    while i < b.len() {
+        let c = b[i];
+        if let Some(q) = quote {
+            if c == b'\\' {
+                i += 2;
+                continue;
+            }
+            if c == q {
+                quote = None;
+            }
+            i += 1;
+            continue;
+        }
+        match c {
+            b'"' | b'\'' => quote = Some(c),
+            b'(' => depth += 1,
+            b')' if depth > 0 => depth -= 1,
+            b')' if b.get(i + 1) == Some(&b')') => {
+                let expr = s[start + 2..i].trim();
+                if expr.is_empty() {
+                    return Err(format!("empty placeholder at offset {start}"));
+                }
+                return Ok((expr.to_string(), i + 2));
+            }
+            _ => {}
+        }
+        i += 1;
+    }
+    Err(format!("unterminated placeholder at offset {start}"))
 }
 
 /// The spec of a GeneratingPolicy / NamespacedGeneratingPolicy.
@@ -116,8 +310,9 @@ pub struct GeneratingPolicyDoc {
 pub struct CompiledGeneratingPolicy {
     pub scope: PolicyScope,
     pub variables: Vec<CompiledNamed>,
-    /// Expressions that call `generator.Apply`.
-    pub generate: Vec<Program>,
+    /// The `generate[]` entries: expressions that call `generator.Apply`,
+    /// or templates.
+    pub generate: Vec<CompiledGeneration>,
     pub settings: GenerationSettings,
     /// `webhookConfiguration.timeoutSeconds`.
     pub timeout_seconds: Option<i32>,
@@ -136,7 +331,16 @@ impl CompiledGeneratingPolicy {
             .generate
             .iter()
             .enumerate()
-            .map(|(i, g)| compile(&g.expression, &format!("spec.generate[{i}].expression")))
+            .map(|(i, g)| {
+                let field = format!("spec.generate[{i}]");
+                match (&g.expression, &g.template) {
+                    (Some(e), None) => compile(e, &format!("{field}.expression"))
+                        .map(CompiledGeneration::Expression),
+                    (None, Some(t)) => compile_template(t, &format!("{field}.template"))
+                        .map(CompiledGeneration::Template),
+                    _ => Err(format!("{field}: exactly one of expression and template")),
+                }
+            })
             .collect::<Result<Vec<_>, String>>()?;
         let mut scope = PolicyScope::compile(
             &doc.kind,
