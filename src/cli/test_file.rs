@@ -77,6 +77,9 @@ pub struct TestDoc {
     /// `clusterResources`: `ClusterResource` files whose objects (and
     /// CRDs) stand for the cluster: what lookups read.
     pub cluster_resources: Vec<PathBuf>,
+    /// `jsonPayloads`: JSON documents for policies of `evaluation.mode:
+    /// JSON`, each with its name as the test wrote it (results name it so).
+    pub json_payloads: Vec<(PathBuf, String)>,
     pub target_resources: Vec<PathBuf>,
     /// `paramResources`: the params of parameterised CEL policies.
     pub param_resources: Vec<PathBuf>,
@@ -103,6 +106,7 @@ const TEST_FIELDS: &[&str] = &[
     "results",
     "checks",
     "clusterresources",
+    "jsonpayloads",
     "name",
 ];
 
@@ -274,6 +278,10 @@ impl TestDoc {
             userinfo: join("userinfo"),
             context: join("context"),
             cluster_resources: dedup_paths(dir, m.get("clusterresources")),
+            json_payloads: string_list(m.get("jsonpayloads"))
+                .into_iter()
+                .map(|p| (dir.join(&p), p))
+                .collect(),
             api_calls,
             global_context,
             results,

@@ -423,7 +423,8 @@ fn desired(
     let cel = snapshot
         .validating
         .iter()
-        .filter(|p| p.admission)
+        // A JSON-mode policy sees no Kubernetes requests.
+        .filter(|p| p.admission && !p.json)
         .map(|p| (&p.scope, Side::Validating))
         .chain(snapshot.mutating.iter().map(|p| (&p.scope, Side::Mutating)));
     for (scope, side) in cel {

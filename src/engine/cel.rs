@@ -757,6 +757,9 @@ pub fn evaluate_validating_policy<'p>(
         policy: &scope.name,
         rules: Vec::new(),
     };
+    if policy.json {
+        return response;
+    }
     let Some(view) = scope_view(scope, req, input) else {
         return response;
     };
@@ -802,6 +805,50 @@ pub fn evaluate_validating_policy<'p>(
                 }
             }
             last
+        }
+    };
+    response.rules.push(rule);
+    response
+}
+
+/// Evaluates a ValidatingPolicy of `evaluation.mode: JSON` on a JSON
+/// payload: `object` is the payload (no request, no namespace); then
+/// exceptions, matchConditions, variables and validations as for a
+/// resource. A Kubernetes-mode policy gives no rule.
+pub fn evaluate_validating_policy_on_json<'p>(
+    policy: &'p CompiledValidatingPolicy,
+    payload: &Value,
+    resolver: &dyn Resolver,
+) -> PolicyResponse<'p> {
+    let scope = &policy.scope;
+    let mut response = PolicyResponse {
+        policy: &scope.name,
+        rules: Vec::new(),
+    };
+    if !policy.json {
+        return response;
+    }
+    let vars = bind_request(
+        json_to_cel(payload),
+        CelValue::Null,
+        CelValue::Null,
+        CelValue::Null,
+    );
+    let lookups = ResolverLookups(resolver);
+    let respond =
+        |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
+    let rule = match exempted(scope, &vars, &lookups)
+        .or_else(|| match_conditions_gate(scope, &vars, &lookups))
+    {
+        Some((status, message)) => respond(status, message),
+        None => {
+            let vars = bind_variables(&vars, &policy.checks.variables, &lookups);
+            match run_validations(&policy.checks, &vars, &lookups) {
+                CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),
+                CelVerdict::Fail(m) => respond(RuleStatus::Fail, m),
+                CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m),
+                CelVerdict::Error(e) => respond(RuleStatus::Error, e),
+            }
         }
     };
     response.rules.push(rule);
@@ -882,5 +929,95 @@ spec:
         let cron = json!({"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "j", "namespace": "a"},
             "spec": {"jobTemplate": {"spec": {"template": {"spec": {"containers": [{"name": "c", "image": "x:latest"}]}}}}}});
         assert_eq!(verdict(&p, cron)[0].0, RuleStatus::Fail);
+    }
+
+    /// `evaluation.mode: JSON`: evaluated on a payload (no constraints
+    /// needed), never on a Kubernetes request; a PolicyException naming
+    /// the policy whose conditions hold makes it a skip (a pass with
+    /// `reportResult: pass`).
+    #[test]
+    fn json_mode_and_cel_exceptions() {
+        let doc: ValidatingPolicyDoc = serde_saphyr::from_str(
+            "apiVersion: policies.kyverno.io/v1beta1
+kind: ValidatingPolicy
+metadata: {name: no-root-ca}
+spec:
+  evaluation: {mode: JSON}
+  validations:
+  - {expression: \"object.type != 'ROOT'\", message: root CAs are not allowed}
+",
+        )
+        .unwrap();
+        let mut p = CompiledValidatingPolicy::compile(&doc).unwrap();
+        let run = |p: &CompiledValidatingPolicy, payload: Value| {
+            let r = evaluate_validating_policy_on_json(p, &payload, &NoResolver);
+            r.rules
+                .iter()
+                .map(|r| (r.status, r.message.to_string()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            run(&p, json!({"type": "SUBORDINATE"})),
+            [(RuleStatus::Pass, String::new())]
+        );
+        assert_eq!(
+            run(&p, json!({"type": "ROOT"})),
+            [(RuleStatus::Fail, "root CAs are not allowed".to_string())]
+        );
+        assert!(
+            verdict(
+                &p,
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}})
+            )
+            .is_empty()
+        );
+        let exception = |report: &str| {
+            let doc: crate::policy::cel_policy::CelExceptionDoc = serde_saphyr::from_str(&format!(
+                "apiVersion: policies.kyverno.io/v1beta1
+kind: PolicyException
+metadata: {{name: lab, namespace: ops}}
+spec:
+  policyRefs: [{{name: no-root-ca, kind: ValidatingPolicy}}]
+  reportResult: {report}
+  matchConditions:
+  - {{name: lab, expression: \"object.account == 'lab'\"}}
+"
+            ))
+            .unwrap();
+            Arc::new(crate::policy::cel_policy::CompiledCelException::compile(&doc).unwrap())
+        };
+        p.scope.exceptions = crate::policy::cel_policy::attach_exceptions(
+            &[exception("skip")],
+            "ValidatingPolicy",
+            "no-root-ca",
+        );
+        assert_eq!(
+            run(&p, json!({"type": "ROOT", "account": "lab"})),
+            [(
+                RuleStatus::Skip,
+                "rule is skipped due to policy exception: ops/lab".to_string()
+            )]
+        );
+        assert_eq!(
+            run(&p, json!({"type": "ROOT", "account": "prod"}))[0].0,
+            RuleStatus::Fail
+        );
+        p.scope.exceptions = crate::policy::cel_policy::attach_exceptions(
+            &[exception("pass")],
+            "ValidatingPolicy",
+            "no-root-ca",
+        );
+        assert_eq!(
+            run(&p, json!({"type": "ROOT", "account": "lab"}))[0].0,
+            RuleStatus::Pass
+        );
+        assert!(
+            crate::policy::cel_policy::attach_exceptions(
+                &[exception("pass")],
+                "MutatingPolicy",
+                "no-root-ca"
+            )
+            .is_empty()
+        );
     }
 }

@@ -126,10 +126,16 @@ pub(super) fn check_results(
                     keys.push(Keyed::Trigger(i));
                 }
             }
+            // A JSON payload by the name the test gave it.
+            for (i, (name, _)) in loaded.payloads.iter().enumerate() {
+                if name == n {
+                    keys.push(Keyed::Trigger(loaded.resources.len() + i));
+                }
+            }
         }
         if keys.is_empty() {
             keys.extend((0..patched_targets.len()).map(Keyed::Target));
-            keys.extend((0..loaded.resources.len()).map(Keyed::Trigger));
+            keys.extend((0..loaded.resources.len() + loaded.payloads.len()).map(Keyed::Trigger));
         }
         let policy_name = expected
             .policy
@@ -138,7 +144,10 @@ pub(super) fn check_results(
             .unwrap_or(&expected.policy);
         for key in keys {
             let shown = match key {
-                Keyed::Trigger(i) => display_resource(&loaded.resources[i]),
+                Keyed::Trigger(i) => match loaded.resources.get(i) {
+                    Some(r) => display_resource(r),
+                    None => loaded.payloads[i - loaded.resources.len()].0.clone(),
+                },
                 Keyed::Target(t) => display_resource(patched_targets[t].0),
             };
             let row =

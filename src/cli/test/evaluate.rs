@@ -10,7 +10,8 @@ use crate::cli::values::PolicyRuleValues;
 use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
 use crate::engine::cel::{
     CelRequest, TargetOutcome, deleting_policy_selects, evaluate_generating_policy,
-    evaluate_validating_policy, expression_targets, mutate_target, object_selected,
+    evaluate_validating_policy, evaluate_validating_policy_on_json, expression_targets,
+    mutate_target, object_selected,
 };
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
@@ -311,7 +312,7 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
         let mut validating = Vec::with_capacity(loaded.validating.len());
         if !loaded.validating.is_empty() || !loaded.generating.is_empty() {
             let (req, input) = cel_input(&cel_mutated);
-            for p in &loaded.validating {
+            for p in loaded.validating.iter().filter(|p| !p.json) {
                 validating.push(evaluate_validating_policy(p, &req, &input, &resolver));
             }
             for p in &loaded.generating {
@@ -332,6 +333,24 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
             mutated: current,
             mutating,
             cel_mutated,
+            validating,
+        });
+    }
+    // JSON payloads: the ValidatingPolicies of JSON mode, each payload one
+    // more trigger after the resources.
+    for (_, payload) in &loaded.payloads {
+        let validating = loaded
+            .validating
+            .iter()
+            .filter(|p| p.json)
+            .map(|p| evaluate_validating_policy_on_json(p, payload, &resolver))
+            .collect();
+        out.push(Evaluated {
+            responses: vec![Vec::new(); loaded.policies.len()],
+            patched: vec![payload.clone(); loaded.policies.len()],
+            mutated: payload.clone(),
+            mutating: Vec::new(),
+            cel_mutated: payload.clone(),
             validating,
         });
     }

@@ -41,6 +41,8 @@ pub(super) struct Loaded {
     /// name once every file is read.
     pub(super) cel_exceptions: Vec<std::sync::Arc<CompiledCelException>>,
     pub(super) resources: Vec<Value>,
+    /// `jsonPayloads`: (name as written, the document).
+    pub(super) payloads: Vec<(String, Value)>,
     pub(super) values: Values,
     pub(super) user: UserInfoFile,
     /// Documents of every `cloneSourceResource` and `targetResources` file.
@@ -90,6 +92,7 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         targets: Vec::new(),
         deleting: Vec::new(),
         cel_exceptions: Vec::new(),
+        payloads: Vec::new(),
         admission_docs: AdmissionDocs::default(),
     };
     let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
@@ -189,6 +192,15 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         .chain(loaded.generating.iter_mut().map(|p| &mut p.scope));
     for scope in scopes {
         scope.exceptions = attach_exceptions(&loaded.cel_exceptions, &scope.kind, &scope.name);
+    }
+    for (path, name) in &doc.json_payloads {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        let payload: Value =
+            serde_json::from_str(&text).map_err(|e| format!("JSON payload {name}: {e}"))?;
+        if !payload.is_object() {
+            return Err(format!("JSON payload {name} must be a top-level object"));
+        }
+        loaded.payloads.push((name.clone(), payload));
     }
     let mut seen = std::collections::HashSet::new();
     for p in &doc.resources {

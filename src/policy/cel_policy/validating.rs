@@ -70,6 +70,9 @@ pub struct CompiledValidatingPolicy {
     pub key: String,
     /// What its report results carry from its annotations.
     pub report: crate::policy::ReportMeta,
+    /// `evaluation.mode: JSON`: evaluated on JSON payloads (`object` the
+    /// payload), never on Kubernetes requests.
+    pub json: bool,
 }
 
 impl CompiledValidatingPolicy {
@@ -90,7 +93,24 @@ impl CompiledValidatingPolicy {
             Some(ns) if doc.kind.starts_with("Namespaced") => format!("{ns}/{}", doc.metadata.name),
             _ => doc.metadata.name.clone(),
         };
+        let json = match spec.evaluation.as_ref().and_then(|e| e.pointer("/mode")) {
+            None => false,
+            Some(Value::String(m)) if m == "Kubernetes" => false,
+            Some(Value::String(m)) if m == "JSON" => true,
+            Some(other) => {
+                return Err(CelCompileError::Unsupported(format!(
+                    "spec.evaluation.mode {other} (gavel evaluates Kubernetes and JSON)"
+                )));
+            }
+        };
+        // A JSON policy matches no Kubernetes resources: no constraints.
+        let no_constraints = Default::default();
+        let match_constraints = match (&spec.match_constraints, json) {
+            (None, true) => Some(&no_constraints),
+            (c, _) => c.as_ref(),
+        };
         Ok(CompiledValidatingPolicy {
+            json,
             admission: enabled("/admission/enabled"),
             background: enabled("/background/enabled"),
             key,
@@ -98,7 +118,7 @@ impl CompiledValidatingPolicy {
             scope: PolicyScope::compile(
                 &doc.kind,
                 &doc.metadata,
-                spec.match_constraints.as_ref(),
+                match_constraints,
                 &spec.match_conditions,
                 spec.autogen.as_ref(),
                 spec.failure_policy.as_deref(),
