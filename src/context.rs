@@ -39,6 +39,10 @@ pub trait Resolver: Send + Sync {
     fn api_call(&self, _call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
         Ok(None)
     }
+    /// CEL's `http.Get/Post`: by default an API call to `call.url`.
+    fn http_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        self.api_call(call)
+    }
     /// Shared, not copied: an entry may cache thousands of objects, and
     /// the policy's jmesPath usually selects a little of them.
     fn global_context(&self, _name: &str) -> Result<Option<Arc<Value>>, ResolveError> {

@@ -54,6 +54,8 @@ pub struct ApiCallMock {
     pub url: String,
     pub method: String,
     pub body: Value,
+    /// `response.statusCode` (200 when unset).
+    pub status_code: u64,
 }
 
 #[derive(Debug, Clone)]
@@ -235,6 +237,12 @@ impl TestDoc {
                     .and_then(|r| r.get("body"))
                     .cloned()
                     .unwrap_or(Value::Null),
+                status_code: c
+                    .get("response")
+                    .and_then(|r| r.get("statusCode"))
+                    .and_then(Value::as_u64)
+                    .filter(|s| *s != 0)
+                    .unwrap_or(200),
             });
         }
         let mut global_context = Vec::new();

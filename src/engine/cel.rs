@@ -249,7 +249,7 @@ impl Lookups for ResolverLookups<'_> {
                 })
             }
             Lookup::Http { method, url, body } => r
-                .api_call(&ApiCallRequest {
+                .http_call(&ApiCallRequest {
                     url_path: None,
                     url: Some(url.clone()),
                     method: method.clone(),

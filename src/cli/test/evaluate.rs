@@ -63,6 +63,17 @@ impl Resolver for MockResolver<'_> {
         Ok(api_path_get(Objects(self.objects), target))
     }
 
+    /// CEL's `http.Get/Post` answered by a mock: `{body, statusCode}`, as
+    /// Kyverno's CLI wraps the mocked response.
+    fn http_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        let url = call.url.as_deref().unwrap_or_default();
+        Ok(self
+            .api_calls
+            .iter()
+            .find(|m| m.url == url && m.method.eq_ignore_ascii_case(&call.method))
+            .map(|m| serde_json::json!({"body": m.body, "statusCode": m.status_code})))
+    }
+
     fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
         if !self.cluster {
             return Ok(None);
