@@ -176,8 +176,17 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
             return outcome;
         }
     };
-    let evaluated = evaluate(&doc, &loaded);
-    outcome.rows = check_results(&doc, &loaded, &evaluated, selector);
+    let evaluated = evaluate(&doc, &loaded, None);
+    // One more run per operation the results name (Kyverno's CLI).
+    let by_operation: std::collections::BTreeMap<&str, Vec<_>> = doc
+        .results
+        .iter()
+        .filter_map(|r| r.operation.as_deref())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .map(|op| (op, evaluate(&doc, &loaded, Some(op))))
+        .collect();
+    outcome.rows = check_results(&doc, &loaded, &evaluated, &by_operation, selector);
     outcome.policies = loaded.policies.len()
         + loaded.admission_mutating.len()
         + loaded.mutating.len()

@@ -37,6 +37,8 @@ pub fn string_list(v: Option<&Value>) -> Vec<String> {
 
 #[derive(Debug, Clone)]
 pub struct ExpectedResult {
+    /// `operation`: checked against a run of that operation.
+    pub operation: Option<String>,
     pub policy: String,
     pub rule: String,
     pub resources: Vec<String>,
@@ -113,6 +115,7 @@ const TEST_FIELDS: &[&str] = &[
 ];
 
 const RESULT_FIELDS: &[&str] = &[
+    "operation",
     "policy",
     "rule",
     "resource",
@@ -180,7 +183,28 @@ impl TestDoc {
                 field(&r, "status")
             };
             let flag = |k: &str| r.get(k).and_then(Value::as_bool).unwrap_or(false);
+            // `operation`: this result is of one more evaluation of the
+            // resources, as that operation (Kyverno's CLI validates it so).
+            let operation = match field(&r, "operation") {
+                "" => None,
+                op @ ("CREATE" | "UPDATE" | "DELETE") if !flag("isdeletingpolicy") => {
+                    Some(op.to_string())
+                }
+                "CREATE" | "UPDATE" | "DELETE" => {
+                    return Err(format!(
+                        "results: policy {}: operation is not supported for deleting policies",
+                        field(&r, "policy")
+                    ));
+                }
+                other => {
+                    return Err(format!(
+                        "results: policy {}: invalid operation {other:?}, must be one of CREATE, UPDATE, DELETE",
+                        field(&r, "policy")
+                    ));
+                }
+            };
             results.push(ExpectedResult {
+                operation,
                 policy: field(&r, "policy").to_string(),
                 rule: field(&r, "rule").to_string(),
                 resources,

@@ -72,9 +72,11 @@ fn named(n: &str, r: &Value) -> bool {
 pub(super) fn check_results(
     doc: &TestDoc,
     loaded: &Loaded,
-    evaluated: &[Evaluated],
+    default_run: &[Evaluated],
+    by_operation: &std::collections::BTreeMap<&str, Vec<Evaluated>>,
     selector: &Selector,
 ) -> Vec<Row> {
+    let evaluated = default_run;
     let dir = doc.path.parent().unwrap_or(Path::new("."));
     let mut expected_files = ExpectedFiles::default();
     // Kyverno's target map: each target resource, with the responses (of
@@ -223,7 +225,11 @@ pub(super) fn check_results(
             let mut skipped = false;
             match key {
                 Keyed::Trigger(i) => {
-                    let ev = &evaluated[i];
+                    // A result naming an operation reads that run.
+                    let ev = match expected.operation.as_deref() {
+                        Some(op) => &by_operation[op][i],
+                        None => &evaluated[i],
+                    };
                     let scored_of =
                         |pi: Option<usize>| pi.is_none_or(|pi| loaded.policies[pi].scored);
                     // A classic policy by its own name (a namespaced

@@ -188,7 +188,14 @@ pub(super) struct Evaluated<'l> {
 /// Runs the phases of `kyverno test` (§2) for every resource: mutate
 /// policies in load order, each on the previous one's output; then
 /// validate, then generate, on the mutated resource.
-pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'l>> {
+/// `operation`: the run of a `results[].operation` (it takes precedence
+/// over the values file's, and DeletingPolicies, not admission-driven,
+/// are left to the default run); `None` for the default run.
+pub(super) fn evaluate<'l>(
+    doc: &TestDoc,
+    loaded: &'l Loaded,
+    operation: Option<&str>,
+) -> Vec<Evaluated<'l>> {
     let resolver = MockResolver {
         api_calls: &doc.api_calls,
         globals: &doc.global_context,
@@ -196,7 +203,10 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
         images: &loaded.images,
         cluster: !doc.cluster_resources.is_empty(),
     };
-    let operation = loaded.values.operation();
+    let explicit = operation;
+    let operation = operation
+        .map(str::to_string)
+        .unwrap_or_else(|| loaded.values.operation());
     let mut out = Vec::with_capacity(loaded.resources.len());
     for resource in &loaded.resources {
         let name = resource
@@ -333,7 +343,7 @@ pub(super) fn evaluate<'l>(doc: &TestDoc, loaded: &'l Loaded) -> Vec<Evaluated<'
                 }
             }
         }
-        for p in &loaded.deleting {
+        for p in loaded.deleting.iter().filter(|_| explicit.is_none()) {
             if let Some(response) = deleting(p, resource, loaded, &resolver) {
                 validating.push(response);
             }
