@@ -13,7 +13,7 @@ use super::rule_table::{RuleMetrics, RuleTable};
 use super::verdict::DenialHeads;
 use crate::policy::cel_policy::{
     CelCompileError, CompiledCelException, CompiledGeneratingPolicy, CompiledMutatingPolicy,
-    CompiledValidatingPolicy, PolicyScope, attach_exceptions,
+    CompiledValidatingPolicy, PolicyScope, attach_exceptions_to,
 };
 use crate::policy::compile::FailurePolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text};
@@ -41,16 +41,13 @@ pub struct PolicySet {
 impl PolicySet {
     /// Gives each CEL policy the PolicyExceptions that name it.
     pub fn attach_cel_exceptions(&mut self) {
-        let all = &self.cel_exceptions;
         let scopes = self
             .validating
             .iter_mut()
             .map(|p| &mut p.scope)
             .chain(self.mutating.iter_mut().map(|p| &mut p.scope))
             .chain(self.generating.iter_mut().map(|p| &mut p.scope));
-        for scope in scopes {
-            scope.exceptions = attach_exceptions(all, &scope.kind, &scope.name);
-        }
+        attach_exceptions_to(scopes, &self.cel_exceptions);
     }
 
     pub fn extend(&mut self, other: &PolicySet) {

@@ -13,7 +13,7 @@ use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
 use crate::policy::cel_policy::{
     AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
-    CompiledMutatingPolicy, CompiledValidatingPolicy, attach_exceptions,
+    CompiledMutatingPolicy, CompiledValidatingPolicy, attach_exceptions_to,
 };
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
@@ -150,9 +150,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 .iter_mut()
                 .map(|p: &mut CompiledGeneratingPolicy| &mut p.scope),
         );
-    for scope in scopes {
-        scope.exceptions = attach_exceptions(&cel_exceptions, &scope.kind, &scope.name);
-    }
+    attach_exceptions_to(scopes, &cel_exceptions);
     let mut values = Values::default();
     if let Some(path) = &args.values_file {
         let text = read_file(path)?;

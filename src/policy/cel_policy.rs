@@ -15,7 +15,10 @@ mod mutating;
 mod scope;
 mod validating;
 
-pub use exception::{CelExceptionDoc, CompiledCelException, attach as attach_exceptions};
+pub use exception::{
+    CelExceptionDoc, CompiledCelException, attach as attach_exceptions,
+    attach_to as attach_exceptions_to,
+};
 pub use generating::{
     CompiledGeneratingPolicy, CompiledGeneration, GenerateExpression, GeneratingPolicyDoc,
     GeneratingPolicySpec, GenerationSettings, GenerationTemplate, Segment, TemplateNode,

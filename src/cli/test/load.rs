@@ -8,7 +8,7 @@ use crate::cli::test_file::TestDoc;
 use crate::cli::values::{UserInfoFile, Values};
 use crate::policy::cel_policy::{
     AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
-    CompiledMutatingPolicy, CompiledValidatingPolicy, attach_exceptions,
+    CompiledMutatingPolicy, CompiledValidatingPolicy, attach_exceptions_to,
 };
 use crate::policy::cleanup::CompiledCleanupPolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
@@ -190,9 +190,7 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         .chain(loaded.mutating.iter_mut().map(|p| &mut p.scope))
         .chain(loaded.admission_mutating.iter_mut().map(|p| &mut p.scope))
         .chain(loaded.generating.iter_mut().map(|p| &mut p.scope));
-    for scope in scopes {
-        scope.exceptions = attach_exceptions(&loaded.cel_exceptions, &scope.kind, &scope.name);
-    }
+    attach_exceptions_to(scopes, &loaded.cel_exceptions);
     for (path, name) in &doc.json_payloads {
         let text = read_file(path).map_err(|e| e.to_string())?;
         let payload: Value =

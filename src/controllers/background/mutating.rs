@@ -171,11 +171,13 @@ fn evaluate(
         .map(|target| {
             // Policy-driven work has no trigger: the target sees an
             // UPDATE of itself.
+            // No namespace read: a target's evaluation binds no
+            // namespaceObject.
             let own;
             let request = match &trigger {
                 Some(t) => t,
                 None => {
-                    own = input(Request::offline(
+                    own = CelRequest::of(&Request::offline(
                         &target,
                         "UPDATE",
                         Default::default(),
@@ -281,52 +283,39 @@ async fn existing_targets(shared: &Arc<Shared>, policy: &CompiledMutatingPolicy)
     }
     // An expression names the targets from a trigger: one request per
     // existing trigger, as an UPDATE of it.
-    let namespace = policy.scope.namespace.clone().unwrap_or_default();
-    let constraints = &policy.scope.match_constraints;
+    let triggers = match list_targets(shared, policy, &policy.scope.match_constraints).await {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(
+                policy = policy.key,
+                error = e,
+                "listing triggers for mutate existing"
+            );
+            return;
+        }
+    };
     let mut written = 0;
-    for (api_version, kind) in objects::kinds_named(
-        shared.view.as_ref(),
-        &constraints.resource_rules,
-        &policy.key,
-    ) {
-        let triggers = match objects::list(&shared.client, &api_version, &kind, &namespace, "")
-            .await
-        {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(policy = policy.key, kind, error = %e, "listing triggers for mutate existing");
-                continue;
-            }
-        };
-        let resource = plural(&api_version, &kind);
-        for mut trigger in triggers {
-            trigger["apiVersion"] = Value::String(api_version.clone());
-            trigger["kind"] = Value::String(kind.clone());
-            let ns = trigger
-                .pointer("/metadata/namespace")
+    for trigger in triggers {
+        let text = |p: &str| {
+            trigger
+                .pointer(p)
                 .and_then(Value::as_str)
                 .unwrap_or_default()
-                .to_string();
-            let labels = (!ns.is_empty())
-                .then(|| shared.view.namespace_labels(&ns))
-                .flatten();
-            if !object_selected(constraints, &trigger, &resource, labels.as_ref()) {
-                continue;
-            }
-            let group_version = crate::kinds::Gvk::new(&api_version, &kind);
-            let admission = json!({
-                "uid": "",
-                "operation": "UPDATE",
-                "kind": {"group": group_version.group, "version": group_version.version, "kind": kind},
-                "resource": {"group": group_version.group, "version": group_version.version, "resource": resource},
-                "namespace": ns,
-                "name": trigger.pointer("/metadata/name").cloned().unwrap_or_default(),
-                "userInfo": {},
-                "object": trigger.clone(),
-            });
-            super::policies::submit(shared, spec(policy, resource_spec(&trigger), admission)).await;
-            written += 1;
-        }
+        };
+        let gvk = crate::kinds::Gvk::new(text("/apiVersion"), text("/kind"));
+        let admission = json!({
+            "uid": "",
+            "operation": "UPDATE",
+            "kind": {"group": gvk.group, "version": gvk.version, "kind": gvk.kind},
+            "resource": {"group": gvk.group, "version": gvk.version,
+                         "resource": plural(text("/apiVersion"), text("/kind"))},
+            "namespace": text("/metadata/namespace"),
+            "name": text("/metadata/name"),
+            "userInfo": {},
+            "object": trigger,
+        });
+        super::policies::submit(shared, spec(policy, resource_spec(&trigger), admission)).await;
+        written += 1;
     }
     tracing::info!(
         policy = policy.key,

@@ -95,3 +95,14 @@ pub fn attach(
         .cloned()
         .collect()
 }
+
+/// Gives each policy scope the exceptions of `all` that name its policy
+/// (once every document is read: an exception may come before or after).
+pub fn attach_to<'a>(
+    scopes: impl Iterator<Item = &'a mut super::PolicyScope>,
+    all: &[Arc<CompiledCelException>],
+) {
+    for scope in scopes {
+        scope.exceptions = attach(all, &scope.kind, &scope.name);
+    }
+}
