@@ -770,24 +770,7 @@ pub fn evaluate_validating_policy<'p>(
     let lookups = ResolverLookups(resolver);
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
-    let evaluate = |vars: &Activation| match exempted(scope, vars, &lookups)
-        .or_else(|| match_conditions_gate(scope, vars, &lookups))
-    {
-        Some((status, message)) => respond(status, message),
-        None => {
-            let vars = bind_variables(vars, &policy.checks.variables, &lookups);
-            let rule = match run_validations(&policy.checks, &vars, &lookups) {
-                CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),
-                CelVerdict::Fail(m) => respond(RuleStatus::Fail, m),
-                CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m),
-                CelVerdict::Error(e) => respond(RuleStatus::Error, e),
-            };
-            match audit_annotations(&policy.checks.audit_annotations, &vars, &lookups) {
-                Ok(properties) => rule.with_properties(properties),
-                Err(e) => respond(RuleStatus::Error, e),
-            }
-        }
-    };
+    let evaluate = |vars: &Activation| validating_policy_rule(policy, vars, &lookups);
     let rule = match view.params(scope, req, resolver) {
         Err(e) => respond(RuleStatus::Error, e),
         Ok(None) => evaluate(vars),
@@ -835,24 +818,40 @@ pub fn evaluate_validating_policy_on_json<'p>(
         CelValue::Null,
     );
     let lookups = ResolverLookups(resolver);
+    response
+        .rules
+        .push(validating_policy_rule(policy, &vars, &lookups));
+    response
+}
+
+/// One evaluation of a ValidatingPolicy that applies, with `vars` (the
+/// request's, a template view's, or a payload's; params bound when it has
+/// them): exceptions, matchConditions, variables, validations and
+/// auditAnnotations, as Kyverno's `evaluateWithData` does in every mode.
+fn validating_policy_rule<'p>(
+    policy: &'p CompiledValidatingPolicy,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> RuleResponse<'p> {
+    let scope = &policy.scope;
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
-    let rule = match exempted(scope, &vars, &lookups)
-        .or_else(|| match_conditions_gate(scope, &vars, &lookups))
+    if let Some((status, message)) =
+        exempted(scope, vars, lookups).or_else(|| match_conditions_gate(scope, vars, lookups))
     {
-        Some((status, message)) => respond(status, message),
-        None => {
-            let vars = bind_variables(&vars, &policy.checks.variables, &lookups);
-            match run_validations(&policy.checks, &vars, &lookups) {
-                CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),
-                CelVerdict::Fail(m) => respond(RuleStatus::Fail, m),
-                CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m),
-                CelVerdict::Error(e) => respond(RuleStatus::Error, e),
-            }
-        }
+        return respond(status, message);
+    }
+    let vars = bind_variables(vars, &policy.checks.variables, lookups);
+    let rule = match run_validations(&policy.checks, &vars, lookups) {
+        CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),
+        CelVerdict::Fail(m) => respond(RuleStatus::Fail, m),
+        CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m),
+        CelVerdict::Error(e) => respond(RuleStatus::Error, e),
     };
-    response.rules.push(rule);
-    response
+    match audit_annotations(&policy.checks.audit_annotations, &vars, lookups) {
+        Ok(properties) => rule.with_properties(properties),
+        Err(e) => respond(RuleStatus::Error, e),
+    }
 }
 
 #[cfg(test)]

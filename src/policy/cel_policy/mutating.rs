@@ -3,9 +3,7 @@
 //! bindings: the documents and their compilation into apply-configuration
 //! and JSON Patch programs.
 
-use super::scope::{
-    Autogen, BindingDoc, Bindings, MatchConstraints, PolicyScope, ResourceRule, bindings_for,
-};
+use super::scope::{Autogen, BindingDoc, Bindings, MatchConstraints, PolicyScope, bindings_for};
 use super::{CelCompileError, CompiledNamed, NamedExpression, ParamKind, compile, compile_named};
 use crate::cel::Program;
 use serde::Deserialize;
@@ -62,21 +60,35 @@ pub struct MutatingPolicySpec {
 /// `spec.targetMatchConstraints`: the objects mutate existing patches,
 /// named by an expression evaluated on the trigger, or by admission rules
 /// (matchResources, inline) the cluster's objects are listed by.
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[derive(Debug, Clone, Default)]
 pub struct TargetMatchConstraints {
-    #[serde(default)]
     pub expression: Option<String>,
-    #[serde(default)]
-    pub resource_rules: Vec<ResourceRule>,
-    #[serde(default)]
-    pub exclude_resource_rules: Vec<ResourceRule>,
-    #[serde(default)]
-    pub namespace_selector: Option<crate::policy::types::LabelSelector>,
-    #[serde(default)]
-    pub object_selector: Option<crate::policy::types::LabelSelector>,
-    #[serde(default)]
-    pub match_policy: Option<String>,
+    /// The matchResources fields, inline beside `expression`.
+    pub constraints: MatchConstraints,
+}
+
+/// `expression` beside an inline MatchConstraints, each field checked as
+/// strictly as a policy's own matchConstraints (serde's `flatten` would
+/// give up `deny_unknown_fields`).
+impl<'de> Deserialize<'de> for TargetMatchConstraints {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        use serde::de::Error;
+        let mut v = Value::deserialize(d)?;
+        let expression = match v.as_object_mut().and_then(|m| m.remove("expression")) {
+            None | Some(Value::Null) => None,
+            Some(Value::String(e)) => Some(e),
+            Some(other) => {
+                return Err(D::Error::custom(format!(
+                    "expression: {other} is not a string"
+                )));
+            }
+        };
+        let constraints = serde_json::from_value(v).map_err(D::Error::custom)?;
+        Ok(TargetMatchConstraints {
+            expression,
+            constraints,
+        })
+    }
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -260,20 +272,13 @@ impl MutateExisting {
             .expression
             .as_deref()
             .filter(|e| !e.trim().is_empty());
-        let targets_only = expression.is_some() || !target.resource_rules.is_empty();
+        let has_rules = !target.constraints.resource_rules.is_empty();
+        let targets_only = expression.is_some() || has_rules;
         let targets = match expression {
             Some(e) => {
                 TargetSelection::Expression(compile(e, "spec.targetMatchConstraints.expression")?)
             }
-            None if !target.resource_rules.is_empty() => {
-                TargetSelection::Constraints(MatchConstraints {
-                    resource_rules: target.resource_rules,
-                    exclude_resource_rules: target.exclude_resource_rules,
-                    namespace_selector: target.namespace_selector,
-                    object_selector: target.object_selector,
-                    match_policy: target.match_policy,
-                })
-            }
+            None if has_rules => TargetSelection::Constraints(target.constraints),
             None => {
                 TargetSelection::Constraints(spec.match_constraints.clone().unwrap_or_default())
             }
