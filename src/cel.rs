@@ -13,16 +13,19 @@
 //!   the interpreter (see [`library`]);
 //! - a panic inside the interpreter is caught and reported as an error.
 
+pub mod direct;
 pub mod image_ref;
 pub mod library;
 pub mod values;
 
+use direct::Val;
 use kube_cel::cel::common::ast::{
     CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, ListExpr, LiteralValue,
     MapEntryExpr, MapExpr,
 };
 use kube_cel::cel::parser::Parser;
 use kube_cel::cel::{Context, Value};
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -51,6 +54,9 @@ pub enum CelError {
 pub struct Program {
     source: Arc<str>,
     expr: Arc<IdedExpr>,
+    /// The plan of the direct evaluator, when it implements every
+    /// construct of the expression.
+    direct: Option<Arc<direct::Node>>,
 }
 
 impl Program {
@@ -68,9 +74,11 @@ impl Program {
         .map_err(|e| CelError::Compile(e.to_string().replace('\n', " ")))?;
         let mut shadowed = HashSet::new();
         bound_names(&parsed, &mut shadowed);
+        let expr = rewrite(parsed, &shadowed);
         Ok(Program {
             source: source.into(),
-            expr: Arc::new(rewrite(parsed, &shadowed)),
+            direct: direct::compile(&expr).map(Arc::new),
+            expr: Arc::new(expr),
         })
     }
 
@@ -78,10 +86,58 @@ impl Program {
         &self.source
     }
 
+    /// Whether the direct evaluator runs this expression (the interpreter
+    /// still answers whatever it hands over at run time).
+    pub fn is_direct(&self) -> bool {
+        self.direct.is_some()
+    }
+
+    /// The same expression with the direct evaluator off: every evaluation
+    /// goes to the interpreter (the differential tests compare the two).
+    pub fn interpreted_only(&self) -> Program {
+        Program {
+            direct: None,
+            ..self.clone()
+        }
+    }
+
     /// Evaluates with the given variables. Lookups the expression makes are
     /// answered through `lookups`.
     pub fn eval(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<Value, CelError> {
-        library::evaluate(&self.expr, &vars.ctx, lookups)
+        match self.eval_direct(vars)? {
+            Some(v) => Ok(v.to_cel()),
+            None => self.interpret(vars, lookups),
+        }
+    }
+
+    /// [`Program::eval`], keeping the result in the direct evaluator's
+    /// form (a borrowed view where it selects from the request).
+    pub fn eval_val<'a>(
+        &self,
+        vars: &Activation<'a>,
+        lookups: &dyn Lookups,
+    ) -> Result<Val<'a>, CelError> {
+        match self.eval_direct(vars)? {
+            Some(v) => Ok(v),
+            None => self.interpret(vars, lookups).map(|v| Val::from_cel(&v)),
+        }
+    }
+
+    /// The direct evaluator's answer; `None` when the interpreter must
+    /// give it.
+    pub fn eval_direct<'a>(&self, vars: &Activation<'a>) -> Result<Option<Val<'a>>, CelError> {
+        let Some(node) = &self.direct else {
+            return Ok(None);
+        };
+        match direct::evaluate(node, vars, COST_LIMIT as i64) {
+            Ok(v) => Ok(Some(v)),
+            Err(direct::Fail::CostLimit) => Err(CelError::CostLimit),
+            Err(direct::Fail::Interpreter) => Ok(None),
+        }
+    }
+
+    fn interpret(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<Value, CelError> {
+        vars.with_interpreter(&mut |ctx| library::evaluate(&self.expr, ctx, lookups))
     }
 
     /// [`Program::eval`], with the objects `generator.Apply` asked for:
@@ -97,7 +153,10 @@ impl Program {
 
     /// [`Program::eval`], requiring a bool.
     pub fn eval_bool(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<bool, CelError> {
-        match self.eval(vars, lookups)? {
+        if let Some(Val::Bool(b)) = self.eval_direct(vars)? {
+            return Ok(b);
+        }
+        match self.interpret(vars, lookups)? {
             Value::Bool(b) => Ok(b),
             other => Err(CelError::Eval(format!(
                 "expression {:?} must return a bool, got {}",
@@ -110,18 +169,53 @@ impl Program {
 
 /// Variables bound for evaluation (`object`, `request`, `variables`, ...).
 ///
-/// Binding converts a value into the interpreter's own representation, a
-/// deep copy; so a request's variables are bound once and each evaluation
-/// layers only what it adds (`variables`) in a [`Activation::scope`].
+/// A scope holds its own bindings and reads through to its parent's. JSON
+/// is bound by reference: the direct evaluator reads it in place. The
+/// interpreter needs its own copy of every value; that conversion is made
+/// only when an expression reaches the interpreter, and a root bound for a
+/// whole request ([`InterpreterCache`]) makes it once per request.
 pub struct Activation<'a> {
-    ctx: Context<'a>,
+    parent: Option<&'a Activation<'a>>,
+    slots: Vec<(Cow<'static, str>, Val<'a>)>,
+    /// `variables.<name>`: set by a scope that binds a policy's variables;
+    /// it hides the variables of outer scopes.
+    variables: Option<Vec<(&'a str, Val<'a>)>>,
+    /// The interpreter's context for a root, shared by every activation
+    /// made from the same request.
+    cache: Option<&'a InterpreterCache>,
+    /// Bindings made only when an expression reads them.
+    lazy: Option<&'a dyn LazyBindings>,
+}
+
+/// JSON bindings built on first use: a request's `request` and
+/// `namespaceObject` cost more to build than most expressions that never
+/// read them take to run.
+pub trait LazyBindings {
+    /// Every name this source binds.
+    fn names(&self) -> &'static [&'static str];
+    fn get(&self, name: &str) -> Option<&serde_json::Value>;
+}
+
+/// A root activation's bindings as the interpreter holds them, converted
+/// on first use.
+#[derive(Default)]
+pub struct InterpreterCache(std::cell::OnceCell<Context<'static>>);
+
+impl std::fmt::Debug for InterpreterCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InterpreterCache")
+    }
 }
 
 impl Activation<'static> {
     /// No variables yet, every function available.
     pub fn new() -> Activation<'static> {
         Activation {
-            ctx: library::base().new_inner_scope(),
+            parent: None,
+            slots: Vec::new(),
+            variables: None,
+            cache: None,
+            lazy: None,
         }
     }
 }
@@ -133,21 +227,152 @@ impl Default for Activation<'static> {
 }
 
 impl<'a> Activation<'a> {
+    /// A root whose interpreter context is kept in `cache` (one per
+    /// request; every root made with it must bind the same values).
+    pub fn root(cache: &'a InterpreterCache) -> Activation<'a> {
+        Activation {
+            parent: None,
+            slots: Vec::new(),
+            variables: None,
+            cache: Some(cache),
+            lazy: None,
+        }
+    }
+
+    /// Binds the names of `lazy`, each built when first read.
+    pub fn set_lazy(&mut self, lazy: &'a dyn LazyBindings) {
+        self.lazy = Some(lazy);
+    }
+
     /// Binds `name`, shadowing an outer binding of it. A value the
     /// interpreter cannot hold (a function) is an error.
     pub fn set(&mut self, name: &str, value: Value) -> Result<(), CelError> {
-        let ctx = &mut self.ctx;
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            ctx.add_variable_from_value(name, value)
-        }))
-        .map_err(|_| CelError::Eval(format!("variable {name:?} has no CEL value")))
+        if let Value::Function(..) = value {
+            return Err(CelError::Eval(format!(
+                "variable {name:?} has no CEL value"
+            )));
+        }
+        self.bind(Cow::Owned(name.to_string()), Val::from_cel(&value));
+        Ok(())
+    }
+
+    /// Binds `name` to JSON, read in place.
+    pub fn set_json(&mut self, name: &'static str, value: &'a serde_json::Value) {
+        self.bind(Cow::Borrowed(name), Val::from_json(value));
+    }
+
+    fn bind(&mut self, name: Cow<'static, str>, value: Val<'a>) {
+        match self.slots.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.slots.push((name, value)),
+        }
+    }
+
+    /// Sets `variables.<name>` in this scope (creating this scope's
+    /// variables, which hide outer ones).
+    pub fn set_variable(&mut self, name: &'a str, value: Val<'a>) {
+        let vars = self.variables.get_or_insert_with(Vec::new);
+        match vars.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => vars.push((name, value)),
+        }
+    }
+
+    /// Starts this scope's `variables` (none yet): outer ones are hidden.
+    pub fn start_variables(&mut self) {
+        self.variables.get_or_insert_with(Vec::new);
     }
 
     /// A scope over these variables: what is set in it shadows them.
-    pub fn scope(&self) -> Activation<'_> {
+    pub fn scope(&'a self) -> Activation<'a> {
         Activation {
-            ctx: self.ctx.new_inner_scope(),
+            parent: Some(self),
+            slots: Vec::new(),
+            variables: None,
+            cache: None,
+            lazy: None,
         }
+    }
+
+    fn own_variables(&self) -> Option<&Vec<(&'a str, Val<'a>)>> {
+        match &self.variables {
+            Some(v) => Some(v),
+            None => self.parent.and_then(|p| p.own_variables()),
+        }
+    }
+
+    /// Runs `f` with this activation as the interpreter's context.
+    fn with_interpreter<R>(&self, f: &mut dyn FnMut(&Context) -> R) -> R {
+        if let Some(cache) = self.cache {
+            let ctx = cache.0.get_or_init(|| {
+                let mut ctx = library::base().new_inner_scope();
+                self.add_to_interpreter(&mut ctx);
+                ctx
+            });
+            return f(ctx);
+        }
+        match self.parent {
+            None => {
+                let mut ctx = library::base().new_inner_scope();
+                self.add_to_interpreter(&mut ctx);
+                f(&ctx)
+            }
+            Some(parent) => parent.with_interpreter(&mut |outer| {
+                let mut ctx = outer.new_inner_scope();
+                self.add_to_interpreter(&mut ctx);
+                f(&ctx)
+            }),
+        }
+    }
+
+    fn add_to_interpreter(&self, ctx: &mut Context) {
+        if let Some(lazy) = self.lazy {
+            for name in lazy.names() {
+                if !self.slots.iter().any(|(n, _)| n == name)
+                    && let Some(v) = lazy.get(name)
+                {
+                    ctx.add_variable_from_value(*name, values::json_to_cel(v));
+                }
+            }
+        }
+        for (name, value) in &self.slots {
+            ctx.add_variable_from_value(name.as_ref(), value.to_cel());
+        }
+        if let Some(vars) = &self.variables {
+            ctx.add_variable_from_value("variables", variables_map(vars).to_cel());
+        }
+    }
+}
+
+fn variables_map<'a>(vars: &[(&'a str, Val<'a>)]) -> Val<'a> {
+    Val::Map(direct::value::MapVal::Owned(Arc::new(
+        vars.iter()
+            .map(|(n, v)| (Val::Str(direct::value::Str::Borrowed(n)), v.clone()))
+            .collect(),
+    )))
+}
+
+impl<'a> direct::Bindings<'a> for Activation<'a> {
+    fn ident(&self, name: &str) -> Option<Val<'a>> {
+        if let Some((_, v)) = self.slots.iter().find(|(n, _)| n == name) {
+            return Some(v.clone());
+        }
+        if name == "variables"
+            && let Some(vars) = &self.variables
+        {
+            return Some(variables_map(vars));
+        }
+        if let Some(v) = self.lazy.and_then(|l| l.get(name)) {
+            return Some(Val::from_json(v));
+        }
+        self.parent.and_then(|p| p.ident(name))
+    }
+
+    fn variable(&self, name: &str) -> Option<Val<'a>> {
+        let vars = self.own_variables()?;
+        vars.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.clone())
     }
 }
 

@@ -78,7 +78,7 @@ pub fn mutating_policies<'p>(
     phase: MutatingPhase<'p, '_>,
     start: &Request,
     next_request: impl Fn(&Request, Value) -> Request,
-    bind: impl Fn(&Request) -> CelRequest,
+    bind: impl Fn(&Request) -> CelRequest<'static>,
     mut before: impl FnMut(usize, &'p CompiledMutatingPolicy) -> Visit,
     mut after: impl FnMut(Mutated<'p, '_>),
 ) -> Option<Request> {

@@ -451,7 +451,7 @@ fn mutate(
             object,
             ..r.clone()
         },
-        CelRequest::of,
+        CelRequest::owned,
         |_, policy| {
             // A policy that names other targets leaves its trigger as it
             // is (its work is the UpdateRequest), as does one evaluated

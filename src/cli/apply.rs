@@ -244,7 +244,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 phase,
                 &offline(&resource),
                 next_request,
-                CelRequest::of,
+                CelRequest::owned,
                 |_, _| Visit::Evaluate,
                 |m| {
                     if let Some(patched) = m.patched

@@ -16,8 +16,9 @@ pub use mutating::{
 };
 
 use super::{PolicyResponse, Request, RuleResponse, RuleStatus};
-use crate::cel::values::{cel_to_json, json_to_cel};
-use crate::cel::{Activation, CelError, Lookup, Lookups};
+use crate::cel::direct::Val;
+use crate::cel::values::cel_to_json;
+use crate::cel::{Activation, CelError, InterpreterCache, LazyBindings, Lookup, Lookups};
 use crate::context::{ApiCallRequest, Resolver};
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::selector_matches;
@@ -27,95 +28,149 @@ use crate::policy::cel_policy::{
 };
 use crate::policy::cel_policy::{CelChecks, CompiledNamed};
 use kube_cel::cel::Value as CelValue;
-use kube_cel::cel::objects::{Key, Map};
 use serde_json::{Value, json};
+use std::borrow::Cow;
 use std::cell::OnceCell;
-use std::collections::HashMap;
 use std::sync::Arc;
 
-/// The CEL variables of one request, bound once and shared by every CEL
-/// rule and policy evaluated for it.
+/// The CEL variables of one request, shared by every CEL rule and policy
+/// evaluated for it. The JSON is bound by reference: the direct evaluator
+/// reads it in place, and the interpreter's copy is made once, on first
+/// use ([`InterpreterCache`]). Making one costs nothing until a CEL
+/// expression runs: `request` and `namespaceObject` are built on first use.
 #[derive(Debug)]
-pub struct CelRequest {
-    vars: Activation<'static>,
+pub struct CelRequest<'r> {
+    object: Cow<'r, Value>,
+    old_object: Cow<'r, Value>,
+    /// What `request` and `namespaceObject` are made from.
+    source: Option<&'r Request>,
     /// The plural resource name admission rules match on.
-    resource: String,
-    /// `request` and `namespaceObject`, kept to bind the template views.
-    request: CelValue,
-    namespace: CelValue,
+    resource: Cow<'r, str>,
+    request: OnceCell<Arc<Value>>,
+    namespace: OnceCell<Value>,
+    cache: InterpreterCache,
     /// The variables as a Pod controller's autogen sees them, one per
-    /// [`PodTemplate`], bound on first use.
-    views: [OnceCell<Activation<'static>>; 2],
+    /// [`PodTemplate`], made on first use.
+    views: [OnceCell<Box<TemplateView>>; 2],
 }
 
-/// Binds the request-level variables. Values made by [`json_to_cel`]
-/// always bind, hence the expects.
-fn bind_request(
-    object: CelValue,
-    old_object: CelValue,
-    request: CelValue,
-    namespace: CelValue,
-) -> Activation<'static> {
-    let mut vars = Activation::new();
-    for (name, value) in [
-        ("object", object),
-        ("oldObject", old_object),
-        ("request", request),
-        ("namespaceObject", namespace),
-        ("params", CelValue::Null),
-        ("variables", empty_map()),
-    ] {
-        vars.set(name, value).expect("JSON values bind");
-    }
+/// `object` and `oldObject` through a Pod controller's template.
+#[derive(Debug)]
+struct TemplateView {
+    object: Value,
+    old_object: Value,
+    cache: InterpreterCache,
+}
+
+static NULL: Value = Value::Null;
+
+/// Binds the request-level variables; `request` and `namespaceObject`
+/// come from `rest` when read.
+fn bind_request<'s>(
+    cache: &'s InterpreterCache,
+    object: &'s Value,
+    old_object: &'s Value,
+    rest: &'s dyn LazyBindings,
+) -> Activation<'s> {
+    let mut vars = Activation::root(cache);
+    vars.set_json("object", object);
+    vars.set_json("oldObject", old_object);
+    vars.set_lazy(rest);
+    vars.set_json("params", &NULL);
+    vars.start_variables();
     vars
 }
 
-impl CelRequest {
-    pub fn of(req: &Request) -> CelRequest {
-        let request = json_to_cel(&request_json(req));
-        let namespace = json_to_cel(&namespace_object(req));
+impl LazyBindings for CelRequest<'_> {
+    fn names(&self) -> &'static [&'static str] {
+        &["request", "namespaceObject"]
+    }
+
+    fn get(&self, name: &str) -> Option<&Value> {
+        match name {
+            "request" => Some(self.request()),
+            "namespaceObject" => Some(self.namespace()),
+            _ => None,
+        }
+    }
+}
+
+/// A JSON payload's variables: no request, no namespace.
+struct NoRequest;
+
+impl LazyBindings for NoRequest {
+    fn names(&self) -> &'static [&'static str] {
+        &["request", "namespaceObject"]
+    }
+
+    fn get(&self, name: &str) -> Option<&Value> {
+        matches!(name, "request" | "namespaceObject").then_some(&NULL)
+    }
+}
+
+impl<'r> CelRequest<'r> {
+    pub fn of(req: &'r Request) -> CelRequest<'r> {
         CelRequest {
-            vars: bind_request(
-                json_to_cel(&req.object),
-                json_to_cel(&req.old_object),
-                request.clone(),
-                namespace.clone(),
-            ),
-            resource: req.gvr.resource.clone(),
-            request,
-            namespace,
+            object: Cow::Borrowed(&req.object),
+            old_object: Cow::Borrowed(&req.old_object),
+            source: Some(req),
+            resource: Cow::Borrowed(&req.gvr.resource),
+            request: OnceCell::new(),
+            namespace: OnceCell::new(),
+            cache: InterpreterCache::default(),
+            views: Default::default(),
+        }
+    }
+
+    /// [`CelRequest::of`] holding its own copy of the request's objects,
+    /// for callers that keep it beyond the request.
+    pub fn owned(req: &Request) -> CelRequest<'static> {
+        CelRequest {
+            object: Cow::Owned(req.object.clone()),
+            old_object: Cow::Owned(req.old_object.clone()),
+            source: None,
+            resource: Cow::Owned(req.gvr.resource.clone()),
+            request: OnceCell::from(Arc::new(request_json(req))),
+            namespace: OnceCell::from(namespace_object(req)),
+            cache: InterpreterCache::default(),
             views: Default::default(),
         }
     }
 
     /// Replaces the synthesized `namespaceObject` with the real Namespace.
-    pub fn with_namespace_object(mut self, namespace: &Value) -> CelRequest {
-        self.namespace = json_to_cel(namespace);
-        self.vars
-            .set("namespaceObject", self.namespace.clone())
-            .expect("JSON values bind");
+    pub fn with_namespace_object(mut self, namespace: &Value) -> CelRequest<'r> {
+        self.namespace = OnceCell::from(namespace.clone());
+        self.cache = InterpreterCache::default();
         self.views = Default::default();
         self
     }
 
-    pub fn activation(&self) -> &Activation<'static> {
-        &self.vars
+    fn request(&self) -> &Arc<Value> {
+        self.request
+            .get_or_init(|| Arc::new(self.source.map_or(Value::Null, request_json)))
+    }
+
+    fn namespace(&self) -> &Value {
+        self.namespace
+            .get_or_init(|| self.source.map_or(Value::Null, namespace_object))
+    }
+
+    pub fn activation(&self) -> Activation<'_> {
+        bind_request(&self.cache, &self.object, &self.old_object, self)
     }
 
     /// The variables of mutate existing on `target`: the target as
     /// `object`, this request as `request`, no `oldObject` and no
     /// `namespaceObject` (Kyverno's background controller binds none).
-    pub fn for_target(&self, target: &Value) -> CelRequest {
+    pub fn for_target<'t>(&self, target: &'t Value) -> CelRequest<'t> {
         CelRequest {
-            vars: bind_request(
-                json_to_cel(target),
-                CelValue::Null,
-                self.request.clone(),
-                CelValue::Null,
-            ),
-            resource: self.resource.clone(),
-            request: self.request.clone(),
-            namespace: CelValue::Null,
+            object: Cow::Borrowed(target),
+            old_object: Cow::Owned(Value::Null),
+            source: None,
+            resource: Cow::Owned(self.resource.to_string()),
+            request: OnceCell::from(self.request().clone()),
+            namespace: OnceCell::from(Value::Null),
+            cache: InterpreterCache::default(),
             views: Default::default(),
         }
     }
@@ -123,20 +178,19 @@ impl CelRequest {
     /// The variables seen through a Pod controller's template: `object` and
     /// `oldObject` have the template's metadata and spec (what autogen
     /// rewrites `object.spec`/`object.metadata` to).
-    pub fn view(&self, req: &Request, template: PodTemplate) -> &Activation<'static> {
+    pub fn view(&self, template: PodTemplate) -> Activation<'_> {
         let slot = match template {
             PodTemplate::Spec => &self.views[0],
             PodTemplate::CronJob => &self.views[1],
         };
-        slot.get_or_init(|| {
-            let view = |o: &Value| json_to_cel(&template_view(o, template));
-            bind_request(
-                view(&req.object),
-                view(&req.old_object),
-                self.request.clone(),
-                self.namespace.clone(),
-            )
-        })
+        let view = slot.get_or_init(|| {
+            Box::new(TemplateView {
+                object: template_view(&self.object, template),
+                old_object: template_view(&self.old_object, template),
+                cache: InterpreterCache::default(),
+            })
+        });
+        bind_request(&view.cache, &view.object, &view.old_object, self)
     }
 }
 
@@ -157,12 +211,6 @@ pub fn template_view(o: &Value, template: PodTemplate) -> Value {
     );
     m.insert("spec".into(), t.get("spec").cloned().unwrap_or(json!({})));
     Value::Object(m)
-}
-
-fn empty_map() -> CelValue {
-    CelValue::Map(Map {
-        map: Arc::new(HashMap::new()),
-    })
 }
 
 fn request_json(req: &Request) -> Value {
@@ -323,22 +371,20 @@ pub fn exempted(
 /// before it. A variable that fails is left out, so only an expression
 /// that reads it fails (the API server evaluates variables lazily).
 pub fn bind_variables<'a>(
-    base: &'a Activation,
-    variables: &[CompiledNamed],
+    base: &'a Activation<'a>,
+    variables: &'a [CompiledNamed],
     lookups: &dyn Lookups,
 ) -> Activation<'a> {
     let mut vars = base.scope();
-    let mut map: HashMap<Key, CelValue> = HashMap::new();
+    vars.start_variables();
     for v in variables {
-        let Ok(value) = v.program.eval(&vars, lookups) else {
-            continue;
-        };
-        map.insert(Key::String(Arc::new(v.name.clone())), value);
-        let all = CelValue::Map(Map {
-            map: Arc::new(map.clone()),
-        });
-        if vars.set("variables", all).is_err() {
-            map.remove(&Key::String(Arc::new(v.name.clone())));
+        // A value the interpreter could not hold (a function) is left out
+        // like a failure.
+        match v.program.eval_val(&vars, lookups) {
+            Ok(value) if !matches!(&value, Val::Foreign(v) if matches!(**v, CelValue::Function(..))) => {
+                vars.set_variable(&v.name, value)
+            }
+            _ => {}
         }
     }
     vars
@@ -458,7 +504,8 @@ pub fn validate_rule(
     resolver: &dyn Resolver,
 ) -> (CelVerdict, Vec<(String, String)>) {
     let lookups = ResolverLookups(resolver);
-    match conditions_hold(preconditions, input.activation(), &lookups) {
+    let root = input.activation();
+    match conditions_hold(preconditions, &root, &lookups) {
         Ok(None) => {}
         Ok(Some(name)) => {
             let why = format!("cel precondition {name:?} not met");
@@ -483,11 +530,11 @@ pub fn validate_rule(
     };
     match params::collect(kind, reference, req, resolver) {
         Err(e) => (CelVerdict::Error(e), Vec::new()),
-        Ok(None) => evaluate(input.activation()),
+        Ok(None) => evaluate(&root),
         Ok(Some(list)) => {
             let mut properties = Vec::new();
             for param in &list {
-                let (verdict, mut found) = match params::bind(input.activation(), param) {
+                let (verdict, mut found) = match params::bind(&root, param) {
                     Ok(vars) => evaluate(&vars),
                     Err(e) => (CelVerdict::Error(e), Vec::new()),
                 };
@@ -585,7 +632,7 @@ pub fn scope_view<'s>(
     {
         return None;
     }
-    let resource = input.resource.as_str();
+    let resource = input.resource.as_ref();
     let target = RuleTarget {
         group: &req.gvk.group,
         version: &req.gvk.version,
@@ -763,10 +810,11 @@ pub fn evaluate_validating_policy<'p>(
     let Some(view) = scope_view(scope, req, input) else {
         return response;
     };
-    let vars = match view.template {
-        Some(template) => input.view(req, template),
+    let base = match view.template {
+        Some(template) => input.view(template),
         None => input.activation(),
     };
+    let vars = &base;
     let lookups = ResolverLookups(resolver);
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
@@ -811,12 +859,8 @@ pub fn evaluate_validating_policy_on_json<'p>(
     if !policy.json {
         return response;
     }
-    let vars = bind_request(
-        json_to_cel(payload),
-        CelValue::Null,
-        CelValue::Null,
-        CelValue::Null,
-    );
+    let cache = InterpreterCache::default();
+    let vars = bind_request(&cache, payload, &NULL, &NoRequest);
     let lookups = ResolverLookups(resolver);
     response
         .rules

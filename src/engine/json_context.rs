@@ -22,7 +22,7 @@ pub struct JsonContext<'p> {
     scope: Scope<'p>,
     /// The request's CEL variables, at the root of a request's context:
     /// converted on first use and shared by every CEL rule evaluated for it.
-    cel: Option<(&'p Request, OnceCell<CelRequest>)>,
+    cel: Option<CelRequest<'p>>,
     delete: bool,
     /// At a request's root: results of conditions that read only `request`
     /// (see `Condition::memo`), shared by every rule evaluated for it.
@@ -49,7 +49,7 @@ impl<'p> JsonContext<'p> {
         let mut ctx = JsonContext {
             parent: None,
             scope: Scope::new(Some(("request", Box::new(RequestRoot::new(req)))), 4),
-            cel: Some((req, OnceCell::new())),
+            cel: Some(CelRequest::of(req)),
             delete: req.operation == "DELETE",
             memo: Some(RefCell::new(Vec::new())),
             request_replaced: false,
@@ -132,9 +132,9 @@ impl<'p> JsonContext<'p> {
     }
 
     /// The request's CEL variables, when this context belongs to a request.
-    pub fn cel_request(&self) -> Option<&CelRequest> {
+    pub fn cel_request(&self) -> Option<&CelRequest<'_>> {
         match (&self.cel, self.parent) {
-            (Some((req, cel)), _) => Some(cel.get_or_init(|| CelRequest::of(req))),
+            (Some(cel), _) => Some(cel),
             (None, Some(p)) => p.cel_request(),
             (None, None) => None,
         }

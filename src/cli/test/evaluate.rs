@@ -267,7 +267,7 @@ pub(super) fn evaluate<'l>(
         }
         let cel_input = |resource: &Value| {
             let req = build_request(resource, &operation, loaded);
-            let mut input = CelRequest::of(&req);
+            let mut input = CelRequest::owned(&req);
             if let Some(ns) = loaded.values.namespace_objects.get(req.namespace()) {
                 input = input.with_namespace_object(ns);
             }

@@ -144,7 +144,7 @@ fn evaluate(
         if !namespace.is_empty() {
             request.namespace_labels = resolver.view.namespace_labels(&namespace);
         }
-        let mut input = CelRequest::of(&request);
+        let mut input = CelRequest::owned(&request);
         if !namespace.is_empty()
             && let Ok(Some(ns)) = resolver.resource("v1", "Namespace", "", &namespace)
         {
@@ -177,7 +177,7 @@ fn evaluate(
             let request = match &trigger {
                 Some(t) => t,
                 None => {
-                    own = CelRequest::of(&Request::offline(
+                    own = CelRequest::owned(&Request::offline(
                         &target,
                         "UPDATE",
                         Default::default(),

@@ -26,7 +26,8 @@ pub fn deleting_policy_selects(
         return Ok(None);
     }
     let lookups = ResolverLookups(resolver);
-    let vars = bind_variables(input.activation(), variables, &lookups);
+    let root = input.activation();
+    let vars = bind_variables(&root, variables, &lookups);
     match conditions_hold(&scope.match_conditions, &vars, &lookups) {
         Ok(None) => Ok(Some(true)),
         Ok(Some(_)) => Ok(Some(false)),

@@ -32,11 +32,12 @@ pub fn evaluate_generating_policy<'p>(
     let respond = |status: RuleStatus, message: String| {
         RuleResponse::new(&scope.name, status, message).of_type(RuleType::Generation)
     };
-    if let Some((status, message)) = exempted(scope, input.activation(), &lookups) {
+    let root = input.activation();
+    if let Some((status, message)) = exempted(scope, &root, &lookups) {
         response.rules.push(respond(status, message));
         return response;
     }
-    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
+    let vars = bind_variables(&root, &policy.variables, &lookups);
     match conditions_hold(&scope.match_conditions, &vars, &lookups) {
         Ok(Some(_)) => return response,
         Err(e) => {

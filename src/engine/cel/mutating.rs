@@ -45,10 +45,11 @@ pub fn evaluate_mutating_policy<'p>(
     let Some(view) = scope_view(scope, req, input) else {
         return outcome;
     };
-    let base = match view.template {
-        Some(template) => input.view(req, template),
+    let root = match view.template {
+        Some(template) => input.view(template),
         None => input.activation(),
     };
+    let base = &root;
     let lookups = ResolverLookups(resolver);
     let respond = |status: RuleStatus, message: String| {
         RuleResponse::new(&scope.name, status, message).of_type(RuleType::Mutation)
@@ -118,7 +119,8 @@ pub fn trigger_conditions_hold(
     resolver: &dyn Resolver,
 ) -> Result<bool, String> {
     let lookups = ResolverLookups(resolver);
-    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
+    let root = input.activation();
+    let vars = bind_variables(&root, &policy.variables, &lookups);
     conditions_hold(&policy.scope.match_conditions, &vars, &lookups)
         .map(|failed| failed.is_none())
         .map_err(|e| format!("match conditions: {e}"))
@@ -137,7 +139,8 @@ pub fn expression_targets(
         return None;
     };
     let lookups = ResolverLookups(resolver);
-    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
+    let root = input.activation();
+    let vars = bind_variables(&root, &policy.variables, &lookups);
     let named = program
         .eval(&vars, &lookups)
         .map_err(|e| format!("targetMatchConstraints.expression: {e}"))
@@ -182,7 +185,8 @@ pub fn mutate_target(
 ) -> TargetOutcome {
     let lookups = ResolverLookups(resolver);
     let input = trigger.for_target(target);
-    let vars = bind_variables(input.activation(), &policy.variables, &lookups);
+    let root = input.activation();
+    let vars = bind_variables(&root, &policy.variables, &lookups);
     match conditions_hold(&existing.conditions, &vars, &lookups) {
         Ok(None) => {}
         Ok(Some(name)) => return TargetOutcome::NotSelected(name),
@@ -531,11 +535,11 @@ spec:
   - {name: wanted, expression: \"'app'\"}
 ";
 
-    fn secret_request() -> CelRequest {
+    fn secret_request() -> CelRequest<'static> {
         let secret = json!({"apiVersion": "v1", "kind": "Secret",
                             "metadata": {"name": "db", "namespace": "a"}});
         let req = Request::offline(&secret, "CREATE", Default::default(), None);
-        CelRequest::of(&req)
+        CelRequest::owned(&req)
     }
 
     /// A target sees itself as `object` and the trigger's request as

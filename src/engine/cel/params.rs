@@ -4,7 +4,6 @@
 //! selector, in the paramRef's namespace or the request's.
 
 use crate::cel::Activation;
-use crate::cel::values::json_to_cel;
 use crate::context::Resolver;
 use crate::engine::Request;
 use crate::matching::selector_matches;
@@ -83,11 +82,9 @@ pub fn collect(
 }
 
 /// `vars` with `params` bound to `param`.
-pub fn bind<'a>(vars: &'a Activation, param: &Value) -> Result<Activation<'a>, String> {
+pub fn bind<'a>(vars: &'a Activation<'a>, param: &'a Value) -> Result<Activation<'a>, String> {
     let mut scope = vars.scope();
-    scope
-        .set("params", json_to_cel(param))
-        .map_err(|e| e.to_string())?;
+    scope.set_json("params", param);
     Ok(scope)
 }
 

@@ -1,0 +1,435 @@
+//! The parsed (and rewritten) CEL tree turned into the direct evaluator's
+//! plan: comprehension variables resolved to slots, `variables.<name>`
+//! resolved to a name, operators and functions resolved to enums, literal
+//! lists and maps folded into constants, literal regular expressions
+//! compiled once.
+//!
+//! Anything outside what the direct evaluator implements gives `None`, and
+//! the whole expression is left to the cel crate's interpreter.
+
+use super::functions::Func;
+use super::value::{List, MapVal, Val};
+use crate::cel::library::{OPT_INDEX, OPT_SELECT, TICK};
+use kube_cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use std::sync::Arc;
+
+/// A compiled expression node.
+#[derive(Debug)]
+pub enum Node {
+    Const(Val<'static>),
+    /// A variable of the activation (`object`, `request`, `params`, ...).
+    Ident(Box<str>),
+    /// A comprehension variable: its slot.
+    Local(usize),
+    /// `variables.<name>`.
+    Variable(Box<str>),
+    /// `has(variables.<name>)`.
+    HasVariable(Box<str>),
+    Select(Box<Node>, Box<str>),
+    Has(Box<Node>, Box<str>),
+    OptSelect(Box<Node>, Box<str>),
+    OptIndex(Box<Node>, Box<Node>),
+    Index(Box<Node>, Box<Node>),
+    And(Box<Node>, Box<Node>),
+    Or(Box<Node>, Box<Node>),
+    Not(Box<Node>),
+    NotStrictlyFalse(Box<Node>),
+    Cond(Box<[Node; 3]>),
+    Binary(BinOp, Box<Node>, Box<Node>),
+    /// `@result + x` inside `map`/`filter`: the accumulator is taken out of
+    /// its slot and extended in place (the macro never reads it again).
+    AppendAccu(usize, Box<Node>),
+    Neg(Box<Node>),
+    List(Vec<Node>, Vec<usize>),
+    Map(Vec<(Node, Node, bool)>),
+    Comprehension(Box<Comprehension>),
+    /// A comprehension step and the cost it charges.
+    Tick(Box<Node>, i64),
+    /// A function; a method's receiver is the first argument.
+    Call(Func, Vec<Node>),
+    /// `s.matches('literal')`, the expression compiled once.
+    Matches(Box<Node>, Arc<regex::Regex>),
+    /// `range.all(x, pred)` / `range.exists(x, pred)` (the parser's
+    /// expansions, recognised): the predicate on each item in turn, no
+    /// accumulator. The weight is the expansion's per-item cost.
+    Quantifier {
+        range: Box<Node>,
+        item_slot: usize,
+        pred: Box<Node>,
+        exists: bool,
+        weight: i64,
+    },
+    /// An optional chain and what ends it (`a.?b.?c.orValue(d)`,
+    /// `a.?b.hasValue()`), walked without building the optionals between.
+    OptPath(Box<Node>, Vec<OptStep>, OptEnd),
+}
+
+#[derive(Debug)]
+pub enum OptStep {
+    Field(Box<str>),
+    Index(Node),
+}
+
+#[derive(Debug)]
+pub enum OptEnd {
+    OrValue(Box<Node>),
+    HasValue,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum BinOp {
+    Eq,
+    Ne,
+    Lt,
+    Le,
+    Gt,
+    Ge,
+    Add,
+    Sub,
+    Mul,
+    Div,
+    Mod,
+    In,
+}
+
+#[derive(Debug)]
+pub struct Comprehension {
+    pub range: Node,
+    pub accu_slot: usize,
+    pub init: Node,
+    pub cond: Node,
+    pub step: Node,
+    pub result: Node,
+}
+
+/// The accumulator name of the parser's macro expansions.
+const MACRO_ACCUMULATOR: &str = "@result";
+
+pub fn compile(e: &IdedExpr) -> Option<Node> {
+    Compiler { locals: Vec::new() }.node(e)
+}
+
+struct Compiler {
+    /// The comprehension variables in scope, innermost last; a variable's
+    /// index here is its slot.
+    locals: Vec<String>,
+}
+
+impl Compiler {
+    fn local(&self, name: &str) -> Option<usize> {
+        self.locals.iter().rposition(|l| l == name)
+    }
+
+    fn boxed(&mut self, e: &IdedExpr) -> Option<Box<Node>> {
+        self.node(e).map(Box::new)
+    }
+
+    fn node(&mut self, e: &IdedExpr) -> Option<Node> {
+        Some(match &e.expr {
+            Expr::Literal(l) => Node::Const(literal(l)?),
+            Expr::Ident(name) => match self.local(name) {
+                Some(slot) => Node::Local(slot),
+                None => Node::Ident(name.as_str().into()),
+            },
+            Expr::Select(s) => {
+                if let Expr::Ident(root) = &s.operand.expr
+                    && root == "variables"
+                    && self.local(root).is_none()
+                {
+                    let name = s.field.as_str().into();
+                    return Some(if s.test {
+                        Node::HasVariable(name)
+                    } else {
+                        Node::Variable(name)
+                    });
+                }
+                let operand = self.boxed(&s.operand)?;
+                let field = s.field.as_str().into();
+                if s.test {
+                    Node::Has(operand, field)
+                } else {
+                    Node::Select(operand, field)
+                }
+            }
+            Expr::List(l) => {
+                let elements = l
+                    .elements
+                    .iter()
+                    .map(|x| self.node(x))
+                    .collect::<Option<Vec<_>>>()?;
+                let optional: Vec<usize> = l.optional_indices.to_vec();
+                if optional.is_empty() && elements.iter().all(|n| matches!(n, Node::Const(_))) {
+                    let values = elements
+                        .into_iter()
+                        .map(|n| match n {
+                            Node::Const(v) => v,
+                            _ => unreachable!("all constants"),
+                        })
+                        .collect();
+                    Node::Const(Val::List(List::Owned(Arc::new(values))))
+                } else {
+                    Node::List(elements, optional)
+                }
+            }
+            Expr::Map(m) => {
+                let mut entries = Vec::with_capacity(m.entries.len());
+                for entry in &m.entries {
+                    let EntryExpr::MapEntry(me) = &entry.expr else {
+                        return None;
+                    };
+                    entries.push((self.node(&me.key)?, self.node(&me.value)?, me.optional));
+                }
+                let constant = entries.iter().all(|(k, v, o)| {
+                    !o && matches!(k, Node::Const(_)) && matches!(v, Node::Const(_))
+                });
+                if constant && !entries.is_empty() {
+                    let values = entries
+                        .into_iter()
+                        .map(|(k, v, _)| match (k, v) {
+                            (Node::Const(k), Node::Const(v)) => (k, v),
+                            _ => unreachable!("all constants"),
+                        })
+                        .collect();
+                    Node::Const(Val::Map(MapVal::Owned(Arc::new(values))))
+                } else {
+                    Node::Map(entries)
+                }
+            }
+            Expr::Comprehension(c) => {
+                // Two-variable comprehensions (transformMap, ...) stay with
+                // the interpreter.
+                if c.iter_var2.is_some() {
+                    return None;
+                }
+                let range = self.node(&c.iter_range)?;
+                let init = self.node(&c.accu_init)?;
+                let accu_slot = self.locals.len();
+                self.locals.push(c.accu_var.clone());
+                self.locals.push(c.iter_var.clone());
+                let cond = self.node(&c.loop_cond);
+                let step = self.node(&c.loop_step);
+                self.locals.pop();
+                let result = self.node(&c.result);
+                self.locals.pop();
+                let c = Comprehension {
+                    range,
+                    accu_slot,
+                    init,
+                    cond: cond?,
+                    step: step?,
+                    result: result?,
+                };
+                quantifier(c)?
+            }
+            Expr::Call(c) => self.call(c)?,
+            Expr::Struct(_) | Expr::Unspecified => return None,
+        })
+    }
+
+    fn call(&mut self, c: &CallExpr) -> Option<Node> {
+        let name = c.func_name.as_str();
+        let args = &c.args;
+        if c.target.is_none() {
+            let operator = match (name, args.len()) {
+                (operators::LOGICAL_AND, 2) => {
+                    Some(Node::And(self.boxed(&args[0])?, self.boxed(&args[1])?))
+                }
+                (operators::LOGICAL_OR, 2) => {
+                    Some(Node::Or(self.boxed(&args[0])?, self.boxed(&args[1])?))
+                }
+                (operators::LOGICAL_NOT, 1) => Some(Node::Not(self.boxed(&args[0])?)),
+                (operators::NOT_STRICTLY_FALSE, 1) => {
+                    Some(Node::NotStrictlyFalse(self.boxed(&args[0])?))
+                }
+                (operators::NEGATE, 1) => Some(Node::Neg(self.boxed(&args[0])?)),
+                (operators::CONDITIONAL, 3) => Some(Node::Cond(Box::new([
+                    self.node(&args[0])?,
+                    self.node(&args[1])?,
+                    self.node(&args[2])?,
+                ]))),
+                (operators::INDEX, 2) => {
+                    Some(Node::Index(self.boxed(&args[0])?, self.boxed(&args[1])?))
+                }
+                (OPT_INDEX, 2) => {
+                    Some(Node::OptIndex(self.boxed(&args[0])?, self.boxed(&args[1])?))
+                }
+                (OPT_SELECT, 2) => {
+                    let Expr::Literal(LiteralValue::String(field)) = &args[1].expr else {
+                        return None;
+                    };
+                    Some(Node::OptSelect(self.boxed(&args[0])?, field.inner().into()))
+                }
+                (TICK, 2) => {
+                    let Expr::Literal(LiteralValue::Int(w)) = &args[1].expr else {
+                        return None;
+                    };
+                    Some(Node::Tick(self.boxed(&args[0])?, *w.inner()))
+                }
+                (operators::ADD, 2)
+                    if matches!(&args[0].expr, Expr::Ident(n) if n == MACRO_ACCUMULATOR)
+                        && self.local(MACRO_ACCUMULATOR).is_some() =>
+                {
+                    let slot = self.local(MACRO_ACCUMULATOR)?;
+                    Some(Node::AppendAccu(slot, self.boxed(&args[1])?))
+                }
+                _ => binary_op(name).and_then(|op| {
+                    (args.len() == 2).then_some(())?;
+                    Some(Node::Binary(
+                        op,
+                        self.boxed(&args[0]).map(|b| *b).map(Box::new)?,
+                        self.boxed(&args[1])?,
+                    ))
+                }),
+            };
+            if let Some(node) = operator {
+                return Some(node);
+            }
+        }
+        // A qualified name (`optional.of`): the target is a namespace, not
+        // a value, unless a comprehension binds that name.
+        let qualified = match c.target.as_deref() {
+            Some(IdedExpr {
+                expr: Expr::Ident(prefix),
+                ..
+            }) if self.local(prefix).is_none() => Func::qualified(prefix, name, args.len()),
+            _ => None,
+        };
+        if let Some(func) = qualified {
+            let args = args.iter().map(|a| self.node(a)).collect::<Option<_>>()?;
+            return Some(Node::Call(func, args));
+        }
+        let method = c.target.is_some();
+        // `s.matches('literal')`: compile the regular expression once.
+        if name == "matches"
+            && method
+            && args.len() == 1
+            && let Expr::Literal(LiteralValue::String(re)) = &args[0].expr
+        {
+            let re = regex::Regex::new(re.inner()).ok()?;
+            let target = self.boxed(c.target.as_deref()?)?;
+            return Some(Node::Matches(target, Arc::new(re)));
+        }
+        // An optional chain ended by orValue/hasValue.
+        if method
+            && let Some(target) = c.target.as_deref()
+            && matches!(&target.expr, Expr::Call(t) if t.func_name == OPT_SELECT || t.func_name == OPT_INDEX)
+        {
+            let end = match (name, args.len()) {
+                ("orValue", 1) => Some(OptEnd::OrValue(self.boxed(&args[0])?)),
+                ("hasValue", 0) => Some(OptEnd::HasValue),
+                _ => None,
+            };
+            if let Some(end) = end {
+                let (base, steps) = opt_chain(self.node(target)?);
+                return Some(Node::OptPath(Box::new(base), steps, end));
+            }
+        }
+        let argc = args.len() + usize::from(method);
+        let func = Func::named(name, method, argc)?;
+        let mut all = Vec::with_capacity(argc);
+        if let Some(t) = c.target.as_deref() {
+            all.push(self.node(t)?);
+        }
+        for a in args {
+            all.push(self.node(a)?);
+        }
+        Some(Node::Call(func, all))
+    }
+}
+
+/// The parser's `all`/`exists` expansion as a [`Node::Quantifier`]; any
+/// other comprehension as it is.
+fn quantifier(c: Comprehension) -> Option<Node> {
+    let accu = c.accu_slot;
+    let is_accu = |n: &Node| matches!(n, Node::Local(s) if *s == accu);
+    let exists = match (&c.init, &c.cond, &c.result) {
+        (Node::Const(Val::Bool(true)), Node::NotStrictlyFalse(x), r)
+            if is_accu(x) && is_accu(r) =>
+        {
+            false
+        }
+        (Node::Const(Val::Bool(false)), Node::NotStrictlyFalse(x), r)
+            if matches!(&**x, Node::Not(y) if is_accu(y)) && is_accu(r) =>
+        {
+            true
+        }
+        _ => return Some(Node::Comprehension(Box::new(c))),
+    };
+    let Node::Tick(step, weight) = &c.step else {
+        return Some(Node::Comprehension(Box::new(c)));
+    };
+    let pred_of = |step: &Node| match (step, exists) {
+        (Node::And(a, _), false) | (Node::Or(a, _), true) => is_accu(a),
+        _ => false,
+    };
+    if !pred_of(step) {
+        return Some(Node::Comprehension(Box::new(c)));
+    }
+    let weight = *weight;
+    let Node::Tick(step, _) = c.step else {
+        unreachable!("checked above")
+    };
+    let pred = match *step {
+        Node::And(_, p) | Node::Or(_, p) => p,
+        _ => unreachable!("checked above"),
+    };
+    Some(Node::Quantifier {
+        range: Box::new(c.range),
+        item_slot: accu + 1,
+        pred,
+        exists,
+        weight,
+    })
+}
+
+/// An optional chain as its base and steps (outermost last).
+fn opt_chain(node: Node) -> (Node, Vec<OptStep>) {
+    let mut steps = Vec::new();
+    let mut at = node;
+    loop {
+        at = match at {
+            Node::OptSelect(inner, field) => {
+                steps.push(OptStep::Field(field));
+                *inner
+            }
+            Node::OptIndex(inner, index) => {
+                steps.push(OptStep::Index(*index));
+                *inner
+            }
+            base => {
+                steps.reverse();
+                return (base, steps);
+            }
+        }
+    }
+}
+
+fn binary_op(name: &str) -> Option<BinOp> {
+    Some(match name {
+        operators::EQUALS => BinOp::Eq,
+        operators::NOT_EQUALS => BinOp::Ne,
+        operators::LESS => BinOp::Lt,
+        operators::LESS_EQUALS => BinOp::Le,
+        operators::GREATER => BinOp::Gt,
+        operators::GREATER_EQUALS => BinOp::Ge,
+        operators::ADD => BinOp::Add,
+        operators::SUBSTRACT => BinOp::Sub,
+        operators::MULTIPLY => BinOp::Mul,
+        operators::DIVIDE => BinOp::Div,
+        operators::MODULO => BinOp::Mod,
+        operators::IN => BinOp::In,
+        _ => return None,
+    })
+}
+
+fn literal(l: &LiteralValue) -> Option<Val<'static>> {
+    Some(match l {
+        LiteralValue::Null => Val::Null,
+        LiteralValue::Boolean(b) => Val::Bool(*b.inner()),
+        LiteralValue::Int(i) => Val::Int(*i.inner()),
+        LiteralValue::UInt(u) => Val::Uint(*u.inner()),
+        LiteralValue::Double(d) => Val::Double(*d.inner()),
+        LiteralValue::String(s) => Val::string(s.inner()),
+        LiteralValue::Bytes(b) => Val::Bytes(b.inner().into()),
+    })
+}

@@ -1,0 +1,450 @@
+//! The tree-walking evaluator over [`Val`]s.
+//!
+//! It evaluates what it can answer exactly as the cel crate's interpreter
+//! would. Everything else, and every error, is [`Fail::Interpreter`]: the
+//! caller runs the whole expression in the interpreter, which gives the
+//! answer and the error message users have seen so far. Errors are rare on
+//! admission's hot path; most expressions never leave this evaluator.
+
+use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep};
+use super::functions::{self, concat, contained};
+use super::value::{List, MapVal, Val, compare, equals};
+use std::cmp::Ordering;
+use std::sync::Arc;
+
+/// Why an evaluation stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fail {
+    /// Hand the expression to the interpreter (an error, or a case this
+    /// evaluator does not implement).
+    Interpreter,
+    /// The cost budget ran out (the interpreter would run out the same way:
+    /// both charge the same weights).
+    CostLimit,
+}
+
+/// What an expression's names resolve to.
+pub trait Bindings<'a> {
+    /// A top-level variable (`object`, `request`, `params`, ...).
+    fn ident(&self, name: &str) -> Option<Val<'a>>;
+    /// `variables.<name>`.
+    fn variable(&self, name: &str) -> Option<Val<'a>>;
+}
+
+pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<Val<'a>, Fail> {
+    Evaluator {
+        env,
+        locals: Vec::new(),
+        budget,
+    }
+    .eval(node)
+}
+
+struct Evaluator<'e, 'a> {
+    env: &'e dyn Bindings<'a>,
+    /// Comprehension variables by slot.
+    locals: Vec<Val<'a>>,
+    budget: i64,
+}
+
+type Out<'a> = Result<Val<'a>, Fail>;
+
+fn truth(v: &Val) -> Result<bool, Fail> {
+    match v {
+        Val::Bool(b) => Ok(*b),
+        _ => Err(Fail::Interpreter),
+    }
+}
+
+impl<'a> Evaluator<'_, 'a> {
+    fn eval(&mut self, n: &Node) -> Out<'a> {
+        match n {
+            Node::Const(v) => Ok(v.clone()),
+            Node::Ident(name) => self.env.ident(name).ok_or(Fail::Interpreter),
+            Node::Local(slot) => Ok(self.locals[*slot].clone()),
+            Node::Variable(name) => self.env.variable(name).ok_or(Fail::Interpreter),
+            Node::HasVariable(name) => Ok(Val::Bool(self.env.variable(name).is_some())),
+            Node::Select(operand, field) => match self.eval(operand)? {
+                Val::Map(m) => m.get_str(field).ok_or(Fail::Interpreter),
+                _ => Err(Fail::Interpreter),
+            },
+            Node::Has(operand, field) => match self.eval(operand)? {
+                Val::Map(m) => Ok(Val::Bool(match &m {
+                    MapVal::Json(j) => j.contains_key(&**field),
+                    MapVal::Owned(_) => m.get_str(field).is_some(),
+                })),
+                _ => Err(Fail::Interpreter),
+            },
+            Node::OptSelect(operand, field) => {
+                let target = match self.eval(operand)? {
+                    Val::Optional(None) => return Ok(Val::Optional(None)),
+                    Val::Optional(Some(v)) => Arc::unwrap_or_clone(v),
+                    v => v,
+                };
+                match target {
+                    Val::Map(m) => Ok(Val::Optional(m.get_str(field).map(Arc::new))),
+                    // kyverno-compat (as the interpreter's library): a
+                    // JSON null selects to none.
+                    Val::Null => Ok(Val::Optional(None)),
+                    _ => Err(Fail::Interpreter),
+                }
+            }
+            Node::OptIndex(operand, index) => {
+                let target = match self.eval(operand)? {
+                    Val::Optional(None) => return Ok(Val::Optional(None)),
+                    Val::Optional(Some(v)) => Arc::unwrap_or_clone(v),
+                    v => v,
+                };
+                let key = self.eval(index)?;
+                match (target, &key) {
+                    (Val::Map(m), _) => m
+                        .get(&key)
+                        .map(|v| Val::Optional(v.map(Arc::new)))
+                        .map_err(|_| Fail::Interpreter),
+                    (Val::List(l), Val::Int(i)) => Ok(Val::Optional(
+                        usize::try_from(*i)
+                            .ok()
+                            .and_then(|i| l.get(i))
+                            .map(Arc::new),
+                    )),
+                    (Val::Null, _) => Ok(Val::Optional(None)),
+                    _ => Err(Fail::Interpreter),
+                }
+            }
+            Node::Index(operand, index) => {
+                let target = self.eval(operand)?;
+                let key = self.eval(index)?;
+                match (&target, &key) {
+                    (Val::List(l), Val::Int(i)) => usize::try_from(*i)
+                        .ok()
+                        .and_then(|i| l.get(i))
+                        .ok_or(Fail::Interpreter),
+                    (Val::List(l), Val::Uint(i)) => l.get(*i as usize).ok_or(Fail::Interpreter),
+                    (Val::Map(m), Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Bool(_)) => {
+                        m.get(&key).ok().flatten().ok_or(Fail::Interpreter)
+                    }
+                    _ => Err(Fail::Interpreter),
+                }
+            }
+            Node::And(l, r) => {
+                if !truth(&self.eval(l)?)? {
+                    return Ok(Val::Bool(false));
+                }
+                Ok(Val::Bool(truth(&self.eval(r)?)?))
+            }
+            Node::Or(l, r) => {
+                if truth(&self.eval(l)?)? {
+                    return Ok(Val::Bool(true));
+                }
+                Ok(Val::Bool(truth(&self.eval(r)?)?))
+            }
+            Node::Not(x) => Ok(Val::Bool(!truth(&self.eval(x)?)?)),
+            // `@not_strictly_false`: only a false bool is false.
+            Node::NotStrictlyFalse(x) => Ok(Val::Bool(!matches!(self.eval(x)?, Val::Bool(false)))),
+            Node::Cond(parts) => {
+                let [c, a, b] = &**parts;
+                if truth(&self.eval(c)?)? {
+                    self.eval(a)
+                } else {
+                    self.eval(b)
+                }
+            }
+            Node::Binary(op, l, r) => {
+                let l = self.eval(l)?;
+                let r = self.eval(r)?;
+                binary(*op, l, r)
+            }
+            Node::AppendAccu(slot, r) => {
+                let r = self.eval(r)?;
+                let accu = std::mem::replace(&mut self.locals[*slot], Val::Null);
+                match (accu, r) {
+                    (Val::List(l), Val::List(r)) => Ok(Val::List(concat(l, &r))),
+                    (accu, r) => binary(BinOp::Add, accu, r),
+                }
+            }
+            Node::Neg(x) => match self.eval(x)? {
+                Val::Int(i) => i.checked_neg().map(Val::Int).ok_or(Fail::Interpreter),
+                Val::Double(d) => Ok(Val::Double(-d)),
+                _ => Err(Fail::Interpreter),
+            },
+            Node::List(elements, optional) => {
+                let mut items = Vec::with_capacity(elements.len());
+                for (i, e) in elements.iter().enumerate() {
+                    let v = self.eval(e)?;
+                    if optional.contains(&i) {
+                        match v {
+                            Val::Optional(None) => {}
+                            Val::Optional(Some(v)) => items.push(Arc::unwrap_or_clone(v)),
+                            v => items.push(v),
+                        }
+                    } else {
+                        items.push(v);
+                    }
+                }
+                Ok(Val::list(items))
+            }
+            Node::Map(entries) => {
+                let mut out: Vec<(Val<'a>, Val<'a>)> = Vec::with_capacity(entries.len());
+                for (k, v, optional) in entries {
+                    let key = self.eval(k)?;
+                    if !matches!(key, Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Bool(_)) {
+                        return Err(Fail::Interpreter);
+                    }
+                    let value = match self.eval(v)? {
+                        Val::Optional(None) if *optional => continue,
+                        Val::Optional(Some(v)) if *optional => Arc::unwrap_or_clone(v),
+                        v => v,
+                    };
+                    // As the interpreter: a repeated key keeps the last value.
+                    match out.iter_mut().find(|(k, _)| equals(k, &key) == Some(true)) {
+                        Some(entry) => entry.1 = value,
+                        None => out.push((key, value)),
+                    }
+                }
+                Ok(Val::Map(MapVal::Owned(Arc::new(out))))
+            }
+            Node::Comprehension(c) => self.comprehension(c),
+            Node::Quantifier {
+                range,
+                item_slot,
+                pred,
+                exists,
+                weight,
+            } => self.quantifier(range, *item_slot, pred, *exists, *weight),
+            Node::Tick(step, weight) => {
+                self.budget -= weight;
+                if self.budget < 0 {
+                    return Err(Fail::CostLimit);
+                }
+                self.eval(step)
+            }
+            Node::Call(func, args) => {
+                // No function here takes more than two arguments (counting
+                // a method's receiver): no allocation for them.
+                let mut values = [Val::Null, Val::Null];
+                for (slot, a) in values.iter_mut().zip(args) {
+                    *slot = self.eval(a)?;
+                }
+                functions::call(*func, &mut values[..args.len()])
+            }
+            Node::OptPath(base, steps, end) => {
+                let found = self.opt_path(base, steps)?;
+                match end {
+                    OptEnd::HasValue => Ok(Val::Bool(found.is_some())),
+                    OptEnd::OrValue(default) => match found {
+                        Some(v) => Ok(v),
+                        None => self.eval(default),
+                    },
+                }
+            }
+            Node::Matches(target, re) => match self.eval(target)? {
+                Val::Str(s) => Ok(Val::Bool(re.is_match(s.as_str()))),
+                _ => Err(Fail::Interpreter),
+            },
+        }
+    }
+
+    /// The value at the end of an optional chain, `None` where a step finds
+    /// nothing; as the interpreter's `_?._` and `_[?_]` step by step.
+    fn opt_path(&mut self, base: &Node, steps: &[OptStep]) -> Result<Option<Val<'a>>, Fail> {
+        let mut at = match self.eval(base)? {
+            Val::Optional(None) => None,
+            Val::Optional(Some(v)) => Some(Arc::unwrap_or_clone(v)),
+            v => Some(v),
+        };
+        for step in steps {
+            // Keys are evaluated even past a missing step, as the
+            // interpreter evaluates every argument.
+            let key = match step {
+                OptStep::Index(k) => Some(self.eval(k)?),
+                OptStep::Field(_) => None,
+            };
+            let Some(current) = at.take() else {
+                continue;
+            };
+            at = match (current, step, &key) {
+                (Val::Map(m), OptStep::Field(f), _) => m.get_str(f),
+                (Val::Map(m), OptStep::Index(_), Some(k)) => {
+                    m.get(k).map_err(|_| Fail::Interpreter)?
+                }
+                (Val::List(l), OptStep::Index(_), Some(Val::Int(i))) => {
+                    usize::try_from(*i).ok().and_then(|i| l.get(i))
+                }
+                (Val::Null, _, _) => None,
+                _ => return Err(Fail::Interpreter),
+            };
+            // An optional held inside a value: the interpreter's nesting.
+            if matches!(at, Some(Val::Optional(_))) {
+                return Err(Fail::Interpreter);
+            }
+        }
+        Ok(at)
+    }
+
+    /// `all` (stops at the first false) or `exists` (at the first true);
+    /// the accumulator slot holds nothing, the item sits above it.
+    fn quantifier(
+        &mut self,
+        range: &Node,
+        item_slot: usize,
+        pred: &Node,
+        exists: bool,
+        weight: i64,
+    ) -> Out<'a> {
+        let range = self.eval(range)?;
+        self.locals.truncate(item_slot - 1);
+        self.locals.push(Val::Null);
+        self.locals.push(Val::Null);
+        let test = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
+            this.budget -= weight;
+            if this.budget < 0 {
+                return Err(Fail::CostLimit);
+            }
+            this.locals[item_slot] = item;
+            truth(&this.eval(pred)?)
+        };
+        let mut decided = false;
+        match &range {
+            Val::List(List::Json(items)) => {
+                for item in items.iter() {
+                    if test(self, Val::from_json(item))? == exists {
+                        decided = true;
+                        break;
+                    }
+                }
+            }
+            Val::List(List::Owned(items)) => {
+                for item in items.iter() {
+                    if test(self, item.clone())? == exists {
+                        decided = true;
+                        break;
+                    }
+                }
+            }
+            Val::Map(m) => {
+                for key in m.keys() {
+                    if test(self, key)? == exists {
+                        decided = true;
+                        break;
+                    }
+                }
+            }
+            _ => return Err(Fail::Interpreter),
+        }
+        self.locals.truncate(item_slot - 1);
+        Ok(Val::Bool(if decided { exists } else { !exists }))
+    }
+
+    fn comprehension(&mut self, c: &Comprehension) -> Out<'a> {
+        let range = self.eval(&c.range)?;
+        let init = self.eval(&c.init)?;
+        let slot = c.accu_slot;
+        self.locals.truncate(slot);
+        self.locals.push(init);
+        self.locals.push(Val::Null);
+        let step = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
+            if !truth(&this.eval(&c.cond)?)? {
+                return Ok(false);
+            }
+            this.locals[slot + 1] = item;
+            let accu = this.eval(&c.step)?;
+            this.locals[slot] = accu;
+            Ok(true)
+        };
+        match &range {
+            Val::List(List::Json(items)) => {
+                for item in items.iter() {
+                    if !step(self, Val::from_json(item))? {
+                        break;
+                    }
+                }
+            }
+            Val::List(List::Owned(items)) => {
+                for item in items.iter() {
+                    if !step(self, item.clone())? {
+                        break;
+                    }
+                }
+            }
+            Val::Map(m) => {
+                for key in m.keys() {
+                    if !step(self, key)? {
+                        break;
+                    }
+                }
+            }
+            _ => return Err(Fail::Interpreter),
+        }
+        self.locals.truncate(slot + 1);
+        let result = self.eval(&c.result);
+        self.locals.truncate(slot);
+        result
+    }
+}
+
+fn binary<'a>(op: BinOp, l: Val<'a>, r: Val<'a>) -> Out<'a> {
+    use Val::*;
+    Ok(match op {
+        BinOp::Eq | BinOp::Ne => {
+            // The interpreter decides equality across numeric types.
+            let numeric = |v: &Val| matches!(v, Int(_) | Uint(_) | Double(_));
+            if numeric(&l)
+                && numeric(&r)
+                && std::mem::discriminant(&l) != std::mem::discriminant(&r)
+            {
+                return Err(Fail::Interpreter);
+            }
+            let eq = equals(&l, &r).ok_or(Fail::Interpreter)?;
+            Bool(eq == (op == BinOp::Eq))
+        }
+        BinOp::Lt | BinOp::Le | BinOp::Gt | BinOp::Ge => {
+            if std::mem::discriminant(&l) != std::mem::discriminant(&r) {
+                return Err(Fail::Interpreter);
+            }
+            let o = compare(&l, &r).map_err(|_| Fail::Interpreter)?;
+            Bool(match op {
+                BinOp::Lt => o == Ordering::Less,
+                BinOp::Le => o != Ordering::Greater,
+                BinOp::Gt => o == Ordering::Greater,
+                _ => o != Ordering::Less,
+            })
+        }
+        BinOp::In => Bool(contained(&l, &r)?),
+        BinOp::Add => match (l, r) {
+            (Int(a), Int(b)) => Int(a.checked_add(b).ok_or(Fail::Interpreter)?),
+            (Uint(a), Uint(b)) => Uint(a.checked_add(b).ok_or(Fail::Interpreter)?),
+            (Double(a), Double(b)) => Double(a + b),
+            (Str(a), Str(b)) => {
+                let mut s = String::with_capacity(a.as_str().len() + b.as_str().len());
+                s.push_str(a.as_str());
+                s.push_str(b.as_str());
+                Val::string(s)
+            }
+            (List(a), List(b)) => List(concat(a, &b)),
+            _ => return Err(Fail::Interpreter),
+        },
+        BinOp::Sub => match (l, r) {
+            (Int(a), Int(b)) => Int(a.checked_sub(b).ok_or(Fail::Interpreter)?),
+            (Uint(a), Uint(b)) => Uint(a.checked_sub(b).ok_or(Fail::Interpreter)?),
+            (Double(a), Double(b)) => Double(a - b),
+            _ => return Err(Fail::Interpreter),
+        },
+        BinOp::Mul => match (l, r) {
+            (Int(a), Int(b)) => Int(a.checked_mul(b).ok_or(Fail::Interpreter)?),
+            (Uint(a), Uint(b)) => Uint(a.checked_mul(b).ok_or(Fail::Interpreter)?),
+            (Double(a), Double(b)) => Double(a * b),
+            _ => return Err(Fail::Interpreter),
+        },
+        BinOp::Div => match (l, r) {
+            (Int(a), Int(b)) => Int(a.checked_div(b).ok_or(Fail::Interpreter)?),
+            (Uint(a), Uint(b)) => Uint(a.checked_div(b).ok_or(Fail::Interpreter)?),
+            (Double(a), Double(b)) if b != 0.0 => Double(a / b),
+            _ => return Err(Fail::Interpreter),
+        },
+        BinOp::Mod => match (l, r) {
+            (Int(a), Int(b)) => Int(a.checked_rem(b).ok_or(Fail::Interpreter)?),
+            (Uint(a), Uint(b)) => Uint(a.checked_rem(b).ok_or(Fail::Interpreter)?),
+            _ => return Err(Fail::Interpreter),
+        },
+    })
+}

@@ -1,0 +1,249 @@
+//! The functions the direct evaluator implements: the ones Kyverno's and
+//! Kubernetes' policies call on nearly every object (size, string tests,
+//! optionals, conversions, split/join/indexOf). Any other function leaves
+//! the expression to the interpreter at compile time; an argument type a
+//! function here does not handle hands the evaluation over at run time
+//! ([`Fail::Interpreter`]), so both give the same answers.
+
+use super::eval::Fail;
+use super::value::{List, MapVal, Str, Val, equals};
+use crate::cel::library::type_value;
+use std::sync::Arc;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Func {
+    Size,
+    Contains,
+    StartsWith,
+    EndsWith,
+    Matches,
+    OrValue,
+    HasValue,
+    Value,
+    OptionalOf,
+    OptionalNone,
+    Dyn,
+    String,
+    Int,
+    Type,
+    LowerAscii,
+    UpperAscii,
+    Trim,
+    Split,
+    Join,
+    IndexOf,
+}
+
+impl Func {
+    /// The function called `name` with `argc` arguments, counting a
+    /// method's receiver.
+    pub fn named(name: &str, method: bool, argc: usize) -> Option<Func> {
+        Some(match (name, method, argc) {
+            ("size", _, 1) => Func::Size,
+            ("contains", true, 2) => Func::Contains,
+            ("startsWith", true, 2) => Func::StartsWith,
+            ("endsWith", true, 2) => Func::EndsWith,
+            ("matches", _, 2) => Func::Matches,
+            ("orValue", true, 2) => Func::OrValue,
+            ("hasValue", true, 1) => Func::HasValue,
+            ("value", true, 1) => Func::Value,
+            ("dyn", false, 1) => Func::Dyn,
+            ("string", false, 1) => Func::String,
+            ("int", false, 1) => Func::Int,
+            ("type", false, 1) => Func::Type,
+            ("lowerAscii", true, 1) => Func::LowerAscii,
+            ("upperAscii", true, 1) => Func::UpperAscii,
+            ("trim", true, 1) => Func::Trim,
+            ("split", true, 2) => Func::Split,
+            ("join", true, 1 | 2) => Func::Join,
+            ("indexOf", true, 2) => Func::IndexOf,
+            _ => return None,
+        })
+    }
+
+    /// `prefix.name(...)` as one function name (`optional.of`).
+    pub fn qualified(prefix: &str, name: &str, argc: usize) -> Option<Func> {
+        Some(match (prefix, name, argc) {
+            ("optional", "of", 1) => Func::OptionalOf,
+            ("optional", "none", 0) => Func::OptionalNone,
+            _ => return None,
+        })
+    }
+}
+
+fn text<'v>(v: &'v Val) -> Result<&'v str, Fail> {
+    match v {
+        Val::Str(s) => Ok(s.as_str()),
+        _ => Err(Fail::Interpreter),
+    }
+}
+
+/// Takes the argument at `i` (functions consume their arguments).
+fn take<'a>(args: &mut [Val<'a>], i: usize) -> Val<'a> {
+    std::mem::replace(&mut args[i], Val::Null)
+}
+
+pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
+    if args.iter().any(|a| matches!(a, Val::Foreign(_))) {
+        return Err(Fail::Interpreter);
+    }
+    Ok(match func {
+        Func::Size => Val::Int(match &args[0] {
+            Val::Str(s) => s.as_str().chars().count(),
+            Val::Bytes(b) => b.len(),
+            Val::List(l) => l.len(),
+            Val::Map(m) => m.len(),
+            _ => return Err(Fail::Interpreter),
+        } as i64),
+        Func::Contains => match &args[0] {
+            Val::Str(s) => Val::Bool(s.as_str().contains(text(&args[1])?)),
+            _ => return Err(Fail::Interpreter),
+        },
+        Func::StartsWith => Val::Bool(text(&args[0])?.starts_with(text(&args[1])?)),
+        Func::EndsWith => Val::Bool(text(&args[0])?.ends_with(text(&args[1])?)),
+        Func::Matches => {
+            let re = regex::Regex::new(text(&args[1])?).map_err(|_| Fail::Interpreter)?;
+            Val::Bool(re.is_match(text(&args[0])?))
+        }
+        // kyverno-compat: Kyverno's policies call orValue/hasValue/value on
+        // plain values too and expect the value itself (as the
+        // interpreter's library does).
+        Func::OrValue => {
+            let other = take(args, 1);
+            match take(args, 0) {
+                Val::Optional(Some(v)) => Arc::unwrap_or_clone(v),
+                Val::Optional(None) => other,
+                plain => plain,
+            }
+        }
+        Func::HasValue => Val::Bool(!matches!(args[0], Val::Optional(None))),
+        Func::Value => match take(args, 0) {
+            Val::Optional(Some(v)) => Arc::unwrap_or_clone(v),
+            Val::Optional(None) => return Err(Fail::Interpreter),
+            plain => plain,
+        },
+        Func::OptionalOf => Val::Optional(Some(Arc::new(take(args, 0)))),
+        Func::OptionalNone => Val::Optional(None),
+        Func::Dyn => take(args, 0),
+        Func::String => match &args[0] {
+            Val::Str(_) => take(args, 0),
+            Val::Int(i) => Val::string(i.to_string()),
+            Val::Uint(u) => Val::string(u.to_string()),
+            Val::Bool(b) => Val::string(b.to_string()),
+            _ => return Err(Fail::Interpreter),
+        },
+        Func::Int => match &args[0] {
+            Val::Int(i) => Val::Int(*i),
+            Val::Uint(u) => Val::Int(i64::try_from(*u).map_err(|_| Fail::Interpreter)?),
+            Val::Str(s) => Val::Int(s.as_str().parse().map_err(|_| Fail::Interpreter)?),
+            _ => return Err(Fail::Interpreter),
+        },
+        Func::Type => {
+            let name = match &args[0] {
+                Val::Str(s) if s.as_str().starts_with("\u{1}type:") => "type",
+                other => other.type_name(),
+            };
+            Val::string(type_value(name))
+        }
+        Func::LowerAscii => Val::string(text(&args[0])?.to_ascii_lowercase()),
+        Func::UpperAscii => Val::string(text(&args[0])?.to_ascii_uppercase()),
+        Func::Trim => match &args[0] {
+            Val::Str(Str::Borrowed(s)) => Val::Str(Str::Borrowed(s.trim())),
+            Val::Str(s) => Val::string(s.as_str().trim()),
+            _ => return Err(Fail::Interpreter),
+        },
+        Func::Split => {
+            let sep = text(&args[1])?;
+            match &args[0] {
+                Val::Str(Str::Borrowed(s)) => {
+                    Val::list(s.split(sep).map(|p| Val::Str(Str::Borrowed(p))).collect())
+                }
+                Val::Str(s) => Val::list(s.as_str().split(sep).map(Val::string).collect()),
+                _ => return Err(Fail::Interpreter),
+            }
+        }
+        Func::Join => {
+            let sep = match args.get(1) {
+                Some(v) => text(v)?,
+                None => "",
+            };
+            let Val::List(items) = &args[0] else {
+                return Err(Fail::Interpreter);
+            };
+            let mut out = String::new();
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push_str(sep);
+                }
+                out.push_str(text(&item)?);
+            }
+            Val::string(out)
+        }
+        Func::IndexOf => match &args[0] {
+            Val::Str(s) => {
+                let (s, needle) = (s.as_str(), text(&args[1])?);
+                // In characters, as CEL counts them.
+                Val::Int(match s.find(needle) {
+                    Some(byte) => s[..byte].chars().count() as i64,
+                    None => -1,
+                })
+            }
+            Val::List(items) => {
+                let mut found = -1;
+                for (i, item) in items.iter().enumerate() {
+                    match equals(&item, &args[1]) {
+                        Some(true) => {
+                            found = i as i64;
+                            break;
+                        }
+                        Some(false) => {}
+                        None => return Err(Fail::Interpreter),
+                    }
+                }
+                Val::Int(found)
+            }
+            _ => return Err(Fail::Interpreter),
+        },
+    })
+}
+
+/// `x in container`: list membership or map key presence.
+pub fn contained<'a>(item: &Val<'a>, container: &Val<'a>) -> Result<bool, Fail> {
+    match container {
+        Val::List(items) => {
+            for v in items.iter() {
+                match equals(&v, item) {
+                    Some(true) => return Ok(true),
+                    Some(false) => {}
+                    None => return Err(Fail::Interpreter),
+                }
+            }
+            Ok(false)
+        }
+        Val::Map(m) => match item {
+            Val::Str(s) => Ok(m.get_str(s.as_str()).is_some()),
+            _ => match m {
+                MapVal::Json(_) => Ok(false),
+                MapVal::Owned(_) => m
+                    .get(item)
+                    .map(|v| v.is_some())
+                    .map_err(|_| Fail::Interpreter),
+            },
+        },
+        Val::Foreign(_) => Err(Fail::Interpreter),
+        _ => Err(Fail::Interpreter),
+    }
+}
+
+/// Lists concatenated; the left one is extended in place when nothing
+/// else holds it.
+pub fn concat<'a>(left: List<'a>, right: &List<'a>) -> List<'a> {
+    let mut items = match left {
+        List::Owned(items) => items,
+        List::Json(items) => Arc::new(items.iter().map(Val::from_json).collect()),
+    };
+    let target = Arc::make_mut(&mut items);
+    target.reserve(right.len());
+    target.extend(right.iter());
+    List::Owned(items)
+}

@@ -1,0 +1,195 @@
+//! The direct evaluator on one line per case: what it compiles, and that
+//! its answers (or its hand-overs) equal the interpreter's.
+
+use crate::cel::values::cel_to_json;
+use crate::cel::{Activation, NoLookups, Program};
+use serde_json::{Value, json};
+
+fn pod() -> Value {
+    json!({
+        "metadata": {"name": "web", "labels": {"app": "x", "tier": "a"}},
+        "spec": {
+            "hostNetwork": false,
+            "containers": [
+                {"name": "a", "image": "nginx:1.2", "ports": [{"hostPort": 80}],
+                 "securityContext": {"capabilities": {"add": ["NET_ADMIN"]}}},
+                {"name": "b", "image": "ghcr.io/x/b:latest", "securityContext": null}
+            ],
+            "volumes": [{"name": "v", "hostPath": {"path": "/etc"}}]
+        }
+    })
+}
+
+/// The answer as the interpreter would give it, and whether the direct
+/// evaluator gave it itself.
+fn both(expr: &str) -> (String, String, bool) {
+    let object = pod();
+    let mut vars = Activation::new();
+    vars.set_json("object", &object);
+    vars.start_variables();
+    let program = Program::compile(expr).unwrap();
+    let show = |r: Result<kube_cel::cel::Value, crate::cel::CelError>| match r {
+        Ok(v) => cel_to_json(&v).map_or_else(|e| e, |j| j.to_string()),
+        Err(e) => format!("error: {e}"),
+    };
+    let answered = matches!(program.eval_direct(&vars), Ok(Some(_)));
+    let direct = show(program.eval(&vars, &NoLookups));
+    let interpreted = show(program.interpreted_only().eval(&vars, &NoLookups));
+    (direct, interpreted, answered)
+}
+
+#[test]
+fn answers_equal_the_interpreters() {
+    // (expression, answer, answered by the direct evaluator itself)
+    let cases: &[(&str, &str, bool)] = &[
+        ("object.spec.hostNetwork == false", "true", true),
+        (
+            "has(object.spec.volumes) && size(object.spec.volumes) == 1",
+            "true",
+            true,
+        ),
+        (
+            "object.spec.containers.all(c, c.image.startsWith('nginx'))",
+            "false",
+            true,
+        ),
+        (
+            "object.spec.containers.exists(c, c.image.endsWith(':latest'))",
+            "true",
+            true,
+        ),
+        (
+            "object.spec.containers.exists_one(c, c.name == 'a')",
+            "true",
+            true,
+        ),
+        (
+            "object.spec.containers.map(c, c.name)",
+            r#"["a","b"]"#,
+            true,
+        ),
+        (
+            "object.spec.containers.filter(c, c.name != 'a').map(c, c.image)",
+            r#"["ghcr.io/x/b:latest"]"#,
+            true,
+        ),
+        (
+            "object.spec.containers.map(c, c.name).join(',')",
+            r#""a,b""#,
+            true,
+        ),
+        (
+            "object.metadata.labels.all(k, k in ['app', 'tier'])",
+            "true",
+            true,
+        ),
+        ("'app' in object.metadata.labels", "true", true),
+        (
+            "object.spec.containers[0].?securityContext.?capabilities.?add.orValue([])",
+            r#"["NET_ADMIN"]"#,
+            true,
+        ),
+        (
+            "object.spec.containers[1].?securityContext.?capabilities.?add.orValue([]).size()",
+            "0",
+            true,
+        ),
+        ("object.spec.?initContainers.hasValue()", "false", true),
+        (
+            "object.spec.containers + object.spec.?initContainers.orValue([])",
+            "",
+            true,
+        ),
+        (
+            "object.spec.volumes.all(v, !has(v.hostPath) || !v.hostPath.path.matches('^/etc'))",
+            "false",
+            true,
+        ),
+        (
+            "object.spec.containers.all(c, c.?ports.orValue([]).all(p, p.?hostPort.orValue(0) == 0))",
+            "false",
+            true,
+        ),
+        (
+            "cel.bind(n, object.metadata.name, n + '-' + n)",
+            r#""web-web""#,
+            true,
+        ),
+        ("[1, 2, 3].map(x, x * 2).filter(x, x > 2)", "[4,6]", true),
+        (
+            "{'a': 1, 'b': object.metadata.name}",
+            r#"{"a":1,"b":"web"}"#,
+            true,
+        ),
+        ("type(object.metadata.name) == string", "true", true),
+        (
+            "string(size(object.spec.containers)) + ' containers'",
+            r#""2 containers""#,
+            true,
+        ),
+        ("'a,b,,c'.split(',')", r#"["a","b","","c"]"#, true),
+        ("object.metadata.name.indexOf('b')", "2", true),
+        ("int('42') + 1", "43", true),
+        ("-(1) - 2 * 3 % 4 / 1", "-3", true),
+        // Errors and edge cases go to the interpreter, which words them.
+        ("object.spec.nope", "", false),
+        ("object.spec.containers[5]", "", false),
+        ("1 / 0", "", false),
+        ("9223372036854775807 + 1", "", false),
+        ("object.metadata.name.foo", "", false),
+        ("1 == 1.0", "", false),
+        (
+            "object.spec.containers.all(c, c.securityContext.capabilities.add.size() > 0)",
+            "",
+            false,
+        ),
+        (
+            "timestamp('2024-01-01T00:00:00Z') < timestamp('2025-01-01T00:00:00Z')",
+            "true",
+            false,
+        ),
+    ];
+    for (expr, answer, direct) in cases {
+        let (got, interpreted, answered) = both(expr);
+        assert_eq!(got, interpreted, "{expr}: direct and interpreter differ");
+        if !answer.is_empty() {
+            assert_eq!(&got, answer, "{expr}");
+        }
+        assert_eq!(answered, *direct, "{expr}: answered directly");
+    }
+}
+
+#[test]
+fn unsupported_constructs_stay_with_the_interpreter() {
+    for expr in [
+        "quantity('1Gi').isGreaterThan(quantity('1Mi'))",
+        "object.metadata.labels.transformMap(k, v, v + 'x')",
+        "image('nginx').registry()",
+        "resource.Get('v1', 'configmaps', 'a', 'b')",
+    ] {
+        assert!(!Program::compile(expr).unwrap().is_direct(), "{expr}");
+    }
+    for expr in [
+        "object.spec.containers.all(c, c.image.contains('x'))",
+        "object.metadata.?labels[?'app'].orValue('') == 'x'",
+    ] {
+        assert!(Program::compile(expr).unwrap().is_direct(), "{expr}");
+    }
+}
+
+#[test]
+fn the_cost_limit_holds() {
+    let program =
+        Program::compile("[1,2,3,4,5,6,7,8,9,10].all(a, [1,2,3,4,5,6,7,8,9,10].all(b, [1,2,3,4,5,6,7,8,9,10].all(c, [1,2,3,4,5,6,7,8,9,10].all(d, [1,2,3,4,5,6,7,8,9,10].all(e, [1,2,3,4,5,6,7,8,9,10].all(f, f > 0))))))")
+            .unwrap();
+    assert!(program.is_direct());
+    let vars = Activation::new();
+    assert_eq!(
+        program.eval(&vars, &NoLookups),
+        Err(crate::cel::CelError::CostLimit)
+    );
+    assert_eq!(
+        program.interpreted_only().eval(&vars, &NoLookups),
+        Err(crate::cel::CelError::CostLimit)
+    );
+}

@@ -1,0 +1,387 @@
+//! The values the direct evaluator works on: JSON borrowed from the
+//! request as it is, and values an expression builds.
+//!
+//! A field selection on a JSON object gives a view of the child (no copy);
+//! only what an expression constructs (list and map literals, string
+//! concatenation, `map()`) is allocated.
+
+use kube_cel::cel::Value as CelValue;
+use kube_cel::cel::objects::{Key, Map, OptionalValue};
+use serde_json::Value as Json;
+use std::cmp::Ordering;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// One CEL value. `'a` is the lifetime of the JSON it may borrow.
+#[derive(Debug, Clone)]
+pub enum Val<'a> {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Uint(u64),
+    Double(f64),
+    Str(Str<'a>),
+    Bytes(Arc<[u8]>),
+    List(List<'a>),
+    Map(MapVal<'a>),
+    /// `optional.of(x)` / `optional.none()`.
+    Optional(Option<Arc<Val<'a>>>),
+    /// A value only the cel crate's interpreter can work with (a
+    /// timestamp, a duration, ...): an expression that touches it is
+    /// evaluated there instead.
+    /// Boxed: it is rare, and a small `Val` is cheaper to move.
+    Foreign(Arc<CelValue>),
+}
+
+#[derive(Debug, Clone)]
+pub enum Str<'a> {
+    Borrowed(&'a str),
+    Owned(Arc<str>),
+}
+
+#[derive(Debug, Clone)]
+pub enum List<'a> {
+    Json(&'a [Json]),
+    Owned(Arc<Vec<Val<'a>>>),
+}
+
+#[derive(Debug, Clone)]
+pub enum MapVal<'a> {
+    Json(&'a serde_json::Map<String, Json>),
+    /// Entries in insertion order; keys are strings, ints, uints or bools.
+    /// Maps built by expressions are small, so lookups are linear.
+    Owned(Arc<Vec<(Val<'a>, Val<'a>)>>),
+}
+
+impl<'a> Str<'a> {
+    pub fn as_str(&self) -> &str {
+        match self {
+            Str::Borrowed(s) => s,
+            Str::Owned(s) => s,
+        }
+    }
+}
+
+impl<'a> Val<'a> {
+    pub fn from_json(v: &'a Json) -> Val<'a> {
+        match v {
+            Json::Null => Val::Null,
+            Json::Bool(b) => Val::Bool(*b),
+            // JSON integers are CEL `int` (as the API server types integer
+            // fields), other numbers `double`.
+            Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => Val::Int(i),
+                (None, Some(u)) => Val::Uint(u),
+                _ => Val::Double(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Json::String(s) => Val::Str(Str::Borrowed(s)),
+            Json::Array(items) => Val::List(List::Json(items)),
+            Json::Object(m) => Val::Map(MapVal::Json(m)),
+        }
+    }
+
+    pub fn string(s: impl Into<Arc<str>>) -> Val<'a> {
+        Val::Str(Str::Owned(s.into()))
+    }
+
+    pub fn list(items: Vec<Val<'a>>) -> Val<'a> {
+        Val::List(List::Owned(Arc::new(items)))
+    }
+
+    /// The CEL type name, as `type()` and error messages give it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            Val::Null => "null_type",
+            Val::Bool(_) => "bool",
+            Val::Int(_) => "int",
+            Val::Uint(_) => "uint",
+            Val::Double(_) => "double",
+            Val::Str(_) => "string",
+            Val::Bytes(_) => "bytes",
+            Val::List(_) => "list",
+            Val::Map(_) => "map",
+            Val::Optional(_) => "optional_type",
+            Val::Foreign(v) => match **v {
+                CelValue::Timestamp(_) => "google.protobuf.Timestamp",
+                CelValue::Duration(_) => "google.protobuf.Duration",
+                _ => "dyn",
+            },
+        }
+    }
+
+    /// The value as the cel crate's interpreter holds it.
+    pub fn to_cel(&self) -> CelValue {
+        match self {
+            Val::Null => CelValue::Null,
+            Val::Bool(b) => CelValue::Bool(*b),
+            Val::Int(i) => CelValue::Int(*i),
+            Val::Uint(u) => CelValue::UInt(*u),
+            Val::Double(f) => CelValue::Float(*f),
+            Val::Str(s) => CelValue::String(Arc::new(s.as_str().to_string())),
+            Val::Bytes(b) => CelValue::Bytes(Arc::new(b.to_vec())),
+            Val::List(List::Json(items)) => CelValue::List(Arc::new(
+                items.iter().map(crate::cel::values::json_to_cel).collect(),
+            )),
+            Val::List(List::Owned(items)) => {
+                CelValue::List(Arc::new(items.iter().map(Val::to_cel).collect()))
+            }
+            Val::Map(MapVal::Json(m)) => {
+                crate::cel::values::json_to_cel(&Json::Object((*m).clone()))
+            }
+            Val::Map(MapVal::Owned(entries)) => {
+                let map: HashMap<Key, CelValue> = entries
+                    .iter()
+                    .filter_map(|(k, v)| Some((key_of(k)?, v.to_cel())))
+                    .collect();
+                CelValue::Map(Map { map: Arc::new(map) })
+            }
+            Val::Optional(Some(v)) => CelValue::Opaque(Arc::new(OptionalValue::of(v.to_cel()))),
+            Val::Optional(None) => CelValue::Opaque(Arc::new(OptionalValue::none())),
+            Val::Foreign(v) => (**v).clone(),
+        }
+    }
+
+    /// A value from the cel crate's interpreter (an expression it
+    /// evaluated): owned, and foreign where there is no direct form.
+    pub fn from_cel(v: &CelValue) -> Val<'static> {
+        match v {
+            CelValue::Null => Val::Null,
+            CelValue::Bool(b) => Val::Bool(*b),
+            CelValue::Int(i) => Val::Int(*i),
+            CelValue::UInt(u) => Val::Uint(*u),
+            CelValue::Float(f) => Val::Double(*f),
+            CelValue::String(s) => Val::string(s.as_str()),
+            CelValue::Bytes(b) => Val::Bytes(b.as_slice().into()),
+            CelValue::List(items) => Val::list(items.iter().map(Val::from_cel).collect()),
+            CelValue::Map(m) => Val::Map(MapVal::Owned(Arc::new(
+                m.map
+                    .iter()
+                    .map(|(k, v)| {
+                        let key = match k {
+                            Key::String(s) => Val::string(s.as_str()),
+                            Key::Int(i) => Val::Int(*i),
+                            Key::Uint(u) => Val::Uint(*u),
+                            Key::Bool(b) => Val::Bool(*b),
+                        };
+                        (key, Val::from_cel(v))
+                    })
+                    .collect(),
+            ))),
+            CelValue::Opaque(_) => match <&OptionalValue>::try_from(v) {
+                Ok(o) => Val::Optional(o.value().map(|v| Arc::new(Val::from_cel(v)))),
+                Err(_) => Val::Foreign(Arc::new(v.clone())),
+            },
+            other => Val::Foreign(Arc::new(other.clone())),
+        }
+    }
+
+    /// Whether this value, or one inside it, is foreign.
+    pub fn has_foreign(&self) -> bool {
+        match self {
+            Val::Foreign(_) => true,
+            Val::List(List::Owned(items)) => items.iter().any(Val::has_foreign),
+            Val::Map(MapVal::Owned(entries)) => entries
+                .iter()
+                .any(|(k, v)| k.has_foreign() || v.has_foreign()),
+            Val::Optional(Some(v)) => v.has_foreign(),
+            _ => false,
+        }
+    }
+}
+
+fn key_of(v: &Val) -> Option<Key> {
+    Some(match v {
+        Val::Str(s) => Key::String(Arc::new(s.as_str().to_string())),
+        Val::Int(i) => Key::Int(*i),
+        Val::Uint(u) => Key::Uint(*u),
+        Val::Bool(b) => Key::Bool(*b),
+        _ => return None,
+    })
+}
+
+impl<'a> List<'a> {
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            List::Json(items) => items.len(),
+            List::Owned(items) => items.len(),
+        }
+    }
+
+    pub fn get(&self, i: usize) -> Option<Val<'a>> {
+        match self {
+            List::Json(items) => items.get(i).map(Val::from_json),
+            List::Owned(items) => items.get(i).cloned(),
+        }
+    }
+
+    pub fn iter(&self) -> ListIter<'_, 'a> {
+        ListIter { list: self, at: 0 }
+    }
+}
+
+pub struct ListIter<'l, 'a> {
+    list: &'l List<'a>,
+    at: usize,
+}
+
+impl<'a> Iterator for ListIter<'_, 'a> {
+    type Item = Val<'a>;
+    fn next(&mut self) -> Option<Val<'a>> {
+        let v = self.list.get(self.at)?;
+        self.at += 1;
+        Some(v)
+    }
+}
+
+impl<'a> MapVal<'a> {
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn len(&self) -> usize {
+        match self {
+            MapVal::Json(m) => m.len(),
+            MapVal::Owned(e) => e.len(),
+        }
+    }
+
+    /// The entry for a string key (field selection).
+    pub fn get_str(&self, key: &str) -> Option<Val<'a>> {
+        match self {
+            MapVal::Json(m) => m.get(key).map(Val::from_json),
+            MapVal::Owned(e) => e
+                .iter()
+                .find(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key))
+                .map(|(_, v)| v.clone()),
+        }
+    }
+
+    /// The entry for any key; `Err` when the key's type cannot be a key.
+    pub fn get(&self, key: &Val) -> Result<Option<Val<'a>>, String> {
+        match key {
+            Val::Str(s) => Ok(self.get_str(s.as_str())),
+            Val::Int(_) | Val::Uint(_) | Val::Bool(_) => Ok(match self {
+                MapVal::Json(_) => None,
+                MapVal::Owned(e) => e
+                    .iter()
+                    .find(|(k, _)| equals(k, key) == Some(true))
+                    .map(|(_, v)| v.clone()),
+            }),
+            // kyverno-compat: cel-go looks a double key up as the integer
+            // it equals; keep it simple and unsupported.
+            other => Err(format!("unsupported map key type {}", other.type_name())),
+        }
+    }
+
+    /// The keys, in order (comprehensions over a map iterate its keys).
+    pub fn keys(&self) -> Vec<Val<'a>> {
+        match self {
+            MapVal::Json(m) => m.keys().map(|k| Val::Str(Str::Borrowed(k))).collect(),
+            MapVal::Owned(e) => e.iter().map(|(k, _)| k.clone()).collect(),
+        }
+    }
+
+    pub fn entries(&self) -> Vec<(Val<'a>, Val<'a>)> {
+        match self {
+            MapVal::Json(m) => m
+                .iter()
+                .map(|(k, v)| (Val::Str(Str::Borrowed(k)), Val::from_json(v)))
+                .collect(),
+            MapVal::Owned(e) => e.as_ref().clone(),
+        }
+    }
+}
+
+/// CEL equality, with numbers compared across int, uint and double (as
+/// cel-go's heterogeneous equality). Values of different types are not
+/// equal. `None` when a foreign value is involved.
+pub fn equals(a: &Val, b: &Val) -> Option<bool> {
+    Some(match (a, b) {
+        (Val::Foreign(_), _) | (_, Val::Foreign(_)) => return None,
+        (Val::Null, Val::Null) => true,
+        (Val::Bool(x), Val::Bool(y)) => x == y,
+        (Val::Str(x), Val::Str(y)) => x.as_str() == y.as_str(),
+        (Val::Bytes(x), Val::Bytes(y)) => x == y,
+        (Val::List(x), Val::List(y)) => {
+            if x.len() != y.len() {
+                return Some(false);
+            }
+            for (p, q) in x.iter().zip(y.iter()) {
+                if !equals(&p, &q)? {
+                    return Some(false);
+                }
+            }
+            true
+        }
+        (Val::Map(x), Val::Map(y)) => {
+            if x.len() != y.len() {
+                return Some(false);
+            }
+            for (k, v) in x.entries() {
+                match y.get(&k) {
+                    Ok(Some(w)) => {
+                        if !equals(&v, &w)? {
+                            return Some(false);
+                        }
+                    }
+                    _ => return Some(false),
+                }
+            }
+            true
+        }
+        (Val::Optional(x), Val::Optional(y)) => match (x, y) {
+            (None, None) => true,
+            (Some(p), Some(q)) => equals(p, q)?,
+            _ => false,
+        },
+        _ => match numeric_order(a, b) {
+            Some(o) => o == Ordering::Equal,
+            None => false,
+        },
+    })
+}
+
+/// The order of two numbers of any numeric types; `None` for non-numbers
+/// and NaN.
+fn numeric_order(a: &Val, b: &Val) -> Option<Ordering> {
+    match (a, b) {
+        (Val::Int(x), Val::Int(y)) => Some(x.cmp(y)),
+        (Val::Uint(x), Val::Uint(y)) => Some(x.cmp(y)),
+        (Val::Double(x), Val::Double(y)) => x.partial_cmp(y),
+        (Val::Int(x), Val::Uint(y)) => Some(if *x < 0 {
+            Ordering::Less
+        } else {
+            (*x as u64).cmp(y)
+        }),
+        (Val::Uint(_), Val::Int(_)) => numeric_order(b, a).map(Ordering::reverse),
+        (Val::Int(x), Val::Double(y)) => (*x as f64).partial_cmp(y),
+        (Val::Double(_), Val::Int(_)) => numeric_order(b, a).map(Ordering::reverse),
+        (Val::Uint(x), Val::Double(y)) => (*x as f64).partial_cmp(y),
+        (Val::Double(_), Val::Uint(_)) => numeric_order(b, a).map(Ordering::reverse),
+        _ => None,
+    }
+}
+
+/// CEL ordering (`<`, `<=`, `>`, `>=`): numbers across types, strings,
+/// bytes and bools. `Err(None)` when a foreign value is involved (the
+/// caller hands the expression to the interpreter), `Err(Some(message))`
+/// for types that have no order.
+pub fn compare(a: &Val, b: &Val) -> Result<Ordering, Option<String>> {
+    match (a, b) {
+        (Val::Foreign(_), _) | (_, Val::Foreign(_)) => Err(None),
+        (Val::Str(x), Val::Str(y)) => Ok(x.as_str().cmp(y.as_str())),
+        (Val::Bytes(x), Val::Bytes(y)) => Ok(x.cmp(y)),
+        (Val::Bool(x), Val::Bool(y)) => Ok(x.cmp(y)),
+        _ => numeric_order(a, b).ok_or_else(|| {
+            Some(format!(
+                "no such overload: {} < {}",
+                a.type_name(),
+                b.type_name()
+            ))
+        }),
+    }
+}

@@ -1,0 +1,249 @@
+//! The direct CEL evaluator against the cel crate's interpreter: every CEL
+//! expression of the policy corpora (`../shared/conformance`, `examples/`)
+//! on every resource of its policy's folder, evaluated both ways, must give
+//! the same value or the same error.
+//!
+//! The counts are floors (they only go up): how many expressions the
+//! direct evaluator compiles, and how many evaluations it answers without
+//! handing over to the interpreter.
+
+use gavel::cel::values::cel_to_json;
+use gavel::cel::{Activation, CelError, NoLookups, Program};
+use gavel::engine::Request;
+use gavel::engine::cel::CelRequest;
+use gavel::policy::load::parse_yaml_documents;
+use kube_cel::cel::Value as CelValue;
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// Floors, from the run that introduced the direct evaluator.
+const MIN_EXPRESSIONS: usize = 592;
+const MIN_COMPILED_PERCENT: usize = 95;
+const MIN_EVALUATIONS: usize = 9192;
+/// Most of the rest are errors (a Pod policy's expression on the folder's
+/// other resources), which the interpreter words.
+const MIN_ANSWERED_PERCENT: usize = 67;
+
+const POLICY_KINDS: &[&str] = &[
+    "ValidatingPolicy",
+    "NamespacedValidatingPolicy",
+    "MutatingPolicy",
+    "NamespacedMutatingPolicy",
+    "GeneratingPolicy",
+    "NamespacedGeneratingPolicy",
+    "DeletingPolicy",
+    "NamespacedDeletingPolicy",
+    "ImageValidatingPolicy",
+    "ValidatingAdmissionPolicy",
+    "MutatingAdmissionPolicy",
+    "ClusterPolicy",
+    "Policy",
+    "PolicyException",
+];
+
+fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
+    entries.sort();
+    for p in entries {
+        if p.is_dir() {
+            yaml_files(&p, out);
+        } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
+            out.push(p);
+        }
+    }
+}
+
+fn documents(path: &Path) -> Vec<Value> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    parse_yaml_documents(&path.display().to_string(), &text).unwrap_or_default()
+}
+
+fn kind(doc: &Value) -> &str {
+    doc.get("kind").and_then(Value::as_str).unwrap_or("")
+}
+
+/// A policy's CEL: its variables (name, expression) in order, and every
+/// other expression.
+#[derive(Default)]
+struct PolicyCel {
+    variables: Vec<(String, String)>,
+    expressions: Vec<String>,
+}
+
+fn collect(v: &Value, out: &mut PolicyCel) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                match (k.as_str(), child) {
+                    ("variables", Value::Array(items)) => {
+                        for item in items {
+                            if let (Some(name), Some(expr)) = (
+                                item.get("name").and_then(Value::as_str),
+                                item.get("expression").and_then(Value::as_str),
+                            ) {
+                                out.variables.push((name.into(), expr.into()));
+                            }
+                        }
+                    }
+                    (
+                        "expression" | "messageExpression" | "valueExpression" | "condition",
+                        Value::String(s),
+                    ) => out.expressions.push(s.clone()),
+                    _ => collect(child, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| collect(i, out)),
+        _ => {}
+    }
+}
+
+fn outcome(r: Result<CelValue, CelError>) -> String {
+    match r {
+        Ok(v) => match cel_to_json(&v) {
+            Ok(j) => format!("ok {j}"),
+            Err(_) => format!("ok {v:?}"),
+        },
+        // A map's entries print in hash order, which differs run to run.
+        Err(e) => {
+            let e = e.to_string();
+            format!("error {}", e.split("Map {").next().unwrap_or(&e))
+        }
+    }
+}
+
+fn bind<'a>(root: &'a Activation<'a>, variables: &'a [(String, Program)]) -> Activation<'a> {
+    let mut scope = root.scope();
+    scope.start_variables();
+    for (name, p) in variables {
+        if let Ok(v) = p.eval_val(&scope, &NoLookups) {
+            scope.set_variable(name, v);
+        }
+    }
+    scope
+}
+
+#[test]
+fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    yaml_files(
+        &root.join("../shared/conformance/kyverno-policies"),
+        &mut files,
+    );
+    yaml_files(&root.join("examples"), &mut files);
+    assert!(!files.is_empty(), "no corpus at ../shared/conformance");
+
+    // Policies and resources by folder: a policy's resources are those in
+    // its folder and below.
+    let mut by_dir: BTreeMap<PathBuf, (Vec<PolicyCel>, Vec<Value>)> = BTreeMap::new();
+    for f in &files {
+        for doc in documents(f) {
+            let dir = f.parent().unwrap().to_path_buf();
+            if POLICY_KINDS.contains(&kind(&doc)) {
+                let mut cel = PolicyCel::default();
+                collect(doc.get("spec").unwrap_or(&Value::Null), &mut cel);
+                if !cel.expressions.is_empty() || !cel.variables.is_empty() {
+                    by_dir.entry(dir).or_default().0.push(cel);
+                }
+            } else if doc.get("apiVersion").is_some()
+                && doc.get("metadata").is_some()
+                // The CLI's own documents, not resources.
+                && !["Test", "Context", "Values"].contains(&kind(&doc))
+            {
+                // Stored under the folder and each of its ancestors, so a
+                // policy finds the resources of its `.kyverno-test`.
+                let mut d = Some(dir.as_path());
+                while let Some(p) = d {
+                    by_dir
+                        .entry(p.to_path_buf())
+                        .or_default()
+                        .1
+                        .push(doc.clone());
+                    d = p.parent().filter(|p| p.starts_with(root.parent().unwrap()));
+                }
+            }
+        }
+    }
+
+    let (mut expressions, mut compiled, mut evaluations, mut answered) = (0, 0, 0, 0);
+    let mut disagreements = Vec::new();
+    for (dir, (policies, resources)) in &by_dir {
+        for policy in policies {
+            let compile = |e: &str| Program::compile(e).ok();
+            let variables: Vec<(String, Program)> = policy
+                .variables
+                .iter()
+                .filter_map(|(n, e)| Some((n.clone(), compile(e)?)))
+                .collect();
+            let interpreted: Vec<(String, Program)> = variables
+                .iter()
+                .map(|(n, p)| (n.clone(), p.interpreted_only()))
+                .collect();
+            let programs: Vec<Program> = policy
+                .expressions
+                .iter()
+                .filter_map(|e| compile(e))
+                .chain(variables.iter().map(|(_, p)| p.clone()))
+                .collect();
+            expressions += programs.len();
+            compiled += programs.iter().filter(|p| p.is_direct()).count();
+            for resource in resources {
+                let req = Request::offline(resource, "CREATE", Default::default(), None);
+                let input = CelRequest::of(&req);
+                let base = input.activation();
+                let direct_vars = bind(&base, &variables);
+                let interpreted_vars = bind(&base, &interpreted);
+                for p in &programs {
+                    evaluations += 1;
+                    if matches!(p.eval_direct(&direct_vars), Ok(Some(_))) {
+                        answered += 1;
+                    }
+                    let direct = outcome(p.eval(&direct_vars, &NoLookups));
+                    let interpreter =
+                        outcome(p.interpreted_only().eval(&interpreted_vars, &NoLookups));
+                    // `time.now()` differs between two evaluations.
+                    if direct != interpreter && !p.source().contains("time.now") {
+                        disagreements.push(format!(
+                            "{}: {:?} on {}/{}:\n  direct:      {direct}\n  interpreter: {interpreter}",
+                            dir.display(),
+                            p.source(),
+                            kind(resource),
+                            resource
+                                .pointer("/metadata/name")
+                                .and_then(Value::as_str)
+                                .unwrap_or("")
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "cel direct: {expressions} expressions, {compiled} compiled directly ({}%); \
+         {evaluations} evaluations, {answered} answered directly ({}%); {} disagreements",
+        compiled * 100 / expressions.max(1),
+        answered * 100 / evaluations.max(1),
+        disagreements.len()
+    );
+    assert!(
+        disagreements.is_empty(),
+        "{} disagreements:\n{}",
+        disagreements.len(),
+        disagreements[..disagreements.len().min(20)].join("\n")
+    );
+    assert!(expressions >= MIN_EXPRESSIONS, "{expressions} expressions");
+    assert!(evaluations >= MIN_EVALUATIONS, "{evaluations} evaluations");
+    assert!(
+        compiled * 100 / expressions >= MIN_COMPILED_PERCENT,
+        "{compiled} of {expressions} compiled directly"
+    );
+    assert!(
+        answered * 100 / evaluations >= MIN_ANSWERED_PERCENT,
+        "{answered} of {evaluations} answered directly"
+    );
+}
