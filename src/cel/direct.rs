@@ -20,8 +20,8 @@ mod functions;
 pub mod value;
 
 pub use compile::{Node, compile};
-pub use eval::{Bindings, Fail, evaluate};
-pub use value::Val;
+pub use eval::{Bindings, evaluate};
+pub use value::{Fail, Val};
 
 #[cfg(test)]
 mod tests;

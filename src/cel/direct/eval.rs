@@ -8,20 +8,9 @@
 
 use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep};
 use super::functions::{self, concat, contained};
-use super::value::{List, MapVal, Val, compare, equals};
+use super::value::{Fail, List, MapVal, Val, compare, equals};
 use std::cmp::Ordering;
 use std::sync::Arc;
-
-/// Why an evaluation stopped.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Fail {
-    /// Hand the expression to the interpreter (an error, or a case this
-    /// evaluator does not implement).
-    Interpreter,
-    /// The cost budget ran out (the interpreter would run out the same way:
-    /// both charge the same weights).
-    CostLimit,
-}
 
 /// What an expression's names resolve to.
 pub trait Bindings<'a> {

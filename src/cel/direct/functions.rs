@@ -5,8 +5,7 @@
 //! function here does not handle hands the evaluation over at run time
 //! ([`Fail::Interpreter`]), so both give the same answers.
 
-use super::eval::Fail;
-use super::value::{List, MapVal, Str, Val, equals};
+use super::value::{Fail, List, MapVal, Str, Val, equals};
 use crate::cel::library::type_value;
 use std::sync::Arc;
 

@@ -12,6 +12,17 @@ use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
 
+/// Why an evaluation stopped.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Fail {
+    /// Hand the expression to the interpreter (an error, or a case this
+    /// evaluator does not implement).
+    Interpreter,
+    /// The cost budget ran out (the interpreter would run out the same way:
+    /// both charge the same weights).
+    CostLimit,
+}
+
 /// One CEL value. `'a` is the lifetime of the JSON it may borrow.
 #[derive(Debug, Clone)]
 pub enum Val<'a> {
