@@ -137,7 +137,16 @@ impl<'a> Val<'a> {
                 CelValue::List(Arc::new(items.iter().map(Val::to_cel).collect()))
             }
             Val::Map(MapVal::Json(m)) => {
-                crate::cel::values::json_to_cel(&Json::Object((*m).clone()))
+                let map: HashMap<Key, CelValue> = m
+                    .iter()
+                    .map(|(k, v)| {
+                        (
+                            Key::String(Arc::new(k.clone())),
+                            crate::cel::values::json_to_cel(v),
+                        )
+                    })
+                    .collect();
+                CelValue::Map(Map { map: Arc::new(map) })
             }
             Val::Map(MapVal::Owned(entries)) => {
                 let map: HashMap<Key, CelValue> = entries
