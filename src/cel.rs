@@ -153,10 +153,12 @@ impl Program {
 
     /// [`Program::eval`], requiring a bool.
     pub fn eval_bool(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<bool, CelError> {
-        if let Some(Val::Bool(b)) = self.eval_direct(vars)? {
-            return Ok(b);
-        }
-        match self.interpret(vars, lookups)? {
+        let value = match self.eval_direct(vars)? {
+            Some(Val::Bool(b)) => return Ok(b),
+            Some(other) => other.to_cel(),
+            None => self.interpret(vars, lookups)?,
+        };
+        match value {
             Value::Bool(b) => Ok(b),
             other => Err(CelError::Eval(format!(
                 "expression {:?} must return a bool, got {}",

@@ -8,9 +8,10 @@
 //! handing over to the interpreter.
 
 use gavel::cel::values::cel_to_json;
-use gavel::cel::{Activation, CelError, NoLookups, Program};
+use gavel::cel::{CelError, NoLookups, Program};
 use gavel::engine::Request;
-use gavel::engine::cel::CelRequest;
+use gavel::engine::cel::{CelRequest, bind_variables};
+use gavel::policy::cel_policy::CompiledNamed;
 use gavel::policy::load::parse_yaml_documents;
 use kube_cel::cel::Value as CelValue;
 use serde_json::Value;
@@ -116,17 +117,6 @@ fn outcome(r: Result<CelValue, CelError>) -> String {
     }
 }
 
-fn bind<'a>(root: &'a Activation<'a>, variables: &'a [(String, Program)]) -> Activation<'a> {
-    let mut scope = root.scope();
-    scope.start_variables();
-    for (name, p) in variables {
-        if let Ok(v) = p.eval_val(&scope, &NoLookups) {
-            scope.set_variable(name, v);
-        }
-    }
-    scope
-}
-
 #[test]
 fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
@@ -175,20 +165,28 @@ fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
     for (dir, (policies, resources)) in &by_dir {
         for policy in policies {
             let compile = |e: &str| Program::compile(e).ok();
-            let variables: Vec<(String, Program)> = policy
+            let variables: Vec<CompiledNamed> = policy
                 .variables
                 .iter()
-                .filter_map(|(n, e)| Some((n.clone(), compile(e)?)))
+                .filter_map(|(name, e)| {
+                    Some(CompiledNamed {
+                        name: name.clone(),
+                        program: compile(e)?,
+                    })
+                })
                 .collect();
-            let interpreted: Vec<(String, Program)> = variables
+            let interpreted: Vec<CompiledNamed> = variables
                 .iter()
-                .map(|(n, p)| (n.clone(), p.interpreted_only()))
+                .map(|v| CompiledNamed {
+                    name: v.name.clone(),
+                    program: v.program.interpreted_only(),
+                })
                 .collect();
             let programs: Vec<Program> = policy
                 .expressions
                 .iter()
                 .filter_map(|e| compile(e))
-                .chain(variables.iter().map(|(_, p)| p.clone()))
+                .chain(variables.iter().map(|v| v.program.clone()))
                 .collect();
             expressions += programs.len();
             compiled += programs.iter().filter(|p| p.is_direct()).count();
@@ -196,8 +194,8 @@ fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
                 let req = Request::offline(resource, "CREATE", Default::default(), None);
                 let input = CelRequest::of(&req);
                 let base = input.activation();
-                let direct_vars = bind(&base, &variables);
-                let interpreted_vars = bind(&base, &interpreted);
+                let direct_vars = bind_variables(&base, &variables, &NoLookups);
+                let interpreted_vars = bind_variables(&base, &interpreted, &NoLookups);
                 for p in &programs {
                     evaluations += 1;
                     if matches!(p.eval_direct(&direct_vars), Ok(Some(_))) {

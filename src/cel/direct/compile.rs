@@ -219,7 +219,7 @@ impl Compiler {
                     step: step?,
                     result: result?,
                 };
-                quantifier(c)?
+                quantifier(c)
             }
             Expr::Call(c) => self.call(c)?,
             Expr::Struct(_) | Expr::Unspecified => return None,
@@ -272,14 +272,15 @@ impl Compiler {
                     let slot = self.local(MACRO_ACCUMULATOR)?;
                     Some(Node::AppendAccu(slot, self.boxed(&args[1])?))
                 }
-                _ => binary_op(name).and_then(|op| {
-                    (args.len() == 2).then_some(())?;
-                    Some(Node::Binary(
+                (name, 2) => match binary_op(name) {
+                    Some(op) => Some(Node::Binary(
                         op,
-                        self.boxed(&args[0]).map(|b| *b).map(Box::new)?,
+                        self.boxed(&args[0])?,
                         self.boxed(&args[1])?,
-                    ))
-                }),
+                    )),
+                    None => None,
+                },
+                _ => None,
             };
             if let Some(node) = operator {
                 return Some(node);
@@ -339,7 +340,7 @@ impl Compiler {
 
 /// The parser's `all`/`exists` expansion as a [`Node::Quantifier`]; any
 /// other comprehension as it is.
-fn quantifier(c: Comprehension) -> Option<Node> {
+fn quantifier(c: Comprehension) -> Node {
     let accu = c.accu_slot;
     let is_accu = |n: &Node| matches!(n, Node::Local(s) if *s == accu);
     let exists = match (&c.init, &c.cond, &c.result) {
@@ -353,17 +354,17 @@ fn quantifier(c: Comprehension) -> Option<Node> {
         {
             true
         }
-        _ => return Some(Node::Comprehension(Box::new(c))),
+        _ => return Node::Comprehension(Box::new(c)),
     };
     let Node::Tick(step, weight) = &c.step else {
-        return Some(Node::Comprehension(Box::new(c)));
+        return Node::Comprehension(Box::new(c));
     };
     let pred_of = |step: &Node| match (step, exists) {
         (Node::And(a, _), false) | (Node::Or(a, _), true) => is_accu(a),
         _ => false,
     };
     if !pred_of(step) {
-        return Some(Node::Comprehension(Box::new(c)));
+        return Node::Comprehension(Box::new(c));
     }
     let weight = *weight;
     let Node::Tick(step, _) = c.step else {
@@ -373,13 +374,13 @@ fn quantifier(c: Comprehension) -> Option<Node> {
         Node::And(_, p) | Node::Or(_, p) => p,
         _ => unreachable!("checked above"),
     };
-    Some(Node::Quantifier {
+    Node::Quantifier {
         range: Box::new(c.range),
         item_slot: accu + 1,
         pred,
         exists,
         weight,
-    })
+    }
 }
 
 /// An optional chain as its base and steps (outermost last).

@@ -65,10 +65,8 @@ impl<'a> Evaluator<'_, 'a> {
                 _ => Err(Fail::Interpreter),
             },
             Node::OptSelect(operand, field) => {
-                let target = match self.eval(operand)? {
-                    Val::Optional(None) => return Ok(Val::Optional(None)),
-                    Val::Optional(Some(v)) => Arc::unwrap_or_clone(v),
-                    v => v,
+                let Some(target) = self.eval(operand)?.through_optional() else {
+                    return Ok(Val::Optional(None));
                 };
                 match target {
                     Val::Map(m) => Ok(Val::Optional(m.get_str(field).map(Arc::new))),
@@ -79,10 +77,8 @@ impl<'a> Evaluator<'_, 'a> {
                 }
             }
             Node::OptIndex(operand, index) => {
-                let target = match self.eval(operand)? {
-                    Val::Optional(None) => return Ok(Val::Optional(None)),
-                    Val::Optional(Some(v)) => Arc::unwrap_or_clone(v),
-                    v => v,
+                let Some(target) = self.eval(operand)?.through_optional() else {
+                    return Ok(Val::Optional(None));
                 };
                 let key = self.eval(index)?;
                 match (target, &key) {
@@ -236,11 +232,7 @@ impl<'a> Evaluator<'_, 'a> {
     /// The value at the end of an optional chain, `None` where a step finds
     /// nothing; as the interpreter's `_?._` and `_[?_]` step by step.
     fn opt_path(&mut self, base: &Node, steps: &[OptStep]) -> Result<Option<Val<'a>>, Fail> {
-        let mut at = match self.eval(base)? {
-            Val::Optional(None) => None,
-            Val::Optional(Some(v)) => Some(Arc::unwrap_or_clone(v)),
-            v => Some(v),
-        };
+        let mut at = self.eval(base)?.through_optional();
         for step in steps {
             // Keys are evaluated even past a missing step, as the
             // interpreter evaluates every argument.

@@ -109,18 +109,10 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
         // interpreter's library does).
         Func::OrValue => {
             let other = take(args, 1);
-            match take(args, 0) {
-                Val::Optional(Some(v)) => Arc::unwrap_or_clone(v),
-                Val::Optional(None) => other,
-                plain => plain,
-            }
+            take(args, 0).through_optional().unwrap_or(other)
         }
         Func::HasValue => Val::Bool(!matches!(args[0], Val::Optional(None))),
-        Func::Value => match take(args, 0) {
-            Val::Optional(Some(v)) => Arc::unwrap_or_clone(v),
-            Val::Optional(None) => return Err(Fail::Interpreter),
-            plain => plain,
-        },
+        Func::Value => take(args, 0).through_optional().ok_or(Fail::Interpreter)?,
         Func::OptionalOf => Val::Optional(Some(Arc::new(take(args, 0)))),
         Func::OptionalNone => Val::Optional(None),
         Func::Dyn => take(args, 0),

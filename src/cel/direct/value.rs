@@ -195,16 +195,12 @@ impl<'a> Val<'a> {
         }
     }
 
-    /// Whether this value, or one inside it, is foreign.
-    pub fn has_foreign(&self) -> bool {
+    /// The value an optional holds (`None` for `optional.none()`); a plain
+    /// value is itself, as the interpreter's library treats it.
+    pub fn through_optional(self) -> Option<Val<'a>> {
         match self {
-            Val::Foreign(_) => true,
-            Val::List(List::Owned(items)) => items.iter().any(Val::has_foreign),
-            Val::Map(MapVal::Owned(entries)) => entries
-                .iter()
-                .any(|(k, v)| k.has_foreign() || v.has_foreign()),
-            Val::Optional(Some(v)) => v.has_foreign(),
-            _ => false,
+            Val::Optional(inner) => inner.map(Arc::unwrap_or_clone),
+            v => Some(v),
         }
     }
 }
