@@ -186,7 +186,7 @@ async fn review_request(
     // write the shared reference count, a cache line every core fights
     // over, twice per request.
     let snapshot = state.snapshot.load();
-    let admitted = pipeline::admit_reporting(
+    let mut admitted = pipeline::admit_reporting(
         webhook,
         &body,
         &snapshot,
@@ -194,13 +194,17 @@ async fn review_request(
         &*state.view,
         state.admission_reports.is_some(),
     );
+    if let Ok(outcome) = &mut admitted
+        && let (Some(sink), Some(results)) = (&state.admission_reports, outcome.report.take())
+    {
+        // The results name policies by their place in this snapshot; the
+        // writer holds it until they are written.
+        sink.submit(Arc::clone(&snapshot), results);
+    }
     // Not held across the wait below.
     drop(snapshot);
     match admitted {
         Ok(mut outcome) => {
-            if let (Some(sink), Some(results)) = (&state.admission_reports, outcome.report.take()) {
-                sink.submit(results);
-            }
             if !outcome.update_requests.is_empty() {
                 // The generate work is in the API server before the answer
                 // is (Kyverno writes it after answering, and loses it when

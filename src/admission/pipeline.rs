@@ -8,7 +8,7 @@ use super::json_text::JsonText;
 use super::phases::{self, Chaining, MutatingPhase, Visit};
 use super::policies::Snapshot;
 use super::policy_validation;
-use super::reports::{self, AdmissionResults};
+use super::reports::{self, AdmissionResults, PolicyAt};
 use super::review::{self, ReviewError};
 use super::update_requests::{self, UpdateRequestSpec};
 use super::verdict::{self, DenialHeads, Verdict};
@@ -53,13 +53,14 @@ pub struct Outcome {
     pub report: Option<AdmissionResults>,
 }
 
-/// The report results of the policies evaluated for an admitted object;
-/// None when it has no uid or no policy has a result for it.
+/// The report results of the policies evaluated for an admitted object
+/// (taking their responses: the verdict is decided); None when it has no
+/// uid or no policy has a result for it.
 fn results_for_report(
-    policies: &[(&CompiledPolicy, &DenialHeads)],
-    responses: &[PolicyResponse],
-    cel: &[(&CompiledValidatingPolicy, PolicyResponse)],
-    stale: &[String],
+    selected: &[usize],
+    responses: Vec<PolicyResponse>,
+    cel: Vec<(usize, PolicyResponse)>,
+    stale: Vec<String>,
     object: &serde_json::Value,
 ) -> Option<AdmissionResults> {
     if stale.is_empty()
@@ -70,36 +71,24 @@ fn results_for_report(
     {
         return None;
     }
-    let resource = reports::report_subject(object)?;
-    let now = std::time::SystemTime::now()
+    let subject = reports::ReportSubject::of(object)?;
+    let at_seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
-    let mut results = Vec::new();
-    // A policy that no longer applies has its earlier results removed.
-    let mut evaluated: std::collections::BTreeSet<String> = stale.iter().cloned().collect();
-    for ((policy, _), response) in policies.iter().zip(responses) {
-        evaluated.insert(policy.qualified_name().to_string());
-        results.extend(reports::results(
-            policy,
-            response,
-            reports::ADMISSION_REVIEW,
-            now,
-        ));
+    let mut out = AdmissionResults {
+        subject,
+        evaluated: Vec::with_capacity(selected.len() + cel.len()),
+        stale,
+        results: Vec::new(),
+        at_seconds,
+    };
+    for (&index, response) in selected.iter().zip(responses) {
+        out.push_policy(PolicyAt::Kyverno(index), response, true);
     }
-    for (policy, response) in cel {
-        evaluated.insert(policy.key.clone());
-        results.extend(reports::validating_policy_results(
-            policy,
-            response,
-            reports::ADMISSION_REVIEW,
-            now,
-        ));
+    for (index, response) in cel {
+        out.push_policy(PolicyAt::Validating(index), response, false);
     }
-    (!results.is_empty() || !stale.is_empty()).then_some(AdmissionResults {
-        resource,
-        evaluated,
-        results,
-    })
+    (!out.results.is_empty() || !out.stale.is_empty()).then_some(out)
 }
 
 /// The policies of an UPDATE that have no result for the new object but
@@ -237,7 +226,7 @@ pub fn admit_reporting(
                 }
                 responses.push(response);
             }
-            let cel = validate_cel(
+            let (cel_indexes, cel) = validate_cel(
                 snapshot,
                 failure_policy,
                 req,
@@ -258,8 +247,16 @@ pub fn admit_reporting(
                 } else {
                     Vec::new()
                 };
-                admission_results =
-                    results_for_report(&policies, &responses, &cel, &stale, &req.object);
+                admission_results = results_for_report(
+                    selected,
+                    responses,
+                    cel_indexes
+                        .into_iter()
+                        .zip(cel.into_iter().map(|(_, r)| r))
+                        .collect(),
+                    stale,
+                    &req.object,
+                );
             }
             verdict
         }
@@ -308,6 +305,13 @@ pub fn admit_reporting(
     })
 }
 
+/// A route's ValidatingPolicies, by index in `snapshot.validating`, and
+/// their responses.
+type CelResponses<'s> = (
+    Vec<usize>,
+    Vec<(&'s CompiledValidatingPolicy, PolicyResponse<'s>)>,
+);
+
 /// Evaluates the ValidatingPolicies of the route, recording each result
 /// with the policy's index in `snapshot.validating`.
 fn validate_cel<'s>(
@@ -317,7 +321,7 @@ fn validate_cel<'s>(
     ctx: &JsonContext,
     view: &dyn ClusterView,
     mut record: impl FnMut(usize, RuleStatus, Duration),
-) -> Vec<(&'s CompiledValidatingPolicy, PolicyResponse<'s>)> {
+) -> CelResponses<'s> {
     let mut selected = snapshot
         .validating
         .iter()
@@ -325,7 +329,7 @@ fn validate_cel<'s>(
         .filter(|(_, p)| p.admission && Snapshot::cel_selected(&p.scope, failure_policy))
         .peekable();
     if selected.peek().is_none() {
-        return Vec::new();
+        return (Vec::new(), Vec::new());
     }
     // The request's CEL variables, shared with the classic policies'
     // validate.cel rules.
@@ -345,9 +349,9 @@ fn validate_cel<'s>(
             for r in &response.rules {
                 record(i, r.status, elapsed);
             }
-            (p, response)
+            (i, (p, response))
         })
-        .collect()
+        .unzip()
 }
 
 /// Runs the mutate policies `selected`, in order, each on the previous
@@ -587,11 +591,12 @@ mod tests {
         assert!(outcome.allowed);
         let results = outcome.report.expect("results for the report");
         assert_eq!(results.evaluated.len(), 17);
-        assert_eq!(results.resource["metadata"]["uid"], "0c5d-uid");
-        assert_eq!(results.resource["kind"], "Pod");
-        assert!(!results.results.is_empty());
+        assert_eq!(&*results.subject.uid, "0c5d-uid");
+        assert_eq!(&*results.subject.kind, "Pod");
+        let written = results.report_results(&snapshot);
+        assert!(!written.is_empty());
         assert!(
-            results.results.iter().all(|r| r["result"] == "pass"
+            written.iter().all(|r| r["result"] == "pass"
                 && r["properties"]["process"] == reports::ADMISSION_REVIEW)
         );
         assert!(
@@ -672,13 +677,13 @@ spec:
         )
         .expect("the stale result is removed");
         assert!(gone.results.is_empty());
-        assert!(gone.evaluated.contains("require-owner"));
+        assert!(gone.evaluated_names(&snapshot).contains("require-owner"));
         let still = update(
             serde_json::json!({"audit": "yes"}),
             serde_json::json!({"audit": "yes", "owner": "me"}),
         )
         .expect("a fresh result");
-        assert_eq!(still.results[0]["result"], "pass");
+        assert_eq!(still.report_results(&snapshot)[0]["result"], "pass");
         assert!(
             update(serde_json::json!({}), serde_json::json!({})).is_none(),
             "never selected: nothing to write"

@@ -10,51 +10,172 @@
 //! longer loaded go. Timestamps are left out of the comparison, so an
 //! evaluation that changes nothing writes nothing.
 
+use super::policies::Snapshot;
 use crate::engine::{PolicyResponse, RuleResponse, RuleStatus, RuleType};
 use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::{CompiledPolicy, ReportMeta};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 /// The `process` property of results from an admitted review.
 pub const ADMISSION_REVIEW: &str = "admission review";
 
-/// What an admitted review leaves for its resource's report.
+/// A policy of the snapshot an admitted review was evaluated with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyAt {
+    /// `Snapshot::policies[i]`.
+    Kyverno(usize),
+    /// `Snapshot::validating[i]`.
+    Validating(usize),
+}
+
+/// One rule's result as an admitted review leaves it. The writer's queue
+/// holds thousands of these under load, so they are kept compact (about
+/// 100 bytes against 1.7 KB for the report result as JSON) and turned into
+/// report results only when written, off the admission path.
+#[derive(Debug, Clone)]
+pub struct PendingResult {
+    pub policy: PolicyAt,
+    pub rule: Box<str>,
+    pub status: RuleStatus,
+    pub message: Box<str>,
+    /// A CEL policy's auditAnnotations; empty (no allocation) otherwise.
+    pub properties: Vec<(String, String)>,
+}
+
+/// The identity of a resource as a report names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReportSubject {
+    pub api_version: Box<str>,
+    pub kind: Box<str>,
+    pub name: Box<str>,
+    /// Empty for a cluster-scoped resource.
+    pub namespace: Box<str>,
+    pub uid: Box<str>,
+}
+
+impl ReportSubject {
+    /// The identity of `object`; None without a uid (a CREATE seen by a
+    /// mutating webhook, before the API server assigns one).
+    pub fn of(object: &Value) -> Option<ReportSubject> {
+        let meta = object.get("metadata")?;
+        let text = |v: Option<&Value>| -> Box<str> {
+            v.and_then(Value::as_str).unwrap_or_default().into()
+        };
+        let uid = meta.get("uid")?.as_str().filter(|u| !u.is_empty())?;
+        Some(ReportSubject {
+            api_version: text(object.get("apiVersion")),
+            kind: text(object.get("kind")),
+            name: text(meta.get("name")),
+            namespace: text(meta.get("namespace")),
+            uid: uid.into(),
+        })
+    }
+
+    /// apiVersion, kind and the metadata a report names, as the report
+    /// writer reads a resource.
+    pub fn to_resource(&self) -> Value {
+        let mut metadata = json!({"name": &*self.name, "uid": &*self.uid});
+        if !self.namespace.is_empty() {
+            metadata["namespace"] = Value::from(&*self.namespace);
+        }
+        json!({"apiVersion": &*self.api_version, "kind": &*self.kind, "metadata": metadata})
+    }
+}
+
+/// What an admitted review leaves for its resource's report, in terms of
+/// the snapshot it was evaluated with (which the writer holds beside it).
 #[derive(Debug, Clone)]
 pub struct AdmissionResults {
-    /// apiVersion, kind and the metadata a report names (name,
-    /// namespace, uid).
-    pub resource: Value,
+    pub subject: ReportSubject,
     /// The policies evaluated: their results in the report are replaced.
-    pub evaluated: BTreeSet<String>,
-    pub results: Vec<Value>,
+    pub evaluated: Vec<PolicyAt>,
+    /// Policies that no longer select the resource (by name): their
+    /// results in the report are removed.
+    pub stale: Vec<String>,
+    /// Validation rules' results.
+    pub results: Vec<PendingResult>,
+    /// When the review was evaluated (the results' timestamp).
+    pub at_seconds: i64,
+}
+
+impl AdmissionResults {
+    /// Each policy's response to an admitted review, in compact form.
+    pub fn push_policy(&mut self, at: PolicyAt, response: PolicyResponse, kyverno: bool) {
+        self.evaluated.push(at);
+        self.results.extend(
+            response
+                .rules
+                .into_iter()
+                // A classic policy reports its validation rules only.
+                .filter(|r| !kyverno || r.rule_type == RuleType::Validation)
+                .map(|r| PendingResult {
+                    policy: at,
+                    rule: r.name.into(),
+                    status: r.status,
+                    properties: r.properties().to_vec(),
+                    message: r.message.into(),
+                }),
+        );
+    }
+
+    /// The names of the evaluated policies (those of `snapshot`) and the
+    /// stale ones.
+    pub fn evaluated_names(&self, snapshot: &Snapshot) -> BTreeSet<String> {
+        self.evaluated
+            .iter()
+            .map(|&at| match at {
+                PolicyAt::Kyverno(i) => snapshot.policies[i].qualified_name().to_string(),
+                PolicyAt::Validating(i) => snapshot.validating[i].key.clone(),
+            })
+            .chain(self.stale.iter().cloned())
+            .collect()
+    }
+
+    /// The report results, as Kyverno writes them for an admission review.
+    pub fn report_results(&self, snapshot: &Snapshot) -> Vec<Value> {
+        self.results
+            .iter()
+            .map(|r| {
+                let rule = RuleView {
+                    name: &r.rule,
+                    status: r.status,
+                    message: &r.message,
+                    properties: &r.properties,
+                };
+                match r.policy {
+                    PolicyAt::Kyverno(i) => {
+                        let policy = &snapshot.policies[i];
+                        let meta = kyverno_meta(policy);
+                        Source::Kyverno.value(
+                            policy.qualified_name(),
+                            &meta,
+                            ADMISSION_REVIEW,
+                            self.at_seconds,
+                            &rule,
+                        )
+                    }
+                    PolicyAt::Validating(i) => {
+                        let policy = &snapshot.validating[i];
+                        Source::ValidatingPolicy.value(
+                            &policy.key,
+                            &policy.report,
+                            ADMISSION_REVIEW,
+                            self.at_seconds,
+                            &rule,
+                        )
+                    }
+                }
+            })
+            .collect()
+    }
 }
 
 /// Where admission results go (the cluster's report writer; nowhere
 /// standalone). `submit` never waits.
 pub trait AdmissionReportSink: Send + Sync {
-    fn submit(&self, results: AdmissionResults);
-}
-
-/// The identity of `object` as a report names it; None without a uid (a
-/// CREATE seen by a mutating webhook, before the API server assigns one).
-pub fn report_subject(object: &Value) -> Option<Value> {
-    let meta = object.get("metadata")?;
-    let uid = meta.get("uid")?.as_str().filter(|u| !u.is_empty())?;
-    let mut metadata =
-        json!({"name": meta.get("name").cloned().unwrap_or(Value::Null), "uid": uid});
-    if let Some(ns) = meta
-        .get("namespace")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
-        metadata["namespace"] = Value::String(ns.to_string());
-    }
-    Some(json!({
-        "apiVersion": object.get("apiVersion").cloned().unwrap_or(Value::Null),
-        "kind": object.get("kind").cloned().unwrap_or(Value::Null),
-        "metadata": metadata,
-    }))
+    fn submit(&self, snapshot: Arc<Snapshot>, results: AdmissionResults);
 }
 
 /// The `process` property of results from a background scan.
@@ -68,16 +189,20 @@ pub fn results(
     process: &str,
     now_seconds: i64,
 ) -> Vec<Value> {
-    let meta = ReportMeta {
-        scored: policy.scored,
-        ..ReportMeta::of(&policy.annotations)
-    };
-    let result = Source::Kyverno.result(response.policy, &meta, process, now_seconds);
+    let meta = kyverno_meta(policy);
     response
         .rules
         .iter()
         .filter(|r| r.rule_type == RuleType::Validation)
-        .map(result)
+        .map(|r| {
+            Source::Kyverno.value(
+                response.policy,
+                &meta,
+                process,
+                now_seconds,
+                &RuleView::of(r),
+            )
+        })
         .collect()
 }
 
@@ -91,8 +216,47 @@ pub fn validating_policy_results(
     process: &str,
     now_seconds: i64,
 ) -> Vec<Value> {
-    let result = Source::ValidatingPolicy.result(&policy.key, &policy.report, process, now_seconds);
-    response.rules.iter().map(result).collect()
+    response
+        .rules
+        .iter()
+        .map(|r| {
+            Source::ValidatingPolicy.value(
+                &policy.key,
+                &policy.report,
+                process,
+                now_seconds,
+                &RuleView::of(r),
+            )
+        })
+        .collect()
+}
+
+/// A classic policy's report metadata (annotations, and `scored`).
+fn kyverno_meta(policy: &CompiledPolicy) -> ReportMeta {
+    ReportMeta {
+        scored: policy.scored,
+        ..ReportMeta::of(&policy.annotations)
+    }
+}
+
+/// What a report result says of a rule, from a response or a pending
+/// result.
+struct RuleView<'a> {
+    name: &'a str,
+    status: RuleStatus,
+    message: &'a str,
+    properties: &'a [(String, String)],
+}
+
+impl<'a> RuleView<'a> {
+    fn of(r: &'a RuleResponse) -> RuleView<'a> {
+        RuleView {
+            name: r.name,
+            status: r.status,
+            message: &r.message,
+            properties: r.properties(),
+        }
+    }
 }
 
 /// Which engine a result comes from (its `source`).
@@ -103,44 +267,43 @@ enum Source {
 }
 
 impl Source {
-    /// Turns a rule response of `policy` into its report result.
-    fn result<'a>(
+    /// The report result of one rule of `policy`.
+    fn value(
         self,
-        policy: &'a str,
-        meta: &'a ReportMeta,
-        process: &'a str,
+        policy: &str,
+        meta: &ReportMeta,
+        process: &str,
         now_seconds: i64,
-    ) -> impl Fn(&RuleResponse) -> Value + 'a {
+        r: &RuleView,
+    ) -> Value {
         let source = match self {
             Source::Kyverno => "kyverno",
             Source::ValidatingPolicy => "KyvernoValidatingPolicy",
         };
-        move |r: &RuleResponse| {
-            let mut status = r.status;
-            if status == RuleStatus::Fail && !meta.scored {
-                status = RuleStatus::Warn;
-            }
-            let mut result = json!({
-                "source": source,
-                "policy": policy,
-                "rule": r.name,
-                "result": status.as_str(),
-                "message": r.message,
-                "scored": meta.scored,
-                "timestamp": {"seconds": now_seconds, "nanos": 0},
-                "properties": {"process": process},
-            });
-            if !meta.severity.is_empty() {
-                result["severity"] = Value::String(meta.severity.clone());
-            }
-            if !meta.category.is_empty() {
-                result["category"] = Value::String(meta.category.clone());
-            }
-            for (k, v) in r.properties() {
-                result["properties"][k] = Value::String(v.clone());
-            }
-            result
+        let mut status = r.status;
+        if status == RuleStatus::Fail && !meta.scored {
+            status = RuleStatus::Warn;
         }
+        let mut result = json!({
+            "source": source,
+            "policy": policy,
+            "rule": r.name,
+            "result": status.as_str(),
+            "message": r.message,
+            "scored": meta.scored,
+            "timestamp": {"seconds": now_seconds, "nanos": 0},
+            "properties": {"process": process},
+        });
+        if !meta.severity.is_empty() {
+            result["severity"] = Value::String(meta.severity.clone());
+        }
+        if !meta.category.is_empty() {
+            result["category"] = Value::String(meta.category.clone());
+        }
+        for (k, v) in r.properties {
+            result["properties"][k] = Value::String(v.clone());
+        }
+        result
     }
 }
 

@@ -187,7 +187,7 @@ pub struct AdmissionReportOptions {
 /// Reports are not a durable record: results lost with a full queue or a
 /// killed replica come back with the resource's next review (or scan).
 pub struct AdmissionReportWriter {
-    queue: mpsc::Sender<(Instant, AdmissionResults)>,
+    queue: mpsc::Sender<Queued>,
     metrics: BackgroundMetrics,
 }
 
@@ -198,7 +198,7 @@ impl AdmissionReportWriter {
         opts: &AdmissionReportOptions,
         metrics: BackgroundMetrics,
     ) -> AdmissionReportWriter {
-        let (tx, rx) = mpsc::channel(opts.queue.max(1));
+        let (tx, rx) = mpsc::channel::<Queued>(opts.queue.max(1));
         let rx = Arc::new(Mutex::new(rx));
         for _ in 0..opts.workers.max(1) {
             let (rx, client, snapshot, metrics) = (
@@ -211,9 +211,9 @@ impl AdmissionReportWriter {
             tokio::spawn(async move {
                 loop {
                     let next = rx.lock().await.recv().await;
-                    let Some((at, results)) = next else { return };
-                    tokio::time::sleep_until(at + delay).await;
-                    write_admission_results(&client, api, &snapshot, &results, &metrics).await;
+                    let Some(queued) = next else { return };
+                    tokio::time::sleep_until(queued.at + delay).await;
+                    write_admission_results(&client, api, &snapshot, &queued, &metrics).await;
                 }
             });
         }
@@ -222,11 +222,24 @@ impl AdmissionReportWriter {
 }
 
 impl AdmissionReportSink for AdmissionReportWriter {
-    fn submit(&self, results: AdmissionResults) {
-        if self.queue.try_send((Instant::now(), results)).is_err() {
+    fn submit(&self, evaluated_with: Arc<Snapshot>, results: AdmissionResults) {
+        let queued = Queued {
+            at: Instant::now(),
+            evaluated_with,
+            results,
+        };
+        if self.queue.try_send(queued).is_err() {
             self.metrics.count("admission_report_dropped");
         }
     }
+}
+
+/// An admitted review's results waiting to be written, with the snapshot
+/// they refer to.
+struct Queued {
+    at: Instant,
+    evaluated_with: Arc<Snapshot>,
+    results: AdmissionResults,
 }
 
 /// One admission's results into its report: conflicts read again, other
@@ -235,23 +248,17 @@ async fn write_admission_results(
     client: &Client,
     api: ReportApi,
     snapshot: &Arc<ArcSwap<Snapshot>>,
-    results: &AdmissionResults,
+    queued: &Queued,
     metrics: &BackgroundMetrics,
 ) {
+    // Built here, off the admission path, from the compact form queued.
+    let resource = queued.results.subject.to_resource();
+    let results = queued.results.report_results(&queued.evaluated_with);
+    let evaluated = queued.results.evaluated_names(&queued.evaluated_with);
     let mut wait = Duration::from_millis(200);
     for _ in 0..5 {
         let loaded = snapshot.load().report_policy_names();
-        match write_report(
-            client,
-            api,
-            &results.resource,
-            &results.results,
-            &results.evaluated,
-            &loaded,
-            false,
-        )
-        .await
-        {
+        match write_report(client, api, &resource, &results, &evaluated, &loaded, false).await {
             Ok(Written::Conflict) => continue,
             Ok(Written::Wrote | Written::Deleted) => {
                 metrics.count("admission_report_written");
@@ -267,9 +274,7 @@ async fn write_admission_results(
     }
     metrics.count("admission_report_error");
     tracing::warn!(
-        resource = results.resource["metadata"]["name"]
-            .as_str()
-            .unwrap_or_default(),
+        resource = &*queued.results.subject.name,
         "admission results not written"
     );
 }

@@ -73,6 +73,24 @@ pub struct Replica {
     pub identity: String,
     pub port: u16,
     pub child: Child,
+    /// Its unique `--ca-out` path: under GAVEL_SPAWN_WRAPPER `child` is the
+    /// wrapper, and gavel itself is found by this argument.
+    ca_out: String,
+}
+
+impl Replica {
+    /// Stops the replica (SIGKILL); under GAVEL_SPAWN_WRAPPER gavel itself
+    /// is killed, and the profiler around it ends its data and exits.
+    pub fn stop(&mut self) {
+        if std::env::var_os("GAVEL_SPAWN_WRAPPER").is_some() {
+            let _ = Command::new("pkill")
+                .args(["-KILL", "-f", &format!("ca-out={}", self.ca_out)])
+                .status();
+        } else {
+            let _ = self.child.kill();
+        }
+        let _ = self.child.wait();
+    }
 }
 
 impl Release {
@@ -181,8 +199,7 @@ impl Release {
     /// webhook of gavel's until [`Release::scale_to`] starts them again.
     pub fn stop_all(&mut self, cluster: &RealCluster) {
         for mut replica in self.replicas.drain(..) {
-            let _ = replica.child.kill();
-            let _ = replica.child.wait();
+            replica.stop();
         }
         self.balancer.set_backends(vec![]);
         cluster.kubectl(&[
@@ -225,10 +242,12 @@ impl Release {
                 .cloned(),
         );
         args.push(format!("--listen=127.0.0.1:{port}"));
-        args.push(format!(
-            "--ca-out={}",
-            self.dir.join(format!("{identity}-ca.pem")).display()
-        ));
+        let ca_out = self
+            .dir
+            .join(format!("{identity}-ca.pem"))
+            .display()
+            .to_string();
+        args.push(format!("--ca-out={ca_out}"));
         args.push(format!("--kubeconfig={}", self.kubeconfig.display()));
         args.push(format!(
             "--webhook-url=https://{}:{}",
@@ -244,7 +263,19 @@ impl Release {
             .append(true)
             .open(self.dir.join(format!("{identity}.log")))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_gavel"))
+        // GAVEL_SPAWN_WRAPPER runs the replica under a profiler, e.g.
+        // "heaptrack -o /tmp/gavel-heap" (a measurement aid, never in CI).
+        let wrapper = std::env::var("GAVEL_SPAWN_WRAPPER").unwrap_or_default();
+        let mut wrapper = wrapper.split_whitespace();
+        let mut command = match wrapper.next() {
+            Some(program) => {
+                let mut c = Command::new(program);
+                c.args(wrapper).arg(env!("CARGO_BIN_EXE_gavel"));
+                c
+            }
+            None => Command::new(env!("CARGO_BIN_EXE_gavel")),
+        };
+        let child = command
             .args(&args)
             .env("POD_NAMESPACE", NAMESPACE)
             .env("POD_NAME", identity)
@@ -257,6 +288,7 @@ impl Release {
             identity: identity.to_string(),
             port,
             child,
+            ca_out,
         }
     }
 
@@ -272,8 +304,7 @@ impl Release {
 impl Drop for Release {
     fn drop(&mut self) {
         for replica in &mut self.replicas {
-            let _ = replica.child.kill();
-            let _ = replica.child.wait();
+            replica.stop();
         }
     }
 }
