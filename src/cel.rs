@@ -16,6 +16,7 @@
 pub mod direct;
 pub mod image_ref;
 pub mod library;
+mod unary_runs;
 pub mod values;
 
 use direct::Val;
@@ -68,7 +69,7 @@ impl Program {
             Parser::new()
                 .enable_optional_syntax(true)
                 .max_recursion_depth(MAX_NESTING)
-                .parse(source)
+                .parse(&unary_runs::cancel_unary_runs(source))
         })
         .map_err(|_| CelError::Compile("the CEL parser failed on this expression".into()))?
         .map_err(|e| CelError::Compile(e.to_string().replace('\n', " ")))?;

@@ -98,6 +98,8 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("value", value_of);
     ctx.add_function("dyn", dyn_value);
     ctx.add_function("string", string_of);
+    ctx.add_function("int", int_of);
+    ctx.add_function("bool", bool_of);
     ctx.add_function("type", type_of);
     ctx.add_function("resource.Get", resource_get);
     ctx.add_function("resource.List", resource_list);
@@ -291,12 +293,64 @@ fn type_of(v: Value) -> ResolveResult {
     Ok(Value::String(Arc::new(type_value(name))))
 }
 
-/// `string(x)`: the interpreter's conversion, plus `string(bool)`, which
-/// the CEL spec (and cel-go) has and the interpreter lacks.
+/// `string(x)`: the interpreter's conversion, with the CEL spec's (and
+/// cel-go's) text where the interpreter lacks it or differs: `string(bool)`,
+/// a timestamp in UTC as RFC 3339 with `Z` and no trailing zeros, a
+/// duration in seconds (`"1000000s"`, `"1.5s"`).
 fn string_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
     match this {
         Value::Bool(b) => Ok(Value::String(Arc::new(b.to_string()))),
+        Value::Timestamp(t) => Ok(Value::String(Arc::new(rfc3339_utc(&t)))),
+        Value::Duration(d) => {
+            let seconds = d.num_seconds() as f64 + f64::from(d.subsec_nanos()) / 1e9;
+            Ok(Value::String(Arc::new(format!("{seconds}s"))))
+        }
         other => kube_cel::cel::functions::string(ftx, This(other)),
+    }
+}
+
+/// Go's `time.RFC3339Nano` of the instant in UTC, as cel-go prints it.
+fn rfc3339_utc(t: &chrono::DateTime<chrono::FixedOffset>) -> String {
+    let utc = t.with_timezone(&chrono::Utc);
+    let mut out = utc.format("%Y-%m-%dT%H:%M:%S").to_string();
+    let nanos = utc.timestamp_subsec_nanos();
+    if nanos > 0 {
+        let digits = format!("{nanos:09}");
+        out.push('.');
+        out.push_str(digits.trim_end_matches('0'));
+    }
+    out.push('Z');
+    out
+}
+
+/// 2^63 as a double.
+const TWO_TO_63: f64 = 9_223_372_036_854_775_808.0;
+
+/// `int(x)`: the interpreter's conversion, plus a timestamp's Unix
+/// seconds, and a double outside int's range an error (the interpreter
+/// saturates at the ends), as the CEL spec has them.
+fn int_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
+    match this {
+        Value::Timestamp(t) => Ok(Value::Int(t.timestamp())),
+        // Both ends are 2^63 exactly: i64::MAX is not a double.
+        Value::Float(v) if !(v > -TWO_TO_63 && v < TWO_TO_63) => Err(ftx.error("integer overflow")),
+        other => kube_cel::cel::functions::int(ftx, This(other)),
+    }
+}
+
+/// `bool(x)`: a bool, or the spellings of one the CEL spec accepts in a
+/// string ("true", "t", "1", "TRUE", "True", and the same for false).
+fn bool_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
+    match this {
+        Value::Bool(b) => Ok(Value::Bool(b)),
+        Value::String(s) => match s.as_str() {
+            "1" | "t" | "true" | "TRUE" | "True" => Ok(Value::Bool(true)),
+            "0" | "f" | "false" | "FALSE" | "False" => Ok(Value::Bool(false)),
+            other => Err(ftx.error(format!(
+                "type conversion error from 'string' to 'bool': {other:?}"
+            ))),
+        },
+        other => Err(ftx.error(format!("cannot convert {other:?} to bool"))),
     }
 }
 
