@@ -525,6 +525,10 @@ fn rewrite(e: IdedExpr, shadowed: &HashSet<String>) -> IdedExpr {
             c.target = c.target.map(|t| Box::new(rewrite(*t, shadowed)));
             c.args = c.args.into_iter().map(|e| rewrite(e, shadowed)).collect();
             match c.func_name.as_str() {
+                // The value's equality (numbers across types), not the
+                // interpreter's operator's.
+                "_==_" => c.func_name = library::EQUALS.into(),
+                "_!=_" => c.func_name = library::NOT_EQUALS.into(),
                 "_?._" => c.func_name = library::OPT_SELECT.into(),
                 "_[?_]" => c.func_name = library::OPT_INDEX.into(),
                 "_[_]" if c.args.first().is_some_and(is_optional) => {

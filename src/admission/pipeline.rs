@@ -83,10 +83,10 @@ fn results_for_report(
         at_seconds,
     };
     for (&index, response) in selected.iter().zip(responses) {
-        out.push_policy(PolicyAt::Kyverno(index), response, true);
+        out.push_policy(PolicyAt::Kyverno(index), response);
     }
     for (index, response) in cel {
-        out.push_policy(PolicyAt::Validating(index), response, false);
+        out.push_policy(PolicyAt::Validating(index), response);
     }
     (!out.results.is_empty() || !out.stale.is_empty()).then_some(out)
 }

@@ -102,7 +102,8 @@ pub struct AdmissionResults {
 
 impl AdmissionResults {
     /// Each policy's response to an admitted review, in compact form.
-    pub fn push_policy(&mut self, at: PolicyAt, response: PolicyResponse, kyverno: bool) {
+    pub fn push_policy(&mut self, at: PolicyAt, response: PolicyResponse) {
+        let kyverno = matches!(at, PolicyAt::Kyverno(_));
         self.evaluated.push(at);
         self.results.extend(
             response

@@ -24,6 +24,11 @@ use std::sync::{Arc, LazyLock};
 pub(super) const OPT_SELECT: &str = "@optSelect";
 pub(super) const OPT_INDEX: &str = "@optIndex";
 pub(super) const TICK: &str = "@tick";
+/// `==` and `!=`, as functions: the interpreter's own operators compare
+/// int, uint and double as different types (`1 == 1.0` false), where CEL
+/// (cel-go, Kubernetes, Kyverno) compares numbers across types.
+pub(super) const EQUALS: &str = "@eq";
+pub(super) const NOT_EQUALS: &str = "@ne";
 
 /// Rounds of lookups one evaluation may take (each round answers every
 /// lookup the expression reached).
@@ -91,6 +96,8 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function(OPT_SELECT, opt_select);
     ctx.add_function(OPT_INDEX, opt_index);
     ctx.add_function(TICK, tick);
+    ctx.add_function(EQUALS, equal);
+    ctx.add_function(NOT_EQUALS, not_equal);
     // kyverno-compat: Kyverno's policies call these on plain values too
     // (`container.volumeMounts.orValue([])`) and expect the value itself.
     ctx.add_function("orValue", or_value);
@@ -352,6 +359,15 @@ fn bool_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
         },
         other => Err(ftx.error(format!("cannot convert {other:?} to bool"))),
     }
+}
+
+/// `==`: the value's equality, which compares numbers across types.
+fn equal(a: Value, b: Value) -> ResolveResult {
+    Ok(Value::Bool(a == b))
+}
+
+fn not_equal(a: Value, b: Value) -> ResolveResult {
+    Ok(Value::Bool(a != b))
 }
 
 fn tick(v: Value, weight: i64) -> ResolveResult {

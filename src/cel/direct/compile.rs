@@ -9,7 +9,7 @@
 
 use super::functions::Func;
 use super::value::{List, MapVal, Val};
-use crate::cel::library::{OPT_INDEX, OPT_SELECT, TICK};
+use crate::cel::library::{EQUALS, NOT_EQUALS, OPT_INDEX, OPT_SELECT, TICK};
 use kube_cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
 use std::sync::Arc;
 
@@ -407,8 +407,10 @@ fn opt_chain(node: Node) -> (Node, Vec<OptStep>) {
 
 fn binary_op(name: &str) -> Option<BinOp> {
     Some(match name {
-        operators::EQUALS => BinOp::Eq,
-        operators::NOT_EQUALS => BinOp::Ne,
+        // `==` and `!=` arrive renamed (the rewrite gives the interpreter
+        // CEL's equality across numeric types).
+        EQUALS | operators::EQUALS => BinOp::Eq,
+        NOT_EQUALS | operators::NOT_EQUALS => BinOp::Ne,
         operators::LESS => BinOp::Lt,
         operators::LESS_EQUALS => BinOp::Le,
         operators::GREATER => BinOp::Gt,

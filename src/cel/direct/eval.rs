@@ -367,14 +367,7 @@ fn binary<'a>(op: BinOp, l: Val<'a>, r: Val<'a>) -> Out<'a> {
     use Val::*;
     Ok(match op {
         BinOp::Eq | BinOp::Ne => {
-            // The interpreter decides equality across numeric types.
-            let numeric = |v: &Val| matches!(v, Int(_) | Uint(_) | Double(_));
-            if numeric(&l)
-                && numeric(&r)
-                && std::mem::discriminant(&l) != std::mem::discriminant(&r)
-            {
-                return Err(Fail::Interpreter);
-            }
+            // Numbers compare across types, as in the interpreter's `@eq`.
             let eq = equals(&l, &r).ok_or(Fail::Interpreter)?;
             Bool(eq == (op == BinOp::Eq))
         }

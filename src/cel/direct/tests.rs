@@ -137,7 +137,8 @@ fn answers_equal_the_interpreters() {
         ("1 / 0", "", false),
         ("9223372036854775807 + 1", "", false),
         ("object.metadata.name.foo", "", false),
-        ("1 == 1.0", "", false),
+        ("1 == 1.0", "true", true),
+        ("[1u] == [1.0] && 2 != 2u", "false", true),
         (
             "object.spec.containers.all(c, c.securityContext.capabilities.add.size() > 0)",
             "",
