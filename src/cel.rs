@@ -529,6 +529,7 @@ fn rewrite(e: IdedExpr, shadowed: &HashSet<String>) -> IdedExpr {
                 // interpreter's operator's.
                 "_==_" => c.func_name = library::EQUALS.into(),
                 "_!=_" => c.func_name = library::NOT_EQUALS.into(),
+                "@in" => c.func_name = library::IN.into(),
                 "_?._" => c.func_name = library::OPT_SELECT.into(),
                 "_[?_]" => c.func_name = library::OPT_INDEX.into(),
                 "_[_]" if c.args.first().is_some_and(is_optional) => {

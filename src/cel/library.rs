@@ -29,6 +29,9 @@ pub(super) const TICK: &str = "@tick";
 /// (cel-go, Kubernetes, Kyverno) compares numbers across types.
 pub(super) const EQUALS: &str = "@eq";
 pub(super) const NOT_EQUALS: &str = "@ne";
+/// `in`, as a function, for the same reason: `1.0 in [1]` and
+/// `1u in {1: x}` hold in CEL.
+pub(super) const IN: &str = "@inAny";
 
 /// Rounds of lookups one evaluation may take (each round answers every
 /// lookup the expression reached).
@@ -98,6 +101,7 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function(TICK, tick);
     ctx.add_function(EQUALS, equal);
     ctx.add_function(NOT_EQUALS, not_equal);
+    ctx.add_function(IN, contained_in);
     // kyverno-compat: Kyverno's policies call these on plain values too
     // (`container.volumeMounts.orValue([])`) and expect the value itself.
     ctx.add_function("orValue", or_value);
@@ -368,6 +372,37 @@ fn equal(a: Value, b: Value) -> ResolveResult {
 
 fn not_equal(a: Value, b: Value) -> ResolveResult {
     Ok(Value::Bool(a != b))
+}
+
+/// `x in container`: a list element equal to `x` (numbers across types),
+/// or a map key `x` stands for (an integer of any numeric type).
+fn contained_in(ftx: &FunctionContext, item: Value, container: Value) -> ResolveResult {
+    match container {
+        Value::List(items) => Ok(Value::Bool(items.contains(&item))),
+        Value::Map(map) => {
+            let keys: Vec<Key> = match item {
+                Value::String(s) => vec![Key::String(s)],
+                Value::Bool(b) => vec![Key::Bool(b)],
+                Value::Int(i) => std::iter::once(Key::Int(i))
+                    .chain(u64::try_from(i).ok().map(Key::Uint))
+                    .collect(),
+                Value::UInt(u) => std::iter::once(Key::Uint(u))
+                    .chain(i64::try_from(u).ok().map(Key::Int))
+                    .collect(),
+                Value::Float(f) if f.fract() == 0.0 && f.abs() < TWO_TO_63 => {
+                    std::iter::once(Key::Int(f as i64))
+                        .chain((f >= 0.0).then_some(Key::Uint(f as u64)))
+                        .collect()
+                }
+                Value::Float(_) => Vec::new(),
+                other => {
+                    return Err(ftx.error(format!("unsupported map key type {}", other.type_of())));
+                }
+            };
+            Ok(Value::Bool(keys.iter().any(|k| map.map.contains_key(k))))
+        }
+        other => Err(ftx.error(format!("no such overload: in {}", other.type_of()))),
+    }
 }
 
 fn tick(v: Value, weight: i64) -> ResolveResult {

@@ -9,7 +9,7 @@
 
 use super::functions::Func;
 use super::value::{List, MapVal, Val};
-use crate::cel::library::{EQUALS, NOT_EQUALS, OPT_INDEX, OPT_SELECT, TICK};
+use crate::cel::library::{EQUALS, IN, NOT_EQUALS, OPT_INDEX, OPT_SELECT, TICK};
 use kube_cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
 use std::sync::Arc;
 
@@ -420,7 +420,7 @@ fn binary_op(name: &str) -> Option<BinOp> {
         operators::MULTIPLY => BinOp::Mul,
         operators::DIVIDE => BinOp::Div,
         operators::MODULO => BinOp::Mod,
-        operators::IN => BinOp::In,
+        IN | operators::IN => BinOp::In,
         _ => return None,
     })
 }

@@ -139,6 +139,9 @@ fn answers_equal_the_interpreters() {
         ("object.metadata.name.foo", "", false),
         ("1 == 1.0", "true", true),
         ("[1u] == [1.0] && 2 != 2u", "false", true),
+        ("1.0 in [1] && 1u in {1: 2}", "true", true),
+        // A double key is left to the interpreter.
+        ("!(1.5 in {1: 2}) && 1.0 in {1: 2}", "true", false),
         (
             "object.spec.containers.all(c, c.securityContext.capabilities.add.size() > 0)",
             "",
