@@ -59,7 +59,7 @@ pub struct Outcome {
 fn results_for_report(
     selected: &[usize],
     responses: Vec<PolicyResponse>,
-    cel: Vec<(usize, PolicyResponse)>,
+    (cel_indexes, cel): CelResponses,
     stale: Vec<String>,
     object: &serde_json::Value,
 ) -> Option<AdmissionResults> {
@@ -85,7 +85,7 @@ fn results_for_report(
     for (&index, response) in selected.iter().zip(responses) {
         out.push_policy(PolicyAt::Kyverno(index), response);
     }
-    for (index, response) in cel {
+    for (index, (_, response)) in cel_indexes.into_iter().zip(cel) {
         out.push_policy(PolicyAt::Validating(index), response);
     }
     (!out.results.is_empty() || !out.stale.is_empty()).then_some(out)
@@ -247,16 +247,8 @@ pub fn admit_reporting(
                 } else {
                     Vec::new()
                 };
-                admission_results = results_for_report(
-                    selected,
-                    responses,
-                    cel_indexes
-                        .into_iter()
-                        .zip(cel.into_iter().map(|(_, r)| r))
-                        .collect(),
-                    stale,
-                    &req.object,
-                );
+                admission_results =
+                    results_for_report(selected, responses, (cel_indexes, cel), stale, &req.object);
             }
             verdict
         }

@@ -148,10 +148,9 @@ impl AdmissionResults {
                 match r.policy {
                     PolicyAt::Kyverno(i) => {
                         let policy = &snapshot.policies[i];
-                        let meta = kyverno_meta(policy);
                         Source::Kyverno.value(
                             policy.qualified_name(),
-                            &meta,
+                            &policy.report,
                             ADMISSION_REVIEW,
                             self.at_seconds,
                             &rule,
@@ -190,7 +189,6 @@ pub fn results(
     process: &str,
     now_seconds: i64,
 ) -> Vec<Value> {
-    let meta = kyverno_meta(policy);
     response
         .rules
         .iter()
@@ -198,7 +196,7 @@ pub fn results(
         .map(|r| {
             Source::Kyverno.value(
                 response.policy,
-                &meta,
+                &policy.report,
                 process,
                 now_seconds,
                 &RuleView::of(r),
@@ -230,14 +228,6 @@ pub fn validating_policy_results(
             )
         })
         .collect()
-}
-
-/// A classic policy's report metadata (annotations, and `scored`).
-fn kyverno_meta(policy: &CompiledPolicy) -> ReportMeta {
-    ReportMeta {
-        scored: policy.scored,
-        ..ReportMeta::of(&policy.annotations)
-    }
 }
 
 /// What a report result says of a rule, from a response or a pending

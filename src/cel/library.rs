@@ -380,26 +380,25 @@ fn contained_in(ftx: &FunctionContext, item: Value, container: Value) -> Resolve
     match container {
         Value::List(items) => Ok(Value::Bool(items.contains(&item))),
         Value::Map(map) => {
-            let keys: Vec<Key> = match item {
-                Value::String(s) => vec![Key::String(s)],
-                Value::Bool(b) => vec![Key::Bool(b)],
-                Value::Int(i) => std::iter::once(Key::Int(i))
-                    .chain(u64::try_from(i).ok().map(Key::Uint))
-                    .collect(),
-                Value::UInt(u) => std::iter::once(Key::Uint(u))
-                    .chain(i64::try_from(u).ok().map(Key::Int))
-                    .collect(),
-                Value::Float(f) if f.fract() == 0.0 && f.abs() < TWO_TO_63 => {
-                    std::iter::once(Key::Int(f as i64))
-                        .chain((f >= 0.0).then_some(Key::Uint(f as u64)))
-                        .collect()
+            let has = |k: Key| map.map.contains_key(&k);
+            let found = match item {
+                Value::String(s) => has(Key::String(s)),
+                Value::Bool(b) => has(Key::Bool(b)),
+                Value::Int(i) => {
+                    has(Key::Int(i)) || u64::try_from(i).is_ok_and(|u| has(Key::Uint(u)))
                 }
-                Value::Float(_) => Vec::new(),
+                Value::UInt(u) => {
+                    has(Key::Uint(u)) || i64::try_from(u).is_ok_and(|i| has(Key::Int(i)))
+                }
+                Value::Float(f) if f.fract() == 0.0 && f.abs() < TWO_TO_63 => {
+                    has(Key::Int(f as i64)) || (f >= 0.0 && has(Key::Uint(f as u64)))
+                }
+                Value::Float(_) => false,
                 other => {
                     return Err(ftx.error(format!("unsupported map key type {}", other.type_of())));
                 }
             };
-            Ok(Value::Bool(keys.iter().any(|k| map.map.contains_key(k))))
+            Ok(Value::Bool(found))
         }
         other => Err(ftx.error(format!("no such overload: in {}", other.type_of()))),
     }

@@ -56,7 +56,7 @@ enum Source<'p> {
 impl<'p> Source<'p> {
     fn scored(self) -> bool {
         match self {
-            Source::Classic(p) => p.scored,
+            Source::Classic(p) => p.report.scored,
             Source::Cel { .. } => true,
         }
     }

@@ -17,6 +17,7 @@ pub use expr_cache::ExprCache;
 pub use rule_kinds::{Candidates, RuleKinds};
 pub use validation::{ForEach, Pattern, ValidateCheck, ValidateRule};
 
+use super::ReportMeta;
 use super::autogen;
 use super::cel_policy::{CompiledNamed, NamedExpression, compile_named};
 use super::conditions::Conditions;
@@ -131,8 +132,9 @@ pub struct CompiledPolicy {
     qualified: String,
     pub scope: PolicyScope,
     pub annotations: BTreeMap<String, String>,
-    /// `policies.kyverno.io/scored: "false"` turns fail results into warn.
-    pub scored: bool,
+    /// The report metadata of its annotations, read once here (scored,
+    /// severity, category).
+    pub report: ReportMeta,
     pub failure_policy: FailurePolicy,
     pub background: bool,
     pub admission: bool,
@@ -300,12 +302,7 @@ impl CompiledPolicy {
             },
             namespace,
             scope,
-            scored: doc
-                .metadata
-                .annotations
-                .get("policies.kyverno.io/scored")
-                .map(String::as_str)
-                != Some("false"),
+            report: ReportMeta::of(&doc.metadata.annotations),
             annotations: doc.metadata.annotations.clone(),
             failure_policy,
             background: spec.background.unwrap_or(true),

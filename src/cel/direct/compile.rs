@@ -407,10 +407,10 @@ fn opt_chain(node: Node) -> (Node, Vec<OptStep>) {
 
 fn binary_op(name: &str) -> Option<BinOp> {
     Some(match name {
-        // `==` and `!=` arrive renamed (the rewrite gives the interpreter
-        // CEL's equality across numeric types).
-        EQUALS | operators::EQUALS => BinOp::Eq,
-        NOT_EQUALS | operators::NOT_EQUALS => BinOp::Ne,
+        // `==`, `!=` and `in` arrive renamed: the rewrite gives the
+        // interpreter CEL's equality across numeric types.
+        EQUALS => BinOp::Eq,
+        NOT_EQUALS => BinOp::Ne,
         operators::LESS => BinOp::Lt,
         operators::LESS_EQUALS => BinOp::Le,
         operators::GREATER => BinOp::Gt,
@@ -420,7 +420,7 @@ fn binary_op(name: &str) -> Option<BinOp> {
         operators::MULTIPLY => BinOp::Mul,
         operators::DIVIDE => BinOp::Div,
         operators::MODULO => BinOp::Mod,
-        IN | operators::IN => BinOp::In,
+        IN => BinOp::In,
         _ => return None,
     })
 }

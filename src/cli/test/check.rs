@@ -231,7 +231,7 @@ pub(super) fn check_results(
                         None => &evaluated[i],
                     };
                     let scored_of =
-                        |pi: Option<usize>| pi.is_none_or(|pi| loaded.policies[pi].scored);
+                        |pi: Option<usize>| pi.is_none_or(|pi| loaded.policies[pi].report.scored);
                     // A classic policy by its own name (a namespaced
                     // Policy's response carries `namespace/name`).
                     let of_policy = |(pi, r): &(Option<usize>, &PolicyResponse)| match pi {
@@ -312,7 +312,7 @@ pub(super) fn check_results(
                         let scored = !loaded
                             .policies
                             .iter()
-                            .any(|p| p.name == resp.policy && !p.scored);
+                            .any(|p| p.name == resp.policy && !p.report.scored);
                         let judged = judge(
                             r,
                             scored,
