@@ -16,6 +16,9 @@
 pub mod direct;
 pub mod image_ref;
 pub mod library;
+mod shared_plans;
+
+pub use shared_plans::intern_key;
 mod unary_runs;
 pub mod values;
 
@@ -58,7 +61,16 @@ pub struct Program {
     /// The plan of the direct evaluator, when it implements every
     /// construct of the expression.
     direct: Option<Arc<direct::Node>>,
+    /// The plan reads nothing but `object` and `oldObject`: its value is
+    /// the same for every policy that evaluates it on a request, so a
+    /// request computes it once ([`Activation::shared_value`]). Such plans
+    /// are interned: every policy with the same expression holds the same
+    /// plan, which is the request's key for the value.
+    request_wide: bool,
 }
+
+/// The names a request-wide plan may read.
+const REQUEST_WIDE_NAMES: [&str; 2] = ["object", "oldObject"];
 
 impl Program {
     pub fn compile(source: &str) -> Result<Program, CelError> {
@@ -76,11 +88,26 @@ impl Program {
         let mut shadowed = HashSet::new();
         bound_names(&parsed, &mut shadowed);
         let expr = rewrite(parsed, &shadowed);
+        let compiled = direct::compile(&expr);
+        let request_wide = compiled
+            .as_ref()
+            .is_some_and(|c| c.reads_only(&REQUEST_WIDE_NAMES));
+        let direct = compiled.map(|c| match request_wide {
+            true => shared_plans::intern(c.node),
+            false => Arc::new(c.node),
+        });
         Ok(Program {
             source: source.into(),
-            direct: direct::compile(&expr).map(Arc::new),
+            direct,
+            request_wide,
             expr: Arc::new(expr),
         })
+    }
+
+    /// The plan whose value a request may share between policies: see
+    /// [`Program::request_wide`].
+    pub fn request_wide_plan(&self) -> Option<&Arc<direct::Node>> {
+        self.direct.as_ref().filter(|_| self.request_wide)
     }
 
     pub fn source(&self) -> &str {
@@ -98,6 +125,7 @@ impl Program {
     pub fn interpreted_only(&self) -> Program {
         Program {
             direct: None,
+            request_wide: false,
             ..self.clone()
         }
     }
@@ -188,6 +216,18 @@ pub struct Activation<'a> {
     cache: Option<&'a InterpreterCache>,
     /// Bindings made only when an expression reads them.
     lazy: Option<&'a dyn LazyBindings>,
+    /// The request's values of request-wide plans, on a root that binds
+    /// the request's own `object` and `oldObject`.
+    request_values: Option<&'a dyn RequestValues>,
+}
+
+/// The values of request-wide plans ([`Program::request_wide_plan`]) on
+/// one request, each computed when first asked for and then shared by
+/// every policy that asks.
+pub trait RequestValues: std::fmt::Debug {
+    /// `None` when the direct evaluator cannot give the value: the caller
+    /// evaluates the expression itself.
+    fn value_of(&self, plan: &Arc<direct::Node>) -> Option<Val<'_>>;
 }
 
 /// JSON bindings built on first use: a request's `request` and
@@ -219,6 +259,7 @@ impl Activation<'static> {
             variables: None,
             cache: None,
             lazy: None,
+            request_values: None,
         }
     }
 }
@@ -239,12 +280,39 @@ impl<'a> Activation<'a> {
             variables: None,
             cache: Some(cache),
             lazy: None,
+            request_values: None,
         }
     }
 
     /// Binds the names of `lazy`, each built when first read.
     pub fn set_lazy(&mut self, lazy: &'a dyn LazyBindings) {
         self.lazy = Some(lazy);
+    }
+
+    /// Shares request-wide values through `values`; only for a root
+    /// whose `object` and `oldObject` are the ones `values` computes on.
+    pub fn set_request_values(&mut self, values: &'a dyn RequestValues) {
+        self.request_values = Some(values);
+    }
+
+    /// The request's shared value of `program`, when it is request-wide
+    /// and no scope between here and the root rebinds what it reads.
+    pub fn shared_value(&self, program: &Program) -> Option<Val<'a>> {
+        let plan = program.request_wide_plan()?;
+        let mut at = self;
+        loop {
+            if let Some(values) = at.request_values {
+                return values.value_of(plan);
+            }
+            if at
+                .slots
+                .iter()
+                .any(|(n, _)| REQUEST_WIDE_NAMES.contains(&n.as_ref()))
+            {
+                return None;
+            }
+            at = at.parent?;
+        }
     }
 
     /// Binds `name`, shadowing an outer binding of it. A value the
@@ -294,6 +362,7 @@ impl<'a> Activation<'a> {
             variables: None,
             cache: None,
             lazy: None,
+            request_values: None,
         }
     }
 

@@ -16,9 +16,12 @@ pub use mutating::{
 };
 
 use super::{PolicyResponse, Request, RuleResponse, RuleStatus};
-use crate::cel::direct::Val;
+use crate::cel::direct::{self, Val};
 use crate::cel::values::cel_to_json;
-use crate::cel::{Activation, CelError, InterpreterCache, LazyBindings, Lookup, Lookups};
+use crate::cel::{
+    Activation, COST_LIMIT, CelError, InterpreterCache, LazyBindings, Lookup, Lookups,
+    RequestValues,
+};
 use crate::context::{ApiCallRequest, Resolver};
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::selector_matches;
@@ -30,7 +33,7 @@ use crate::policy::cel_policy::{CelChecks, CompiledNamed};
 use kube_cel::cel::Value as CelValue;
 use serde_json::{Value, json};
 use std::borrow::Cow;
-use std::cell::OnceCell;
+use std::cell::{OnceCell, RefCell};
 use std::sync::Arc;
 
 /// The CEL variables of one request, shared by every CEL rule and policy
@@ -52,7 +55,71 @@ pub struct CelRequest<'r> {
     /// The variables as a Pod controller's autogen sees them, one per
     /// [`PodTemplate`], made on first use.
     views: [OnceCell<Box<TemplateView>>; 2],
+    /// The values of request-wide plans, shared by every policy evaluated
+    /// on `object` itself; none when the objects are owned here (a value
+    /// kept beside them could not borrow them). Boxed behind the trait so
+    /// that the cell inside does not pin `'r`.
+    shared: Option<Box<dyn RequestValues + 'r>>,
+    /// How the policies' own constraints selected `source` so far, by
+    /// [`PolicyScope::selection_key`]: `None` not selected, else the view.
+    selections: RefCell<Vec<(Arc<str>, Selection)>>,
 }
+
+/// The request-wide values of one request's `object` and `oldObject`,
+/// each computed when a policy first asks for it.
+#[derive(Debug)]
+struct SharedValues<'r> {
+    object: &'r Value,
+    old_object: &'r Value,
+    /// Keyed by the plan, which the entry holds so that its address is not
+    /// reused while the request lives.
+    values: RefCell<Vec<(Arc<direct::Node>, Option<Val<'r>>)>>,
+}
+
+impl<'r> SharedValues<'r> {
+    fn boxed(object: &'r Value, old_object: &'r Value) -> Option<Box<dyn RequestValues + 'r>> {
+        Some(Box::new(SharedValues {
+            object,
+            old_object,
+            values: RefCell::default(),
+        }))
+    }
+}
+
+impl<'r> direct::Bindings<'r> for SharedValues<'r> {
+    fn ident(&self, name: &str) -> Option<Val<'r>> {
+        match name {
+            "object" => Some(Val::from_json(self.object)),
+            "oldObject" => Some(Val::from_json(self.old_object)),
+            _ => None,
+        }
+    }
+
+    fn variable(&self, _: &str) -> Option<Val<'r>> {
+        None
+    }
+}
+
+impl RequestValues for SharedValues<'_> {
+    fn value_of(&self, plan: &Arc<direct::Node>) -> Option<Val<'_>> {
+        if let Some((_, value)) = self
+            .values
+            .borrow()
+            .iter()
+            .find(|(p, _)| Arc::ptr_eq(p, plan))
+        {
+            return value.clone();
+        }
+        let value = direct::evaluate(plan, self, COST_LIMIT as i64).ok();
+        self.values.borrow_mut().push((plan.clone(), value.clone()));
+        value
+    }
+}
+
+/// How a policy's own constraints select a request: `None` when they do
+/// not, else the view it is seen through (a Pod controller's template, or
+/// `None` for the object itself).
+type Selection = Option<Option<PodTemplate>>;
 
 /// `object` and `oldObject` through a Pod controller's template.
 #[derive(Debug)]
@@ -119,6 +186,8 @@ impl<'r> CelRequest<'r> {
             namespace: OnceCell::new(),
             cache: InterpreterCache::default(),
             views: Default::default(),
+            shared: SharedValues::boxed(&req.object, &req.old_object),
+            selections: RefCell::default(),
         }
     }
 
@@ -134,6 +203,8 @@ impl<'r> CelRequest<'r> {
             namespace: OnceCell::from(namespace_object(req)),
             cache: InterpreterCache::default(),
             views: Default::default(),
+            shared: None,
+            selections: RefCell::default(),
         }
     }
 
@@ -155,8 +226,39 @@ impl<'r> CelRequest<'r> {
             .get_or_init(|| self.source.map_or(Value::Null, namespace_object))
     }
 
+    /// How `scope`'s own constraints select `req`, from `select` the
+    /// first time a policy with the same [`PolicyScope::selection_key`]
+    /// asks on this request.
+    fn selection(
+        &self,
+        scope: &PolicyScope,
+        req: &Request,
+        select: impl FnOnce() -> Selection,
+    ) -> Selection {
+        // Only for the request this was made from: the answer is its.
+        if !self.source.is_some_and(|source| std::ptr::eq(source, req)) {
+            return select();
+        }
+        let key = &scope.selection_key;
+        if let Some((_, found)) = self
+            .selections
+            .borrow()
+            .iter()
+            .find(|(k, _)| Arc::ptr_eq(k, key))
+        {
+            return *found;
+        }
+        let found = select();
+        self.selections.borrow_mut().push((key.clone(), found));
+        found
+    }
+
     pub fn activation(&self) -> Activation<'_> {
-        bind_request(&self.cache, &self.object, &self.old_object, self)
+        let mut vars = bind_request(&self.cache, &self.object, &self.old_object, self);
+        if let Some(shared) = &self.shared {
+            vars.set_request_values(shared.as_ref());
+        }
+        vars
     }
 
     /// The variables of mutate existing on `target`: the target as
@@ -172,6 +274,8 @@ impl<'r> CelRequest<'r> {
             namespace: OnceCell::from(Value::Null),
             cache: InterpreterCache::default(),
             views: Default::default(),
+            shared: SharedValues::boxed(target, &NULL),
+            selections: RefCell::default(),
         }
     }
 
@@ -380,7 +484,11 @@ pub fn bind_variables<'a>(
     for v in variables {
         // A value the interpreter could not hold (a function) is left out
         // like a failure.
-        match v.program.eval_val(&vars, lookups) {
+        let value = match vars.shared_value(&v.program) {
+            Some(value) => Ok(value),
+            None => v.program.eval_val(&vars, lookups),
+        };
+        match value {
             Ok(value) if !matches!(&value, Val::Foreign(v) if matches!(**v, CelValue::Function(..))) => {
                 vars.set_variable(&v.name, value)
             }
@@ -562,7 +670,24 @@ struct RuleTarget<'a> {
     /// Empty: any operation (a trigger's kind and labels, not a request).
     operation: &'a str,
     /// The object's name, which `resourceNames` lists.
-    name: &'a str,
+    name: TargetName<'a>,
+}
+
+/// The object's name, looked up only for a rule that lists
+/// `resourceNames` (few do, and every policy matches every request).
+#[derive(Clone, Copy)]
+enum TargetName<'a> {
+    Is(&'a str),
+    OfRequest(&'a Request),
+}
+
+impl<'a> TargetName<'a> {
+    fn get(self) -> &'a str {
+        match self {
+            TargetName::Is(name) => name,
+            TargetName::OfRequest(req) => req.name(),
+        }
+    }
 }
 
 impl RuleTarget<'_> {
@@ -573,7 +698,7 @@ impl RuleTarget<'_> {
             && listed(&rule.api_versions, self.version)
             && (self.operation.is_empty() || listed(&rule.operations, self.operation))
             && (rule.resource_names.is_empty()
-                || rule.resource_names.iter().any(|n| n == self.name))
+                || rule.resource_names.iter().any(|n| n == self.name.get()))
             && rule.resources.iter().any(|r| match r.split_once('/') {
                 None => r == "*" || (sub.is_empty() && r == resource),
                 Some((res, s)) => {
@@ -619,12 +744,28 @@ impl View<'_> {
     }
 }
 
-/// Whether a CEL policy applies to the request, and how it sees it.
+/// Whether a CEL policy applies to the request, and how it sees it. A
+/// policy selected by its own constraints (no bindings) asks the request,
+/// which answers once for all policies with the same constraints.
 pub fn scope_view<'s>(
     scope: &'s PolicyScope,
     req: &Request,
     input: &CelRequest,
 ) -> Option<View<'s>> {
+    if !matches!(scope.bindings, Bindings::Own) {
+        return select(scope, req, input);
+    }
+    let template = input.selection(scope, req, || {
+        select(scope, req, input).map(|view| view.template)
+    })?;
+    Some(View {
+        template,
+        binding: None,
+    })
+}
+
+/// [`scope_view`], computed.
+fn select<'s>(scope: &'s PolicyScope, req: &Request, input: &CelRequest) -> Option<View<'s>> {
     if scope
         .namespace
         .as_deref()
@@ -639,7 +780,7 @@ pub fn scope_view<'s>(
         resource,
         subresource: &req.subresource,
         operation: &req.operation,
-        name: req.name(),
+        name: TargetName::OfRequest(req),
     };
     let m = &scope.match_constraints;
     let selected =
@@ -675,7 +816,7 @@ pub fn scope_view<'s>(
             resource: "pods",
             subresource: "",
             operation: &req.operation,
-            name: req.name(),
+            name: TargetName::OfRequest(req),
         };
         let controller = scope.controllers.iter().find(|c| {
             c.group == target.group && c.resource == resource && target.subresource.is_empty()
@@ -739,10 +880,12 @@ pub fn constraints_select(
         resource: &req.gvr.resource,
         subresource: &req.subresource,
         operation: operation.unwrap_or_default(),
-        name: object
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default(),
+        name: TargetName::Is(
+            object
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default(),
+        ),
     };
     let m = &scope.match_constraints;
     target.covered_by_constraints(m) && selectors_accept(m, req, object)
@@ -770,7 +913,7 @@ pub fn object_selected(
         resource,
         subresource: "",
         operation: "",
-        name: text("/metadata/name"),
+        name: TargetName::Is(text("/metadata/name")),
     };
     if !target.covered_by_constraints(constraints) {
         return false;
@@ -958,6 +1101,47 @@ spec:
         // Not a matched resource at all: no rule response.
         let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}});
         assert!(verdict(&p, cm).is_empty());
+    }
+
+    #[test]
+    fn request_wide_values_are_shared_only_where_object_is_the_requests() {
+        let req = Request::offline(&pod("a", "nginx:1.0"), "CREATE", Default::default(), None);
+        let input = CelRequest::of(&req);
+        let images =
+            crate::cel::Program::compile("object.spec.containers.map(c, c.image)").unwrap();
+        let image = |v: Option<Val>| v.map(|v| cel_to_json(&v.to_cel()).unwrap());
+        let root = input.activation();
+        assert_eq!(
+            image(root.shared_value(&images)),
+            Some(json!(["nginx:1.0"]))
+        );
+        // A second policy's copy of the expression is the same plan: the
+        // same answer, from the request's table.
+        let again =
+            crate::cel::Program::compile("object.spec.containers.map(c,\n c.image)").unwrap();
+        assert_eq!(
+            image(root.scope().shared_value(&again)),
+            Some(json!(["nginx:1.0"]))
+        );
+        // A scope that rebinds object gets nothing shared.
+        let mut rebound = root.scope();
+        rebound
+            .set(
+                "object",
+                crate::cel::values::json_to_cel(&pod("a", "other:2")),
+            )
+            .unwrap();
+        assert!(rebound.shared_value(&images).is_none());
+        // Nor does a Pod controller's template view.
+        assert!(
+            input
+                .view(PodTemplate::Spec)
+                .shared_value(&images)
+                .is_none()
+        );
+        // An expression that reads more than the objects is not shared.
+        let named = crate::cel::Program::compile("request.name + object.metadata.name").unwrap();
+        assert!(root.shared_value(&named).is_none());
     }
 
     #[test]

@@ -105,19 +105,51 @@ pub struct Comprehension {
 /// The accumulator name of the parser's macro expansions.
 const MACRO_ACCUMULATOR: &str = "@result";
 
-pub fn compile(e: &IdedExpr) -> Option<Node> {
-    Compiler { locals: Vec::new() }.node(e)
+/// A compiled expression and what it reads from its activation.
+#[derive(Debug)]
+pub struct Compiled {
+    pub node: Node,
+    /// The top-level variables it reads (`object`, `request`, ...), and
+    /// `variables` when it reads `variables.<name>`.
+    pub reads: Vec<Box<str>>,
+}
+
+impl Compiled {
+    /// Whether every top-level variable it reads is one of `names`.
+    pub fn reads_only(&self, names: &[&str]) -> bool {
+        self.reads.iter().all(|r| names.contains(&&**r))
+    }
+}
+
+pub fn compile(e: &IdedExpr) -> Option<Compiled> {
+    let mut compiler = Compiler {
+        locals: Vec::new(),
+        reads: Vec::new(),
+    };
+    let node = compiler.node(e)?;
+    Some(Compiled {
+        node,
+        reads: compiler.reads,
+    })
 }
 
 struct Compiler {
     /// The comprehension variables in scope, innermost last; a variable's
     /// index here is its slot.
     locals: Vec<String>,
+    /// The top-level variables read so far.
+    reads: Vec<Box<str>>,
 }
 
 impl Compiler {
     fn local(&self, name: &str) -> Option<usize> {
         self.locals.iter().rposition(|l| l == name)
+    }
+
+    fn read(&mut self, name: &str) {
+        if !self.reads.iter().any(|r| &**r == name) {
+            self.reads.push(name.into());
+        }
     }
 
     fn boxed(&mut self, e: &IdedExpr) -> Option<Box<Node>> {
@@ -129,13 +161,17 @@ impl Compiler {
             Expr::Literal(l) => Node::Const(literal(l)?),
             Expr::Ident(name) => match self.local(name) {
                 Some(slot) => Node::Local(slot),
-                None => Node::Ident(name.as_str().into()),
+                None => {
+                    self.read(name);
+                    Node::Ident(name.as_str().into())
+                }
             },
             Expr::Select(s) => {
                 if let Expr::Ident(root) = &s.operand.expr
                     && root == "variables"
                     && self.local(root).is_none()
                 {
+                    self.read("variables");
                     let name = s.field.as_str().into();
                     return Some(if s.test {
                         Node::HasVariable(name)

@@ -9,6 +9,7 @@
 use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep};
 use super::functions::{self, concat, contained};
 use super::value::{Fail, List, MapVal, Val, compare, equals};
+use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::sync::Arc;
 
@@ -23,7 +24,7 @@ pub trait Bindings<'a> {
 pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<Val<'a>, Fail> {
     Evaluator {
         env,
-        locals: Vec::new(),
+        locals: SmallVec::new(),
         budget,
     }
     .eval(node)
@@ -32,7 +33,8 @@ pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<
 struct Evaluator<'e, 'a> {
     env: &'e dyn Bindings<'a>,
     /// Comprehension variables by slot.
-    locals: Vec<Val<'a>>,
+    /// Inline: most expressions nest a comprehension or two.
+    locals: SmallVec<[Val<'a>; 6]>,
     budget: i64,
 }
 
@@ -59,7 +61,7 @@ impl<'a> Evaluator<'_, 'a> {
             },
             Node::Has(operand, field) => match self.eval(operand)? {
                 Val::Map(m) => Ok(Val::Bool(match &m {
-                    MapVal::Json(j) => j.contains_key(&**field),
+                    MapVal::Json(j) => crate::json_map::get(j, field).is_some(),
                     MapVal::Owned(_) => m.get_str(field).is_some(),
                 })),
                 _ => Err(Fail::Interpreter),

@@ -268,7 +268,7 @@ impl<'a> MapVal<'a> {
     /// The entry for a string key (field selection).
     pub fn get_str(&self, key: &str) -> Option<Val<'a>> {
         match self {
-            MapVal::Json(m) => m.get(key).map(Val::from_json),
+            MapVal::Json(m) => crate::json_map::get(m, key).map(Val::from_json),
             MapVal::Owned(e) => e
                 .iter()
                 .find(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key))

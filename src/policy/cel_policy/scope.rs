@@ -190,6 +190,11 @@ pub struct PolicyScope {
     pub bindings: Bindings,
     /// An admission policy's paramKind.
     pub param_kind: Option<ParamKind>,
+    /// What decides whether the policy's own constraints select a request
+    /// (namespace, matchConstraints, controllers), interned: policies with
+    /// the same key have the same answer on a request, which the request
+    /// then computes once (the 17 Pod Security policies share one).
+    pub selection_key: std::sync::Arc<str>,
 }
 
 impl PolicyScope {
@@ -228,16 +233,21 @@ impl PolicyScope {
         } else {
             Vec::new()
         };
+        let namespace = kind.starts_with("Namespaced").then(|| {
+            metadata
+                .namespace
+                .clone()
+                .unwrap_or_else(|| "default".into())
+        });
+        let selection_key = crate::cel::intern_key(format!(
+            "{namespace:?} {match_constraints:?} {controllers:?}"
+        ));
         Ok(PolicyScope {
             name: metadata.name.clone(),
             kind: kind.to_string(),
             exceptions: Vec::new(),
-            namespace: kind.starts_with("Namespaced").then(|| {
-                metadata
-                    .namespace
-                    .clone()
-                    .unwrap_or_else(|| "default".into())
-            }),
+            namespace,
+            selection_key,
             match_conditions: compile_named(match_conditions, "spec.matchConditions")?,
             failure_policy_ignore: failure_policy == Some("Ignore"),
             match_constraints,
