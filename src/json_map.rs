@@ -19,16 +19,8 @@ pub fn get<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     }
     let key = key.as_bytes();
     map.iter()
-        .find(|(k, _)| same_bytes(k.as_bytes(), key))
+        .find(|(k, _)| crate::text::same_bytes(k.as_bytes(), key))
         .map(|(_, v)| v)
-}
-
-/// `a == b`, ruling out keys of the same length by their first and last
-/// bytes before the call to `memcmp` (`spec`/`kind`, `name`/`type`).
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len()
-        && (a.is_empty() || (a[0] == b[0] && a[a.len() - 1] == b[b.len() - 1] && a == b))
 }
 
 #[cfg(test)]

@@ -40,5 +40,6 @@ pub mod patch;
 pub mod pattern;
 pub mod policy;
 pub mod server;
+pub mod text;
 pub mod units;
 pub mod wildcard;

@@ -54,7 +54,7 @@ impl Part {
         } else if self.wildcard {
             wildcard::matches(&self.text, value)
         } else {
-            self.text == value
+            crate::text::same(&self.text, value)
         }
     }
 }

@@ -30,6 +30,7 @@ use crate::policy::cel_policy::{
     PolicyScope, ResourceRule,
 };
 use crate::policy::cel_policy::{CelChecks, CompiledNamed};
+use crate::text::same;
 use kube_cel::cel::Value as CelValue;
 use serde_json::{Value, json};
 use std::borrow::Cow;
@@ -657,7 +658,7 @@ pub fn validate_rule(
 }
 
 fn listed(list: &[String], value: &str) -> bool {
-    list.iter().any(|x| x == "*" || x == value)
+    list.iter().any(|x| x == "*" || same(x, value))
 }
 
 /// What admission rules match a request on.
@@ -700,10 +701,10 @@ impl RuleTarget<'_> {
             && (rule.resource_names.is_empty()
                 || rule.resource_names.iter().any(|n| n == self.name.get()))
             && rule.resources.iter().any(|r| match r.split_once('/') {
-                None => r == "*" || (sub.is_empty() && r == resource),
+                None => r == "*" || (sub.is_empty() && same(r, resource)),
                 Some((res, s)) => {
-                    (res == resource && (s == sub || (s == "*" && !sub.is_empty())))
-                        || (res == "*" && s == sub)
+                    (same(res, resource) && (same(s, sub) || (s == "*" && !sub.is_empty())))
+                        || (res == "*" && same(s, sub))
                 }
             })
     }
@@ -819,7 +820,9 @@ fn select<'s>(scope: &'s PolicyScope, req: &Request, input: &CelRequest) -> Opti
             name: TargetName::OfRequest(req),
         };
         let controller = scope.controllers.iter().find(|c| {
-            c.group == target.group && c.resource == resource && target.subresource.is_empty()
+            same(c.group, target.group)
+                && same(c.resource, resource)
+                && target.subresource.is_empty()
         })?;
         if !pod.covered_by_constraints(m) {
             return None;

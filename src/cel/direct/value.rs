@@ -320,7 +320,7 @@ pub fn equals(a: &Val, b: &Val) -> Option<bool> {
         (Val::Foreign(_), _) | (_, Val::Foreign(_)) => return None,
         (Val::Null, Val::Null) => true,
         (Val::Bool(x), Val::Bool(y)) => x == y,
-        (Val::Str(x), Val::Str(y)) => x.as_str() == y.as_str(),
+        (Val::Str(x), Val::Str(y)) => crate::text::same(x.as_str(), y.as_str()),
         (Val::Bytes(x), Val::Bytes(y)) => x == y,
         (Val::List(x), Val::List(y)) => {
             if x.len() != y.len() {
