@@ -78,12 +78,12 @@ struct SharedValues<'r> {
 }
 
 impl<'r> SharedValues<'r> {
-    fn boxed(object: &'r Value, old_object: &'r Value) -> Option<Box<dyn RequestValues + 'r>> {
-        Some(Box::new(SharedValues {
+    fn boxed(object: &'r Value, old_object: &'r Value) -> Box<dyn RequestValues + 'r> {
+        Box::new(SharedValues {
             object,
             old_object,
             values: RefCell::default(),
-        }))
+        })
     }
 }
 
@@ -187,7 +187,7 @@ impl<'r> CelRequest<'r> {
             namespace: OnceCell::new(),
             cache: InterpreterCache::default(),
             views: Default::default(),
-            shared: SharedValues::boxed(&req.object, &req.old_object),
+            shared: Some(SharedValues::boxed(&req.object, &req.old_object)),
             selections: RefCell::default(),
         }
     }
@@ -275,7 +275,7 @@ impl<'r> CelRequest<'r> {
             namespace: OnceCell::from(Value::Null),
             cache: InterpreterCache::default(),
             views: Default::default(),
-            shared: SharedValues::boxed(target, &NULL),
+            shared: Some(SharedValues::boxed(target, &NULL)),
             selections: RefCell::default(),
         }
     }
