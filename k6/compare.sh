@@ -22,7 +22,9 @@ command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2
 BASELINE=./target/release/examples/baseline_server
 [ -x "$BASELINE" ] || { echo "build the baseline first: cargo build --release --example baseline_server" >&2; exit 1; }
 work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+# Wait for the servers to exit before removing their policy folder: gavel
+# keeps serving through its shutdown delay, and would log failed rescans.
+trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
 for port in "${PORTS[@]}"; do
   if (echo > "/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
     echo "port $port is already in use; stop what listens there" >&2

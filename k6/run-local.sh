@@ -34,7 +34,7 @@ version=$(./target/release/gavel --version | awk '{print $2}')
 out=perf-results/$version
 mkdir -p "$out"
 work=$(mktemp -d)
-trap 'kill "$gavel_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
+trap 'kill "$gavel_pid" 2>/dev/null || true; wait "$gavel_pid" 2>/dev/null || true; rm -rf "$work"' EXIT
 
 cpus=$(nproc)
 pin_gavel=() pin_k6=()
