@@ -17,8 +17,6 @@ pub mod direct;
 pub mod image_ref;
 pub mod library;
 mod shared_plans;
-
-pub use shared_plans::intern_key;
 mod unary_runs;
 pub mod values;
 
@@ -34,6 +32,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 pub use library::{Lookup, Lookups, NoLookups};
+pub use shared_plans::intern_key;
 
 /// Cost units one expression may spend, as the API server's per-call limit
 /// for admission policies. A unit is roughly one evaluated node inside a

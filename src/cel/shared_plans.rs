@@ -9,49 +9,50 @@ use super::direct::Node;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
+/// Interned values by their text. Entries are weak: a value lives as long
+/// as a policy holds it.
+type Table<T> = Mutex<Option<HashMap<String, Weak<T>>>>;
+
 /// Plans by their canonical form (the compiled tree's debug text, which
 /// is the same for the same expression however it is spaced or
-/// parenthesised). Entries are weak: a plan lives as long as a policy
-/// holds it.
-static PLANS: Mutex<Option<HashMap<String, Weak<Node>>>> = Mutex::new(None);
+/// parenthesised).
+static PLANS: Table<Node> = Mutex::new(None);
 
-/// How many entries the table may hold before dead ones are swept.
+/// Keys by their text: equal texts, one `Arc`.
+static KEYS: Table<str> = Mutex::new(None);
+
+/// How many entries a table may hold before dead ones are swept.
 const SWEEP_AT: usize = 1024;
 
 /// The plan every policy with this expression shares.
 pub fn intern(node: Node) -> Arc<Node> {
-    let key = format!("{node:?}");
-    // A poisoned lock only means another thread panicked while holding
-    // it; the table is still a valid cache.
-    let mut guard = PLANS.lock().unwrap_or_else(|p| p.into_inner());
-    let plans = guard.get_or_insert_with(HashMap::new);
-    if let Some(plan) = plans.get(&key).and_then(Weak::upgrade) {
-        return plan;
-    }
-    if plans.len() >= SWEEP_AT {
-        plans.retain(|_, plan| plan.strong_count() > 0);
-    }
-    let plan = Arc::new(node);
-    plans.insert(key, Arc::downgrade(&plan));
-    plan
+    intern_in(&PLANS, format!("{node:?}"), |_| Arc::new(node))
 }
-
-/// Keys by their text, for the same reason: equal texts, one `Arc`.
-static KEYS: Mutex<Option<HashMap<Box<str>, Weak<str>>>> = Mutex::new(None);
 
 /// The key every holder of this text shares; compare with `Arc::ptr_eq`.
 pub fn intern_key(text: String) -> Arc<str> {
-    let mut guard = KEYS.lock().unwrap_or_else(|p| p.into_inner());
-    let keys = guard.get_or_insert_with(HashMap::new);
-    if let Some(key) = keys.get(text.as_str()).and_then(Weak::upgrade) {
-        return key;
+    intern_in(&KEYS, text, |text| Arc::from(text))
+}
+
+/// The live value of `table` for `text`, else `make(text)`, recorded.
+fn intern_in<T: ?Sized>(
+    table: &Table<T>,
+    text: String,
+    make: impl FnOnce(&str) -> Arc<T>,
+) -> Arc<T> {
+    // A poisoned lock only means another thread panicked while holding
+    // it; the table is still a valid cache.
+    let mut guard = table.lock().unwrap_or_else(|p| p.into_inner());
+    let entries = guard.get_or_insert_with(HashMap::new);
+    if let Some(value) = entries.get(&text).and_then(Weak::upgrade) {
+        return value;
     }
-    if keys.len() >= SWEEP_AT {
-        keys.retain(|_, key| key.strong_count() > 0);
+    if entries.len() >= SWEEP_AT {
+        entries.retain(|_, value| value.strong_count() > 0);
     }
-    let key: Arc<str> = text.as_str().into();
-    keys.insert(text.into_boxed_str(), Arc::downgrade(&key));
-    key
+    let value = make(&text);
+    entries.insert(text, Arc::downgrade(&value));
+    value
 }
 
 #[cfg(test)]

@@ -60,10 +60,7 @@ impl<'a> Evaluator<'_, 'a> {
                 _ => Err(Fail::Interpreter),
             },
             Node::Has(operand, field) => match self.eval(operand)? {
-                Val::Map(m) => Ok(Val::Bool(match &m {
-                    MapVal::Json(j) => crate::json_map::get(j, field).is_some(),
-                    MapVal::Owned(_) => m.get_str(field).is_some(),
-                })),
+                Val::Map(m) => Ok(Val::Bool(m.get_str(field).is_some())),
                 _ => Err(Fail::Interpreter),
             },
             Node::OptSelect(operand, field) => {

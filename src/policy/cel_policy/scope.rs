@@ -193,7 +193,7 @@ pub struct PolicyScope {
     /// What decides whether the policy's own constraints select a request
     /// (namespace, matchConstraints, controllers), interned: policies with
     /// the same key have the same answer on a request, which the request
-    /// then computes once (the 17 Pod Security policies share one).
+    /// then computes once (the Pod Security policies share one).
     pub selection_key: std::sync::Arc<str>,
 }
 
