@@ -206,6 +206,11 @@ impl Program {
 /// whole request ([`InterpreterCache`]) makes it once per request.
 pub struct Activation<'a> {
     parent: Option<&'a Activation<'a>>,
+    /// The names every root binds ([`direct::KNOWN_ROOTS`]), in fixed
+    /// slots: a root is built for every rule, and binding them this way
+    /// allocates nothing, and reading them compares no strings.
+    known: [Option<Val<'a>>; direct::KNOWN_ROOTS.len()],
+    /// Every other name.
     slots: Vec<(Cow<'static, str>, Val<'a>)>,
     /// `variables.<name>`: set by a scope that binds a policy's variables;
     /// it hides the variables of outer scopes.
@@ -254,6 +259,7 @@ impl Activation<'static> {
     pub fn new() -> Activation<'static> {
         Activation {
             parent: None,
+            known: Default::default(),
             slots: Vec::new(),
             variables: None,
             cache: None,
@@ -275,6 +281,7 @@ impl<'a> Activation<'a> {
     pub fn root(cache: &'a InterpreterCache) -> Activation<'a> {
         Activation {
             parent: None,
+            known: Default::default(),
             slots: Vec::new(),
             variables: None,
             cache: Some(cache),
@@ -303,10 +310,9 @@ impl<'a> Activation<'a> {
             if let Some(values) = at.request_values {
                 return values.value_of(plan);
             }
-            if at
-                .slots
+            if REQUEST_WIDE_NAMES
                 .iter()
-                .any(|(n, _)| REQUEST_WIDE_NAMES.contains(&n.as_ref()))
+                .any(|n| direct::known_root(n).is_some_and(|i| at.known[i].is_some()))
             {
                 return None;
             }
@@ -332,6 +338,10 @@ impl<'a> Activation<'a> {
     }
 
     fn bind(&mut self, name: Cow<'static, str>, value: Val<'a>) {
+        if let Some(i) = direct::known_root(&name) {
+            self.known[i] = Some(value);
+            return;
+        }
         match self.slots.iter_mut().find(|(n, _)| *n == name) {
             Some(slot) => slot.1 = value,
             None => self.slots.push((name, value)),
@@ -357,6 +367,7 @@ impl<'a> Activation<'a> {
     pub fn scope(&'a self) -> Activation<'a> {
         Activation {
             parent: Some(self),
+            known: Default::default(),
             slots: Vec::new(),
             variables: None,
             cache: None,
@@ -406,6 +417,11 @@ impl<'a> Activation<'a> {
                 }
             }
         }
+        for (name, value) in direct::KNOWN_ROOTS.iter().zip(&self.known) {
+            if let Some(value) = value {
+                ctx.add_variable_from_value(*name, value.to_cel());
+            }
+        }
         for (name, value) in &self.slots {
             ctx.add_variable_from_value(name.as_ref(), value.to_cel());
         }
@@ -425,6 +441,9 @@ fn variables_map<'a>(vars: &[(&'a str, Val<'a>)]) -> Val<'a> {
 
 impl<'a> direct::Bindings<'a> for Activation<'a> {
     fn ident(&self, name: &str) -> Option<Val<'a>> {
+        if let Some(i) = direct::known_root(name) {
+            return self.known(i);
+        }
         if let Some((_, v)) = self.slots.iter().find(|(n, _)| n == name) {
             return Some(v.clone());
         }
@@ -437,6 +456,16 @@ impl<'a> direct::Bindings<'a> for Activation<'a> {
             return Some(Val::from_json(v));
         }
         self.parent.and_then(|p| p.ident(name))
+    }
+
+    fn known(&self, index: usize) -> Option<Val<'a>> {
+        let mut at = self;
+        loop {
+            if let Some(v) = &at.known[index] {
+                return Some(v.clone());
+            }
+            at = at.parent?;
+        }
     }
 
     fn variable(&self, name: &str) -> Option<Val<'a>> {

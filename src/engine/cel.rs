@@ -96,6 +96,10 @@ impl<'r> direct::Bindings<'r> for SharedValues<'r> {
         }
     }
 
+    fn known(&self, index: usize) -> Option<Val<'r>> {
+        self.ident(direct::KNOWN_ROOTS[index])
+    }
+
     fn variable(&self, _: &str) -> Option<Val<'r>> {
         None
     }

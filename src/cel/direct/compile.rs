@@ -1,8 +1,15 @@
 //! The parsed (and rewritten) CEL tree turned into the direct evaluator's
 //! plan: comprehension variables resolved to slots, `variables.<name>`
-//! resolved to a name, operators and functions resolved to enums, literal
-//! lists and maps folded into constants, literal regular expressions
-//! compiled once.
+//! resolved to a name, the roots every request binds (`object`, ...)
+//! resolved to fixed slots, operators and functions resolved to enums,
+//! literal lists and maps folded into constants, literal regular
+//! expressions compiled once.
+//!
+//! Some common shapes become one node instead of a small tree, because
+//! each node costs a call and a move of its value: a chain of field
+//! selections (`container.securityContext.privileged`, and `has()` of one)
+//! is one [`Node::Path`], a comparison with a constant one
+//! [`Node::EqConst`] or [`Node::InConst`].
 //!
 //! Anything outside what the direct evaluator implements gives `None`, and
 //! the whole expression is left to the cel crate's interpreter.
@@ -17,16 +24,23 @@ use std::sync::Arc;
 #[derive(Debug)]
 pub enum Node {
     Const(Val<'static>),
-    /// A variable of the activation (`object`, `request`, `params`, ...).
+    /// A variable of the activation (`request`, `namespaceObject`, ...).
     Ident(Box<str>),
+    /// One of [`KNOWN_ROOTS`], by its index.
+    Known(usize),
     /// A comprehension variable: its slot.
     Local(usize),
     /// `variables.<name>`.
     Variable(Box<str>),
     /// `has(variables.<name>)`.
     HasVariable(Box<str>),
-    Select(Box<Node>, Box<str>),
-    Has(Box<Node>, Box<str>),
+    /// `base.f1.f2...fn`; with `test`, `has(base.f1...fn)` (the last field
+    /// is tested, not selected).
+    Path {
+        base: Box<Node>,
+        fields: Box<[Box<str>]>,
+        test: bool,
+    },
     OptSelect(Box<Node>, Box<str>),
     OptIndex(Box<Node>, Box<Node>),
     Index(Box<Node>, Box<Node>),
@@ -36,6 +50,16 @@ pub enum Node {
     NotStrictlyFalse(Box<Node>),
     Cond(Box<[Node; 3]>),
     Binary(BinOp, Box<Node>, Box<Node>),
+    /// `x == c` (`eq`) or `x != c` with `c` a constant; `constant_left`
+    /// keeps the operands' order (`c == x`) for the comparison.
+    EqConst {
+        x: Box<Node>,
+        constant: Val<'static>,
+        eq: bool,
+        constant_left: bool,
+    },
+    /// `x in c` with `c` a constant list or map.
+    InConst(Box<Node>, Val<'static>),
     /// `@result + x` inside `map`/`filter`: the accumulator is taken out of
     /// its slot and extended in place (the macro never reads it again).
     AppendAccu(usize, Box<Node>),
@@ -102,6 +126,15 @@ pub struct Comprehension {
     pub result: Node,
 }
 
+/// The top-level names every request binds, held in fixed slots of an
+/// activation: a [`Node::Known`] reads its slot by index.
+pub const KNOWN_ROOTS: [&str; 3] = ["object", "oldObject", "params"];
+
+/// The slot of a name of [`KNOWN_ROOTS`].
+pub fn known_root(name: &str) -> Option<usize> {
+    KNOWN_ROOTS.iter().position(|k| *k == name)
+}
+
 /// The accumulator name of the parser's macro expansions.
 const MACRO_ACCUMULATOR: &str = "@result";
 
@@ -163,7 +196,10 @@ impl Compiler {
                 Some(slot) => Node::Local(slot),
                 None => {
                     self.read(name);
-                    Node::Ident(name.as_str().into())
+                    match known_root(name) {
+                        Some(index) => Node::Known(index),
+                        None => Node::Ident(name.as_str().into()),
+                    }
                 }
             },
             Expr::Select(s) => {
@@ -179,13 +215,8 @@ impl Compiler {
                         Node::Variable(name)
                     });
                 }
-                let operand = self.boxed(&s.operand)?;
-                let field = s.field.as_str().into();
-                if s.test {
-                    Node::Has(operand, field)
-                } else {
-                    Node::Select(operand, field)
-                }
+                let operand = self.node(&s.operand)?;
+                path(operand, s.field.as_str().into(), s.test)
             }
             Expr::List(l) => {
                 let elements = l
@@ -309,11 +340,7 @@ impl Compiler {
                     Some(Node::AppendAccu(slot, self.boxed(&args[1])?))
                 }
                 (name, 2) => match binary_op(name) {
-                    Some(op) => Some(Node::Binary(
-                        op,
-                        self.boxed(&args[0])?,
-                        self.boxed(&args[1])?,
-                    )),
+                    Some(op) => Some(binary(op, self.node(&args[0])?, self.node(&args[1])?)),
                     None => None,
                 },
                 _ => None,
@@ -416,6 +443,51 @@ fn quantifier(c: Comprehension) -> Node {
         pred,
         exists,
         weight,
+    }
+}
+
+/// `operand.field` (`has(operand.field)` with `test`), extending the
+/// selection chain `operand` already is.
+fn path(operand: Node, field: Box<str>, test: bool) -> Node {
+    match operand {
+        Node::Path {
+            base,
+            fields,
+            test: false,
+        } => {
+            let mut fields = fields.into_vec();
+            fields.push(field);
+            Node::Path {
+                base,
+                fields: fields.into(),
+                test,
+            }
+        }
+        base => Node::Path {
+            base: Box::new(base),
+            fields: Box::new([field]),
+            test,
+        },
+    }
+}
+
+/// A binary operator, as a comparison with a constant where one side is.
+fn binary(op: BinOp, l: Node, r: Node) -> Node {
+    match (op, l, r) {
+        (BinOp::Eq | BinOp::Ne, x, Node::Const(c)) => Node::EqConst {
+            x: Box::new(x),
+            constant: c,
+            eq: op == BinOp::Eq,
+            constant_left: false,
+        },
+        (BinOp::Eq | BinOp::Ne, Node::Const(c), x) => Node::EqConst {
+            x: Box::new(x),
+            constant: c,
+            eq: op == BinOp::Eq,
+            constant_left: true,
+        },
+        (BinOp::In, x, Node::Const(c)) => Node::InConst(Box::new(x), c),
+        (op, l, r) => Node::Binary(op, Box::new(l), Box::new(r)),
     }
 }
 

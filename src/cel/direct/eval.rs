@@ -17,6 +17,8 @@ use std::sync::Arc;
 pub trait Bindings<'a> {
     /// A top-level variable (`object`, `request`, `params`, ...).
     fn ident(&self, name: &str) -> Option<Val<'a>>;
+    /// The root of [`KNOWN_ROOTS`](super::compile::KNOWN_ROOTS) at `index`.
+    fn known(&self, index: usize) -> Option<Val<'a>>;
     /// `variables.<name>`.
     fn variable(&self, name: &str) -> Option<Val<'a>>;
 }
@@ -52,17 +54,25 @@ impl<'a> Evaluator<'_, 'a> {
         match n {
             Node::Const(v) => Ok(v.clone()),
             Node::Ident(name) => self.env.ident(name).ok_or(Fail::Interpreter),
+            Node::Known(index) => self.env.known(*index).ok_or(Fail::Interpreter),
             Node::Local(slot) => Ok(self.locals[*slot].clone()),
             Node::Variable(name) => self.env.variable(name).ok_or(Fail::Interpreter),
             Node::HasVariable(name) => Ok(Val::Bool(self.env.variable(name).is_some())),
-            Node::Select(operand, field) => match self.eval(operand)? {
-                Val::Map(m) => m.get_str(field).ok_or(Fail::Interpreter),
-                _ => Err(Fail::Interpreter),
-            },
-            Node::Has(operand, field) => match self.eval(operand)? {
-                Val::Map(m) => Ok(Val::Bool(m.get_str(field).is_some())),
-                _ => Err(Fail::Interpreter),
-            },
+            Node::Path { base, fields, test } => {
+                let mut at = self.eval(base)?;
+                let (last, walk) = fields.split_last().ok_or(Fail::Interpreter)?;
+                for field in walk {
+                    at = match at {
+                        Val::Map(m) => m.get_str(field).ok_or(Fail::Interpreter)?,
+                        _ => return Err(Fail::Interpreter),
+                    };
+                }
+                match at {
+                    Val::Map(m) if *test => Ok(Val::Bool(m.contains_str(last))),
+                    Val::Map(m) => m.get_str(last).ok_or(Fail::Interpreter),
+                    _ => Err(Fail::Interpreter),
+                }
+            }
             Node::OptSelect(operand, field) => {
                 let Some(target) = self.eval(operand)?.through_optional() else {
                     return Ok(Val::Optional(None));
@@ -138,6 +148,20 @@ impl<'a> Evaluator<'_, 'a> {
                 let r = self.eval(r)?;
                 binary(*op, l, r)
             }
+            Node::EqConst {
+                x,
+                constant,
+                eq,
+                constant_left,
+            } => {
+                let x = self.eval(x)?;
+                let same = match constant_left {
+                    false => equals(&x, constant),
+                    true => equals(constant, &x),
+                };
+                Ok(Val::Bool(same.ok_or(Fail::Interpreter)? == *eq))
+            }
+            Node::InConst(x, constant) => Ok(Val::Bool(contained(&self.eval(x)?, constant)?)),
             Node::AppendAccu(slot, r) => {
                 let r = self.eval(r)?;
                 let accu = std::mem::replace(&mut self.locals[*slot], Val::Null);

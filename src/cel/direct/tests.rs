@@ -131,6 +131,28 @@ fn answers_equal_the_interpreters() {
         ("object.metadata.name.indexOf('b')", "2", true),
         ("int('42') + 1", "43", true),
         ("-(1) - 2 * 3 % 4 / 1", "-3", true),
+        // Selection chains and has() on them, walked as one path node.
+        (
+            "has(object.spec.containers) && !has(object.spec.initContainers)",
+            "true",
+            true,
+        ),
+        (
+            "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities) || c.securityContext.capabilities.add[0] == 'NET_ADMIN')",
+            "",
+            false,
+        ),
+        ("has(object.metadata.labels.app)", "true", true),
+        ("has(object.metadata.name.first)", "", false),
+        ("has(object.spec.nope.deeper)", "", false),
+        ("object.spec.volumes[0].hostPath.path", r#""/etc""#, true),
+        // Comparisons with a constant on either side, and `in` a constant.
+        ("'web' == object.metadata.name", "true", true),
+        ("object.metadata.name != 'web'", "false", true),
+        ("null == object.spec.containers[1].securityContext", "true", true),
+        ("object.metadata.labels.tier in ['a', 'b']", "true", true),
+        ("object.metadata.name in {'web': 1}", "true", true),
+        ("[1, 2] == [1.0, 2u]", "true", true),
         // Errors and edge cases go to the interpreter, which words them.
         ("object.spec.nope", "", false),
         ("object.spec.containers[5]", "", false),

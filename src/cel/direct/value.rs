@@ -276,6 +276,16 @@ impl<'a> MapVal<'a> {
         }
     }
 
+    /// Whether a string key is present (`has()`): no value is built.
+    pub fn contains_str(&self, key: &str) -> bool {
+        match self {
+            MapVal::Json(m) => crate::json_map::get(m, key).is_some(),
+            MapVal::Owned(e) => e
+                .iter()
+                .any(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key)),
+        }
+    }
+
     /// The entry for any key; `Err` when the key's type cannot be a key.
     pub fn get(&self, key: &Val) -> Result<Option<Val<'a>>, String> {
         match key {
