@@ -4,6 +4,7 @@
 #   e2e/cluster.sh build          build the pinned parts once into the cache
 #   e2e/cluster.sh build kyverno  build Kyverno's admission controller and CLI, the peer
 #                                 gavel is measured against (not needed by the tests)
+#   e2e/cluster.sh build crane    build only crane, which image/build.sh needs
 #   e2e/cluster.sh up [--nodes N] start etcd, kube-apiserver, kube-controller-manager,
 #                                 kube-scheduler and kwok with N fake nodes (default 10)
 #   e2e/cluster.sh down           stop exactly what `up` started (recorded pids)
@@ -41,6 +42,7 @@ stamp_of() {
     helm) echo "$HELM_VERSION" ;;
     kyverno-crds) echo "$KYVERNO_VERSION openreports" ;;
     kyverno) echo "$KYVERNO_VERSION" ;;
+    crane) echo "$CRANE_VERSION" ;;
   esac
   go env GOVERSION
 }
@@ -100,6 +102,11 @@ build_kwok() {
       -exec cp {} "$cache/kwok-stages/" \; || return 1
   done
   chmod -R u+w "$cache/kwok-stages"
+}
+
+build_crane() {
+  GOBIN="$bin" go install -ldflags "-s -w" \
+    "github.com/google/go-containerregistry/cmd/crane@$CRANE_VERSION"
 }
 
 build_helm() {
@@ -170,10 +177,15 @@ cmd_build() {
     log "Kyverno $KYVERNO_VERSION built in $bin"
     return
   fi
+  if [ "${1:-}" = crane ]; then
+    up_to_date crane "$bin/crane" || { timed crane build_crane && stamp crane; } || die "failed to build: crane"
+    return
+  fi
   up_to_date kube "$bin/kube-apiserver" "$bin/kube-controller-manager" "$bin/kube-scheduler" "$bin/kubectl" "$bin/etcd" \
     || { timed kube build_kube && stamp kube; } || failed+=(kube)
   up_to_date kwok "$bin/kwok" "$cache/kwok-stages" || { timed kwok build_kwok && stamp kwok; } || failed+=(kwok)
   up_to_date helm "$bin/helm" || { timed helm build_helm && stamp helm; } || failed+=(helm)
+  up_to_date crane "$bin/crane" || { timed crane build_crane && stamp crane; } || failed+=(crane)
   up_to_date kyverno-crds "$cache/kyverno-crds" || { timed kyverno-crds fetch_kyverno_crds && stamp kyverno-crds; } \
     || failed+=(kyverno-crds)
   [ ${#failed[@]} -eq 0 ] || die "failed to build: ${failed[*]}"

@@ -149,7 +149,11 @@ fn answers_equal_the_interpreters() {
         // Comparisons with a constant on either side, and `in` a constant.
         ("'web' == object.metadata.name", "true", true),
         ("object.metadata.name != 'web'", "false", true),
-        ("null == object.spec.containers[1].securityContext", "true", true),
+        (
+            "null == object.spec.containers[1].securityContext",
+            "true",
+            true,
+        ),
         ("object.metadata.labels.tier in ['a', 'b']", "true", true),
         ("object.metadata.name in {'web': 1}", "true", true),
         ("[1, 2] == [1.0, 2u]", "true", true),
