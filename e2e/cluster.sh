@@ -5,6 +5,7 @@
 #   e2e/cluster.sh build kyverno  build Kyverno's admission controller and CLI, the peer
 #                                 gavel is measured against (not needed by the tests)
 #   e2e/cluster.sh build crane    build only crane, which image/build.sh needs
+#   e2e/cluster.sh build kyverno-crds   fetch only Kyverno's CRDs (charts/crds.sh)
 #   e2e/cluster.sh up [--nodes N] start etcd, kube-apiserver, kube-controller-manager,
 #                                 kube-scheduler and kwok with N fake nodes (default 10)
 #   e2e/cluster.sh down           stop exactly what `up` started (recorded pids)
@@ -43,6 +44,8 @@ stamp_of() {
     kyverno-crds) echo "$KYVERNO_VERSION openreports" ;;
     kyverno) echo "$KYVERNO_VERSION" ;;
     crane) echo "$CRANE_VERSION" ;;
+    monitoring-crds) echo "$PROMETHEUS_OPERATOR_VERSION" ;;
+    kyverno-dashboards) echo "$KYVERNO_VERSION" ;;
   esac
   go env GOVERSION
 }
@@ -102,6 +105,32 @@ build_kwok() {
       -exec cp {} "$cache/kwok-stages/" \; || return 1
   done
   chmod -R u+w "$cache/kwok-stages"
+}
+
+# prometheus-operator's ServiceMonitor CRD (example/prometheus-operator-crd in
+# its module), for the chart's optional ServiceMonitor.
+fetch_monitoring_crds() {
+  local src
+  src="$(cd "$cache" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
+    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  [ -f "$src/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" ] || return 1
+  rm -rf "$cache/monitoring-crds"
+  mkdir -p "$cache/monitoring-crds"
+  cp "$src/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" "$cache/monitoring-crds/"
+  chmod -R u+w "$cache/monitoring-crds"
+}
+
+# Kyverno's Grafana dashboard (charts/kyverno/charts/grafana in its module):
+# tests/e2e.rs reads its queries against gavel's metrics.
+fetch_kyverno_dashboards() {
+  local src
+  src="$(cd "$cache" && go mod download -json "github.com/kyverno/kyverno@$KYVERNO_VERSION" \
+    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  [ -d "$src/charts/kyverno/charts/grafana/dashboard" ] || return 1
+  rm -rf "$cache/kyverno-dashboards"
+  mkdir -p "$cache/kyverno-dashboards"
+  cp "$src"/charts/kyverno/charts/grafana/dashboard/*.json "$cache/kyverno-dashboards/"
+  chmod -R u+w "$cache/kyverno-dashboards"
 }
 
 build_crane() {
@@ -181,11 +210,21 @@ cmd_build() {
     up_to_date crane "$bin/crane" || { timed crane build_crane && stamp crane; } || die "failed to build: crane"
     return
   fi
+  if [ "${1:-}" = kyverno-crds ]; then
+    up_to_date kyverno-crds "$cache/kyverno-crds" || { timed kyverno-crds fetch_kyverno_crds && stamp kyverno-crds; } \
+      || die "failed to fetch: kyverno-crds"
+    return
+  fi
   up_to_date kube "$bin/kube-apiserver" "$bin/kube-controller-manager" "$bin/kube-scheduler" "$bin/kubectl" "$bin/etcd" \
     || { timed kube build_kube && stamp kube; } || failed+=(kube)
   up_to_date kwok "$bin/kwok" "$cache/kwok-stages" || { timed kwok build_kwok && stamp kwok; } || failed+=(kwok)
   up_to_date helm "$bin/helm" || { timed helm build_helm && stamp helm; } || failed+=(helm)
   up_to_date crane "$bin/crane" || { timed crane build_crane && stamp crane; } || failed+=(crane)
+  up_to_date monitoring-crds "$cache/monitoring-crds" \
+    || { timed monitoring-crds fetch_monitoring_crds && stamp monitoring-crds; } || failed+=(monitoring-crds)
+  up_to_date kyverno-dashboards "$cache/kyverno-dashboards" \
+    || { timed kyverno-dashboards fetch_kyverno_dashboards && stamp kyverno-dashboards; } \
+    || failed+=(kyverno-dashboards)
   up_to_date kyverno-crds "$cache/kyverno-crds" || { timed kyverno-crds fetch_kyverno_crds && stamp kyverno-crds; } \
     || failed+=(kyverno-crds)
   [ ${#failed[@]} -eq 0 ] || die "failed to build: ${failed[*]}"

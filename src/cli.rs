@@ -31,6 +31,29 @@ pub enum Command {
     Apply(ApplyArgs),
     /// Serve AdmissionReviews over HTTPS (standalone: policies from a directory).
     Serve(Box<ServeArgs>),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completion { shell: clap_complete::Shell },
+}
+
+/// The name a kubectl plugin is installed under: kubectl runs
+/// `kubectl-gavel` for `kubectl gavel ...`.
+pub const KUBECTL_PLUGIN: &str = "kubectl-gavel";
+
+/// The command line, named as the user typed it: `gavel`, or `kubectl
+/// gavel` when run as the kubectl plugin (as Kyverno's CLI is `kubectl
+/// kyverno`), so that help and errors show the command to type.
+pub fn parse() -> Cli {
+    use clap::{CommandFactory, FromArgMatches};
+    let invoked = std::env::args_os()
+        .next()
+        .map(PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()));
+    let mut command = Cli::command();
+    if invoked.as_deref() == Some(KUBECTL_PLUGIN) {
+        command = command.bin_name("kubectl gavel");
+    }
+    let matches = command.get_matches();
+    Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -189,6 +212,34 @@ pub struct ServeArgs {
     /// timeoutSeconds of the webhooks (1 to 30).
     #[arg(long, alias = "webhookTimeout", default_value_t = 10)]
     pub webhook_timeout: i32,
+    /// namespaceSelector of every webhook, as JSON (the chart's
+    /// config.webhooks.namespaceSelector, Kyverno's name); gavel's own
+    /// namespace is added to it unless --exclude-own-namespace=false.
+    #[arg(
+        long,
+        default_value = r#"{"matchExpressions":[{"key":"kubernetes.io/metadata.name","operator":"NotIn","values":["kube-system"]}]}"#
+    )]
+    pub webhook_namespace_selector: String,
+    /// objectSelector of the webhooks of policies, as JSON (the chart's
+    /// config.webhooks.objectSelector).
+    #[arg(long, default_value = "{}")]
+    pub webhook_object_selector: String,
+    /// Never send gavel requests about its own namespace (Kyverno's
+    /// excludeKyvernoNamespace): a broken gavel cannot block its own
+    /// recovery.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub exclude_own_namespace: bool,
+    /// Register every webhook of policies with failurePolicy Ignore.
+    #[arg(long, alias = "forceFailurePolicyIgnore")]
+    pub force_failure_policy_ignore: bool,
+    /// Annotations of the webhook configurations, as a JSON object
+    /// (Kyverno's webhookAnnotations).
+    #[arg(long, default_value = "{}")]
+    pub webhook_annotations: String,
+    /// Labels of the webhook configurations, as a JSON object (Kyverno's
+    /// webhookLabels).
+    #[arg(long, default_value = "{}")]
+    pub webhook_labels: String,
     /// ClusterRole that owns the webhook configurations: deleting it (helm
     /// uninstall does) garbage-collects them. The chart passes its own.
     #[arg(long)]
@@ -302,6 +353,11 @@ pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
         Command::Test(args) => test::run(&args),
         Command::Apply(args) => apply::run(&args),
+        Command::Completion { shell } => {
+            use clap::CommandFactory;
+            clap_complete::generate(shell, &mut Cli::command(), "gavel", &mut std::io::stdout());
+            Ok(0)
+        }
         Command::Serve(args) => {
             let logs = tracing_subscriber::fmt()
                 .with_max_level(args.log_level)
@@ -351,6 +407,34 @@ fn positive_seconds(seconds: f64, flag: &str) -> anyhow::Result<std::time::Durat
 
 /// Cluster mode when a kubeconfig is given, or inside a cluster unless
 /// `--standalone`; standalone otherwise.
+/// The webhooks' selectors and marks from their JSON flags; a value that is
+/// not the JSON of its type stops the server with the reason.
+fn webhook_selection(
+    args: &ServeArgs,
+) -> anyhow::Result<crate::controllers::webhooks::WebhookSelection> {
+    use anyhow::Context;
+    fn parse<T: serde::de::DeserializeOwned>(flag: &str, text: &str) -> anyhow::Result<T> {
+        serde_json::from_str(text).with_context(|| format!("--{flag}: not valid: {text}"))
+    }
+    let namespaces: k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector = parse(
+        "webhook-namespace-selector",
+        &args.webhook_namespace_selector,
+    )?;
+    let own = match args.exclude_own_namespace {
+        true => vec![args.namespace.clone()],
+        false => Vec::new(),
+    };
+    Ok(crate::controllers::webhooks::WebhookSelection {
+        namespace_selector: crate::controllers::webhooks::WebhookSelection::excluding(
+            namespaces, &own,
+        ),
+        object_selector: parse("webhook-object-selector", &args.webhook_object_selector)?,
+        force_failure_policy_ignore: args.force_failure_policy_ignore,
+        annotations: parse("webhook-annotations", &args.webhook_annotations)?,
+        labels: parse("webhook-labels", &args.webhook_labels)?,
+    })
+}
+
 fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOptions>> {
     let in_cluster = std::env::var_os("KUBERNETES_SERVICE_HOST").is_some();
     if args.standalone || (args.kubeconfig.is_none() && !in_cluster) {
@@ -408,6 +492,8 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             lease_duration: seconds(args.lease_duration_seconds),
             renew_deadline: seconds(args.renew_deadline_seconds),
             retry_period: seconds(args.retry_period_seconds),
+            leading: Default::default(),
+            owner_cluster_role: args.owner_cluster_role.clone(),
         },
         webhook: serve::WebhookSettings {
             validating_name: args.webhook_config_name.clone(),
@@ -424,7 +510,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
                 },
             },
             timeout_seconds: args.webhook_timeout,
-            excluded_namespaces: vec![args.namespace.clone(), "kube-system".into()],
+            selection: webhook_selection(args)?,
             resync: seconds(args.webhook_resync_seconds),
             ca_file: args.tls_ca.clone(),
             owner_cluster_role: args.owner_cluster_role.clone(),
@@ -486,6 +572,7 @@ fn cluster_options(args: &ServeArgs) -> anyhow::Result<Option<serve::ClusterOpti
             cert_validity,
             renew_before,
             resync: seconds(args.cert_resync_seconds),
+            owner_cluster_role: args.owner_cluster_role.clone(),
         },
     }))
 }

@@ -7,6 +7,7 @@ pub mod background;
 pub mod certificates;
 pub mod cleanup;
 pub mod leader;
+pub mod owner;
 pub mod policy_status;
 pub mod reports;
 pub mod webhooks;

@@ -1,7 +1,9 @@
-//! `charts/gavel` through the real Helm engine and the Kubernetes schemas:
-//! `.ci/check-chart.py` lints it strictly, renders it with the default and
-//! the large-cluster values, validates every manifest against Kubernetes
-//! 1.33, and checks the Deployment passes only flags `gavel serve` knows.
+//! `charts/gavel` through the real Helm CLI and the Kubernetes schemas:
+//! `.ci/check-chart.py` lints it strictly and renders it with every values
+//! file (the defaults, the large-cluster values, `charts/gavel/ci/*`),
+//! validates every manifest against Kubernetes 1.33 (the ServiceMonitor
+//! against prometheus-operator's CRD), and checks the Deployment passes
+//! only flags `gavel serve` knows.
 //! The strategic-merge table generated from those schemas is checked too.
 
 mod support;
@@ -14,6 +16,8 @@ fn chart_lints_renders_and_validates() {
     let out = Command::new(support::tools::python())
         .arg(".ci/check-chart.py")
         .arg(env!("CARGO_BIN_EXE_gavel"))
+        .arg(support::tools::helm())
+        .arg(support::cluster::cache().join("monitoring-crds"))
         .current_dir(root)
         .output()
         .expect("python runs");

@@ -58,6 +58,13 @@ fn gavel_on_a_real_control_plane() {
     step("a ConfigMap update reaches admissions at once", || {
         cache_freshness(&cluster, &gavel)
     });
+    step(
+        "the chart's webhook selection reaches the configurations",
+        || webhook_selection(&cluster),
+    );
+    step("the dashboards read what gavel exports", || {
+        dashboards_read_exported_metrics(&gavel, &dir)
+    });
     // Early, so that the controller-manager's garbage collector has long
     // reconnected (with client-go's backoff) before the uninstall needs it.
     step("an API server outage and an etcd compaction", || {
@@ -72,6 +79,61 @@ fn gavel_on_a_real_control_plane() {
     step("helm uninstall leaves nothing behind", || {
         uninstall(&cluster, &mut gavel)
     });
+}
+
+/// The chart's default `config.webhooks` (kube-system excluded) and
+/// `excludeGavelNamespace` become every webhook's namespaceSelector.
+fn webhook_selection(cluster: &RealCluster) {
+    for kind in [
+        "validatingwebhookconfiguration",
+        "mutatingwebhookconfiguration",
+    ] {
+        let name = if kind.starts_with("validating") {
+            VALIDATING
+        } else {
+            MUTATING
+        };
+        let config = cluster.get(&[kind, name]).unwrap();
+        for hook in config["webhooks"].as_array().unwrap() {
+            let expressions = &hook["namespaceSelector"]["matchExpressions"];
+            assert_eq!(
+                expressions,
+                &json!([{"key": "kubernetes.io/metadata.name", "operator": "NotIn",
+                         "values": ["kube-system", NAMESPACE]}]),
+                "{kind} {name}: {hook}"
+            );
+        }
+    }
+}
+
+/// gavel's Grafana dashboard (charts/gavel/dashboards) reads only metrics
+/// the replicas export, with the labels it groups by; Kyverno's dashboard
+/// of the pinned release reads them too, but for the metrics
+/// `.ci/check-dashboards.py` lists with their reasons.
+fn dashboards_read_exported_metrics(gavel: &Release, dir: &std::path::Path) {
+    let metrics: String = gavel
+        .replicas
+        .iter()
+        .map(|r| support::release::scrape(r.port))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let path = dir.join("metrics.txt");
+    std::fs::write(&path, metrics).unwrap();
+    let out = Command::new("python3")
+        .arg(".ci/check-dashboards.py")
+        .arg(&path)
+        .arg("charts/gavel/dashboards/gavel.json")
+        .arg(support::cluster::cache().join("kyverno-dashboards/kyverno-dashboard.json"))
+        .current_dir(repo())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!("{text}");
+    assert!(out.status.success(), "{text}");
 }
 
 /// `src/kinds/builtin.rs`, the plural and scope of every kind, is what this
@@ -1240,7 +1302,7 @@ fn gavel_secrets(cluster: &RealCluster) -> Vec<(String, String)> {
 /// 8. `helm uninstall`: the Deployment's pods stop (here: the replicas are
 ///    stopped, as the kubelet would), and nothing of gavel is left that can
 ///    affect the cluster: no webhook configuration pointing at nothing, no
-///    RBAC, no ServiceAccount.
+///    Lease, no certificate Secret, no RBAC, no ServiceAccount.
 fn uninstall(cluster: &RealCluster, gavel: &mut Release) {
     let out = cluster.helm(&[
         "uninstall",
@@ -1266,6 +1328,28 @@ fn uninstall(cluster: &RealCluster, gavel: &mut Release) {
         "the webhook configurations removed",
         Duration::from_secs(120),
         || webhook_configurations(cluster) == (false, false),
+    );
+    // What gavel wrote at run time is owned by the chart's ClusterRole too:
+    // the Leases of its duties and its certificate Secrets.
+    eventually(
+        "the Leases and certificate Secrets removed",
+        Duration::from_secs(120),
+        || {
+            let leases = cluster.get(&["leases", "-n", NAMESPACE]).unwrap();
+            let secrets = cluster.get(&["secrets", "-n", NAMESPACE]).unwrap();
+            let names = |list: &Value| -> Vec<String> {
+                list["items"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .filter_map(|i| i["metadata"]["name"].as_str().map(String::from))
+                    .collect()
+            };
+            let leases = names(&leases);
+            let secrets = names(&secrets);
+            LEASES.iter().all(|l| !leases.iter().any(|n| n == l))
+                && !secrets.iter().any(|n| n.contains(".svc.gavel-tls-"))
+        },
     );
     let selector = format!("app.kubernetes.io/instance={RELEASE}");
     for kind in [

@@ -80,7 +80,7 @@ pub struct WebhookSettings {
     pub policy_validating_name: String,
     pub target: crate::controllers::webhooks::WebhookTarget,
     pub timeout_seconds: i32,
-    pub excluded_namespaces: Vec<String>,
+    pub selection: crate::controllers::webhooks::WebhookSelection,
     pub resync: Duration,
     /// PEM file of the CA of operator-provided certificates.
     pub ca_file: Option<PathBuf>,
@@ -110,7 +110,12 @@ async fn run(opts: ServeOptions) -> Result<()> {
     let cleanup_metrics = crate::controllers::cleanup::metrics::CleanupMetrics::default();
     let mut metrics = Metrics::new();
     let events_dropped = prometheus_client::metrics::counter::Counter::default();
-    if opts.cluster.is_some() {
+    if let Some(cluster) = &opts.cluster {
+        metrics.registry_mut().register(
+            "gavel_leader",
+            "1 while this replica holds the Lease of a duty (lease label), else 0",
+            cluster.lease.leading.clone(),
+        );
         metrics.register_background(&background);
         cleanup_metrics.register(metrics.registry_mut());
         metrics.registry_mut().register(
@@ -278,6 +283,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             let cel_kinds = crate::cluster::stores::discover_cel_policy_kinds(&informers).await;
             let status_kinds = cel_kinds.clone();
             let stores = Stores::start(informers, &cluster.stores, cel_kinds);
+            stores.activity.register(metrics.registry_mut(), &stores);
             let view = Arc::new(ResolverChain {
                 service: crate::cluster::service::ServiceClient::new(
                     cluster.fallback_cache.max_response_bytes,
@@ -415,7 +421,7 @@ async fn run(opts: ServeOptions) -> Result<()> {
             target: w.target.clone(),
             ca_bundle,
             timeout_seconds: w.timeout_seconds,
-            excluded_namespaces: w.excluded_namespaces.clone(),
+            selection: w.selection.clone(),
             resync: w.resync,
             owner_cluster_role: w.owner_cluster_role.clone(),
         };

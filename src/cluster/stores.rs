@@ -14,9 +14,16 @@ use kube::core::{ApiResource, GroupVersionKind};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use serde::{Deserialize, Serialize};
 use std::borrow::Cow;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use tokio::sync::watch;
 
 /// Kyverno's label for ConfigMaps that its informer caches.
@@ -48,6 +55,118 @@ pub struct Stores {
     pub custom_kinds: Store<CustomKind>,
     /// Bumped whenever a policy or exception store changes.
     pub policies_changed: watch::Receiver<u64>,
+    /// What each store's watch has seen.
+    pub activity: StoreActivity,
+}
+
+/// The store a series is about: its resource (plural) name.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StoreLabel {
+    pub store: String,
+}
+
+/// Per store: the watch events and failures its reflector saw, and when
+/// the last event came (the dashboards' staleness: a store whose watch
+/// keeps failing stops receiving events).
+#[derive(Debug, Clone, Default)]
+pub struct StoreActivity {
+    pub events: Family<StoreLabel, Counter>,
+    pub errors: Family<StoreLabel, Counter>,
+    pub last_event: Family<StoreLabel, Gauge<f64, AtomicU64>>,
+}
+
+impl StoreActivity {
+    /// The store's counters at zero from its start: a failure counter
+    /// that appears only on the first failure reads as "not exported" to
+    /// a dashboard, and `rate()` needs the zero.
+    fn start(&self, store: &str) {
+        let label = StoreLabel {
+            store: store.to_string(),
+        };
+        let _ = self.events.get_or_create(&label);
+        let _ = self.errors.get_or_create(&label);
+    }
+
+    fn observe<T>(&self, store: &str, event: &Result<T, watcher::Error>) {
+        let label = StoreLabel {
+            store: store.to_string(),
+        };
+        match event {
+            Ok(_) => {
+                self.events.get_or_create(&label).inc();
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64());
+                self.last_event.get_or_create(&label).set(now);
+            }
+            Err(_) => {
+                self.errors.get_or_create(&label).inc();
+            }
+        }
+    }
+
+    /// Registers the counters; the sizes are read from `stores` at each
+    /// scrape.
+    pub fn register(&self, registry: &mut prometheus_client::registry::Registry, stores: &Stores) {
+        registry.register(
+            "gavel_store_events",
+            "Watch events each informer store applied",
+            self.events.clone(),
+        );
+        registry.register(
+            "gavel_store_watch_errors",
+            "Watch failures of each informer store (each is retried with backoff)",
+            self.errors.clone(),
+        );
+        registry.register(
+            "gavel_store_last_event_timestamp_seconds",
+            "When each informer store last applied a watch event (Unix time)",
+            self.last_event.clone(),
+        );
+        registry.register_collector(Box::new(StoreSizes(stores.clone())));
+    }
+}
+
+/// `gavel_store_objects`: how many objects each store holds, counted when
+/// scraped.
+#[derive(Clone)]
+struct StoreSizes(Stores);
+
+impl std::fmt::Debug for StoreSizes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StoreSizes")
+    }
+}
+
+impl Collector for StoreSizes {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let s = &self.0;
+        let mut sizes: Vec<(String, usize)> = vec![
+            ("clusterpolicies".into(), s.cluster_policies.state().len()),
+            ("policies".into(), s.policies.state().len()),
+            ("policyexceptions".into(), s.exceptions.state().len()),
+            ("namespaces".into(), s.namespaces.state().len()),
+            ("configmaps".into(), s.config_maps.len()),
+            (
+                "customresourcedefinitions".into(),
+                s.custom_kinds.state().len(),
+            ),
+        ];
+        for (resource, store) in &s.cel_policies {
+            sizes.push((resource.plural.clone(), store.state().len()));
+        }
+        let mut family = encoder.encode_descriptor(
+            "gavel_store_objects",
+            "Objects each informer store holds",
+            None,
+            MetricType::Gauge,
+        )?;
+        for (store, n) in sizes {
+            let label = StoreLabel { store };
+            ConstGauge::new(n as i64).encode(family.encode_family(&label)?)?;
+        }
+        Ok(())
+    }
 }
 
 /// CRDs listed per request by the custom kinds store.
@@ -169,13 +288,18 @@ impl Stores {
     /// backoff) for as long as the runtime runs.
     pub fn start(client: Client, opts: &StoreOptions, cel_kinds: Vec<ApiResource>) -> Stores {
         let (changed_tx, policies_changed) = watch::channel(0u64);
+        let activity = StoreActivity::default();
         let dynamic = |ar: ApiResource| -> Store<DynamicObject> {
             let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
+            let store = ar.plural.clone();
             let writer = reflector::store::Writer::new(ar);
             let reader = writer.as_reader();
             let changed = changed_tx.clone();
+            let activity = activity.clone();
+            activity.start(&store);
             let stream = relist_at_once(watcher(api, watcher::Config::default())).modify(strip);
             tokio::spawn(reflector::reflector(writer, stream).for_each(move |event| {
+                activity.observe(&store, &event);
                 match event {
                     Ok(_) => changed.send_modify(|n| *n += 1),
                     Err(e) => tracing::warn!(error = %e, "policy watch failed; retrying"),
@@ -199,7 +323,11 @@ impl Stores {
             watcher::Config::default(),
         ))
         .modify(strip);
-        tokio::spawn(drive("namespaces", reflector::reflector(writer, stream)));
+        tokio::spawn(drive(
+            "namespaces",
+            activity.clone(),
+            reflector::reflector(writer, stream),
+        ));
 
         let config_maps = Arc::new(ConfigMapStore::default());
         let config = if opts.cache_all_config_maps {
@@ -207,7 +335,10 @@ impl Stores {
         } else {
             watcher::Config::default().labels(CACHE_LABEL)
         };
-        let stream = relist_at_once(watcher(Api::<ConfigMap>::all(client.clone()), config));
+        let seen = activity.clone();
+        seen.start("configmaps");
+        let stream = relist_at_once(watcher(Api::<ConfigMap>::all(client.clone()), config))
+            .inspect(move |event| seen.observe("configmaps", event));
         tokio::spawn(config_maps.clone().run(stream));
 
         let (custom_kinds, writer) = reflector::store();
@@ -220,6 +351,7 @@ impl Stores {
         .modify(strip);
         tokio::spawn(drive(
             "customresourcedefinitions",
+            activity.clone(),
             reflector::reflector(writer, stream),
         ));
 
@@ -232,6 +364,7 @@ impl Stores {
             config_maps,
             custom_kinds,
             policies_changed,
+            activity,
         }
     }
 
@@ -279,12 +412,14 @@ impl Stores {
     }
 }
 
-async fn drive<S, T>(what: &'static str, stream: S)
+async fn drive<S, T>(what: &'static str, activity: StoreActivity, stream: S)
 where
     S: futures_util::Stream<Item = Result<T, watcher::Error>>,
 {
+    activity.start(what);
     stream
         .for_each(|event| {
+            activity.observe(what, &event);
             if let Err(e) = event {
                 tracing::warn!(store = what, error = %e, "watch failed; retrying");
             }

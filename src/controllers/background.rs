@@ -99,6 +99,10 @@ pub async fn run(
     while_leading(leading, "background", || {
         // What a former lead left queued is not this one's to count.
         metrics.queue_depth.get_or_create(&CONTROLLER).set(0);
+        // The counters at zero from the start (dashboards rate() them).
+        let _ = metrics.reconciles.get_or_create(&CONTROLLER);
+        let _ = metrics.requeues.get_or_create(&CONTROLLER);
+        let _ = metrics.drops.get_or_create(&CONTROLLER);
         let (tx, rx) = mpsc::unbounded_channel();
         let (downstream, downstream_kinds) = generating::Downstream::new();
         let shared = Arc::new(Shared {

@@ -18,8 +18,9 @@ use crate::server::tls::{self, KeyedCert, SwappableCert};
 use futures_util::StreamExt;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::Client;
-use kube::api::{Api, ObjectMeta, PostParams};
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::runtime::watcher;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -44,6 +45,10 @@ pub struct CertOptions {
     pub renew_before: Duration,
     /// How often the leader checks expiry besides Secret changes.
     pub resync: Duration,
+    /// The ClusterRole that owns the Secrets gavel writes ([`super::owner`]):
+    /// `helm uninstall` leaves none behind. While it is missing, nothing is
+    /// written.
+    pub owner_cluster_role: Option<String>,
 }
 
 impl CertOptions {
@@ -144,9 +149,11 @@ enum Wrote {
 async fn write(
     api: &Api<Secret>,
     existing: Option<&Secret>,
-    secret: Secret,
+    mut secret: Secret,
+    owners: Option<&[OwnerReference]>,
 ) -> kube::Result<Wrote> {
     let name = secret.metadata.name.clone().unwrap_or_default();
+    secret.metadata.owner_references = owners.map(<[_]>::to_vec);
     let result = match existing {
         None => api.create(&PostParams::default(), &secret).await,
         Some(old) => {
@@ -162,8 +169,42 @@ async fn write(
     }
 }
 
+/// Gives a managed Secret written before it had an owner (an older gavel)
+/// its owner; no write when it has it.
+async fn adopt(
+    api: &Api<Secret>,
+    secret: Option<&Secret>,
+    owners: Option<&[OwnerReference]>,
+) -> kube::Result<()> {
+    let (Some(secret), Some(owners)) = (secret, owners) else {
+        return Ok(());
+    };
+    if !managed(secret) || secret.metadata.owner_references.as_deref() == Some(owners) {
+        return Ok(());
+    }
+    let name = secret.metadata.name.clone().unwrap_or_default();
+    let patch = serde_json::json!({"metadata": {"ownerReferences": owners}});
+    api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    Ok(())
+}
+
 /// One round of the duty: makes both Secrets current. Idempotent.
-async fn reconcile(api: &Api<Secret>, opts: &CertOptions) -> anyhow::Result<()> {
+async fn reconcile(client: &Client, api: &Api<Secret>, opts: &CertOptions) -> anyhow::Result<()> {
+    let owners = match &opts.owner_cluster_role {
+        None => None,
+        Some(role) => match super::owner::cluster_role(client, role).await? {
+            Some(owners) => Some(owners),
+            None => {
+                tracing::warn!(
+                    role,
+                    "ClusterRole (the owner) missing; certificates not written"
+                );
+                return Ok(());
+            }
+        },
+    };
+    let owners = owners.as_deref();
     let now = SystemTime::now();
     let ca_secret = api.get_opt(&opts.ca_secret).await?;
     let ca = match &ca_secret {
@@ -187,7 +228,7 @@ async fn reconcile(api: &Api<Secret>, opts: &CertOptions) -> anyhow::Result<()> 
                 key_pem: fresh.key_pem,
             };
             let secret = tls_secret(&opts.ca_secret, &ca, BTreeMap::new());
-            match write(api, existing.as_ref(), secret).await? {
+            match write(api, existing.as_ref(), secret, owners).await? {
                 Wrote::Yes => tracing::info!(secret = opts.ca_secret, "CA written"),
                 Wrote::Conflict => return Ok(()),
             }
@@ -221,10 +262,13 @@ async fn reconcile(api: &Api<Secret>, opts: &CertOptions) -> anyhow::Result<()> 
         let pair = tls::issue(&ca, &opts.sans, opts.cert_validity)?;
         let annotations = BTreeMap::from([(SANS_ANNOTATION.to_string(), sans)]);
         let secret = tls_secret(&opts.pair_secret, &pair, annotations);
-        if let Wrote::Yes = write(api, pair_secret.as_ref(), secret).await? {
+        if let Wrote::Yes = write(api, pair_secret.as_ref(), secret, owners).await? {
             tracing::info!(secret = opts.pair_secret, "serving certificate written");
         }
+    } else {
+        adopt(api, pair_secret.as_ref(), owners).await?;
     }
+    adopt(api, ca_secret.as_ref(), owners).await?;
     Ok(())
 }
 
@@ -236,12 +280,12 @@ pub async fn run(
     mut leading: watch::Receiver<bool>,
     changed: Arc<Notify>,
 ) {
-    let api: Api<Secret> = Api::namespaced(client, &opts.namespace);
+    let api: Api<Secret> = Api::namespaced(client.clone(), &opts.namespace);
     loop {
         if leading.wait_for(|l| *l).await.is_err() {
             return;
         }
-        if let Err(e) = reconcile(&api, &opts).await {
+        if let Err(e) = reconcile(&client, &api, &opts).await {
             tracing::warn!(error = %e, "certificate renewal failed; retrying");
         }
         tokio::select! {

@@ -17,8 +17,20 @@ use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Client;
 use kube::api::{Api, ObjectMeta, PostParams};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
+
+/// The Lease of a duty, as `gavel_leader` labels it.
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LeaseLabel {
+    pub lease: String,
+}
+
+/// `gavel_leader`: 1 while this replica holds a duty's Lease, else 0.
+pub type LeadingGauge = Family<LeaseLabel, Gauge>;
 
 /// Timing of an election (Kyverno's and client-go's defaults).
 #[derive(Debug, Clone)]
@@ -30,6 +42,12 @@ pub struct LeaseOptions {
     pub lease_duration: Duration,
     pub renew_deadline: Duration,
     pub retry_period: Duration,
+    /// Where each election reports whether this replica leads.
+    pub leading: LeadingGauge,
+    /// The ClusterRole that owns the Leases ([`super::owner`]): `helm
+    /// uninstall` leaves none behind. While it is missing, no Lease is
+    /// created.
+    pub owner_cluster_role: Option<String>,
 }
 
 impl LeaseOptions {
@@ -40,6 +58,8 @@ impl LeaseOptions {
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
+            leading: LeadingGauge::default(),
+            owner_cluster_role: None,
         }
     }
 }
@@ -52,6 +72,7 @@ struct Observed {
 }
 
 struct Elector {
+    client: Client,
     api: Api<Lease>,
     name: String,
     opts: LeaseOptions,
@@ -71,7 +92,8 @@ pub fn elect(
 ) -> watch::Receiver<bool> {
     let (tx, rx) = watch::channel(false);
     let elector = Elector {
-        api: Api::namespaced(client, &opts.namespace),
+        api: Api::namespaced(client.clone(), &opts.namespace),
+        client,
         name: name.into(),
         opts,
         observed: None,
@@ -87,6 +109,14 @@ fn now() -> MicroTime {
 
 impl Elector {
     async fn run(mut self, leading: watch::Sender<bool>, mut stopping: watch::Receiver<bool>) {
+        let gauge = self
+            .opts
+            .leading
+            .get_or_create(&LeaseLabel {
+                lease: self.name.clone(),
+            })
+            .clone();
+        gauge.set(0);
         loop {
             if *stopping.borrow() {
                 break;
@@ -107,6 +137,7 @@ impl Elector {
                             .is_some_and(|r| r.elapsed() < self.opts.renew_deadline)
                 }
             };
+            gauge.set(i64::from(lead));
             if lead != *leading.borrow() {
                 tracing::info!(
                     lease = self.name,
@@ -129,6 +160,7 @@ impl Elector {
         }
         // Duties stop before the Lease is let go, so no two leaders act at once.
         let was_leading = leading.send_replace(false);
+        gauge.set(0);
         if was_leading {
             match self.release().await {
                 Ok(()) => tracing::info!(
@@ -172,10 +204,18 @@ impl Elector {
         let me = self.opts.identity.clone();
         let duration = self.opts.lease_duration.as_secs() as i32;
         let Some(mut lease) = self.api.get_opt(&self.name).await? else {
+            let owner_references = match &self.opts.owner_cluster_role {
+                None => None,
+                Some(role) => match super::owner::cluster_role(&self.client, role).await? {
+                    Some(owners) => Some(owners),
+                    None => return Ok(false),
+                },
+            };
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.name.clone()),
                     namespace: Some(self.opts.namespace.clone()),
+                    owner_references,
                     ..Default::default()
                 },
                 spec: Some(LeaseSpec {
@@ -223,6 +263,18 @@ impl Elector {
         }
         spec.renew_time = Some(now());
         spec.lease_duration_seconds = Some(duration);
+        // A Lease written before it had an owner (an older gavel) is
+        // adopted by the leader, once.
+        if lease
+            .metadata
+            .owner_references
+            .as_ref()
+            .is_none_or(|o| o.is_empty())
+            && let Some(role) = &self.opts.owner_cluster_role
+            && let Some(owners) = super::owner::cluster_role(&self.client, role).await?
+        {
+            lease.metadata.owner_references = Some(owners);
+        }
         // The resourceVersion read above makes this a compare-and-swap.
         match self
             .api

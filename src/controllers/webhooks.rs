@@ -16,7 +16,6 @@ use k8s_openapi::api::admissionregistration::v1::{
     MutatingWebhook, MutatingWebhookConfiguration, RuleWithOperations, ServiceReference,
     ValidatingWebhook, ValidatingWebhookConfiguration, WebhookClientConfig,
 };
-use k8s_openapi::api::rbac::v1::ClusterRole;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{
     LabelSelector, LabelSelectorRequirement, OwnerReference,
 };
@@ -60,9 +59,8 @@ pub struct WebhookOptions {
     pub ca_bundle: watch::Receiver<String>,
     /// timeoutSeconds for policies that do not set webhookTimeoutSeconds.
     pub timeout_seconds: i32,
-    /// Namespaces never sent to gavel (its own and kube-system), so that a
-    /// broken gavel cannot block its own recovery.
-    pub excluded_namespaces: Vec<String>,
+    /// Which requests reach gavel, and how the configurations are marked.
+    pub selection: WebhookSelection,
     pub resync: Duration,
     /// The ClusterRole that owns both configurations. Deleting it (as `helm
     /// uninstall` does) lets the garbage collector delete them, so a cluster
@@ -73,6 +71,58 @@ pub struct WebhookOptions {
     /// by its `*:webhook` ClusterRole the same way.
     pub owner_cluster_role: Option<String>,
 }
+
+/// Which requests the API server sends gavel, and what the configurations
+/// carry besides their webhooks: Kyverno's `config.webhooks`,
+/// `webhookAnnotations`, `webhookLabels` and `forceFailurePolicyIgnore`.
+#[derive(Debug, Clone, Default)]
+pub struct WebhookSelection {
+    /// Every webhook's namespaceSelector, with the namespaces that must
+    /// never be sent (gavel's own, so that a broken gavel cannot block its
+    /// own recovery) already excluded ([`WebhookSelection::excluding`]).
+    pub namespace_selector: LabelSelector,
+    /// The objectSelector of the webhooks of policies (the TTL label check
+    /// keeps its own).
+    pub object_selector: LabelSelector,
+    /// Every webhook of policies with failurePolicy Ignore, whatever the
+    /// policies say (Kyverno's `--forceFailurePolicyIgnore`).
+    pub force_failure_policy_ignore: bool,
+    pub annotations: BTreeMap<String, String>,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl WebhookSelection {
+    /// `selector` with `namespaces` excluded as well: added to its
+    /// `kubernetes.io/metadata.name NotIn` expression, or as one.
+    pub fn excluding(mut selector: LabelSelector, namespaces: &[String]) -> LabelSelector {
+        if namespaces.is_empty() {
+            return selector;
+        }
+        let expressions = selector.match_expressions.get_or_insert_with(Vec::new);
+        let not_in = expressions
+            .iter_mut()
+            .find(|e| e.key == NAMESPACE_NAME_LABEL && e.operator == "NotIn");
+        match not_in {
+            Some(e) => {
+                let values = e.values.get_or_insert_with(Vec::new);
+                for ns in namespaces {
+                    if !values.contains(ns) {
+                        values.push(ns.clone());
+                    }
+                }
+            }
+            None => expressions.push(LabelSelectorRequirement {
+                key: NAMESPACE_NAME_LABEL.into(),
+                operator: "NotIn".into(),
+                values: Some(namespaces.to_vec()),
+            }),
+        }
+        selector
+    }
+}
+
+/// The label the API server sets on every Namespace to its name.
+const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
 /// (group, version, resource) of every kind, from discovery.
 type KindMap = BTreeMap<String, Vec<(String, String, String)>>;
@@ -466,13 +516,16 @@ fn desired(
                 (Side::Mutating, true) => "/mutate/fail",
                 (Side::Mutating, false) => "/mutate/ignore",
             };
+            // Forced to Ignore, the webhook keeps its name and path: the
+            // replicas answer both paths the same way.
+            let fail_closed = fail && !opts.selection.force_failure_policy_ignore;
             out.entry(side).or_default().push(Hook {
                 name: format!("{prefix}.gavel.svc-{suffix}"),
                 path,
-                failure_policy: if fail { "Fail" } else { "Ignore" },
+                failure_policy: if fail_closed { "Fail" } else { "Ignore" },
                 rules,
                 timeout_seconds: c.timeout.unwrap_or(opts.timeout_seconds).clamp(1, 30),
-                object_selector: None,
+                object_selector: Some(opts.selection.object_selector.clone()),
             });
         }
     }
@@ -504,17 +557,6 @@ fn client_config(target: &WebhookTarget, path: &str, ca_bundle: &str) -> Webhook
     }
 }
 
-fn namespace_selector(excluded: &[String]) -> LabelSelector {
-    LabelSelector {
-        match_expressions: Some(vec![LabelSelectorRequirement {
-            key: "kubernetes.io/metadata.name".into(),
-            operator: "NotIn".into(),
-            values: Some(excluded.to_vec()),
-        }]),
-        match_labels: None,
-    }
-}
-
 fn validating(hook: Hook, opts: &WebhookOptions, ca_bundle: &str) -> ValidatingWebhook {
     ValidatingWebhook {
         name: hook.name,
@@ -525,7 +567,7 @@ fn validating(hook: Hook, opts: &WebhookOptions, ca_bundle: &str) -> ValidatingW
         side_effects: "None".into(),
         admission_review_versions: vec!["v1".into()],
         timeout_seconds: Some(hook.timeout_seconds),
-        namespace_selector: Some(namespace_selector(&opts.excluded_namespaces)),
+        namespace_selector: Some(opts.selection.namespace_selector.clone()),
         object_selector: Some(hook.object_selector.unwrap_or_default()),
         match_conditions: None,
     }
@@ -541,8 +583,8 @@ fn mutating(hook: Hook, opts: &WebhookOptions, ca_bundle: &str) -> MutatingWebho
         side_effects: "NoneOnDryRun".into(),
         admission_review_versions: vec!["v1".into()],
         timeout_seconds: Some(hook.timeout_seconds),
-        namespace_selector: Some(namespace_selector(&opts.excluded_namespaces)),
-        object_selector: Some(LabelSelector::default()),
+        namespace_selector: Some(opts.selection.namespace_selector.clone()),
+        object_selector: Some(hook.object_selector.unwrap_or_default()),
         reinvocation_policy: Some("IfNeeded".into()),
         match_conditions: None,
     }
@@ -590,37 +632,29 @@ impl Configuration for MutatingWebhookConfiguration {
     }
 }
 
-/// The owner reference to the ClusterRole `name`: Ok(None) when it does
-/// not exist.
-async fn owner(client: &Client, name: &str) -> Result<Option<Vec<OwnerReference>>, kube::Error> {
-    let role = Api::<ClusterRole>::all(client.clone())
-        .get_opt(name)
-        .await?;
-    Ok(role.and_then(|role| {
-        Some(vec![OwnerReference {
-            api_version: "rbac.authorization.k8s.io/v1".into(),
-            kind: "ClusterRole".into(),
-            name: name.into(),
-            uid: role.metadata.uid?,
-            ..Default::default()
-        }])
-    }))
-}
-
-/// Makes configuration `name` hold `hooks` (and `owners`, when given);
-/// Ok(true) when it wrote.
+/// Makes configuration `name` hold `hooks`, the labels and annotations of
+/// `selection` (others' are kept) and `owners`, when given; Ok(true) when
+/// it wrote.
 async fn reconcile<C: Configuration>(
     api: &Api<C>,
     name: &str,
     hooks: Vec<C::Webhook>,
     owners: Option<&[OwnerReference]>,
+    selection: &WebhookSelection,
 ) -> Result<bool, kube::Error> {
-    let labels = BTreeMap::from([(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string())]);
+    let mut labels = selection.labels.clone();
+    labels.insert(MANAGED_BY.0.to_string(), MANAGED_BY.1.to_string());
+    let annotations = &selection.annotations;
+    let holds = |have: &Option<BTreeMap<String, String>>, want: &BTreeMap<String, String>| {
+        want.iter()
+            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
+    };
     let result = match api.get_opt(name).await? {
         None => {
             let mut config = C::named(ObjectMeta {
                 name: Some(name.into()),
                 labels: Some(labels),
+                annotations: (!annotations.is_empty()).then(|| annotations.clone()),
                 owner_references: owners.map(<[_]>::to_vec),
                 ..Default::default()
             });
@@ -628,16 +662,13 @@ async fn reconcile<C: Configuration>(
             api.create(&PostParams::default(), &config).await
         }
         Some(mut existing) => {
-            let has_label = existing
-                .meta()
-                .labels
-                .as_ref()
-                .is_some_and(|l| l.get(MANAGED_BY.0).map(String::as_str) == Some(MANAGED_BY.1));
+            let marked = holds(&existing.meta().labels, &labels)
+                && holds(&existing.meta().annotations, annotations);
             // The API drops an empty list: none and empty are the same.
             let same = existing.webhooks().as_deref().unwrap_or_default() == hooks.as_slice();
             let owned =
                 owners.is_none_or(|o| existing.meta().owner_references.as_deref() == Some(o));
-            if same && has_label && owned {
+            if same && marked && owned {
                 return Ok(false);
             }
             *existing.webhooks() = Some(hooks);
@@ -649,6 +680,13 @@ async fn reconcile<C: Configuration>(
                 .labels
                 .get_or_insert_with(Default::default)
                 .extend(labels);
+            if !annotations.is_empty() {
+                existing
+                    .meta_mut()
+                    .annotations
+                    .get_or_insert_with(Default::default)
+                    .extend(annotations.clone());
+            }
             api.replace(name, &PostParams::default(), &existing).await
         }
     };
@@ -697,7 +735,7 @@ pub async fn run(
         // The owner's uid is read each round: a reinstalled chart has a new one.
         let owners = match &opts.owner_cluster_role {
             None => Ok(None),
-            Some(name) => match owner(&client, name).await {
+            Some(name) => match super::owner::cluster_role(&client, name).await {
                 Ok(Some(owners)) => Ok(Some(owners)),
                 Ok(None) => Err(format!("ClusterRole {name} (the owner) does not exist")),
                 Err(e) => Err(format!("reading ClusterRole {name} (the owner): {e}")),
@@ -727,7 +765,14 @@ pub async fn run(
             for (name, written) in [
                 (
                     &opts.validating_name,
-                    reconcile(&validating_api, &opts.validating_name, v, owners.as_deref()).await,
+                    reconcile(
+                        &validating_api,
+                        &opts.validating_name,
+                        v,
+                        owners.as_deref(),
+                        &opts.selection,
+                    )
+                    .await,
                 ),
                 (
                     &opts.policy_validating_name,
@@ -736,12 +781,20 @@ pub async fn run(
                         &opts.policy_validating_name,
                         p,
                         owners.as_deref(),
+                        &opts.selection,
                     )
                     .await,
                 ),
                 (
                     &opts.mutating_name,
-                    reconcile(&mutating_api, &opts.mutating_name, m, owners.as_deref()).await,
+                    reconcile(
+                        &mutating_api,
+                        &opts.mutating_name,
+                        m,
+                        owners.as_deref(),
+                        &opts.selection,
+                    )
+                    .await,
                 ),
             ] {
                 match written {
@@ -790,7 +843,7 @@ mod tests {
             ca_bundle: watch::channel(String::new()).1,
             timeout_seconds: 10,
             owner_cluster_role: None,
-            excluded_namespaces: Vec::new(),
+            selection: WebhookSelection::default(),
             resync: Duration::from_secs(60),
         }
     }
@@ -904,6 +957,88 @@ spec:
         assert_eq!(
             ttl.match_expressions.as_ref().unwrap()[0].key,
             "cleanup.kyverno.io/ttl"
+        );
+    }
+
+    /// The chart's config.webhooks: the namespace selector keeps the user's
+    /// expressions and adds gavel's namespace to their NotIn (or adds one);
+    /// the object selector goes on the webhooks of policies, the TTL check
+    /// keeps its own; forced Ignore turns every Fail webhook to Ignore.
+    #[test]
+    fn selection_reaches_every_webhook() {
+        let user: LabelSelector = serde_json::from_value(serde_json::json!({
+            "matchLabels": {"team": "a"},
+            "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system"]}]
+        }))
+        .unwrap();
+        let merged = WebhookSelection::excluding(user, &["gavel".into(), "kube-system".into()]);
+        assert_eq!(
+            serde_json::to_value(&merged).unwrap(),
+            serde_json::json!({
+                "matchLabels": {"team": "a"},
+                "matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", "gavel"]}]
+            })
+        );
+        let added = WebhookSelection::excluding(LabelSelector::default(), &["gavel".into()]);
+        assert_eq!(
+            serde_json::to_value(&added).unwrap(),
+            serde_json::json!({"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["gavel"]}]})
+        );
+
+        let set = crate::admission::policies::load_text(
+            "p.yaml",
+            "apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: r
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+",
+        )
+        .unwrap();
+        let snapshot = Snapshot::new(set, 1);
+        let mut opts = options();
+        opts.selection.namespace_selector = merged.clone();
+        opts.selection.object_selector = serde_json::from_value(
+            serde_json::json!({"matchExpressions": [{"key": "skip", "operator": "DoesNotExist"}]}),
+        )
+        .unwrap();
+        let kinds = KindMap::from([(
+            "Pod".to_string(),
+            vec![(String::new(), "v1".to_string(), "pods".to_string())],
+        )]);
+        let hooks = desired(&snapshot, &kinds, &opts);
+        let hook = &hooks[&Side::Validating][0];
+        assert_eq!(hook.failure_policy, "Fail");
+        let api = validating(
+            desired(&snapshot, &kinds, &opts)
+                .remove(&Side::Validating)
+                .unwrap()
+                .remove(0),
+            &opts,
+            "ca",
+        );
+        assert_eq!(api.namespace_selector.as_ref(), Some(&merged));
+        assert_eq!(
+            api.object_selector.as_ref(),
+            Some(&opts.selection.object_selector)
+        );
+        let ttl = validating(policy_hooks(&opts).remove(1), &opts, "ca");
+        assert_eq!(
+            ttl.object_selector.unwrap().match_expressions.unwrap()[0].key,
+            crate::policy::cleanup::TTL_LABEL
+        );
+        assert_eq!(ttl.namespace_selector.as_ref(), Some(&merged));
+
+        opts.selection.force_failure_policy_ignore = true;
+        let hooks = desired(&snapshot, &kinds, &opts);
+        let hook = &hooks[&Side::Validating][0];
+        assert_eq!(
+            (hook.failure_policy, hook.path),
+            ("Ignore", "/validate/fail")
         );
     }
 

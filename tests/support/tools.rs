@@ -2,18 +2,19 @@
 //! --release` works on a fresh machine of the project's kind (Rust, Go,
 //! Python with pip, curl and openssl; nothing installed by hand).
 //!
-//! - [`python`]: a Python with the Kubernetes schemas (kubernetes-validate),
-//!   the Helm engine (helm-python-sdk) and PyYAML: the system's when it has
-//!   them, else a virtualenv in the target directory, filled from PyPI once.
+//! - [`python`]: a Python with the Kubernetes schemas (kubernetes-validate,
+//!   and jsonschema with it) and PyYAML: the system's when it has them, else
+//!   a virtualenv in the target directory, filled from PyPI once.
 //! - [`kubectl`]: the one on PATH, else the one `e2e/cluster.sh build` builds
 //!   from Go modules at the pinned Kubernetes version (cached outside the repo).
+//! - [`helm`]: the Helm CLI `e2e/cluster.sh build` builds from its module.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-const PYTHON_PACKAGES: [&str; 3] = ["kubernetes-validate", "helm-python-sdk", "pyyaml"];
-const PYTHON_IMPORTS: &str = "import kubernetes_validate, helm_python, yaml";
+const PYTHON_PACKAGES: [&str; 2] = ["kubernetes-validate", "pyyaml"];
+const PYTHON_IMPORTS: &str = "import kubernetes_validate, jsonschema, yaml";
 
 fn imports_ok(python: &Path) -> bool {
     Command::new(python)
@@ -75,6 +76,17 @@ pub fn kubectl() -> PathBuf {
             super::cluster::RealCluster::bin("kubectl")
         })
         .clone()
+}
+
+/// The Helm CLI of `e2e/cluster.sh build` (with the rest of its parts:
+/// prometheus-operator's CRDs for the chart check among them).
+pub fn helm() -> PathBuf {
+    static HELM: OnceLock<PathBuf> = OnceLock::new();
+    HELM.get_or_init(|| {
+        run(Command::new(super::cluster::repo().join("e2e/cluster.sh")).arg("build"));
+        super::cluster::RealCluster::bin("helm")
+    })
+    .clone()
 }
 
 fn run(command: &mut Command) {
