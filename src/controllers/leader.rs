@@ -79,6 +79,9 @@ struct Elector {
     observed: Option<Observed>,
     /// When this replica last renewed successfully, while leading.
     renewed: Option<Instant>,
+    /// The owner was found missing, and that was logged (once, not every
+    /// round).
+    owner_missing: bool,
 }
 
 /// Starts an election for `name`; the receiver says whether this replica
@@ -98,6 +101,7 @@ pub fn elect(
         opts,
         observed: None,
         renewed: None,
+        owner_missing: false,
     };
     tokio::spawn(elector.run(tx, stopping));
     rx
@@ -207,8 +211,20 @@ impl Elector {
             let owner_references = match &self.opts.owner_cluster_role {
                 None => None,
                 Some(role) => match super::owner::cluster_role(&self.client, role).await? {
-                    Some(owners) => Some(owners),
-                    None => return Ok(false),
+                    Some(owners) => {
+                        self.owner_missing = false;
+                        Some(owners)
+                    }
+                    None => {
+                        if !std::mem::replace(&mut self.owner_missing, true) {
+                            tracing::warn!(
+                                lease = self.name,
+                                role,
+                                "ClusterRole (the owner) missing: the Lease is not created"
+                            );
+                        }
+                        return Ok(false);
+                    }
                 },
             };
             let lease = Lease {
