@@ -683,9 +683,10 @@ fn webhook_config_restored() {
                 "resources": ["deployments"], "scope": "*"}]),
         "Pods plus the autogen controllers the test server serves"
     );
+    // The default selector's kube-system, and gavel's own namespace added.
     assert_eq!(
         hook["namespaceSelector"]["matchExpressions"][0]["values"],
-        json!(["gavel", "kube-system"])
+        json!(["kube-system", "gavel"])
     );
 
     // Deleted: re-created. Edited: put back.
