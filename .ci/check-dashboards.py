@@ -32,20 +32,8 @@ PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", 
 KYVERNO_NOT_EXPORTED = {
     "kyverno_policy_changes_total":
         "policy changes are counted as snapshot generations (gavel_policy_snapshot_generation)",
-    "kyverno_validating_policy_results_total":
-        "ValidatingPolicy results are in kyverno_policy_results_total",
-    "kyverno_validating_policy_execution_duration_seconds_count":
-        "ValidatingPolicy timings are in kyverno_policy_execution_duration_seconds",
-    "kyverno_validating_policy_execution_duration_seconds_sum":
-        "ValidatingPolicy timings are in kyverno_policy_execution_duration_seconds",
-    "kyverno_mutating_policy_results_total":
-        "MutatingPolicy results are not yet counted per rule",
-    "kyverno_mutating_policy_execution_duration_seconds_count":
-        "MutatingPolicy timings are not yet recorded",
-    "kyverno_mutating_policy_execution_duration_seconds_sum":
-        "MutatingPolicy timings are not yet recorded",
     "kyverno_generating_policy_results_total":
-        "GeneratingPolicy results are not yet counted per rule",
+        "GeneratingPolicy runs in the background controller, which does not count them per policy yet",
     "kyverno_generating_policy_execution_duration_seconds_count":
         "GeneratingPolicy timings are not yet recorded",
     "kyverno_generating_policy_execution_duration_seconds_sum":

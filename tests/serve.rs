@@ -366,25 +366,42 @@ spec:
     let (_, body) = server.post("/validate/ignore", &violating);
     assert_eq!(response(&body)["allowed"], true, "{body}");
 
-    // Their results are counted under Kyverno's metric, one rule each
-    // named after the policy.
+    // Their results are counted under Kyverno's metric of each kind, per
+    // policy, with Kyverno's labels; not among the classic rules'.
     let vpol = [
         "policy_name=\"no-host-network\"",
-        "rule_name=\"no-host-network\"",
-        "policy_type=\"cluster\"",
         "policy_validation_mode=\"enforce\"",
-        "rule_type=\"validate\"",
+        "resource_kind=\"Pod\"",
+        "execution_cause=\"admission_request\"",
     ];
-    for result in ["rule_result=\"fail\"", "rule_result=\"pass\""] {
+    for result in ["result=\"fail\"", "result=\"pass\""] {
         let series = [&vpol[..], &[result]].concat();
-        assert_eq!(server.series("kyverno_policy_results_total", &series), 1.0);
+        assert_eq!(
+            server.series("kyverno_validating_policy_results_total", &series),
+            1.0
+        );
     }
-    let mpol = [
-        "policy_name=\"always-pull\"",
-        "rule_type=\"mutate\"",
-        "rule_result=\"pass\"",
-    ];
-    assert_eq!(server.series("kyverno_policy_results_total", &mpol), 1.0);
+    let timed = [&vpol[..], &["result=\"fail\""]].concat();
+    assert_eq!(
+        server.series(
+            "kyverno_validating_policy_execution_duration_seconds_count",
+            &timed
+        ),
+        1.0
+    );
+    let mpol = ["policy_name=\"always-pull\"", "result=\"pass\""];
+    assert_eq!(
+        server.series("kyverno_mutating_policy_results_total", &mpol),
+        1.0
+    );
+    assert_eq!(
+        server.series(
+            "kyverno_policy_results_total",
+            &["policy_name=\"no-host-network\""]
+        ),
+        -1.0,
+        "no series of the classic family"
+    );
 }
 
 /// SIGTERM during load loses nothing: while Kubernetes removes the

@@ -52,6 +52,8 @@ type ByOperation = [Option<Arc<[RuleCell]>>; OPERATIONS.len()];
 /// The label values that describe one rule of one policy.
 #[derive(Debug, Clone)]
 struct RuleLabels {
+    /// Which of Kyverno's metric families count the rule (see [`KINDS`]).
+    kind: PolicyKind,
     rule_type: &'static str,
     validation_mode: &'static str,
     policy_type: &'static str,
@@ -67,6 +69,7 @@ impl RuleLabels {
             .rules
             .iter()
             .map(|rule| RuleLabels {
+                kind: PolicyKind::Classic,
                 rule_type: match &rule.body {
                     RuleBody::Validate(_) => "validate",
                     RuleBody::Mutate(_) => "mutate",
@@ -87,8 +90,14 @@ impl RuleLabels {
     }
 
     /// A CEL policy reports as one rule named after the policy.
-    fn of_cel(scope: &CelScope, rule_type: &'static str, enforce: bool) -> RuleLabels {
+    fn of_cel(
+        kind: PolicyKind,
+        scope: &CelScope,
+        rule_type: &'static str,
+        enforce: bool,
+    ) -> RuleLabels {
         RuleLabels {
+            kind,
             rule_type,
             validation_mode: if enforce { "enforce" } else { "audit" },
             policy_type: if scope.namespace.is_some() {
@@ -162,11 +171,17 @@ impl RuleTable {
         }
         for p in validating {
             offsets.push(labels.len());
-            labels.push(RuleLabels::of_cel(&p.scope, "validate", p.deny));
+            labels.push(RuleLabels::of_cel(
+                PolicyKind::Validating,
+                &p.scope,
+                "validate",
+                p.deny,
+            ));
         }
         for p in mutating {
             offsets.push(labels.len());
             labels.push(RuleLabels::of_cel(
+                PolicyKind::Mutating,
                 &p.scope,
                 "mutate",
                 !p.scope.failure_policy_ignore,
@@ -256,8 +271,19 @@ struct Totals {
     buckets: [u64; BUCKETS.len() + 1],
 }
 
+/// The policy kinds Kyverno counts in metric families of their own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum PolicyKind {
+    /// ClusterPolicy and Policy: `kyverno_policy_results`, per rule.
+    Classic,
+    /// ValidatingPolicy: `kyverno_validating_policy_results`, per policy.
+    Validating,
+    /// MutatingPolicy: `kyverno_mutating_policy_results`, per policy.
+    Mutating,
+}
+
 /// policy type, name, namespace, validation mode, background, rule,
-/// kind, namespace, operation, result, rule type.
+/// kind, namespace, operation, result, rule type, policy kind.
 type SeriesKey = (
     &'static str,
     String,
@@ -270,6 +296,7 @@ type SeriesKey = (
     String,
     &'static str,
     &'static str,
+    PolicyKind,
 );
 
 /// The collector of the per-rule metrics across snapshots: counters never
@@ -322,6 +349,7 @@ impl RuleMetrics {
                         operation.to_string(),
                         RESULTS[r],
                         labels.rule_type,
+                        labels.kind,
                     );
                     let t = totals.entry(series).or_default();
                     t.count += result.count.load(Ordering::Relaxed);
@@ -358,8 +386,8 @@ impl RuleMetrics {
 impl prometheus_client::collector::Collector for RuleMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let totals = self.totals();
-        let labels_of = |k: &SeriesKey| -> [(&'static str, String); 12] {
-            [
+        let classic = |k: &SeriesKey| -> Vec<(&'static str, String)> {
+            vec![
                 ("policy_validation_mode", k.3.to_string()),
                 ("policy_type", k.0.to_string()),
                 ("policy_background_mode", k.4.to_string()),
@@ -374,27 +402,70 @@ impl prometheus_client::collector::Collector for RuleMetrics {
                 ("rule_execution_cause", "admission_request".to_string()),
             ]
         };
-        {
-            let mut family = encoder.encode_descriptor(
+        // kyverno-compat: Kyverno's per-kind families of CEL policies
+        // (pkg/metrics/vpol.go, mpol.go) name the policy, not a rule, and
+        // label the result `result` and the cause `execution_cause`.
+        let cel = |k: &SeriesKey| -> Vec<(&'static str, String)> {
+            vec![
+                ("policy_validation_mode", k.3.to_string()),
+                ("policy_background_mode", k.4.to_string()),
+                ("policy_name", k.1.clone()),
+                ("policy_namespace", k.2.clone()),
+                ("resource_kind", k.6.clone()),
+                ("resource_namespace", k.7.clone()),
+                ("resource_request_operation", k.8.clone()),
+                ("execution_cause", "admission_request".to_string()),
+                ("result", k.9.to_string()),
+            ]
+        };
+        for (kind, results, durations, what, labels) in [
+            (
+                PolicyKind::Classic,
                 "kyverno_policy_results",
-                "Rule results of admission requests",
-                None,
-                MetricType::Counter,
-            )?;
-            for (key, t) in &totals {
-                let labels = labels_of(key);
-                ConstCounter::new(t.count).encode(family.encode_family(&labels.as_slice())?)?;
-            }
-        }
-        {
-            let mut family = encoder.encode_descriptor(
                 "kyverno_policy_execution_duration_seconds",
-                "Time to evaluate a rule on an admission request",
+                "a rule of a ClusterPolicy or Policy",
+                &classic as &dyn Fn(&SeriesKey) -> Vec<(&'static str, String)>,
+            ),
+            (
+                PolicyKind::Validating,
+                "kyverno_validating_policy_results",
+                "kyverno_validating_policy_execution_duration_seconds",
+                "a ValidatingPolicy",
+                &cel,
+            ),
+            (
+                PolicyKind::Mutating,
+                "kyverno_mutating_policy_results",
+                "kyverno_mutating_policy_execution_duration_seconds",
+                "a MutatingPolicy",
+                &cel,
+            ),
+        ] {
+            let rows: Vec<(Vec<(&'static str, String)>, &Totals)> = totals
+                .iter()
+                .filter(|(k, _)| k.11 == kind)
+                .map(|(k, t)| (labels(k), t))
+                .collect();
+            // Declared even with no series yet, so that a dashboard's query
+            // finds the family it reads.
+            {
+                let mut family = encoder.encode_descriptor(
+                    results,
+                    &format!("Results of {what} on admission requests"),
+                    None,
+                    MetricType::Counter,
+                )?;
+                for (labels, t) in &rows {
+                    ConstCounter::new(t.count).encode(family.encode_family(&labels.as_slice())?)?;
+                }
+            }
+            let mut family = encoder.encode_descriptor(
+                durations,
+                &format!("Time to evaluate {what} on an admission request"),
                 None,
                 MetricType::Histogram,
             )?;
-            for (key, t) in &totals {
-                let labels = labels_of(key);
+            for (labels, t) in &rows {
                 // Per-bucket counts: the encoder makes them cumulative.
                 let buckets: Vec<(f64, u64)> = BUCKETS
                     .iter()
