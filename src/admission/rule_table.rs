@@ -52,7 +52,7 @@ type ByOperation = [Option<Arc<[RuleCell]>>; OPERATIONS.len()];
 /// The label values that describe one rule of one policy.
 #[derive(Debug, Clone)]
 struct RuleLabels {
-    /// Which of Kyverno's metric families count the rule (see [`KINDS`]).
+    /// Which of Kyverno's metric families count the rule.
     kind: PolicyKind,
     rule_type: &'static str,
     validation_mode: &'static str,
