@@ -92,11 +92,16 @@ build_kube() {
 # The kwok controller with the stages kwokctl runs by default ("fast": nodes
 # ready at once with Lease heartbeats, Pods running at once), taken from the
 # same module: without stages the controller refuses to start.
+# The directory of a Go module as downloaded into the module cache.
+module_dir() {
+  (cd "$cache" && go mod download -json "$1") | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p'
+}
+
 build_kwok() {
   # Called where `set -e` does not apply: each step checks.
   GOBIN="$bin" go install -ldflags "-s -w" "sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION" || return 1
   local src
-  src="$(cd "$cache" && go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  src="$(module_dir "sigs.k8s.io/kwok@$KWOK_VERSION")"
   rm -rf "$cache/kwok-stages"
   mkdir -p "$cache/kwok-stages"
   local stage
@@ -111,8 +116,7 @@ build_kwok() {
 # its module), for the chart's optional ServiceMonitor.
 fetch_monitoring_crds() {
   local src
-  src="$(cd "$cache" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" \
-    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  src="$(module_dir "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION")"
   [ -f "$src/example/prometheus-operator-crd/monitoring.coreos.com_servicemonitors.yaml" ] || return 1
   rm -rf "$cache/monitoring-crds"
   mkdir -p "$cache/monitoring-crds"
@@ -124,8 +128,7 @@ fetch_monitoring_crds() {
 # tests/e2e.rs reads its queries against gavel's metrics.
 fetch_kyverno_dashboards() {
   local src
-  src="$(cd "$cache" && go mod download -json "github.com/kyverno/kyverno@$KYVERNO_VERSION" \
-    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  src="$(module_dir "github.com/kyverno/kyverno@$KYVERNO_VERSION")"
   [ -d "$src/charts/kyverno/charts/grafana/dashboard" ] || return 1
   rm -rf "$cache/kyverno-dashboards"
   mkdir -p "$cache/kyverno-dashboards"
@@ -148,8 +151,7 @@ build_helm() {
 # file per CRD, for `kubectl apply --server-side`.
 fetch_kyverno_crds() {
   local src
-  src="$(cd "$cache" && go mod download -json "github.com/kyverno/kyverno@$KYVERNO_VERSION" \
-    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  src="$(module_dir "github.com/kyverno/kyverno@$KYVERNO_VERSION")"
   [ -d "$src/config/crds" ] || die "no config/crds in github.com/kyverno/kyverno@$KYVERNO_VERSION ($src)"
   rm -rf "$cache/kyverno-crds"
   mkdir -p "$cache/kyverno-crds"
@@ -159,8 +161,7 @@ fetch_kyverno_crds() {
   local reports_version reports_src
   reports_version="$(sed -n 's/^\tgithub.com\/openreports\/reports-api \(v[^ ]*\).*/\1/p' "$src/go.mod")"
   [ -n "$reports_version" ] || die "no github.com/openreports/reports-api in $src/go.mod"
-  reports_src="$(cd "$cache" && go mod download -json "github.com/openreports/reports-api@$reports_version" \
-    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  reports_src="$(module_dir "github.com/openreports/reports-api@$reports_version")"
   [ -d "$reports_src/config/crd" ] || die "no config/crd in github.com/openreports/reports-api@$reports_version"
   find "$reports_src/config/crd" -name 'openreports.io_*.yaml' -exec cp {} "$cache/kyverno-crds/" \; || return 1
   chmod -R u+w "$cache/kyverno-crds"
@@ -172,8 +173,7 @@ fetch_kyverno_crds() {
 # apply exactly as in its release build, with nothing to repeat or drift.
 build_kyverno() {
   local src
-  src="$(cd "$cache" && go mod download -json "github.com/kyverno/kyverno@$KYVERNO_VERSION" \
-    | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+  src="$(module_dir "github.com/kyverno/kyverno@$KYVERNO_VERSION")"
   [ -f "$src/go.mod" ] || return 1
   (cd "$src" && go build -buildvcs=false \
     -ldflags "-s -w -X github.com/kyverno/kyverno/pkg/version.BuildVersion=$KYVERNO_VERSION" \

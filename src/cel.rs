@@ -310,10 +310,8 @@ impl<'a> Activation<'a> {
             if let Some(values) = at.request_values {
                 return values.value_of(plan);
             }
-            if REQUEST_WIDE_NAMES
-                .iter()
-                .any(|n| direct::known_root(n).is_some_and(|i| at.known[i].is_some()))
-            {
+            // REQUEST_WIDE_NAMES, by their slots.
+            if at.known[direct::OBJECT].is_some() || at.known[direct::OLD_OBJECT].is_some() {
                 return None;
             }
             at = at.parent?;

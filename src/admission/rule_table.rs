@@ -386,37 +386,39 @@ impl RuleMetrics {
 impl prometheus_client::collector::Collector for RuleMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let totals = self.totals();
-        let classic = |k: &SeriesKey| -> Vec<(&'static str, String)> {
+        // The labels of the policy and the request, in both kinds of family.
+        let common = |k: &SeriesKey| -> Vec<(&'static str, String)> {
             vec![
                 ("policy_validation_mode", k.3.to_string()),
-                ("policy_type", k.0.to_string()),
                 ("policy_background_mode", k.4.to_string()),
                 ("policy_name", k.1.clone()),
                 ("policy_namespace", k.2.clone()),
                 ("resource_kind", k.6.clone()),
                 ("resource_namespace", k.7.clone()),
                 ("resource_request_operation", k.8.clone()),
+            ]
+        };
+        let classic = |k: &SeriesKey| -> Vec<(&'static str, String)> {
+            let mut labels = common(k);
+            labels.extend([
+                ("policy_type", k.0.to_string()),
                 ("rule_name", k.5.clone()),
                 ("rule_result", k.9.to_string()),
                 ("rule_type", k.10.to_string()),
                 ("rule_execution_cause", "admission_request".to_string()),
-            ]
+            ]);
+            labels
         };
         // kyverno-compat: Kyverno's per-kind families of CEL policies
         // (pkg/metrics/vpol.go, mpol.go) name the policy, not a rule, and
         // label the result `result` and the cause `execution_cause`.
         let cel = |k: &SeriesKey| -> Vec<(&'static str, String)> {
-            vec![
-                ("policy_validation_mode", k.3.to_string()),
-                ("policy_background_mode", k.4.to_string()),
-                ("policy_name", k.1.clone()),
-                ("policy_namespace", k.2.clone()),
-                ("resource_kind", k.6.clone()),
-                ("resource_namespace", k.7.clone()),
-                ("resource_request_operation", k.8.clone()),
+            let mut labels = common(k);
+            labels.extend([
                 ("execution_cause", "admission_request".to_string()),
                 ("result", k.9.to_string()),
-            ]
+            ]);
+            labels
         };
         for (kind, results, durations, what, labels) in [
             (

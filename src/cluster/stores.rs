@@ -75,33 +75,43 @@ pub struct StoreActivity {
     pub last_event: Family<StoreLabel, Gauge<f64, AtomicU64>>,
 }
 
-impl StoreActivity {
-    /// The store's counters at zero from its start: a failure counter
-    /// that appears only on the first failure reads as "not exported" to
-    /// a dashboard, and `rate()` needs the zero.
-    fn start(&self, store: &str) {
-        let label = StoreLabel {
-            store: store.to_string(),
-        };
-        let _ = self.events.get_or_create(&label);
-        let _ = self.errors.get_or_create(&label);
-    }
+/// One store's series, resolved once when its watch starts (no label
+/// allocation or family lookup per event). The counters exist at zero
+/// from then on: a failure counter that appeared only on the first failure
+/// would read as "not exported" to a dashboard, and `rate()` needs the zero.
+#[derive(Debug, Clone)]
+struct StoreWatch {
+    events: Counter,
+    errors: Counter,
+    last_event: Gauge<f64, AtomicU64>,
+}
 
-    fn observe<T>(&self, store: &str, event: &Result<T, watcher::Error>) {
-        let label = StoreLabel {
-            store: store.to_string(),
-        };
+impl StoreWatch {
+    fn observe<T>(&self, event: &Result<T, watcher::Error>) {
         match event {
             Ok(_) => {
-                self.events.get_or_create(&label).inc();
+                self.events.inc();
                 let now = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
                     .map_or(0.0, |d| d.as_secs_f64());
-                self.last_event.get_or_create(&label).set(now);
+                self.last_event.set(now);
             }
             Err(_) => {
-                self.errors.get_or_create(&label).inc();
+                self.errors.inc();
             }
+        }
+    }
+}
+
+impl StoreActivity {
+    fn watch(&self, store: &str) -> StoreWatch {
+        let label = StoreLabel {
+            store: store.to_string(),
+        };
+        StoreWatch {
+            events: self.events.get_or_create(&label).clone(),
+            errors: self.errors.get_or_create(&label).clone(),
+            last_event: self.last_event.get_or_create(&label).clone(),
         }
     }
 
@@ -291,15 +301,13 @@ impl Stores {
         let activity = StoreActivity::default();
         let dynamic = |ar: ApiResource| -> Store<DynamicObject> {
             let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-            let store = ar.plural.clone();
+            let seen = activity.watch(&ar.plural);
             let writer = reflector::store::Writer::new(ar);
             let reader = writer.as_reader();
             let changed = changed_tx.clone();
-            let activity = activity.clone();
-            activity.start(&store);
             let stream = relist_at_once(watcher(api, watcher::Config::default())).modify(strip);
             tokio::spawn(reflector::reflector(writer, stream).for_each(move |event| {
-                activity.observe(&store, &event);
+                seen.observe(&event);
                 match event {
                     Ok(_) => changed.send_modify(|n| *n += 1),
                     Err(e) => tracing::warn!(error = %e, "policy watch failed; retrying"),
@@ -325,7 +333,7 @@ impl Stores {
         .modify(strip);
         tokio::spawn(drive(
             "namespaces",
-            activity.clone(),
+            activity.watch("namespaces"),
             reflector::reflector(writer, stream),
         ));
 
@@ -335,10 +343,9 @@ impl Stores {
         } else {
             watcher::Config::default().labels(CACHE_LABEL)
         };
-        let seen = activity.clone();
-        seen.start("configmaps");
+        let seen = activity.watch("configmaps");
         let stream = relist_at_once(watcher(Api::<ConfigMap>::all(client.clone()), config))
-            .inspect(move |event| seen.observe("configmaps", event));
+            .inspect(move |event| seen.observe(event));
         tokio::spawn(config_maps.clone().run(stream));
 
         let (custom_kinds, writer) = reflector::store();
@@ -351,7 +358,7 @@ impl Stores {
         .modify(strip);
         tokio::spawn(drive(
             "customresourcedefinitions",
-            activity.clone(),
+            activity.watch("customresourcedefinitions"),
             reflector::reflector(writer, stream),
         ));
 
@@ -412,14 +419,13 @@ impl Stores {
     }
 }
 
-async fn drive<S, T>(what: &'static str, activity: StoreActivity, stream: S)
+async fn drive<S, T>(what: &'static str, seen: StoreWatch, stream: S)
 where
     S: futures_util::Stream<Item = Result<T, watcher::Error>>,
 {
-    activity.start(what);
     stream
         .for_each(|event| {
-            activity.observe(what, &event);
+            seen.observe(&event);
             if let Err(e) = event {
                 tracing::warn!(store = what, error = %e, "watch failed; retrying");
             }

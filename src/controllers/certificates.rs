@@ -215,6 +215,7 @@ async fn reconcile(client: &Client, api: &Api<Secret>, opts: &CertOptions) -> an
             )
         })?,
         Some(s) if keyed(s).is_some_and(|ca| !due(&ca.cert_pem, now, opts.renew_before)) => {
+            adopt(api, Some(s), owners).await?;
             keyed(s).unwrap_or_else(|| unreachable!("checked above"))
         }
         existing => {
@@ -268,7 +269,6 @@ async fn reconcile(client: &Client, api: &Api<Secret>, opts: &CertOptions) -> an
     } else {
         adopt(api, pair_secret.as_ref(), owners).await?;
     }
-    adopt(api, ca_secret.as_ref(), owners).await?;
     Ok(())
 }
 

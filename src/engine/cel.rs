@@ -97,7 +97,11 @@ impl<'r> direct::Bindings<'r> for SharedValues<'r> {
     }
 
     fn known(&self, index: usize) -> Option<Val<'r>> {
-        self.ident(direct::KNOWN_ROOTS[index])
+        match index {
+            direct::OBJECT => Some(Val::from_json(self.object)),
+            direct::OLD_OBJECT => Some(Val::from_json(self.old_object)),
+            _ => None,
+        }
     }
 
     fn variable(&self, _: &str) -> Option<Val<'r>> {

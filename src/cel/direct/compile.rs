@@ -130,6 +130,10 @@ pub struct Comprehension {
 /// activation: a [`Node::Known`] reads its slot by index.
 pub const KNOWN_ROOTS: [&str; 3] = ["object", "oldObject", "params"];
 
+/// The slots of `object` and `oldObject` in [`KNOWN_ROOTS`].
+pub const OBJECT: usize = 0;
+pub const OLD_OBJECT: usize = 1;
+
 /// The slot of a name of [`KNOWN_ROOTS`].
 pub fn known_root(name: &str) -> Option<usize> {
     KNOWN_ROOTS.iter().position(|k| *k == name)
