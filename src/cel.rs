@@ -161,6 +161,7 @@ impl Program {
             Ok(v) => Ok(Some(v)),
             Err(direct::Fail::CostLimit) => Err(CelError::CostLimit),
             Err(direct::Fail::Interpreter) => Ok(None),
+            Err(direct::Fail::Error(message)) => Err(CelError::Eval(message.into())),
         }
     }
 
@@ -215,6 +216,9 @@ pub struct Activation<'a> {
     /// `variables.<name>`: set by a scope that binds a policy's variables;
     /// it hides the variables of outer scopes.
     variables: Option<Vec<(&'a str, Val<'a>)>>,
+    /// The variables of this scope that failed to evaluate, with their
+    /// errors: an expression that reads one reports the variable's error.
+    failed_variables: Vec<(&'a str, String)>,
     /// The interpreter's context for a root, shared by every activation
     /// made from the same request.
     cache: Option<&'a InterpreterCache>,
@@ -262,6 +266,7 @@ impl Activation<'static> {
             known: Default::default(),
             slots: Vec::new(),
             variables: None,
+            failed_variables: Vec::new(),
             cache: None,
             lazy: None,
             request_values: None,
@@ -284,6 +289,7 @@ impl<'a> Activation<'a> {
             known: Default::default(),
             slots: Vec::new(),
             variables: None,
+            failed_variables: Vec::new(),
             cache: Some(cache),
             lazy: None,
             request_values: None,
@@ -356,6 +362,24 @@ impl<'a> Activation<'a> {
         }
     }
 
+    /// Records that `variables.<name>` failed to evaluate, with `error`.
+    pub fn set_variable_failure(&mut self, name: &'a str, error: String) {
+        self.failed_variables.push((name, error));
+    }
+
+    /// (name, error) of a variable of the scope that holds the variables,
+    /// when it failed to evaluate.
+    pub fn variable_failure(&self, name: &str) -> Option<(&str, &str)> {
+        match &self.variables {
+            Some(_) => self
+                .failed_variables
+                .iter()
+                .find(|(n, _)| *n == name)
+                .map(|(n, e)| (*n, e.as_str())),
+            None => self.parent.and_then(|p| p.variable_failure(name)),
+        }
+    }
+
     /// Starts this scope's `variables` (none yet): outer ones are hidden.
     pub fn start_variables(&mut self) {
         self.variables.get_or_insert_with(Vec::new);
@@ -368,6 +392,7 @@ impl<'a> Activation<'a> {
             known: Default::default(),
             slots: Vec::new(),
             variables: None,
+            failed_variables: Vec::new(),
             cache: None,
             lazy: None,
             request_values: None,

@@ -641,10 +641,16 @@ fn anchor_element<'r>(
                         e.under_anchor(tag)
                     }
                 }),
+                // As Kyverno's anchor handlers: a global anchor whose key
+                // the resource lacks holds; a conditional one skips.
+                None if anchor == Anchor::Global => Ok(()),
                 None => Err(Box::new(PatternError {
                     kind: ErrorKind::Skip,
                     path: child_path.render(),
-                    detail: Detail::Text([tag, " key doesn't exist in the resource"].concat()),
+                    detail: Detail::Text(
+                        "conditional anchor mismatch: conditional anchor key doesn't exist in the resource"
+                            .to_string(),
+                    ),
                 })),
             }
         }

@@ -81,9 +81,16 @@ fn cel_policy_kinds_are_applied() {
     let (code, out) = apply(&dir, &pod("web", "nginx:1.27"));
     assert_eq!(code, 0, "{out}");
     assert!(out.contains("pass: 3, fail: 0"), "{out}");
-    assert!(out.contains("mutate policy team-label applied"), "{out}");
+    // Emitted as Kyverno's CLI emits them: "policy <name> applied to <resource>".
+    assert!(
+        out.contains("policy team-label applied to ns/Pod/web"),
+        "{out}"
+    );
     // The generating policy sees the mutated Pod (its label).
-    assert!(out.contains("generate policy pod-config applied"), "{out}");
+    assert!(
+        out.contains("policy pod-config applied to ns/Pod/web"),
+        "{out}"
+    );
     assert!(
         out.contains("name: web-config") && out.contains("team: a"),
         "{out}"
@@ -92,7 +99,13 @@ fn cel_policy_kinds_are_applied() {
     let (code, out) = apply(&dir, &pod("web", "nginx:latest"));
     assert_eq!(code, 1, "{out}");
     assert!(out.contains("pass: 2, fail: 1"), "{out}");
-    assert!(out.contains("no-latest: latest tag"), "{out}");
+    // Kyverno's listing: "<n> - <rule> <message>"; a ValidatingPolicy's
+    // result has no rule name.
+    assert!(
+        out.contains("policy no-latest -> resource ns/Pod/web failed:"),
+        "{out}"
+    );
+    assert!(out.contains("1 -  latest tag"), "{out}");
 
     // auditAnnotations are the report result's properties.
     let (_, out) = apply_with(&dir, &pod("web", "nginx:latest"), &["--policy-report"]);
@@ -124,17 +137,21 @@ fn parameter_resources_feed_parameterised_policies() {
     // The staging default came from the param.
     assert!(out.contains("replicas: 2"), "{out}");
 
-    // The report: validation results only (not the mutation), with the
-    // validate.cel auditAnnotations as properties, and its own summary.
+    // The report as Kyverno's CLI prints it (openreports.io ClusterReport):
+    // every rule's result, the mutation's too, with the validate.cel
+    // auditAnnotations as properties, and its own summary; no count line.
     let (_, out) = run(&["--parameter-resource", "params.yaml", "--policy-report"]);
     assert!(out.contains("registry: ghcr.io/team-a/"), "{out}");
-    assert!(!out.contains("rule: staging-replicas"), "{out}");
-    let start = out.find("apiVersion: wgpolicyk8s.io").expect("a report");
-    let report: serde_json::Value =
-        serde_saphyr::from_str(out[start..].split("\npass: ").next().unwrap()).unwrap();
+    assert!(out.contains("rule: staging-replicas"), "{out}");
+    assert!(!out.contains("\npass: "), "{out}");
+    let start = out
+        .find("apiVersion: openreports.io/v1alpha1")
+        .expect("a report");
+    let report: serde_json::Value = serde_saphyr::from_str(&out[start..]).unwrap();
+    assert_eq!(report["kind"], "ClusterReport");
     assert_eq!(
         report["summary"],
-        serde_json::json!({"pass": 3, "fail": 3, "warn": 0, "error": 1, "skip": 0})
+        serde_json::json!({"pass": 4, "fail": 3, "warn": 0, "error": 1, "skip": 0})
     );
 
     let (code, out) = run(&[]);

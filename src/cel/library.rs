@@ -195,6 +195,8 @@ pub(super) fn evaluate(
 fn describe(e: &ExecutionError) -> String {
     match e {
         ExecutionError::NoSuchKey(k) => format!("no such key: {k}"),
+        // cel-go's wording.
+        ExecutionError::NoSuchOverload => "no such overload".to_string(),
         ExecutionError::UndeclaredReference(r) => format!("undeclared reference to {r:?}"),
         ExecutionError::FunctionError { function, message } => format!("{function}: {message}"),
         other => other.to_string(),

@@ -10,13 +10,14 @@ use crate::engine::cel::{CelRequest, evaluate_generating_policy, evaluate_valida
 use crate::engine::generate::generate_policy;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
-use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, RuleType};
+use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
+use crate::matching::types::LabelSelector;
 use crate::policy::cel_policy::{
     AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
-    CompiledMutatingPolicy, CompiledValidatingPolicy, attach_exceptions_to,
+    CompiledMutatingPolicy, CompiledValidatingPolicy, MatchConstraints, attach_exceptions_to,
 };
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
-use crate::policy::{CompiledException, CompiledPolicy};
+use crate::policy::{CompiledException, CompiledPolicy, ReportMeta};
 use serde_json::{Value, json};
 
 fn policy_files(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
@@ -46,21 +47,50 @@ fn policy_files(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
 #[derive(Clone, Copy)]
 enum Source<'p> {
     Classic(&'p CompiledPolicy),
-    /// ValidatingPolicy, MutatingPolicy, GeneratingPolicy: scored, and
-    /// audit-only when a ValidatingPolicy does not deny.
-    Cel {
-        audit: bool,
-    },
+    Validating(&'p CompiledValidatingPolicy),
+    Mutating(&'p CompiledMutatingPolicy),
+    Generating(&'p CompiledGeneratingPolicy),
 }
 
 impl<'p> Source<'p> {
-    fn scored(self) -> bool {
+    fn report_meta(self) -> &'p ReportMeta {
         match self {
-            Source::Classic(p) => p.report.scored,
-            Source::Cel { .. } => true,
+            Source::Classic(p) => &p.report,
+            Source::Validating(p) => &p.report,
+            Source::Mutating(p) => &p.report,
+            Source::Generating(p) => &p.report,
         }
     }
 
+    /// The rule's name as Kyverno prints it.
+    fn rule_name<'r>(self, rule: &'r RuleResponse) -> &'r str {
+        match self {
+            Source::Classic(_) => rule.name,
+            // Kubernetes' admission policies report the policy's name.
+            Source::Validating(p) if p.scope.kind == "ValidatingAdmissionPolicy" => rule.name,
+            Source::Mutating(p) if p.admission_policy => rule.name,
+            Source::Validating(p) => cel_rule_name(rule, &p.scope.name),
+            Source::Mutating(p) => cel_rule_name(rule, &p.scope.name),
+            // Kyverno's GeneratingPolicy engine names its result after
+            // the policy.
+            Source::Generating(_) => rule.name,
+        }
+    }
+
+    /// (namespace, name) of a namespaced policy, whose results Kyverno
+    /// prints in a PolicyReport of their own.
+    fn namespace(self) -> Option<(String, String)> {
+        let (namespace, name) = match self {
+            Source::Classic(p) => (p.namespace.as_ref(), &p.name),
+            Source::Validating(p) => (p.scope.namespace.as_ref(), &p.scope.name),
+            Source::Mutating(p) => (p.scope.namespace.as_ref(), &p.scope.name),
+            Source::Generating(p) => (p.scope.namespace.as_ref(), &p.scope.name),
+        };
+        namespace.map(|ns| (ns.clone(), name.clone()))
+    }
+
+    /// Audit-only: a classic rule whose failure action is Audit, a
+    /// ValidatingPolicy that does not deny.
     fn is_audit(self, rule: &str) -> bool {
         match self {
             Source::Classic(p) => p
@@ -68,16 +98,137 @@ impl<'p> Source<'p> {
                 .iter()
                 .find(|cr| cr.name == rule)
                 .is_some_and(|cr| cr.is_audit()),
-            Source::Cel { audit } => audit,
+            Source::Validating(p) => !p.deny,
+            Source::Mutating(_) | Source::Generating(_) => false,
         }
     }
 
-    fn annotation(self, key: &str) -> Option<&'p str> {
-        match self {
-            Source::Classic(p) => p.annotations.get(key).map(String::as_str),
-            Source::Cel { .. } => None,
+    /// The report result of one rule, as Kyverno's CLI writes it
+    /// (`ToPolicyReportResult` of v1.19): its `source` per policy kind, the
+    /// policy as `namespace/name` when namespaced, no rule name for the CEL
+    /// kinds (their responses are unnamed), `process` from the policy's
+    /// background and admission settings, the policy's annotations.
+    fn report_result(self, rule: &RuleResponse, status: RuleStatus, resource: &Value) -> Value {
+        let (source, policy, process) = match self {
+            Source::Classic(p) => (
+                "kyverno",
+                p.qualified_name(),
+                process(p.background, p.admission),
+            ),
+            Source::Validating(p) => (
+                match p.scope.kind.as_str() {
+                    "ValidatingAdmissionPolicy" => "ValidatingAdmissionPolicy",
+                    _ => "KyvernoValidatingPolicy",
+                },
+                p.key.as_str(),
+                process(p.background, p.admission),
+            ),
+            Source::Mutating(p) => (
+                if p.admission_policy {
+                    "MutatingAdmissionPolicy"
+                } else {
+                    "KyvernoMutatingPolicy"
+                },
+                p.key.as_str(),
+                process(p.background, p.admission),
+            ),
+            Source::Generating(p) => (
+                "KyvernoGeneratingPolicy",
+                p.key.as_str(),
+                "admission review",
+            ),
+        };
+        let rule_name = self.rule_name(rule);
+        let meta = self.report_meta();
+        let mut properties: serde_json::Map<String, Value> = rule
+            .properties()
+            .iter()
+            .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+            .collect();
+        // Kyverno sets it even when empty.
+        properties.insert("process".into(), process.into());
+        let mut result = json!({
+            "policy": policy,
+            "result": status.as_str(),
+            "scored": meta.scored,
+            "source": source,
+            "properties": properties,
+            "resources": [subject(resource)],
+            "timestamp": {"nanos": 0, "seconds": now_seconds()},
+        });
+        let mut optional = |key: &str, value: &str| {
+            if !value.is_empty() {
+                result[key] = Value::String(value.to_string());
+            }
+        };
+        optional("rule", rule_name);
+        optional("message", &rule.message);
+        // Only the severities Kyverno knows (SeverityFromString).
+        if ["critical", "high", "medium", "low", "info"].contains(&meta.severity.as_str()) {
+            optional("severity", &meta.severity);
+        }
+        optional("category", &meta.category);
+        if !meta.scored {
+            result.as_object_mut().map(|r| r.remove("scored"));
+        }
+        result
+    }
+}
+
+/// Kyverno's `hasSelector` (v1.19 CLI): matchConstraints of one resource
+/// rule, without resourceNames, selectors or exclusions.
+fn simple_match(m: &MatchConstraints) -> bool {
+    let empty = |s: &Option<LabelSelector>| {
+        s.as_ref()
+            .is_none_or(|s| s.match_labels.is_empty() && s.match_expressions.is_empty())
+    };
+    empty(&m.namespace_selector)
+        && empty(&m.object_selector)
+        && m.exclude_resource_rules.is_empty()
+        && m.resource_rules.len() == 1
+        && m.resource_rules[0].resource_names.is_empty()
+}
+
+/// A CEL policy's rule as Kyverno names it: unnamed, except the named
+/// outcomes (`exception`).
+fn cel_rule_name<'r>(rule: &'r RuleResponse, policy: &str) -> &'r str {
+    if rule.name == policy { "" } else { rule.name }
+}
+
+/// Kyverno's `process` property: the background scan when the policy runs
+/// there, else admission review.
+fn process(background: bool, admission: bool) -> &'static str {
+    match (background, admission) {
+        (true, _) => "background scan",
+        (false, true) => "admission review",
+        (false, false) => "",
+    }
+}
+
+/// The ObjectReference of a report result, with the fields Kyverno fills.
+fn subject(resource: &Value) -> Value {
+    let mut subject = serde_json::Map::new();
+    for (key, pointer) in [
+        ("apiVersion", "/apiVersion"),
+        ("kind", "/kind"),
+        ("name", "/metadata/name"),
+        ("namespace", "/metadata/namespace"),
+        ("uid", "/metadata/uid"),
+        ("resourceVersion", "/metadata/resourceVersion"),
+    ] {
+        if let Some(v) = resource.pointer(pointer).and_then(Value::as_str)
+            && !v.is_empty()
+        {
+            subject.insert(key.into(), v.into());
         }
     }
+    Value::Object(subject)
+}
+
+fn now_seconds() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() as i64)
 }
 
 fn cel_error(doc: &LoadedDocument, e: CelCompileError) -> anyhow::Error {
@@ -189,8 +340,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     let operation = values.operation();
     let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
     let mut report_results = Vec::new();
-    // Mutated and generated resources, for `-o`.
-    let mut written: Vec<Value> = Vec::new();
+    let mut outputs = Outputs::new(args.output.as_deref())?;
     for original in &resources {
         let namespace = original
             .pointer("/metadata/namespace")
@@ -215,9 +365,10 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             };
             let outcome = mutate_policy(policy, &req, &ctx, &env);
             if let Some(patched) = outcome.patched {
-                print_mutated(outcome.response.policy, &resource, &patched)?;
                 resource = patched;
             }
+            // Kyverno emits every mutate policy's response, changed or not.
+            outputs.mutated(outcome.response.policy, original, &resource)?;
             responses.push((Source::Classic(policy), outcome.response));
         }
         let offline = |object: &Value| {
@@ -227,7 +378,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         // MutatingAdmissionPolicies, each on the previous output; then
         // kyverno-compat: every MutatingPolicy sees the same resource and
         // the last one that applied gives the result (as `kyverno apply`).
-        let mut printed: anyhow::Result<()> = Ok(());
+        let mut emitted: Vec<&str> = Vec::new();
         for (policies, chaining) in [
             (&admission_mutating, Chaining::Chained),
             (&mutating, Chaining::SameInput),
@@ -247,24 +398,29 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 CelRequest::owned,
                 |_, _| Visit::Evaluate,
                 |m| {
-                    if let Some(patched) = m.patched
-                        && patched != m.input
-                        && printed.is_ok()
+                    // Kyverno's CLI emits a MutatingPolicy's response even
+                    // when it did not apply, unless the policy matches in
+                    // the simple way (its `hasSelector`).
+                    let applied = !m.response.rules.is_empty();
+                    if applied
+                        || (!m.policy.admission_policy
+                            && !simple_match(&m.policy.scope.match_constraints))
                     {
-                        printed = print_mutated(m.response.policy, m.input, patched);
+                        emitted.push(m.policy.key.as_str());
                     }
-                    if !m.response.rules.is_empty() {
-                        responses.push((Source::Cel { audit: false }, m.response));
+                    if applied {
+                        responses.push((Source::Mutating(m.policy), m.response));
                     }
                 },
             );
             if let Some(req) = mutated {
                 resource = req.object;
             }
-        }
-        printed?;
-        if resource != *original {
-            written.push(resource.clone());
+            // Each response carries the phase's result, as Kyverno's
+            // (the engine's patched resource).
+            for policy in emitted.drain(..) {
+                outputs.mutated(policy, original, &resource)?;
+            }
         }
         let resource = &resource;
         let req = Request::offline(resource, &operation, Default::default(), labels);
@@ -285,7 +441,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             ));
             if policy.has_generate() {
                 let generated = generate_policy(policy, &req, &ctx, &env);
-                print_generated(&generated, resource, &mut written)?;
+                outputs.generated(&generated, resource)?;
                 responses.push((Source::Classic(policy), generated));
             }
         }
@@ -294,15 +450,14 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             for policy in &validating {
                 let response = evaluate_validating_policy(policy, &req, &input, &resolver);
                 if !response.rules.is_empty() {
-                    let audit = !policy.deny;
-                    responses.push((Source::Cel { audit }, response));
+                    responses.push((Source::Validating(policy), response));
                 }
             }
             for policy in &generating {
                 let generated = evaluate_generating_policy(policy, &req, &input, &resolver);
-                print_generated(&generated, resource, &mut written)?;
+                outputs.generated(&generated, resource)?;
                 if !generated.rules.is_empty() {
-                    responses.push((Source::Cel { audit: false }, generated));
+                    responses.push((Source::Generating(policy), generated));
                 }
             }
         }
@@ -311,7 +466,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             for r in &resp.rules {
                 let audit = policy.is_audit(r.name);
                 let mut status = r.status;
-                if status == RuleStatus::Fail && (!policy.scored() || (args.audit_warn && audit)) {
+                if status == RuleStatus::Fail
+                    && (!policy.report_meta().scored || (args.audit_warn && audit))
+                {
                     status = RuleStatus::Warn;
                 }
                 match status {
@@ -337,76 +494,39 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                         r.message
                     );
                 }
-                // The report holds validation results only, as Kyverno's.
-                if r.rule_type != RuleType::Validation {
-                    continue;
-                }
-                let mut result = json!({
-                    "policy": resp.policy,
-                    "rule": r.name,
-                    "result": status.as_str(),
-                    "message": r.message,
-                    "scored": policy.scored(),
-                    "source": "kyverno",
-                    "severity": policy.annotation("policies.kyverno.io/severity"),
-                    "category": policy.annotation("policies.kyverno.io/category"),
-                    "resources": [{
-                        "apiVersion": resource.get("apiVersion"),
-                        "kind": resource.get("kind"),
-                        "namespace": resource.pointer("/metadata/namespace"),
-                        "name": resource.pointer("/metadata/name"),
-                    }],
-                });
-                // A CEL policy's auditAnnotations.
-                if !r.properties().is_empty() {
-                    result["properties"] = r
-                        .properties()
-                        .iter()
-                        .map(|(k, v)| (k.clone(), Value::String(v.clone())))
-                        .collect::<serde_json::Map<_, _>>()
-                        .into();
-                }
-                report_results.push(result);
+                // Every rule's result, of every type, as Kyverno's CLI reports them.
+                report_results.push((
+                    policy.namespace(),
+                    policy.report_result(r, status, resource),
+                ));
             }
             if !failures.is_empty() && !args.policy_report {
+                // Kyverno lists the failed rules (not the errors) of each response.
+                let audit = args.audit_warn && failures.iter().any(|r| policy.is_audit(r.name));
                 println!(
-                    "\npolicy {} -> resource {} failed:",
+                    "policy {} -> resource {} failed{}:",
                     resp.policy,
-                    describe(resource)
+                    describe(resource),
+                    if audit { " as audit warning" } else { "" }
                 );
                 for (i, r) in failures.iter().enumerate() {
-                    println!("{}. {}: {}", i + 1, r.name, r.message);
+                    let message = if r.message.is_empty() {
+                        "validation failed"
+                    } else {
+                        &r.message
+                    };
+                    println!("{} - {} {}", i + 1, policy.rule_name(r), message);
                 }
             }
         }
     }
-    if let Some(out) = &args.output {
-        write_resources(out, &written)?;
-    }
+    outputs.write()?;
     if args.policy_report {
-        // The report's summary counts its own (validation) results.
-        let count = |what: &str| {
-            report_results
-                .iter()
-                .filter(|r| r["result"] == what)
-                .count()
-        };
-        let report = json!({
-            "apiVersion": "wgpolicyk8s.io/v1alpha2",
-            "kind": "ClusterPolicyReport",
-            "metadata": {"name": "merged"},
-            "summary": {
-                "pass": count("pass"),
-                "fail": count("fail"),
-                "warn": count("warn"),
-                "error": count("error"),
-                "skip": count("skip"),
-            },
-            "results": report_results,
-        });
-        println!("{}", serde_saphyr::to_string(&report)?);
+        print_reports(report_results)?;
+    } else {
+        println!("\npass: {pass}, fail: {fail}, warn: {warn}, error: {error}, skip: {skip} ");
     }
-    println!("\npass: {pass}, fail: {fail}, warn: {warn}, error: {error}, skip: {skip} ");
+
     Ok(if fail > 0 || error > 0 {
         1
     } else if warn > 0 {
@@ -416,75 +536,160 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     })
 }
 
-fn print_mutated(policy: &str, before: &Value, after: &Value) -> anyhow::Result<()> {
-    println!(
-        "\nmutate policy {policy} applied to {}:\n{}---",
-        describe(before),
-        serde_saphyr::to_string(after)?
-    );
-    Ok(())
-}
-
-/// Prints a generate response's downstream resources and keeps them for `-o`.
-fn print_generated(
-    generated: &PolicyResponse,
-    trigger: &Value,
-    written: &mut Vec<Value>,
-) -> anyhow::Result<()> {
-    for g in generated.rules.iter().flat_map(|r| r.resources()) {
-        println!(
-            "\ngenerate policy {} applied to {}:\n{}---",
-            generated.policy,
-            describe(trigger),
-            serde_saphyr::to_string(g)?
+/// `-p`: the results as Kyverno's CLI prints them (openreports.io): the
+/// cluster-wide policies' results merged into one ClusterReport, then a
+/// PolicyReport per namespaced policy; each policy's results together.
+fn print_reports(results: Vec<(Option<(String, String)>, Value)>) -> anyhow::Result<()> {
+    let mut clustered: Vec<Value> = Vec::new();
+    let mut namespaced: Vec<((String, String), Vec<Value>)> = Vec::new();
+    let mut policies: Vec<&str> = Vec::new();
+    for (owner, result) in &results {
+        match owner {
+            None => {
+                let policy = result["policy"].as_str().unwrap_or_default();
+                if !policies.contains(&policy) {
+                    policies.push(policy);
+                }
+            }
+            Some(key) => match namespaced.iter_mut().find(|(k, _)| k == key) {
+                Some((_, list)) => list.push(result.clone()),
+                None => namespaced.push((key.clone(), vec![result.clone()])),
+            },
+        }
+    }
+    for policy in policies {
+        clustered.extend(
+            results
+                .iter()
+                .filter(|(owner, r)| owner.is_none() && r["policy"] == policy)
+                .map(|(_, r)| r.clone()),
         );
-        written.push(g.clone());
     }
-    Ok(())
-}
-
-/// `-o`: one file per resource into a directory, else all into one file.
-fn write_resources(out: &std::path::Path, resources: &[Value]) -> anyhow::Result<()> {
-    if out.is_dir() {
-        for r in resources {
-            let field = |p: &str| r.pointer(p).and_then(Value::as_str).unwrap_or_default();
-            let name = [
-                field("/kind"),
-                field("/metadata/namespace"),
-                field("/metadata/name"),
-            ]
-            .iter()
-            .filter(|s| !s.is_empty())
-            .copied()
-            .collect::<Vec<_>>()
-            .join("-");
-            std::fs::write(
-                out.join(format!("{name}.yaml")),
-                serde_saphyr::to_string(r)?,
-            )?;
-        }
-    } else {
-        let mut text = String::new();
-        for r in resources {
-            text.push_str("---\n");
-            text.push_str(&serde_saphyr::to_string(r)?);
-        }
-        std::fs::write(out, text)?;
-    }
-    Ok(())
-}
-
-fn describe(r: &Value) -> String {
-    let s = |p: &str| {
-        r.pointer(p)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
+    let report = |kind: &str, metadata: Value, results: Vec<Value>| {
+        let count = |what: &str| results.iter().filter(|r| r["result"] == what).count();
+        json!({
+            "apiVersion": "openreports.io/v1alpha1",
+            "kind": kind,
+            "metadata": metadata,
+            "source": "",
+            "summary": {
+                "pass": count("pass"),
+                "fail": count("fail"),
+                "warn": count("warn"),
+                "error": count("error"),
+                "skip": count("skip"),
+            },
+            "results": results,
+        })
     };
-    let ns = s("/metadata/namespace");
-    if ns.is_empty() {
-        format!("{}/{}", s("/kind"), s("/metadata/name"))
-    } else {
-        format!("{ns}/{}/{}", s("/kind"), s("/metadata/name"))
+    if !clustered.is_empty() {
+        let merged = report("ClusterReport", json!({"name": "merged"}), clustered);
+        println!("{}", serde_saphyr::to_string(&merged)?);
     }
+    for ((namespace, name), list) in namespaced {
+        let metadata = json!({"name": name, "namespace": namespace});
+        println!(
+            "---\n{}",
+            serde_saphyr::to_string(&report("PolicyReport", metadata, list))?
+        );
+    }
+    Ok(())
+}
+
+/// Mutated and generated resources as `kyverno apply` emits them: each
+/// mutate policy's response (the resource after it, changed or not) and
+/// each generated resource. Printed without `-o`; with `-o` a path ending
+/// in .yaml/.yml is one file holding them all, any other path a directory
+/// of `<resource>-mutated.yaml` and `<policy>-generated.yaml` files.
+struct Outputs {
+    target: Option<(std::path::PathBuf, bool)>,
+    /// (file name, text) in emission order; a file name repeats.
+    files: Vec<(String, String)>,
+}
+
+impl Outputs {
+    fn new(output: Option<&std::path::Path>) -> anyhow::Result<Outputs> {
+        let target = output.map(|path| {
+            let is_file = path.extension().is_some_and(|e| e == "yaml" || e == "yml");
+            (path.to_path_buf(), !is_file)
+        });
+        Ok(Outputs {
+            target,
+            files: Vec::new(),
+        })
+    }
+
+    fn mutated(&mut self, policy: &str, trigger: &Value, after: &Value) -> anyhow::Result<()> {
+        let name = field(trigger, "/metadata/name");
+        self.emit(policy, trigger, after, format!("{name}-mutated.yaml"))
+    }
+
+    fn generated(&mut self, generated: &PolicyResponse, trigger: &Value) -> anyhow::Result<()> {
+        for g in generated.rules.iter().flat_map(|r| r.resources()) {
+            let file = format!("{}-generated.yaml", generated.policy);
+            self.emit(generated.policy, trigger, g, file)?;
+        }
+        Ok(())
+    }
+
+    fn emit(
+        &mut self,
+        policy: &str,
+        trigger: &Value,
+        doc: &Value,
+        file: String,
+    ) -> anyhow::Result<()> {
+        let text = serde_saphyr::to_string(doc)?;
+        if self.target.is_none() {
+            println!(
+                "\npolicy {policy} applied to {}:\n{text}\n---\n",
+                describe(trigger)
+            );
+        } else {
+            self.files.push((file, format!("{text}\n---\n\n")));
+        }
+        Ok(())
+    }
+
+    /// Writes what was emitted (nothing without `-o`), creating the
+    /// directory or the file as Kyverno does.
+    fn write(self) -> anyhow::Result<()> {
+        let Some((path, is_dir)) = self.target else {
+            return Ok(());
+        };
+        let mut texts: Vec<(std::path::PathBuf, String)> = Vec::new();
+        if is_dir {
+            std::fs::create_dir_all(&path)?;
+            for (file, text) in self.files {
+                let file = path.join(file);
+                match texts.iter_mut().find(|(f, _)| *f == file) {
+                    Some((_, all)) => all.push_str(&text),
+                    None => texts.push((file, text)),
+                }
+            }
+        } else {
+            texts.push((path, self.files.into_iter().map(|(_, t)| t).collect()));
+        }
+        for (file, text) in texts {
+            std::fs::write(&file, text)
+                .map_err(|e| anyhow::anyhow!("writing {}: {e}", file.display()))?;
+        }
+        Ok(())
+    }
+}
+
+fn field<'v>(r: &'v Value, pointer: &str) -> &'v str {
+    r.pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+/// `namespace/Kind/name`, as Kyverno's CLI names a resource.
+fn describe(r: &Value) -> String {
+    format!(
+        "{}/{}/{}",
+        field(r, "/metadata/namespace"),
+        field(r, "/kind"),
+        field(r, "/metadata/name")
+    )
 }

@@ -501,7 +501,8 @@ pub fn bind_variables<'a>(
             Ok(value) if !matches!(&value, Val::Foreign(v) if matches!(**v, CelValue::Function(..))) => {
                 vars.set_variable(&v.name, value)
             }
-            _ => {}
+            Ok(_) => {}
+            Err(e) => vars.set_variable_failure(&v.name, e.to_string()),
         }
     }
     vars
@@ -522,13 +523,52 @@ pub fn conditions_hold(
     Ok(None)
 }
 
+/// What an expression that cannot be evaluated gives.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum EvalErrors {
+    /// A denial, as the API server's validator gives one under
+    /// failurePolicy Fail (validate.cel, ValidatingAdmissionPolicy):
+    /// `expression '<source>' resulted in error: <error>`.
+    Deny,
+    /// The rule's error, as Kyverno's ValidatingPolicy engine gives it:
+    /// `error: <error>`.
+    RuleError,
+}
+
 /// Runs the validations of `checks` with `vars` (variables already bound).
-pub fn run_validations(checks: &CelChecks, vars: &Activation, lookups: &dyn Lookups) -> CelVerdict {
-    let mut failures = Vec::new();
+/// The first that fails decides, with its message: Kyverno's validate.cel
+/// handler and its ValidatingPolicy engine both stop at the first denying
+/// decision.
+pub fn run_validations(
+    checks: &CelChecks,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+    errors: EvalErrors,
+) -> CelVerdict {
     for v in &checks.validations {
         match v.program.eval_bool(vars, lookups) {
             Ok(true) => {}
+            Ok(false) if errors == EvalErrors::RuleError => {
+                // Kyverno's ValidatingPolicy: the messageExpression's
+                // result as it is, or why it has none; else the message.
+                let message = match &v.message_expression {
+                    Some(p) => match p.eval(vars, lookups).map(|m| cel_to_json(&m)) {
+                        Ok(Ok(Value::String(s))) => s,
+                        Ok(Ok(other)) => format!(
+                            "failed to convert message expression to string: \
+                             type conversion error from '{}' to 'string'",
+                            json_type_name(&other)
+                        ),
+                        Ok(Err(e)) => format!("failed to evaluate message expression: {e}"),
+                        Err(e) => format!("failed to evaluate message expression: {e}"),
+                    },
+                    None => v.message.clone().unwrap_or_default(),
+                };
+                return CelVerdict::Fail(message);
+            }
             Ok(false) => {
+                // The API server's validator: the messageExpression's
+                // non-blank result, else the message, else the expression.
                 let message = match &v.message_expression {
                     Some(p) => match p.eval(vars, lookups).map(|m| cel_to_json(&m)) {
                         Ok(Ok(Value::String(s))) if !s.trim().is_empty() => Some(s),
@@ -539,22 +579,62 @@ pub fn run_validations(checks: &CelChecks, vars: &Activation, lookups: &dyn Look
                 let message = message
                     .or_else(|| v.message.clone().filter(|m| !m.is_empty()))
                     .unwrap_or_else(|| format!("failed expression: {}", v.program.source().trim()));
-                failures.push(message);
+                return CelVerdict::Fail(message);
             }
-            // As the API server's admission policies do under
-            // failurePolicy Fail: an expression that cannot be evaluated
-            // denies.
-            Err(e) => failures.push(format!(
-                "expression '{}' resulted in error: {e}",
-                v.program.source().trim()
-            )),
+            Err(e) => {
+                let source = v.program.source().trim();
+                let failed = failed_variable(vars, source, &e.to_string());
+                return match (errors, failed) {
+                    (EvalErrors::Deny, Some((name, error))) => CelVerdict::Fail(format!(
+                        "expression '{source}' resulted in error: composited variable \
+                         {name:?} fails to evaluate: {error}"
+                    )),
+                    (EvalErrors::Deny, None) => {
+                        CelVerdict::Fail(format!("expression '{source}' resulted in error: {e}"))
+                    }
+                    (EvalErrors::RuleError, Some((_, error))) => {
+                        CelVerdict::Error(format!("error: {error}"))
+                    }
+                    (EvalErrors::RuleError, None) => CelVerdict::Error(format!("error: {e}")),
+                };
+            }
         }
     }
-    if failures.is_empty() {
-        CelVerdict::Pass
-    } else {
-        CelVerdict::Fail(failures.join("; "))
+    CelVerdict::Pass
+}
+
+/// A JSON value's CEL type name, for conversion errors.
+fn json_type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null_type",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "double",
+        Value::Number(_) => "int",
+        Value::String(_) => "string",
+        Value::Array(_) => "list",
+        Value::Object(_) => "map",
     }
+}
+
+/// The variable behind an evaluation error, with its own error: variables
+/// are evaluated before the expressions here, and one that fails is left
+/// out, so reading it fails with "no such key: <name>". The API server
+/// evaluates variables lazily and reports the variable's own error.
+fn failed_variable<'v>(
+    vars: &'v Activation,
+    source: &str,
+    error: &str,
+) -> Option<(&'v str, &'v str)> {
+    let (name, failure) = variable_error(vars, error)?;
+    source
+        .contains(&format!("variables.{name}"))
+        .then_some((name, failure))
+}
+
+/// (name, its own error) of the failed variable an evaluation error of
+/// `vars` reports as "no such key: <name>".
+pub fn variable_error<'v>(vars: &'v Activation, error: &str) -> Option<(&'v str, &'v str)> {
+    vars.variable_failure(error.strip_prefix("no such key: ")?)
 }
 
 /// The matchConditions of a CEL policy: `None` when they all hold;
@@ -567,10 +647,8 @@ pub fn match_conditions_gate(
 ) -> Option<(RuleStatus, String)> {
     match conditions_hold(&scope.match_conditions, vars, lookups) {
         Ok(None) => None,
-        Ok(Some(name)) => Some((
-            RuleStatus::Skip,
-            format!("match condition {name:?} not met"),
-        )),
+        // Kyverno's CEL policy engines say only "skip".
+        Ok(Some(_)) => Some((RuleStatus::Skip, "skip".to_string())),
         Err(e) if scope.failure_policy_ignore => {
             Some((RuleStatus::Skip, format!("match conditions: {e}")))
         }
@@ -624,8 +702,9 @@ pub fn validate_rule(
     let root = input.activation();
     match conditions_hold(preconditions, &root, &lookups) {
         Ok(None) => {}
-        Ok(Some(name)) => {
-            let why = format!("cel precondition {name:?} not met");
+        Ok(Some(_)) => {
+            // Kyverno's words: which precondition failed is not said.
+            let why = "cel preconditions not met".to_string();
             return (CelVerdict::NotMatched(why), Vec::new());
         }
         Err(e) => {
@@ -639,7 +718,7 @@ pub fn validate_rule(
     };
     let evaluate = |vars: &Activation| {
         let vars = bind_variables(vars, &checks.variables, &lookups);
-        let verdict = run_validations(checks, &vars, &lookups);
+        let verdict = run_validations(checks, &vars, &lookups, EvalErrors::Deny);
         match audit_annotations(&checks.audit_annotations, &vars, &lookups) {
             Ok(properties) => (verdict, properties),
             Err(e) => (CelVerdict::Error(e), Vec::new()),
@@ -1033,22 +1112,31 @@ fn validating_policy_rule<'p>(
 ) -> RuleResponse<'p> {
     let scope = &policy.scope;
     let respond =
-        |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
-    if let Some((status, message)) =
-        exempted(scope, vars, lookups).or_else(|| match_conditions_gate(scope, vars, lookups))
-    {
-        return respond(status, message);
+        |status: RuleStatus, message: Cow<'p, str>| RuleResponse::new(&scope.name, status, message);
+    if let Some((status, message)) = exempted(scope, vars, lookups) {
+        // Kyverno names the outcome of an exception `exception`.
+        return RuleResponse::new("exception", status, message);
+    }
+    if let Some((status, message)) = match_conditions_gate(scope, vars, lookups) {
+        return respond(status, message.into());
     }
     let vars = bind_variables(vars, &policy.checks.variables, lookups);
-    let rule = match run_validations(&policy.checks, &vars, lookups) {
-        CelVerdict::Pass => respond(RuleStatus::Pass, String::new()),
-        CelVerdict::Fail(m) => respond(RuleStatus::Fail, m),
-        CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m),
-        CelVerdict::Error(e) => respond(RuleStatus::Error, e),
+    // Kubernetes' admission policies deny on an error; Kyverno's
+    // ValidatingPolicy reports the rule's error.
+    let errors = match scope.kind.as_str() {
+        "ValidatingAdmissionPolicy" => EvalErrors::Deny,
+        _ => EvalErrors::RuleError,
+    };
+    let rule = match run_validations(&policy.checks, &vars, lookups, errors) {
+        // Kyverno's ValidatingPolicy engine says "success".
+        CelVerdict::Pass => respond(RuleStatus::Pass, Cow::Borrowed("success")),
+        CelVerdict::Fail(m) => respond(RuleStatus::Fail, m.into()),
+        CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m.into()),
+        CelVerdict::Error(e) => respond(RuleStatus::Error, e.into()),
     };
     match audit_annotations(&policy.checks.audit_annotations, &vars, lookups) {
         Ok(properties) => rule.with_properties(properties),
-        Err(e) => respond(RuleStatus::Error, e),
+        Err(e) => respond(RuleStatus::Error, e.into()),
     }
 }
 
@@ -1099,7 +1187,7 @@ spec:
         let p = policy();
         assert_eq!(
             verdict(&p, pod("a", "nginx:1.0")),
-            vec![(RuleStatus::Pass, String::new())]
+            vec![(RuleStatus::Pass, "success".to_string())]
         );
         assert_eq!(
             verdict(&p, pod("a", "nginx:latest")),
@@ -1196,7 +1284,7 @@ spec:
         };
         assert_eq!(
             run(&p, json!({"type": "SUBORDINATE"})),
-            [(RuleStatus::Pass, String::new())]
+            [(RuleStatus::Pass, "success".to_string())]
         );
         assert_eq!(
             run(&p, json!({"type": "ROOT"})),

@@ -58,11 +58,9 @@ pub fn generate_policy<'p>(
             Ok(resources) if resources.is_empty() => {
                 respond(RuleStatus::Skip, "no resources to generate".into())
             }
-            Ok(resources) => respond(
-                RuleStatus::Pass,
-                format!("generated {} resource(s)", resources.len()),
-            )
-            .with_resources(resources),
+            // Kyverno's background engine passes a generate rule with no
+            // message.
+            Ok(resources) => respond(RuleStatus::Pass, String::new()).with_resources(resources),
         });
     }
     PolicyResponse {

@@ -123,13 +123,10 @@ pub fn mutate_policy<'p>(
                     };
                     respond(RuleStatus::Skip, message)
                 } else {
+                    // Kyverno's success message names the patched resource.
+                    let message = mutated_message(&out);
                     patched = Some(out);
                     stale = true;
-                    let message = if foreach {
-                        format!("{applied} elements processed")
-                    } else {
-                        "resource patched".to_string()
-                    };
                     respond(RuleStatus::Pass, message)
                 }
             }
@@ -357,20 +354,34 @@ impl Mutator<'_> {
                 }
                 scope.set_ref("element", item);
                 scope.set("elementIndex", Value::from(index));
+                // Kyverno's words for an element that fails, each wrapped
+                // in "failed to mutate elements" as its mutateForEach does.
+                let failed = |e: String| format!("failed to mutate elements: {e}");
                 crate::engine::context_loader::load(
                     &fe.context,
                     &mut scope,
                     self.exprs,
                     self.resolver,
-                )?;
+                )
+                .map_err(|e| {
+                    failed(format!(
+                        "failed to load to mutate.foreach[{index}].context: {e}"
+                    ))
+                })?;
                 if let Some(pre) = &fe.preconditions {
                     match eval_conditions(pre, &scope, self.exprs) {
                         Ok((true, _)) => {}
                         Ok((false, _)) => continue,
-                        Err(e) => return Err(format!("failed to evaluate preconditions: {e}")),
+                        Err(e) => {
+                            return Err(failed(format!(
+                                "failed to evaluate mutate.foreach[{index}].preconditions: {e}"
+                            )));
+                        }
                     }
                 }
-                let (out, n) = self.apply(&fe.patch, &current, &scope, nesting + 1)?;
+                let (out, n) = self
+                    .apply(&fe.patch, &current, &scope, nesting + 1)
+                    .map_err(failed)?;
                 if n > 0 && out != current {
                     applied += 1;
                     current = out;
@@ -378,6 +389,26 @@ impl Mutator<'_> {
             }
         }
         Ok((current, applied))
+    }
+}
+
+/// "mutated Kind/name in namespace ns", as Kyverno's buildSuccessMessage.
+fn mutated_message(resource: &Value) -> String {
+    let field = |p: &str| {
+        resource
+            .pointer(p)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let (kind, name, namespace) = (
+        field("/kind"),
+        field("/metadata/name"),
+        field("/metadata/namespace"),
+    );
+    if namespace.is_empty() {
+        format!("mutated {kind}/{name}")
+    } else {
+        format!("mutated {kind}/{name} in namespace {namespace}")
     }
 }
 

@@ -22,8 +22,8 @@ pub enum VariableError {
 pub enum OnError {
     /// Fail the substitution (patterns, messages, context entries).
     Fail,
-    /// kyverno-compat: condition keys and values treat an unresolvable
-    /// variable as an empty string.
+    /// kyverno-compat: condition keys and values treat an unknown key as
+    /// an empty string (any other error is the rule's).
     EmptyString,
 }
 
@@ -61,8 +61,10 @@ impl<'t> Substituter<'t> {
                         self.value(raw).map(Cow::Owned)
                     }
                     (Ok(v), _) => Ok(v.into_cow()),
-                    (Err(_), OnError::EmptyString) => Ok(Cow::Owned(Value::String(String::new()))),
-                    (Err(source), OnError::Fail) => Err(VariableError::Resolve {
+                    (Err(JmesError::NotFound(_)), OnError::EmptyString) => {
+                        Ok(Cow::Owned(Value::String(String::new())))
+                    }
+                    (Err(source), _) => Err(VariableError::Resolve {
                         variable: raw.to_string(),
                         source,
                     }),
@@ -91,17 +93,18 @@ impl Substituter<'_> {
             .map(Val::into_owned);
         match (result, self.on_error) {
             (Ok(v), _) => Ok(v),
+            (Err(JmesError::NotFound(_)), OnError::EmptyString) => Ok(Value::String(String::new())),
             // kyverno-compat: an expression that does not parse is an error
             // everywhere, conditions included (Kyverno's context rejects the
             // query, "incorrect query", and the rule ends in error): it never
-            // becomes an empty string that lets the rule pass.
-            (Err(source @ JmesError::Syntax(_)), _) | (Err(source), OnError::Fail) => {
-                Err(VariableError::Resolve {
-                    variable: format!("{{{{{inner}}}}}"),
-                    source,
-                })
-            }
-            (Err(_), OnError::EmptyString) => Ok(Value::String(String::new())),
+            // becomes an empty string that lets the rule pass. A runtime
+            // error (a function given the wrong type) is the rule's error in
+            // conditions too ("failed to substitute variables in condition
+            // key").
+            (Err(source), _) => Err(VariableError::Resolve {
+                variable: format!("{{{{{inner}}}}}"),
+                source,
+            }),
         }
     }
 

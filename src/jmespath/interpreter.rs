@@ -42,7 +42,17 @@ pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
             cur
         }
         Ast::Subexpression(l, r) | Ast::IndexExpression(l, r) => {
+            // kyverno-compat: Kyverno's JMESPath ends a subexpression at a
+            // key its map lacks (NotFound, null wherever it is tolerated):
+            // a function after it (`resources.keys(@)`) is not called.
+            let probe = matches!(**r, Ast::Function(..)).then(|| cur.clone());
             let left = eval(l, cur)?;
+            if let Some(cur) = probe
+                && left.is_null()
+                && missing_key(l, cur).is_some()
+            {
+                return Ok(null());
+            }
             eval(r, left)?
         }
         Ast::Index(i) => match cur.into_elements() {
@@ -61,25 +71,32 @@ pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
             Some(items) => Val::list(slice(items, *start, *stop, *step)),
             None => null(),
         },
+        // kyverno-compat (Kyverno's go-jmespath fork): a flatten, a filter
+        // or a value projection whose left side fails is null; a
+        // projection's left side and every right-hand side may fail only
+        // with an unknown key (the element is dropped), any other error is
+        // the expression's.
         Ast::Projection(l, r) => match &**l {
             // `list[]...`: flattened and projected in one pass.
-            Ast::Flatten(inner) => flatten_project(eval(inner, cur)?, r),
-            _ => match eval(l, cur)?.into_elements() {
-                Some(items) => project(items, r),
+            Ast::Flatten(inner) => match eval(inner, cur) {
+                Ok(list) => flatten_project(list, r)?,
+                Err(_) => null(),
+            },
+            _ => match unknown_key_is_null(eval(l, cur))?.into_elements() {
+                Some(items) => project(items, r)?,
                 None => null(),
             },
         },
-        Ast::ValueProjection(l, r) => match eval(l, cur)?.into_values() {
-            Some(items) => project(items, r),
+        Ast::ValueProjection(l, r) => match eval(l, cur).ok().and_then(Val::into_values) {
+            Some(items) => project(items, r)?,
             None => null(),
         },
-        Ast::FilterProjection(l, r, cond) => match eval(l, cur)?.into_elements() {
+        Ast::FilterProjection(l, r, cond) => match eval(l, cur).ok().and_then(Val::into_elements) {
             Some(items) => {
                 let mut out = Vec::new();
                 for item in items {
-                    if eval(cond, item.clone())?.truthy() {
-                        // kyverno-compat: an element whose right-hand side fails is dropped.
-                        let Ok(v) = eval(r, item) else { continue };
+                    if unknown_key_is_null(eval(cond, item.clone()))?.truthy() {
+                        let v = unknown_key_is_null(eval(r, item))?;
                         if !v.is_null() {
                             out.push(v);
                         }
@@ -89,7 +106,7 @@ pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
             }
             None => null(),
         },
-        Ast::Flatten(inner) => match eval(inner, cur)?.into_elements() {
+        Ast::Flatten(inner) => match eval(inner, cur).ok().and_then(Val::into_elements) {
             Some(items) => flatten(items),
             None => null(),
         },
@@ -178,20 +195,26 @@ fn splice<'a>(item: Val<'a>, mut f: impl FnMut(Val<'a>)) {
 /// `project(flatten(list), rhs)` without the flattened list in between:
 /// `rhs` is evaluated on each element of each array element of `list` and
 /// on each other element, keeping the non-null results.
-fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Val<'a> {
+fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Eval<'a> {
     let identity = matches!(rhs, Ast::Identity | Ast::Current);
     if identity && let Some(flat) = already_flat(&list) {
-        return Val::Ref(flat);
+        return Ok(Val::Ref(flat));
     }
     let mut out = Vec::new();
+    let mut failure = None;
     let mut take = |item: Val<'a>| {
+        if failure.is_some() {
+            return;
+        }
         let v = if identity {
             item
         } else {
-            // kyverno-compat: an element whose right-hand side fails is dropped.
-            match eval(rhs, item) {
+            match unknown_key_is_null(eval(rhs, item)) {
                 Ok(v) => v,
-                Err(_) => return,
+                Err(e) => {
+                    failure = Some(e);
+                    return;
+                }
             }
         };
         if !v.is_null() {
@@ -207,10 +230,13 @@ fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Val<'a> {
         }
         other => match other.into_elements() {
             Some(items) => items.into_iter().for_each(|item| splice(item, &mut take)),
-            None => return null(),
+            None => return Ok(null()),
         },
     }
-    Val::list(out)
+    match failure {
+        Some(e) => Err(e),
+        None => Ok(Val::list(out)),
+    }
 }
 
 /// The borrowed array that `list[]` equals: `list` itself when none of its
@@ -244,21 +270,29 @@ fn already_flat<'a>(list: &Val<'a>) -> Option<&'a Value> {
 }
 
 /// Evaluates `rhs` on each item, keeping the non-null results.
-fn project<'a>(mut items: Vec<Val<'a>>, rhs: &'a Ast) -> Val<'a> {
+fn project<'a>(mut items: Vec<Val<'a>>, rhs: &'a Ast) -> Eval<'a> {
     if matches!(rhs, Ast::Identity | Ast::Current) {
         // `list[]` projects onto the elements themselves: keep the vector.
         items.retain(|v| !v.is_null());
-        return Val::list(items);
+        return Ok(Val::list(items));
     }
     let mut out = Vec::with_capacity(items.len());
     for item in items {
-        // kyverno-compat: an element whose right-hand side fails is dropped.
-        let Ok(v) = eval(rhs, item) else { continue };
+        let v = unknown_key_is_null(eval(rhs, item))?;
         if !v.is_null() {
             out.push(v);
         }
     }
-    Val::list(out)
+    Ok(Val::list(out))
+}
+
+/// An unknown key as null, as Kyverno's projections take it; any other
+/// error stays.
+fn unknown_key_is_null(result: Eval<'_>) -> Eval<'_> {
+    match result {
+        Err(e) if matches!(*e, JmesError::NotFound(_)) => Ok(null()),
+        other => other,
+    }
 }
 
 fn compare(op: Cmp, l: &Value, r: &Value) -> Value {

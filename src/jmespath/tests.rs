@@ -55,8 +55,9 @@ fn standard_expressions() {
         ("contains(list, `2`)", json!(true)),
         ("join(',', people[*].name)", json!("a,b,c")),
         ("not_null(missing_thing || `null`, `5`)", json!(5)),
-        // kyverno-compat: projection elements whose expression fails are dropped.
-        ("people[].keys(age)", json!([])),
+        // kyverno-compat: a projection element whose key is missing is
+        // dropped, and the function after it is not called (`kyverno jp
+        // query` gives ["a"]).
         ("`[{\"r\": {\"a\": 1}}, {}]`[].r.keys(@)[]", json!(["a"])),
         // Field paths that leave the objects part way: null.
         ("a.b.c.d || 'none'", json!("none")),
@@ -70,6 +71,19 @@ fn standard_expressions() {
     ] {
         assert_eq!(run(expr, &data).unwrap(), want, "{expr}");
     }
+}
+
+/// Errors in projections as Kyverno's JMESPath (its go-jmespath fork, checked
+/// with `kyverno jp query`): a function's type error in a projection is the
+/// expression's error; a flatten whose left side fails is null.
+#[test]
+fn projection_errors_as_kyverno() {
+    let data = json!({"people": [{"name": "a", "age": 1}], "names": ["x"]});
+    assert!(matches!(
+        run("people[].keys(age)", &data),
+        Err(JmesError::Runtime(_))
+    ));
+    assert_eq!(run("names[].keys(@)[]", &data).unwrap(), Value::Null);
 }
 
 #[test]

@@ -72,8 +72,9 @@ pub enum RuleBody {
 #[derive(Debug, Clone)]
 pub struct CompiledRule {
     pub name: String,
-    /// "validation rule '<name>' passed.", built once here rather than for
-    /// every passing request.
+    /// "validation rule '<name>' passed." ("Validation rule" for CEL and
+    /// podSecurity rules, as Kyverno's handlers word them), built once here
+    /// rather than for every passing request.
     pub pass_message: String,
     /// Kinds the rule can match at all (from `match`); a cheap first filter.
     pub kinds: Option<Vec<String>>,
@@ -364,7 +365,7 @@ fn compile_rule(
     Ok(CompiledRule {
         kinds: match_resources.possible_kinds(),
         name: rule.name.clone(),
-        pass_message: format!("validation rule '{}' passed.", rule.name),
+        pass_message: pass_message(&rule.name, &body),
         match_resources,
         exclude,
         context: rule.context.clone(),
@@ -372,6 +373,23 @@ fn compile_rule(
         cel_preconditions,
         body,
     })
+}
+
+/// A passing validate rule's message, as Kyverno's handlers word it: the
+/// CEL and podSecurity handlers capitalise it, the pattern, deny and
+/// foreach handler does not.
+fn pass_message(rule: &str, body: &RuleBody) -> String {
+    match body {
+        RuleBody::Validate(v)
+            if matches!(
+                v.check,
+                ValidateCheck::Cel(_) | ValidateCheck::PodSecurity(_)
+            ) =>
+        {
+            format!("Validation rule '{rule}' passed.")
+        }
+        _ => format!("validation rule '{rule}' passed."),
+    }
 }
 
 fn check_context_entry(c: &ContextEntry) -> Result<(), String> {

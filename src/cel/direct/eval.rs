@@ -42,6 +42,26 @@ struct Evaluator<'e, 'a> {
 
 type Out<'a> = Result<Val<'a>, Fail>;
 
+/// Selecting `field` from a value that is not a map: cel-go's error for a
+/// scalar (the interpreter would answer false); anything else is the
+/// interpreter's.
+fn select_from(value: &Val, field: &str) -> Fail {
+    if is_scalar(value) {
+        Fail::Error(format!("no such key: {field}").into())
+    } else {
+        Fail::Interpreter
+    }
+}
+
+/// A string, number or bool: what cel-go selects no field from (an error,
+/// none for `.?`, false for `has()`), and the interpreter answers wrongly.
+fn is_scalar(value: &Val) -> bool {
+    matches!(
+        value,
+        Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Double(_) | Val::Bool(_)
+    )
+}
+
 fn truth(v: &Val) -> Result<bool, Fail> {
     match v {
         Val::Bool(b) => Ok(*b),
@@ -64,12 +84,15 @@ impl<'a> Evaluator<'_, 'a> {
                 for field in walk {
                     at = match at {
                         Val::Map(m) => m.get_str(field).ok_or(Fail::Interpreter)?,
-                        _ => return Err(Fail::Interpreter),
+                        other => return Err(select_from(&other, field)),
                     };
                 }
                 match at {
                     Val::Map(m) if *test => Ok(Val::Bool(m.contains_str(last))),
                     Val::Map(m) => m.get_str(last).ok_or(Fail::Interpreter),
+                    // cel-go: `has()` of a scalar's field is false.
+                    other if *test && is_scalar(&other) => Ok(Val::Bool(false)),
+                    other if !*test => Err(select_from(&other, last)),
                     _ => Err(Fail::Interpreter),
                 }
             }
@@ -80,8 +103,9 @@ impl<'a> Evaluator<'_, 'a> {
                 match target {
                     Val::Map(m) => Ok(Val::Optional(m.get_str(field).map(Arc::new))),
                     // kyverno-compat (as the interpreter's library): a
-                    // JSON null selects to none.
+                    // JSON null selects to none; so does a scalar (cel-go).
                     Val::Null => Ok(Val::Optional(None)),
+                    other if is_scalar(&other) => Ok(Val::Optional(None)),
                     _ => Err(Fail::Interpreter),
                 }
             }
@@ -120,18 +144,13 @@ impl<'a> Evaluator<'_, 'a> {
                     _ => Err(Fail::Interpreter),
                 }
             }
-            Node::And(l, r) => {
-                if !truth(&self.eval(l)?)? {
-                    return Ok(Val::Bool(false));
-                }
-                Ok(Val::Bool(truth(&self.eval(r)?)?))
-            }
-            Node::Or(l, r) => {
-                if truth(&self.eval(l)?)? {
-                    return Ok(Val::Bool(true));
-                }
-                Ok(Val::Bool(truth(&self.eval(r)?)?))
-            }
+            // CEL's logical operators are commutative over errors: `false
+            // && error` and `error && false` are both false (cel-go's
+            // semantics, which Kubernetes and Kyverno evaluate with). A
+            // side this evaluator cannot answer counts as an error: the
+            // other side may still decide; if not, the interpreter does.
+            Node::And(l, r) => self.logical(l, r, false),
+            Node::Or(l, r) => self.logical(l, r, true),
             Node::Not(x) => Ok(Val::Bool(!truth(&self.eval(x)?)?)),
             // `@not_strictly_false`: only a false bool is false.
             Node::NotStrictlyFalse(x) => Ok(Val::Bool(!matches!(self.eval(x)?, Val::Bool(false)))),
@@ -256,7 +275,7 @@ impl<'a> Evaluator<'_, 'a> {
     /// nothing; as the interpreter's `_?._` and `_[?_]` step by step.
     fn opt_path(&mut self, base: &Node, steps: &[OptStep]) -> Result<Option<Val<'a>>, Fail> {
         let mut at = self.eval(base)?.through_optional();
-        for step in steps {
+        for (n, step) in steps.iter().enumerate() {
             // Keys are evaluated even past a missing step, as the
             // interpreter evaluates every argument.
             let key = match step {
@@ -275,6 +294,9 @@ impl<'a> Evaluator<'_, 'a> {
                     usize::try_from(*i).ok().and_then(|i| l.get(i))
                 }
                 (Val::Null, _, _) => None,
+                // cel-go: `.?` on a scalar is none (the chain's first step;
+                // a later one selects from the value an optional holds).
+                (other, OptStep::Field(_), _) if n == 0 && is_scalar(&other) => None,
                 _ => return Err(Fail::Interpreter),
             };
             // An optional held inside a value: the interpreter's nesting.
@@ -283,6 +305,26 @@ impl<'a> Evaluator<'_, 'a> {
             }
         }
         Ok(at)
+    }
+
+    /// `l && r` (`decides` false) or `l || r` (`decides` true).
+    fn logical(&mut self, l: &Node, r: &Node, decides: bool) -> Out<'a> {
+        let left = self.eval(l).and_then(|v| truth(&v));
+        match left {
+            Ok(b) if b == decides => return Ok(Val::Bool(decides)),
+            Err(Fail::CostLimit) => return Err(Fail::CostLimit),
+            _ => {}
+        }
+        let right = self.eval(r).and_then(|v| truth(&v));
+        match (left, right) {
+            (_, Ok(b)) if b == decides => Ok(Val::Bool(decides)),
+            (_, Err(Fail::CostLimit)) => Err(Fail::CostLimit),
+            (Ok(_), Ok(b)) => Ok(Val::Bool(b)),
+            // Neither side decides: an error stands (the left one first),
+            // unless a side is one only the interpreter can answer.
+            (Err(Fail::Interpreter), _) | (_, Err(Fail::Interpreter)) => Err(Fail::Interpreter),
+            (Err(e), _) | (_, Err(e)) => Err(e),
+        }
     }
 
     /// `all` (stops at the first false) or `exists` (at the first true);
@@ -307,28 +349,47 @@ impl<'a> Evaluator<'_, 'a> {
             this.locals[item_slot] = item;
             truth(&this.eval(pred)?)
         };
+        // As `&&`/`||` (the macros' accumulators are built on them): an item
+        // that errors does not decide; a later item may (`all` is false
+        // when any item is false, whatever the others give).
         let mut decided = false;
+        // The first item's error; an item only the interpreter can answer
+        // outranks it (it may be the one that decides).
+        let mut pending: Option<Fail> = None;
+        let mut visit = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
+            match test(this, item) {
+                Ok(b) if b == exists => {
+                    decided = true;
+                    Ok(true)
+                }
+                Ok(_) => Ok(false),
+                Err(Fail::CostLimit) => Err(Fail::CostLimit),
+                Err(e) => {
+                    if pending.is_none() || e == Fail::Interpreter {
+                        pending = Some(e);
+                    }
+                    Ok(false)
+                }
+            }
+        };
         match &range {
             Val::List(List::Json(items)) => {
                 for item in items.iter() {
-                    if test(self, Val::from_json(item))? == exists {
-                        decided = true;
+                    if visit(self, Val::from_json(item))? {
                         break;
                     }
                 }
             }
             Val::List(List::Owned(items)) => {
                 for item in items.iter() {
-                    if test(self, item.clone())? == exists {
-                        decided = true;
+                    if visit(self, item.clone())? {
                         break;
                     }
                 }
             }
             Val::Map(m) => {
                 for key in m.keys() {
-                    if test(self, key)? == exists {
-                        decided = true;
+                    if visit(self, key)? {
                         break;
                     }
                 }
@@ -336,6 +397,9 @@ impl<'a> Evaluator<'_, 'a> {
             _ => return Err(Fail::Interpreter),
         }
         self.locals.truncate(item_slot - 1);
+        if !decided && let Some(e) = pending {
+            return Err(e);
+        }
         Ok(Val::Bool(if decided { exists } else { !exists }))
     }
 

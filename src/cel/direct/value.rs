@@ -21,6 +21,9 @@ pub enum Fail {
     /// The cost budget ran out (the interpreter would run out the same way:
     /// both charge the same weights).
     CostLimit,
+    /// A CEL error the interpreter would answer wrongly (the cel crate
+    /// selects a field of a string as false), with cel-go's message.
+    Error(Box<str>),
 }
 
 /// One CEL value. `'a` is the lifetime of the JSON it may borrow.

@@ -5,7 +5,7 @@
 use super::params::{self, NONE_FOUND};
 use super::{
     CelRequest, ResolverLookups, bind_variables, conditions_hold, exempted, match_conditions_gate,
-    scope_view, template_view,
+    scope_view, template_view, variable_error,
 };
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, Lookups};
@@ -92,18 +92,31 @@ pub fn evaluate_mutating_policy<'p>(
     // Variables are evaluated once, on the incoming object, as the API
     // server's lazily evaluated (and then cached) variables mostly are.
     let vars = bind_variables(base, &policy.variables, &lookups);
-    let rule = match exempted(scope, base, &lookups)
-        .or_else(|| match_conditions_gate(scope, &vars, &lookups))
-    {
-        Some((status, message)) => respond(status, message),
-        None => match mutate(policy, req.object.clone(), view.template, &vars, &lookups) {
+    // Kyverno's MutatingPolicy engine names the outcome of an exception
+    // `exception` and that of an error `evaluation`.
+    let rule = if let Some((status, message)) = exempted(scope, base, &lookups) {
+        RuleResponse::new("exception", status, message).of_type(RuleType::Mutation)
+    } else if let Some((status, message)) = match_conditions_gate(scope, &vars, &lookups) {
+        respond(status, message)
+    } else {
+        match mutate(policy, req.object.clone(), view.template, &vars, &lookups) {
             Ok(patched) => {
                 outcome.patched = Some(patched);
                 respond(RuleStatus::Pass, "success".into())
             }
             Err(e) if scope.failure_policy_ignore => respond(RuleStatus::Skip, e),
-            Err(e) => respond(RuleStatus::Error, e),
-        },
+            Err(e) => {
+                // A failed variable reports its own error, as the API
+                // server's lazily evaluated variables do.
+                let e = variable_error(&vars, &e).map_or(e.as_str(), |(_, own)| own);
+                RuleResponse::new(
+                    "evaluation",
+                    RuleStatus::Error,
+                    format!("failed to evaluate policy: {e}"),
+                )
+                .of_type(RuleType::Mutation)
+            }
+        }
     };
     outcome.response.rules.push(rule);
     outcome
@@ -316,7 +329,7 @@ fn mutate(
     lookups: &dyn Lookups,
 ) -> Result<Value, String> {
     let mut changed = false;
-    for (i, mutation) in policy.mutations.iter().enumerate() {
+    for mutation in &policy.mutations {
         // After a change, `object` is the previous mutation's output.
         let rebound;
         let vars = if changed {
@@ -337,8 +350,7 @@ fn mutate(
             object["apiVersion"].as_str().unwrap_or_default(),
             object["kind"].as_str().unwrap_or_default(),
         );
-        let next = apply_mutation(mutation, &object, view, schema, vars, lookups)
-            .map_err(|e| format!("mutation {i}: {e}"))?;
+        let next = apply_mutation(mutation, &object, view, schema, vars, lookups)?;
         changed |= next != object;
         object = next;
     }

@@ -45,11 +45,20 @@ impl<'p> RuleValidator<'_, 'p> {
         ctx: &JsonContext,
     ) -> Option<RuleResponse<'p>> {
         let mut applied = 0;
+        let mut list_error = None;
         for fe in list {
             let items = foreach_list(&fe.list, fe.list_expr.as_ref(), ctx, self.exprs);
-            // kyverno-compat: a list that fails to evaluate skips this foreach entry.
-            let Ok(items) = items else {
-                continue;
+            // As Kyverno's validateForEach: a list that fails to evaluate
+            // skips its entry; an unknown key quietly, any other error is
+            // the rule's error if no entry applied at all.
+            let items = match items {
+                Ok(items) => items,
+                Err(e) => {
+                    if !e.starts_with("Unknown key") {
+                        list_error = Some(e);
+                    }
+                    continue;
+                }
             };
             let items = if items.is_null() {
                 Vec::new()
@@ -64,11 +73,13 @@ impl<'p> RuleValidator<'_, 'p> {
             }
             applied += count;
         }
-        Some(if applied == 0 {
-            self.respond(RuleStatus::Skip, "rule skipped")
-        } else {
-            self.respond(RuleStatus::Pass, "rule passed")
-        })
+        // Nothing applied: no result (Kyverno's rule response is nil), or
+        // the list's error.
+        if applied == 0 {
+            return list_error
+                .map(|e| self.respond(RuleStatus::Error, format!("failed to evaluate list: {e}")));
+        }
+        Some(self.respond(RuleStatus::Pass, "rule passed"))
     }
 
     /// Runs the foreach body once per element, each in its own scope that

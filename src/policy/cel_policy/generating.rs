@@ -319,6 +319,8 @@ pub struct CompiledGeneratingPolicy {
     /// `name`, or `namespace/name` for a NamespacedGeneratingPolicy: the
     /// policy key of its UpdateRequests, as Kyverno writes it.
     pub key: String,
+    /// What its report results carry from its annotations.
+    pub report: crate::policy::ReportMeta,
     /// Changes with the spec: how the background controller tells a
     /// changed policy (whose synchronized downstream follows it).
     pub revision: u64,
@@ -368,6 +370,7 @@ impl CompiledGeneratingPolicy {
                 .and_then(Value::as_i64)
                 .map(|t| t as i32),
             key,
+            report: crate::policy::ReportMeta::of(&doc.metadata.annotations),
             revision: {
                 use std::hash::{Hash, Hasher};
                 let mut h = std::collections::hash_map::DefaultHasher::new();

@@ -146,9 +146,14 @@ pub struct CompiledMutatingPolicy {
     /// `name`, or `namespace/name` for a NamespacedMutatingPolicy: how
     /// UpdateRequests name it.
     pub key: String,
+    /// What its report results carry from its annotations.
+    pub report: crate::policy::ReportMeta,
     /// `evaluation.admission.enabled` (default true): applied at admission
     /// (and its mutate-existing triggers taken from admission).
     pub admission: bool,
+    /// `evaluation.background.enabled` (default true): how Kyverno's
+    /// report results name the process.
+    pub background: bool,
     pub existing: Option<MutateExisting>,
     /// A hash of the spec: a changed policy has another (the background
     /// controller mutates existing targets again then).
@@ -210,7 +215,9 @@ impl CompiledMutatingPolicy {
         };
         Ok(CompiledMutatingPolicy {
             key,
+            report: crate::policy::ReportMeta::of(&doc.metadata.annotations),
             admission: setting("/admission/enabled").unwrap_or(true),
+            background: setting("/background/enabled").unwrap_or(true),
             existing,
             revision: {
                 use std::hash::{Hash, Hasher};

@@ -83,7 +83,18 @@ pub(super) fn compile_validation(
         None if v.cel.is_some() => {
             let raw = v.cel.as_ref().unwrap_or(&Value::Null);
             match CelChecks::compile_rule(raw, &format!("{field}.cel")) {
-                Ok(c) => ValidateCheck::Cel(Box::new(c)),
+                Ok(mut c) => {
+                    // As Kyverno's validate.cel handler: an expression
+                    // without a message of its own reports the rule's.
+                    if let Some(message) = v.message.as_ref().filter(|m| !m.is_empty()) {
+                        for validation in &mut c.validations {
+                            if validation.message.as_deref().is_none_or(str::is_empty) {
+                                validation.message = Some(message.clone());
+                            }
+                        }
+                    }
+                    ValidateCheck::Cel(Box::new(c))
+                }
                 Err(CelCompileError::Unsupported(field)) => ValidateCheck::Unsupported(field),
                 Err(CelCompileError::Invalid(e)) => return Err(e),
             }
