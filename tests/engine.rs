@@ -153,6 +153,11 @@ fn rule_outcomes() {
             );
             continue;
         }
+        // As Kyverno's validateForEach: no element processed, no result.
+        if *name == "foreach preconditions skip every element" {
+            assert!(got.is_empty(), "{name}: no response, got {got:?}");
+            continue;
+        }
         assert_eq!(got.first().map(|(_, s)| *s), Some(*want), "{name}: {got:?}");
     }
 }
