@@ -552,14 +552,13 @@ pub fn run_validations(
                 // Kyverno's ValidatingPolicy: the messageExpression's
                 // result as it is, or why it has none; else the message.
                 let message = match &v.message_expression {
-                    Some(p) => match p.eval(vars, lookups).map(|m| cel_to_json(&m)) {
-                        Ok(Ok(Value::String(s))) => s,
-                        Ok(Ok(other)) => format!(
+                    Some(p) => match message_of(p, vars, lookups) {
+                        Ok(Value::String(s)) => s,
+                        Ok(other) => format!(
                             "failed to convert message expression to string: \
                              type conversion error from '{}' to 'string'",
                             json_type_name(&other)
                         ),
-                        Ok(Err(e)) => format!("failed to evaluate message expression: {e}"),
                         Err(e) => format!("failed to evaluate message expression: {e}"),
                     },
                     None => v.message.clone().unwrap_or_default(),
@@ -569,12 +568,13 @@ pub fn run_validations(
             Ok(false) => {
                 // The API server's validator: the messageExpression's
                 // non-blank result, else the message, else the expression.
-                let message = match &v.message_expression {
-                    Some(p) => match p.eval(vars, lookups).map(|m| cel_to_json(&m)) {
-                        Ok(Ok(Value::String(s))) if !s.trim().is_empty() => Some(s),
-                        _ => None,
-                    },
-                    None => None,
+                let message = match v
+                    .message_expression
+                    .as_ref()
+                    .map(|p| message_of(p, vars, lookups))
+                {
+                    Some(Ok(Value::String(s))) if !s.trim().is_empty() => Some(s),
+                    _ => None,
                 };
                 let message = message
                     .or_else(|| v.message.clone().filter(|m| !m.is_empty()))
@@ -601,6 +601,16 @@ pub fn run_validations(
         }
     }
     CelVerdict::Pass
+}
+
+/// A messageExpression's value, or why it has none.
+fn message_of(
+    p: &crate::cel::Program,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Result<Value, String> {
+    let value = p.eval(vars, lookups).map_err(|e| e.to_string())?;
+    cel_to_json(&value)
 }
 
 /// A JSON value's CEL type name, for conversion errors.
@@ -644,17 +654,18 @@ pub fn match_conditions_gate(
     scope: &PolicyScope,
     vars: &Activation,
     lookups: &dyn Lookups,
-) -> Option<(RuleStatus, String)> {
+) -> Option<(RuleStatus, Cow<'static, str>)> {
     match conditions_hold(&scope.match_conditions, vars, lookups) {
         Ok(None) => None,
-        // Kyverno's CEL policy engines say only "skip".
-        Ok(Some(_)) => Some((RuleStatus::Skip, "skip".to_string())),
+        // Kyverno's CEL policy engines say only "skip" (no allocation for
+        // the common outcome of a policy that does not apply).
+        Ok(Some(_)) => Some((RuleStatus::Skip, Cow::Borrowed("skip"))),
         Err(e) if scope.failure_policy_ignore => {
-            Some((RuleStatus::Skip, format!("match conditions: {e}")))
+            Some((RuleStatus::Skip, format!("match conditions: {e}").into()))
         }
         Err(e) => Some((
             RuleStatus::Error,
-            format!("failed to evaluate match conditions: {e}"),
+            format!("failed to evaluate match conditions: {e}").into(),
         )),
     }
 }
@@ -1118,7 +1129,7 @@ fn validating_policy_rule<'p>(
         return RuleResponse::new("exception", status, message);
     }
     if let Some((status, message)) = match_conditions_gate(scope, vars, lookups) {
-        return respond(status, message.into());
+        return respond(status, message);
     }
     let vars = bind_variables(vars, &policy.checks.variables, lookups);
     // Kubernetes' admission policies deny on an error; Kyverno's

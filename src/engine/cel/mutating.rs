@@ -97,7 +97,7 @@ pub fn evaluate_mutating_policy<'p>(
     let rule = if let Some((status, message)) = exempted(scope, base, &lookups) {
         RuleResponse::new("exception", status, message).of_type(RuleType::Mutation)
     } else if let Some((status, message)) = match_conditions_gate(scope, &vars, &lookups) {
-        respond(status, message)
+        RuleResponse::new(&scope.name, status, message).of_type(RuleType::Mutation)
     } else {
         match mutate(policy, req.object.clone(), view.template, &vars, &lookups) {
             Ok(patched) => {
@@ -223,7 +223,7 @@ fn admission_mutations(
 ) -> (Option<Value>, Vec<(RuleStatus, String)>) {
     let vars = bind_variables(base, &policy.variables, lookups);
     match match_conditions_gate(&policy.scope, &vars, lookups) {
-        Some(result) => (None, vec![result]),
+        Some((status, message)) => (None, vec![(status, message.into_owned())]),
         None => {
             let (patched, results) = mutate_each(policy, object, &vars, lookups);
             (Some(patched), results)
