@@ -8,6 +8,14 @@ kept: for each type reachable from a kind, its object, list and map fields,
 with a list's x-kubernetes-patch-strategy and -merge-key (strategic merge)
 and its x-kubernetes-list-type and -list-map-keys (server-side apply).
 
+Each type also carries its atom as structured-merge-diff converts OpenAPI
+(kube-openapi's schemaconv): an object with declared fields (atomic when
+x-kubernetes-map-type says so), a free-form value, or a scalar (string,
+numeric, boolean, or untyped for int-or-string, quantities and times).
+Every field is listed, scalars too, so that an apply configuration can be
+type-checked as server-side apply checks it. Scalar field types are the
+pseudo-types `~boolean`, `~deduced`, `~numeric`, `~string`, `~untyped`.
+
 It is written as Rust statics (see src/kinds/schema.rs for the types).
 
 Usage: .ci/gen-merge-keys.py [--check]   (run from the repo root)
@@ -73,9 +81,46 @@ def main():
             api = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
             kinds.append((api, gvk["kind"], name))
             visit(name)
-    types = sorted(reachable)
+    pseudo = ["~boolean", "~deduced", "~numeric", "~string", "~untyped"]
+    types = sorted(reachable) + pseudo
     index = {t: i for i, t in enumerate(types)}
-    lines.append("use super::{Field, Shape};")
+
+    def type_of(one):
+        t = one.get("type")
+        if isinstance(t, list):
+            t = next((x for x in t if x != "null"), None)
+        return t
+
+    def scalar(t, fmt):
+        # schemaconv's convertPrimitive.
+        if t in ("integer", "number"):
+            return "~numeric"
+        if t == "boolean":
+            return "~boolean"
+        if t == "string":
+            return "~string" if fmt in (None, "", "byte") else "~untyped"
+        return None
+
+    def ref_index(prop):
+        """The type of a value: a definition, or a pseudo-type."""
+        ref = ref_of(prop)
+        if ref:
+            return index.get(ref)
+        t = type_of(prop)
+        return index[scalar(t, prop.get("format")) or "~deduced"]
+
+    def atom(d):
+        if d.get("properties"):
+            atomic = "true" if d.get("x-kubernetes-map-type") == "atomic" else "false"
+            return f"Atom::Struct {{ atomic: {atomic} }}"
+        t = type_of(d)
+        if t is None and "oneOf" in d and all(scalar(type_of(o), o.get("format")) for o in d["oneOf"]):
+            return "Atom::Untyped"
+        kind = scalar(t, d.get("format"))
+        return {"~numeric": "Atom::Numeric", "~boolean": "Atom::Boolean", "~string": "Atom::String",
+                "~untyped": "Atom::Untyped", None: "Atom::Deduced"}[kind]
+
+    lines.append("use super::{Atom, Field, Shape};")
     lines.append("")
     lines.append("/// (apiVersion, kind, index in TYPES), sorted for binary search.")
     lines.append("pub(super) static KINDS: &[(&str, &str, u16)] = &[")
@@ -83,38 +128,38 @@ def main():
         lines.append(f'    ("{api}", "{kind}", {index[name]}),')
     lines.append("];")
     lines.append("")
-    lines.append("/// Per type (sorted by name), its non-scalar fields sorted by name.")
-    lines.append("pub(super) static TYPES: &[(&str, &[Field])] = &[")
+    lines.append("/// Per type (sorted by name), its atom and its fields sorted by name.")
+    lines.append("pub(super) static TYPES: &[(&str, Atom, &[Field])] = &[")
     for t in types:
         fields = []
-        for field, prop in sorted(defs[t].get("properties", {}).items()):
+        for field, prop in sorted(defs[t].get("properties", {}).items()) if t in defs else []:
             strategy = prop.get("x-kubernetes-patch-strategy", "")
             key = prop.get("x-kubernetes-patch-merge-key", "")
-            if ref_of(prop) and ref_of(prop) in index:
-                shape, elem = "Object", ref_of(prop)
-            elif "items" in prop:
-                shape, elem = "List", ref_of(prop["items"])
-            elif isinstance(prop.get("additionalProperties"), dict) and ref_of(prop["additionalProperties"]):
-                shape, elem = "Map", ref_of(prop["additionalProperties"])
-            elif strategy:
-                shape, elem = "Object", None
+            if "items" in prop:
+                shape, elem = "List", ref_index(prop["items"])
+            elif isinstance(prop.get("additionalProperties"), dict):
+                shape, elem = "Map", ref_index(prop["additionalProperties"])
             else:
-                continue
-            elem = f"Some({index[elem]})" if elem in index else "None"
+                shape, elem = "Object", ref_index(prop)
+            elem = "None" if elem is None else f"Some({elem})"
             list_type = prop.get("x-kubernetes-list-type", "")
             list_keys = ", ".join(f'"{k}"' for k in prop.get("x-kubernetes-list-map-keys", []))
+            atomic = "true" if prop.get("x-kubernetes-map-type") == "atomic" else "false"
             fields.append(
                 f'Field {{ name: "{field}", shape: Shape::{shape}, elem: {elem}, '
                 f'strategy: "{strategy}", key: "{key}", '
-                f'list_type: "{list_type}", list_keys: &[{list_keys}] }}'
+                f'list_type: "{list_type}", list_keys: &[{list_keys}], atomic: {atomic} }}'
             )
+        kind = atom(defs[t]) if t in defs else {
+            "~boolean": "Atom::Boolean", "~deduced": "Atom::Deduced", "~numeric": "Atom::Numeric",
+            "~string": "Atom::String", "~untyped": "Atom::Untyped"}[t]
         if fields:
-            lines.append(f'    ("{t}", &[')
+            lines.append(f'    ("{t}", {kind}, &[')
             for f in fields:
                 lines.append(f"        {f},")
             lines.append("    ]),")
         else:
-            lines.append(f'    ("{t}", &[]),')
+            lines.append(f'    ("{t}", {kind}, &[]),')
     lines.append("];")
     text = "\n".join(lines) + "\n"
     if "--check" in sys.argv:

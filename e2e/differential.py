@@ -517,6 +517,24 @@ def unchanged(written, resource):
     return a == b
 
 
+def mutate_rules(case):
+    """`policy/rule` of every classic mutate rule of a case's policies, with
+    the names of the rules autogen makes from them."""
+    rules = set()
+    for path in case["policies"]:
+        for doc in load_docs(CORPUS / path):
+            if doc.get("kind") not in ("ClusterPolicy", "Policy"):
+                continue
+            meta = doc.get("metadata") or {}
+            policy = f"{meta['namespace']}/{meta.get('name')}" if meta.get("namespace") \
+                else str(meta.get("name"))
+            for rule in (doc.get("spec") or {}).get("rules") or []:
+                if "mutate" in rule:
+                    for prefix in ("", "autogen-", "autogen-cronjob-"):
+                        rules.add(f"{policy}/{prefix}{rule.get('name')}")
+    return rules
+
+
 def compare(case, gavel, kyverno):
     """Every disagreement between the two runs, as dicts with a key for the
     known-differences table."""
@@ -541,10 +559,19 @@ def compare(case, gavel, kyverno):
         return differences
     if g_done != k_done:
         add("*", ("", "*"), "exit", g_done, k_done)
+    # Resources on which a Kyverno mutate rule failed: its CLI goes on with
+    # the empty object its error response carries, so the rules and
+    # policies after it find nothing to match and it writes nothing.
+    mutating = mutate_rules(case)
+    lost = {(kind, name) for (policy, rule, kind, _ns, name), (result, _) in k_results.items()
+            if result == "error" and f"{policy}/{rule}" in mutating}
     for key in sorted(set(g_results) | set(k_results)):
         policy, rule, kind, _ns, name = key
         g, k = g_results.get(key), k_results.get(key)
-        if g is None or k is None or g[0] != k[0]:
+        if k is None and (kind, name) in lost:
+            add(f"{policy}/{rule}", (kind, name), "result: none from kyverno after its mutate error",
+                g and g[0], None)
+        elif g is None or k is None or g[0] != k[0]:
             add(f"{policy}/{rule}", (kind, name), "result", g and g[0], k and k[0])
         elif g[1] != k[1]:
             add(f"{policy}/{rule}", (kind, name), "message", g[1], k[1])
@@ -556,6 +583,8 @@ def compare(case, gavel, kyverno):
         v = variant_of.get((kind, name))
         if g is None and not k:
             aspect = "output: kyverno wrote an empty object"
+        elif k is None and (kind, name) in lost:
+            aspect = "output: none from kyverno after its mutate error"
         elif k is None and v is not None and unchanged(g, v["resource"]):
             aspect = "output: gavel wrote it unchanged, kyverno did not"
         elif g is not None and k is not None and comparable(without_trigger_name(g)) == comparable(k):

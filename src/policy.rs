@@ -27,10 +27,19 @@ pub struct ReportMeta {
     pub severity: String,
     /// `policies.kyverno.io/category`.
     pub category: String,
+    /// The policy's namespace as its document wrote it, which Kyverno's CLI
+    /// reports even on a cluster-scoped kind (its report key is the
+    /// object's `MetaNamespaceKeyFunc`); a namespaced Policy that wrote
+    /// none is reported without one.
+    pub written_namespace: Option<String>,
+    /// `namespace/name` with the written namespace, else `name`.
+    pub written_key: String,
 }
 
 impl ReportMeta {
-    pub fn of(annotations: &std::collections::BTreeMap<String, String>) -> ReportMeta {
+    pub fn of(metadata: &types::ObjectMeta) -> ReportMeta {
+        let annotations = &metadata.annotations;
+        let written_namespace = metadata.namespace.clone().filter(|ns| !ns.is_empty());
         let annotation = |k: &str| annotations.get(k).cloned().unwrap_or_default();
         ReportMeta {
             scored: annotations
@@ -39,6 +48,11 @@ impl ReportMeta {
                 != Some("false"),
             severity: annotation("policies.kyverno.io/severity"),
             category: annotation("policies.kyverno.io/category"),
+            written_key: match &written_namespace {
+                Some(ns) => format!("{ns}/{}", metadata.name),
+                None => metadata.name.clone(),
+            },
+            written_namespace,
         }
     }
 }

@@ -77,16 +77,20 @@ impl<'p> Source<'p> {
         }
     }
 
-    /// (namespace, name) of a namespaced policy, whose results Kyverno
-    /// prints in a PolicyReport of their own.
+    /// (namespace, name) of a policy whose document wrote a namespace:
+    /// Kyverno's CLI prints its results in a PolicyReport of their own,
+    /// whatever the policy's kind.
     fn namespace(self) -> Option<(String, String)> {
-        let (namespace, name) = match self {
-            Source::Classic(p) => (p.namespace.as_ref(), &p.name),
-            Source::Validating(p) => (p.scope.namespace.as_ref(), &p.scope.name),
-            Source::Mutating(p) => (p.scope.namespace.as_ref(), &p.scope.name),
-            Source::Generating(p) => (p.scope.namespace.as_ref(), &p.scope.name),
+        let meta = self.report_meta();
+        let name = match self {
+            Source::Classic(p) => &p.name,
+            Source::Validating(p) => &p.scope.name,
+            Source::Mutating(p) => &p.scope.name,
+            Source::Generating(p) => &p.scope.name,
         };
-        namespace.map(|ns| (ns.clone(), name.clone()))
+        meta.written_namespace
+            .as_ref()
+            .map(|ns| (ns.clone(), name.clone()))
     }
 
     /// Audit-only: a classic rule whose failure action is Audit, a
@@ -109,18 +113,13 @@ impl<'p> Source<'p> {
     /// kinds (their responses are unnamed), `process` from the policy's
     /// background and admission settings, the policy's annotations.
     fn report_result(self, rule: &RuleResponse, status: RuleStatus, resource: &Value) -> Value {
-        let (source, policy, process) = match self {
-            Source::Classic(p) => (
-                "kyverno",
-                p.qualified_name(),
-                process(p.background, p.admission),
-            ),
+        let (source, process) = match self {
+            Source::Classic(p) => ("kyverno", process(p.background, p.admission)),
             Source::Validating(p) => (
                 match p.scope.kind.as_str() {
                     "ValidatingAdmissionPolicy" => "ValidatingAdmissionPolicy",
                     _ => "KyvernoValidatingPolicy",
                 },
-                p.key.as_str(),
                 process(p.background, p.admission),
             ),
             Source::Mutating(p) => (
@@ -129,17 +128,14 @@ impl<'p> Source<'p> {
                 } else {
                     "KyvernoMutatingPolicy"
                 },
-                p.key.as_str(),
                 process(p.background, p.admission),
             ),
-            Source::Generating(p) => (
-                "KyvernoGeneratingPolicy",
-                p.key.as_str(),
-                "admission review",
-            ),
+            Source::Generating(_) => ("KyvernoGeneratingPolicy", "admission review"),
         };
         let rule_name = self.rule_name(rule);
         let meta = self.report_meta();
+        // Kyverno's MetaNamespaceKeyFunc of the policy as written.
+        let policy = meta.written_key.as_str();
         let mut properties: serde_json::Map<String, Value> = rule
             .properties()
             .iter()

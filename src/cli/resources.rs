@@ -46,6 +46,19 @@ fn load(path: &Path, default_namespaces: bool) -> Result<Vec<Value>, LoadError> 
                 message: "resource has no kind".into(),
             });
         }
+        // Kyverno's CLI refuses the whole file too (`Object 'apiVersion' is
+        // missing`): without it no rule's kinds can be matched by group.
+        if doc
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .is_none_or(str::is_empty)
+        {
+            return Err(LoadError::Document {
+                file: file.clone(),
+                index,
+                message: format!("resource {kind} has no apiVersion"),
+            });
+        }
         if kind == "List" {
             if let Some(Value::Array(items)) = doc.get_mut("items").map(Value::take) {
                 for mut item in items {

@@ -515,12 +515,20 @@ pub fn conditions_hold(
     vars: &Activation,
     lookups: &dyn Lookups,
 ) -> Result<Option<String>, CelError> {
+    // As the API server's matcher and Kyverno's CEL engines: a condition
+    // that is false decides even after one that failed; an error counts
+    // only when none is false.
+    let mut failed = None;
     for c in conditions {
-        if !c.program.eval_bool(vars, lookups)? {
-            return Ok(Some(c.name.clone()));
+        match c.program.eval_bool(vars, lookups) {
+            Ok(true) => {}
+            Ok(false) => return Ok(Some(c.name.clone())),
+            Err(e) => {
+                failed.get_or_insert(e);
+            }
         }
     }
-    Ok(None)
+    failed.map_or(Ok(None), Err)
 }
 
 /// What an expression that cannot be evaluated gives.

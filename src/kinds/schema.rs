@@ -1,8 +1,10 @@
-//! The strategic-merge table: for each built-in kind, which fields are
-//! lists merged by a key. Generated from the Kubernetes OpenAPI schema by
-//! `.ci/gen-merge-keys.py` into `merge_keys.rs`; this module reads it.
-//! Strategic merge and server-side apply ([`crate::patch`]) and the
-//! mutating policies' apply configurations walk documents with it.
+//! The schema table of the built-in kinds: each type's fields, which lists
+//! merge by a key, and each value's atom (an object, a free-form value or
+//! a scalar type), as structured-merge-diff sees them. Generated from the
+//! Kubernetes OpenAPI schema by `.ci/gen-merge-keys.py` into
+//! `merge_keys.rs`; this module reads it. Strategic merge and server-side
+//! apply ([`crate::patch`]) and the mutating policies' apply
+//! configurations walk documents with it.
 
 #[rustfmt::skip]
 mod merge_keys;
@@ -16,6 +18,25 @@ pub enum Shape {
     Map,
 }
 
+/// What a type is, as structured-merge-diff converts OpenAPI
+/// (kube-openapi's `schemaconv`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Atom {
+    /// An object with declared fields; `atomic` (`x-kubernetes-map-type:
+    /// atomic`) is replaced whole by apply.
+    Struct {
+        atomic: bool,
+    },
+    /// Free-form: any value (`RawExtension`, `JSON`, `FieldsV1`).
+    Deduced,
+    String,
+    /// `integer` or `number`.
+    Numeric,
+    Boolean,
+    /// Any scalar: int-or-string, quantities, times.
+    Untyped,
+}
+
 /// How server-side apply merges a list (`x-kubernetes-list-type`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ListKind {
@@ -27,12 +48,12 @@ pub enum ListKind {
     Map(&'static [&'static str]),
 }
 
-/// One non-scalar field of a type.
+/// One field of a type.
 #[derive(Debug)]
 pub struct Field {
     pub name: &'static str,
     pub shape: Shape,
-    /// The type of the object, the list's elements or the map's values.
+    /// The type of the value, the list's elements or the map's values.
     pub elem: Option<u16>,
     /// `x-kubernetes-patch-strategy`: `merge`, `replace`, `retainKeys`, ...
     pub strategy: &'static str,
@@ -42,6 +63,9 @@ pub struct Field {
     pub list_type: &'static str,
     /// `x-kubernetes-list-map-keys` of a `map` list.
     pub list_keys: &'static [&'static str],
+    /// `x-kubernetes-map-type: atomic` on the field (a map of strings
+    /// such as `nodeSelector`).
+    pub atomic: bool,
 }
 
 /// What the schema says about one position in a document.
@@ -51,9 +75,10 @@ pub enum Schema {
     Type(u16),
     /// A list field: its strategy, key and element type.
     List(&'static Field),
-    /// A map whose values all have one type.
-    MapOf(Option<u16>),
-    /// A known field with no structure we track (a scalar, or a free-form object).
+    /// A map field whose values all have one type.
+    MapOf(&'static Field),
+    /// A field the schema does not declare (or of a type it does not
+    /// have): nothing is known about it.
     Opaque,
 }
 
@@ -70,21 +95,22 @@ impl Schema {
     pub fn field(self, field: &str) -> Option<Schema> {
         match self {
             Schema::Type(t) => {
-                let fields = TYPES[t as usize].1;
+                let fields = TYPES[t as usize].2;
                 match fields.binary_search_by(|f| f.name.cmp(field)) {
                     Ok(i) => {
                         let f = &fields[i];
                         Some(match f.shape {
                             Shape::Object => f.elem.map_or(Schema::Opaque, Schema::Type),
                             Shape::List => Schema::List(f),
-                            Shape::Map => Schema::MapOf(f.elem),
+                            Shape::Map => Schema::MapOf(f),
                         })
                     }
-                    // A scalar field of a known type.
+                    // Undeclared: a field of a newer Kubernetes than the
+                    // schema's, or a mistake; it is not checked.
                     Err(_) => Some(Schema::Opaque),
                 }
             }
-            Schema::MapOf(elem) => Some(elem.map_or(Schema::Opaque, Schema::Type)),
+            Schema::MapOf(f) => Some(f.elem.map_or(Schema::Opaque, Schema::Type)),
             Schema::List(_) | Schema::Opaque => None,
         }
     }
@@ -126,6 +152,27 @@ impl Schema {
             _ => None,
         }
     }
+
+    /// The atom of the type at this position (`None` for a list, a map
+    /// field or an unknown position).
+    pub fn atom(self) -> Option<Atom> {
+        match self {
+            Schema::Type(t) => Some(TYPES[t as usize].1),
+            _ => None,
+        }
+    }
+
+    /// Whether apply replaces the value at this position whole: an
+    /// atomic list, struct or map (`validatePatch` of the API server's
+    /// mutating admission refuses to set one).
+    pub fn is_atomic(self) -> bool {
+        match self {
+            Schema::Type(_) => self.atom() == Some(Atom::Struct { atomic: true }),
+            Schema::List(_) => self.list_kind() == ListKind::Atomic,
+            Schema::MapOf(f) => f.atomic,
+            Schema::Opaque => false,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -140,7 +187,7 @@ mod tests {
                 .all(|w| (w[0].0, w[0].1) < (w[1].0, w[1].1))
         );
         assert!(TYPES.windows(2).all(|w| w[0].0 < w[1].0));
-        for (name, fields) in TYPES {
+        for (name, _, fields) in TYPES {
             assert!(fields.windows(2).all(|w| w[0].name < w[1].name), "{name}");
         }
     }

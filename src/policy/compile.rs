@@ -303,7 +303,7 @@ impl CompiledPolicy {
             },
             namespace,
             scope,
-            report: ReportMeta::of(&doc.metadata.annotations),
+            report: ReportMeta::of(&doc.metadata),
             annotations: doc.metadata.annotations.clone(),
             failure_policy,
             background: spec.background.unwrap_or(true),

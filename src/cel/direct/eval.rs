@@ -394,7 +394,7 @@ impl<'a> Evaluator<'_, 'a> {
                     }
                 }
             }
-            _ => return Err(Fail::Interpreter),
+            other => return Err(not_iterable(other)),
         }
         self.locals.truncate(item_slot - 1);
         if !decided && let Some(e) = pending {
@@ -441,12 +441,21 @@ impl<'a> Evaluator<'_, 'a> {
                     }
                 }
             }
-            _ => return Err(Fail::Interpreter),
+            other => return Err(not_iterable(other)),
         }
         self.locals.truncate(slot + 1);
         let result = self.eval(&c.result);
         self.locals.truncate(slot);
         result
+    }
+}
+
+/// cel-go's error for a comprehension over a value that is neither a list
+/// nor a map (`got 'types.String', expected iterable type`).
+fn not_iterable(range: &Val) -> Fail {
+    match range.go_type_name() {
+        Some(t) => Fail::Error(format!("got '{t}', expected iterable type").into()),
+        None => Fail::Interpreter,
     }
 }
 

@@ -123,6 +123,23 @@ impl<'a> Val<'a> {
         }
     }
 
+    /// cel-go's Go type of the value (`%T`), which its comprehensions name
+    /// when the range is not a list or map; `None` for a value only the
+    /// interpreter holds.
+    pub fn go_type_name(&self) -> Option<&'static str> {
+        Some(match self {
+            Val::Null => "types.Null",
+            Val::Bool(_) => "types.Bool",
+            Val::Int(_) => "types.Int",
+            Val::Uint(_) => "types.Uint",
+            Val::Double(_) => "types.Double",
+            Val::Str(_) => "types.String",
+            Val::Bytes(_) => "types.Bytes",
+            Val::Optional(_) => "*types.Optional",
+            Val::List(_) | Val::Map(_) | Val::Foreign(_) => return None,
+        })
+    }
+
     /// The value as the cel crate's interpreter holds it.
     pub fn to_cel(&self) -> CelValue {
         match self {

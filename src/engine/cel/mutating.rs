@@ -12,9 +12,11 @@ use crate::cel::{Activation, Lookups};
 use crate::context::Resolver;
 use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::kinds::schema::Schema;
+use crate::patch::typed::{self, Duplicates};
 use crate::patch::{apply, json_patch};
 use crate::policy::cel_policy::{
-    CompiledMutatingPolicy, CompiledMutation, MutateExisting, PodTemplate, TargetSelection,
+    CompiledMutatingPolicy, CompiledMutation, MutateExisting, PodTemplate, PolicyScope,
+    TargetSelection,
 };
 use serde_json::{Map, Value};
 
@@ -96,8 +98,8 @@ pub fn evaluate_mutating_policy<'p>(
     // `exception` and that of an error `evaluation`.
     let rule = if let Some((status, message)) = exempted(scope, base, &lookups) {
         RuleResponse::new("exception", status, message).of_type(RuleType::Mutation)
-    } else if let Some((status, message)) = match_conditions_gate(scope, &vars, &lookups) {
-        RuleResponse::new(&scope.name, status, message).of_type(RuleType::Mutation)
+    } else if let Some(rule) = conditions_gate(scope, &vars, &lookups) {
+        rule
     } else {
         match mutate(policy, req.object.clone(), view.template, &vars, &lookups) {
             Ok(patched) => {
@@ -105,21 +107,41 @@ pub fn evaluate_mutating_policy<'p>(
                 respond(RuleStatus::Pass, "success".into())
             }
             Err(e) if scope.failure_policy_ignore => respond(RuleStatus::Skip, e),
-            Err(e) => {
-                // A failed variable reports its own error, as the API
-                // server's lazily evaluated variables do.
-                let e = variable_error(&vars, &e).map_or(e.as_str(), |(_, own)| own);
-                RuleResponse::new(
-                    "evaluation",
-                    RuleStatus::Error,
-                    format!("failed to evaluate policy: {e}"),
-                )
-                .of_type(RuleType::Mutation)
-            }
+            Err(e) => evaluation_error(&vars, &e),
         }
     };
     outcome.response.rules.push(rule);
     outcome
+}
+
+/// A MutatingPolicy's error as Kyverno's engine reports any error of its
+/// evaluation: the rule `evaluation`. A failed variable reports its own
+/// error, as the API server's lazily evaluated variables do.
+fn evaluation_error(vars: &Activation, error: &str) -> RuleResponse<'static> {
+    let error = variable_error(vars, error).map_or(error, |(_, own)| own);
+    RuleResponse::new(
+        "evaluation",
+        RuleStatus::Error,
+        format!("failed to evaluate policy: {error}"),
+    )
+    .of_type(RuleType::Mutation)
+}
+
+/// The matchConditions of a MutatingPolicy: false skips, as for every CEL
+/// policy; an error is an `evaluation` error, as Kyverno's engine gives it.
+fn conditions_gate<'p>(
+    scope: &'p PolicyScope,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Option<RuleResponse<'p>> {
+    if !scope.failure_policy_ignore
+        && let Err(e) = conditions_hold(&scope.match_conditions, vars, lookups)
+    {
+        return Some(evaluation_error(vars, &e.to_string()));
+    }
+    match_conditions_gate(scope, vars, lookups).map(|(status, message)| {
+        RuleResponse::new(&scope.name, status, message).of_type(RuleType::Mutation)
+    })
 }
 
 /// Whether the trigger of mutate existing meets the policy's
@@ -261,7 +283,7 @@ fn mutate_each(
         } else {
             vars
         };
-        match apply_mutation(mutation, &object, None, None, vars, lookups) {
+        match apply_mutation(mutation, &object, None, None, false, vars, lookups) {
             Ok(next) if next == object => {
                 results.push((RuleStatus::Skip, "mutation had no effect".into()))
             }
@@ -276,13 +298,41 @@ fn mutate_each(
     (object, results)
 }
 
+/// What the API server's `ApplyStructuredMergeDiff` checks before it
+/// merges, in its order: the configuration converts to the kind's type
+/// (no duplicate keys), sets no atomic value (unless the policy asks for
+/// server-side apply, as Kyverno's `useServerSideApply`), and the live
+/// object converts too.
+fn typed_apply_checks(
+    config: &Value,
+    object: &Value,
+    schema: Schema,
+    server_side_apply: bool,
+) -> Result<(), String> {
+    typed::check(config, schema, Duplicates::Refused)
+        .map_err(|e| format!("failed to convert patch object to typed object: {e}"))?;
+    if !server_side_apply {
+        let atomics = typed::atomic_paths(config, schema);
+        if !atomics.is_empty() {
+            return Err(format!(
+                "invalid ApplyConfiguration: may not mutate atomic arrays, maps or structs: {}",
+                atomics.join(", ")
+            ));
+        }
+    }
+    typed::check(object, schema, Duplicates::Allowed)
+        .map_err(|e| format!("failed to convert original object to typed object: {e}"))
+}
+
 /// One mutation on `object`. `view` places an autogen Pod configuration
-/// in the template; `schema` decides how apply merges lists.
+/// in the template; `schema` decides how apply merges lists and types the
+/// configuration (none for a kind the schema does not know).
 fn apply_mutation(
     mutation: &CompiledMutation,
     object: &Value,
     view: Option<PodTemplate>,
     schema: Option<Schema>,
+    server_side_apply: bool,
     vars: &Activation,
     lookups: &dyn Lookups,
 ) -> Result<Value, String> {
@@ -300,6 +350,10 @@ fn apply_mutation(
             // Autogen: the expression wrote a Pod; place it in the template.
             if let Some(t) = view {
                 config = wrap_in_template(config, t);
+            }
+            if let Some(schema) = schema {
+                typed_apply_checks(&config, object, schema, server_side_apply)
+                    .map_err(|e| format!("error applying patch: {e}"))?;
             }
             Ok(apply::merge(object, &config, schema))
         }
@@ -350,7 +404,15 @@ fn mutate(
             object["apiVersion"].as_str().unwrap_or_default(),
             object["kind"].as_str().unwrap_or_default(),
         );
-        let next = apply_mutation(mutation, &object, view, schema, vars, lookups)?;
+        let next = apply_mutation(
+            mutation,
+            &object,
+            view,
+            schema,
+            policy.server_side_apply,
+            vars,
+            lookups,
+        )?;
         changed |= next != object;
         object = next;
     }

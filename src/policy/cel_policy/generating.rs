@@ -370,7 +370,7 @@ impl CompiledGeneratingPolicy {
                 .and_then(Value::as_i64)
                 .map(|t| t as i32),
             key,
-            report: crate::policy::ReportMeta::of(&doc.metadata.annotations),
+            report: crate::policy::ReportMeta::of(&doc.metadata),
             revision: {
                 use std::hash::{Hash, Hasher};
                 let mut h = std::collections::hash_map::DefaultHasher::new();

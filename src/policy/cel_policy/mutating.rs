@@ -164,6 +164,10 @@ pub struct CompiledMutatingPolicy {
     /// schema, as Kyverno's CLI applies them) and each mutation reports
     /// its own result.
     pub admission_policy: bool,
+    /// `evaluation.useServerSideApply`: an ApplyConfiguration may set
+    /// atomic values (replaced whole), which the API server's mutating
+    /// admission refuses and so does Kyverno by default.
+    pub server_side_apply: bool,
 }
 
 impl CompiledMutatingPolicy {
@@ -215,7 +219,7 @@ impl CompiledMutatingPolicy {
         };
         Ok(CompiledMutatingPolicy {
             key,
-            report: crate::policy::ReportMeta::of(&doc.metadata.annotations),
+            report: crate::policy::ReportMeta::of(&doc.metadata),
             admission: setting("/admission/enabled").unwrap_or(true),
             background: setting("/background/enabled").unwrap_or(true),
             existing,
@@ -236,6 +240,7 @@ impl CompiledMutatingPolicy {
             variables: compile_named(&spec.variables, "spec.variables")?,
             mutations,
             admission_policy: false,
+            server_side_apply: setting("/useServerSideApply").unwrap_or(false),
         })
     }
 

@@ -114,7 +114,7 @@ impl CompiledValidatingPolicy {
             admission: enabled("/admission/enabled"),
             background: enabled("/background/enabled"),
             key,
-            report: crate::policy::ReportMeta::of(&doc.metadata.annotations),
+            report: crate::policy::ReportMeta::of(&doc.metadata),
             scope: PolicyScope::compile(
                 &doc.kind,
                 &doc.metadata,
