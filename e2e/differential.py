@@ -517,6 +517,30 @@ def unchanged(written, resource):
     return a == b
 
 
+KYAML_ITEM_KIND = "wrong node kind: expected MappingNode but got "
+
+# Lists merged by a key, and the key.
+MERGE_KEYS = {"containers": "name", "initContainers": "name", "ephemeralContainers": "name",
+              "env": "name", "volumes": "name", "imagePullSecrets": "name",
+              "volumeMounts": "mountPath", "ports": "containerPort"}
+
+
+def has_keyless_items(node):
+    """Whether a resource has an item without its merge key (or with an
+    empty one) in a list merged by key."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            key = MERGE_KEYS.get(k)
+            if key and isinstance(v, list) and any(
+                    isinstance(e, dict) and e.get(key) in (None, "") for e in v):
+                return True
+            if has_keyless_items(v):
+                return True
+    elif isinstance(node, list):
+        return any(has_keyless_items(e) for e in node)
+    return False
+
+
 def mutate_rules(case):
     """`policy/rule` of every classic mutate rule of a case's policies, with
     the names of the rules autogen makes from them."""
@@ -563,6 +587,11 @@ def compare(case, gavel, kyverno):
     # the empty object its error response carries, so the rules and
     # policies after it find nothing to match and it writes nothing.
     mutating = mutate_rules(case)
+
+    def keyless(resource):
+        v = variant_of.get(resource)
+        return v is not None and has_keyless_items(v["resource"])
+
     lost = {(kind, name) for (policy, rule, kind, _ns, name), (result, _) in k_results.items()
             if result == "error" and f"{policy}/{rule}" in mutating}
     for key in sorted(set(g_results) | set(k_results)):
@@ -571,6 +600,16 @@ def compare(case, gavel, kyverno):
         if k is None and (kind, name) in lost:
             add(f"{policy}/{rule}", (kind, name), "result: none from kyverno after its mutate error",
                 g and g[0], None)
+        elif g is not None and k is not None and g[0] != k[0] and k[0] == "error" \
+                and KYAML_ITEM_KIND in k[1]:
+            # kyaml reads every item of a list merged by key as a map, in
+            # the resource too, and fails on any other.
+            add(f"{policy}/{rule}", (kind, name), "result: kyaml refuses a list item that is not a map",
+                g[0], k[0])
+        elif g is not None and k is not None and g[0] != k[0] and "error" not in (g[0], k[0]) \
+                and keyless((kind, name)):
+            add(f"{policy}/{rule}", (kind, name), "result: list items without their merge key",
+                g[0], k[0])
         elif g is None or k is None or g[0] != k[0]:
             add(f"{policy}/{rule}", (kind, name), "result", g and g[0], k and k[0])
         elif g[1] != k[1]:
@@ -589,6 +628,8 @@ def compare(case, gavel, kyverno):
             aspect = "output: gavel wrote it unchanged, kyverno did not"
         elif g is not None and k is not None and comparable(without_trigger_name(g)) == comparable(k):
             aspect = "output: gavel's generate.kyverno.io/trigger-name label"
+        elif g is not None and k is not None and keyless((kind, name)):
+            aspect = "output: list items without their merge key"
         elif g is None or k is None:
             aspect = "output: written by one only"
         else:

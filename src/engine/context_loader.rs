@@ -3,7 +3,7 @@
 //! from the [`Resolver`]; an unavailable source leaves the name undefined.
 
 use super::json_context::JsonContext;
-use super::variables::{OnError, Substituter};
+use super::variables::Substituter;
 use crate::context::{ApiCallRequest, Resolver};
 use crate::jmespath::Val;
 use crate::policy::ExprCache;
@@ -18,13 +18,9 @@ fn query(exprs: &ExprCache, source: &str, root: Val) -> Result<Value, String> {
 }
 
 fn substitute(ctx: &JsonContext, exprs: &ExprCache, v: &Value) -> Result<Value, String> {
-    Substituter {
-        ctx,
-        exprs,
-        on_error: OnError::Fail,
-    }
-    .value(v)
-    .map_err(|e| e.to_string())
+    Substituter { ctx, exprs }
+        .value(v)
+        .map_err(|e| e.to_string())
 }
 
 fn substitute_str(ctx: &JsonContext, exprs: &ExprCache, s: &str) -> Result<String, String> {

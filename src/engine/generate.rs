@@ -5,7 +5,7 @@
 
 use super::json_context::JsonContext;
 use super::validate::{before_body, eval_conditions, foreach_list};
-use super::variables::{OnError, Substituter};
+use super::variables::Substituter;
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::matching::selector_matches;
 use crate::policy::compile::PolicyScope;
@@ -121,7 +121,6 @@ impl Builder<'_> {
         let sub = Substituter {
             ctx,
             exprs: self.exprs,
-            on_error: OnError::Fail,
         };
         let text = |s: &Option<String>| -> Result<String, String> {
             match s {

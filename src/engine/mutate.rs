@@ -8,7 +8,7 @@
 use super::context_loader;
 use super::json_context::JsonContext;
 use super::validate::{before_body, eval_conditions, foreach_list};
-use super::variables::{OnError, Substituter};
+use super::variables::Substituter;
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::context::Resolver;
 use crate::matching::selector_matches;
@@ -166,7 +166,6 @@ impl Mutator<'_> {
         let sub = Substituter {
             ctx,
             exprs: self.exprs,
-            on_error: OnError::Fail,
         };
         let text = |s: &Option<String>| -> Result<String, String> {
             match s.as_deref().map(|s| sub.string(s)) {
@@ -264,7 +263,6 @@ impl Mutator<'_> {
         let sub = Substituter {
             ctx,
             exprs: self.exprs,
-            on_error: OnError::Fail,
         };
         let out = match patch {
             MutatePatch::Strategic {
@@ -278,7 +276,7 @@ impl Mutator<'_> {
                 prepared: None,
             } => {
                 let mut overlay = if *has_variables {
-                    sub.value(overlay)
+                    sub.value_under(overlay, patch_path(nesting, "patchStrategicMerge"))
                         .map_err(|e| format!("variable substitution failed: {e}"))?
                 } else {
                     overlay.clone()
@@ -287,6 +285,17 @@ impl Mutator<'_> {
                     Ok(()) => {}
                     Err(overlay::AnchorError::Condition(_) | overlay::AnchorError::Global(_)) => {
                         return Ok((resource.clone(), 0));
+                    }
+                    Err(overlay::AnchorError::NotAList(found)) => {
+                        // kyaml's wording: Kyverno reads the resource there
+                        // as a list.
+                        let e = strategic::MergeError::Kind {
+                            expected: "SequenceNode",
+                            found,
+                        };
+                        return Err(format!(
+                            "failed to patch resource: failed to preProcess rule: {e}"
+                        ));
                     }
                     Err(overlay::AnchorError::Other(e)) => {
                         return Err(format!(
@@ -303,7 +312,7 @@ impl Mutator<'_> {
                     Some(ops) => ops,
                     None => {
                         let text = match sub
-                            .string(text)
+                            .string_at(text, patch_path(nesting, "patchesJson6902"))
                             .map_err(|e| format!("variable substitution failed: {e}"))?
                         {
                             Value::String(s) => s,
@@ -347,6 +356,10 @@ impl Mutator<'_> {
             }
             for index in order {
                 let item = &items[index];
+                // Kyverno skips null elements.
+                if item.is_null() {
+                    continue;
+                }
                 let mut scope = ctx.child();
                 if self.numbered_elements {
                     scope.set(format!("element{nesting}"), item.clone());
@@ -409,6 +422,17 @@ fn mutated_message(resource: &Value) -> String {
         format!("mutated {kind}/{name}")
     } else {
         format!("mutated {kind}/{name} in namespace {namespace}")
+    }
+}
+
+/// Where Kyverno's substitution errors place a patch: in the rule
+/// (`/mutate/...`), or in a foreach entry.
+fn patch_path(nesting: usize, field: &str) -> &'static str {
+    match (nesting, field) {
+        (0, "patchStrategicMerge") => "/mutate/patchStrategicMerge",
+        (0, _) => "/mutate/patchesJson6902",
+        (_, "patchStrategicMerge") => "/patchStrategicMerge",
+        _ => "/patchesJson6902",
     }
 }
 

@@ -17,7 +17,7 @@ pub use prepare::eval_conditions;
 use prepare::{applicable_exceptions, prepare_rule};
 
 use super::json_context::JsonContext;
-use super::variables::{OnError, Substituter};
+use super::variables::Substituter;
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::matching::MatchInput;
 use crate::policy::compile::{PolicyScope, ValidateRule};
@@ -259,7 +259,6 @@ impl<'p> RuleValidator<'_, 'p> {
         let sub = Substituter {
             ctx,
             exprs: self.exprs,
-            on_error: OnError::Fail,
         };
         match sub.string(m) {
             Ok(Value::String(s)) => Ok(Some(Cow::Owned(s))),

@@ -8,29 +8,38 @@ use crate::jmespath::{JmesError, Val};
 use crate::policy::ExprCache;
 use crate::policy::template::{Template, first_token, opens_variable};
 use serde_json::Value;
+use std::fmt::Write;
 
 #[derive(Debug, thiserror::Error, Clone, PartialEq)]
 pub enum VariableError {
-    #[error("failed to resolve {variable}: {source}")]
-    Resolve { variable: String, source: JmesError },
+    /// Worded as Kyverno's substitution: the expression, the JSON pointer
+    /// of the value within the substituted document (empty for a
+    /// condition's key), and the context's query error.
+    #[error("failed to resolve {variable} at path {path}: {}", query_error(.variable, .source))]
+    Resolve {
+        variable: String,
+        path: String,
+        source: JmesError,
+    },
     #[error("unsupported: {0}")]
     Unsupported(String),
 }
 
-/// How unresolvable variables are treated.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnError {
-    /// Fail the substitution (patterns, messages, context entries).
-    Fail,
-    /// kyverno-compat: condition keys and values treat an unknown key as
-    /// an empty string (any other error is the rule's).
-    EmptyString,
+/// Kyverno's JSON context words a query that does not parse and one that
+/// fails differently.
+fn query_error(variable: &str, source: &JmesError) -> String {
+    match source {
+        JmesError::Syntax(_) => format!("incorrect query {variable}: {source}"),
+        _ => format!("JMESPath query failed: {source}"),
+    }
 }
 
+/// Substitutes variables, strictly as Kyverno does: an expression that
+/// fails (an unknown key included) is an error wherever it is, conditions
+/// too; policies guard with `|| ''`.
 pub struct Substituter<'c> {
     pub ctx: &'c JsonContext<'c>,
     pub exprs: &'c ExprCache,
-    pub on_error: OnError,
 }
 
 /// Rendering a compiled [`Template`]; the template itself is parsed at
@@ -51,21 +60,19 @@ impl<'t> Substituter<'t> {
                 } else {
                     expr
                 };
-                match (expr.resolve_val(self.ctx.root()), self.on_error) {
+                match expr.resolve_val(self.ctx.root()) {
                     // A string result may itself hold variables: substitute it fully.
-                    (Ok(v), _)
+                    Ok(v)
                         if v.as_json()
                             .and_then(Value::as_str)
                             .is_some_and(opens_variable) =>
                     {
                         self.value(raw).map(Cow::Owned)
                     }
-                    (Ok(v), _) => Ok(v.into_cow()),
-                    (Err(JmesError::NotFound(_)), OnError::EmptyString) => {
-                        Ok(Cow::Owned(Value::String(String::new())))
-                    }
-                    (Err(source), _) => Err(VariableError::Resolve {
-                        variable: raw.to_string(),
+                    Ok(v) => Ok(v.into_cow()),
+                    Err(source) => Err(VariableError::Resolve {
+                        variable: expr.source().trim().to_string(),
+                        path: String::new(),
                         source,
                     }),
                 }
@@ -75,7 +82,7 @@ impl<'t> Substituter<'t> {
 }
 
 impl Substituter<'_> {
-    fn resolve(&self, inner: &str) -> Result<Value, VariableError> {
+    fn resolve(&self, inner: &str, path: &str) -> Result<Value, VariableError> {
         if inner == "@" {
             return Err(VariableError::Unsupported("the {{@}} variable".into()));
         }
@@ -87,34 +94,33 @@ impl Substituter<'_> {
         } else {
             inner
         };
-        let result = self
-            .exprs
+        // kyverno-compat: every error is the rule's, conditions included:
+        // an unknown key ("Unknown key ... in path"), a function given the
+        // wrong type, an expression that does not parse ("incorrect
+        // query"). Nothing becomes an empty string that lets a rule pass.
+        self.exprs
             .resolve(source, self.ctx.root())
-            .map(Val::into_owned);
-        match (result, self.on_error) {
-            (Ok(v), _) => Ok(v),
-            (Err(JmesError::NotFound(_)), OnError::EmptyString) => Ok(Value::String(String::new())),
-            // kyverno-compat: an expression that does not parse is an error
-            // everywhere, conditions included (Kyverno's context rejects the
-            // query, "incorrect query", and the rule ends in error): it never
-            // becomes an empty string that lets the rule pass. A runtime
-            // error (a function given the wrong type) is the rule's error in
-            // conditions too ("failed to substitute variables in condition
-            // key").
-            (Err(source), _) => Err(VariableError::Resolve {
-                variable: format!("{{{{{inner}}}}}"),
-                source,
-            }),
-        }
+            .map(Val::into_owned)
+            .map_err(|source_error| VariableError::Resolve {
+                variable: source.to_string(),
+                path: path.to_string(),
+                source: source_error,
+            })
     }
 
     pub fn string(&self, s: &str) -> Result<Value, VariableError> {
+        self.string_at(s, "")
+    }
+
+    /// Substitutes `s`, which sits at `path` (a JSON pointer) in the
+    /// document Kyverno substitutes, for its error messages.
+    pub fn string_at(&self, s: &str, path: &str) -> Result<Value, VariableError> {
         if !opens_variable(s) {
             return Ok(Value::String(s.to_string()));
         }
         let mut text = s.to_string();
         while let Some(t) = first_token(&text) {
-            let value = self.resolve(&t.inner)?;
+            let value = self.resolve(&t.inner, path)?;
             if t.start == 0 && t.end == text.len() {
                 if let Value::String(inner) = &value
                     && first_token(inner).is_some()
@@ -139,23 +145,46 @@ impl Substituter<'_> {
 
     /// Substitutes every string and key in `v`.
     pub fn value(&self, v: &Value) -> Result<Value, VariableError> {
+        let mut path = String::new();
+        self.value_at(v, &mut path)
+    }
+
+    /// [`Self::value`] of a document that sits at `path` in the one Kyverno
+    /// substitutes (`/mutate/patchStrategicMerge` for a rule's patch).
+    pub fn value_under(&self, v: &Value, path: &str) -> Result<Value, VariableError> {
+        let mut path = path.to_string();
+        self.value_at(v, &mut path)
+    }
+
+    fn value_at(&self, v: &Value, path: &mut String) -> Result<Value, VariableError> {
         Ok(match v {
-            Value::String(s) => self.string(s)?,
+            Value::String(s) => self.string_at(s, path)?,
             Value::Array(a) => {
-                Value::Array(a.iter().map(|x| self.value(x)).collect::<Result<_, _>>()?)
+                let mut out = Vec::with_capacity(a.len());
+                for (i, x) in a.iter().enumerate() {
+                    let len = path.len();
+                    let _ = write!(path, "/{i}");
+                    out.push(self.value_at(x, path)?);
+                    path.truncate(len);
+                }
+                Value::Array(out)
             }
             Value::Object(m) => {
                 let mut out = serde_json::Map::with_capacity(m.len());
                 for (k, x) in m {
+                    let len = path.len();
+                    path.push('/');
+                    path.push_str(k);
                     let key = if opens_variable(k) {
-                        match self.string(k)? {
+                        match self.string_at(k, path)? {
                             Value::String(s) => s,
                             other => other.to_string(),
                         }
                     } else {
                         k.clone()
                     };
-                    out.insert(key, self.value(x)?);
+                    out.insert(key, self.value_at(x, path)?);
+                    path.truncate(len);
                 }
                 Value::Object(out)
             }
@@ -178,13 +207,12 @@ mod tests {
         c
     }
 
-    fn sub(s: &str, on_error: OnError) -> Result<Value, VariableError> {
+    fn sub(s: &str) -> Result<Value, VariableError> {
         let c = ctx();
         let cache = ExprCache::default();
         Substituter {
             ctx: &c,
             exprs: &cache,
-            on_error,
         }
         .string(s)
     }
@@ -214,26 +242,34 @@ mod tests {
             ),
             ("plain", json!("plain")),
         ] {
-            assert_eq!(sub(input, OnError::Fail).unwrap(), want, "{input}");
+            assert_eq!(sub(input).unwrap(), want, "{input}");
         }
     }
 
     #[test]
-    fn missing_keys() {
-        assert!(
-            sub(
-                "{{ request.object.metadata.labels.missing }}",
-                OnError::Fail
-            )
-            .is_err()
-        );
+    fn missing_keys_are_errors_worded_as_kyverno_words_them() {
         assert_eq!(
-            sub(
-                "{{ request.object.metadata.labels.missing }}",
-                OnError::EmptyString
-            )
-            .unwrap(),
-            json!("")
+            sub("{{ request.object.metadata.labels.missing }}")
+                .unwrap_err()
+                .to_string(),
+            "failed to resolve request.object.metadata.labels.missing at path : \
+             JMESPath query failed: Unknown key \"missing\" in path"
+        );
+        let c = ctx();
+        let cache = ExprCache::default();
+        let s = Substituter {
+            ctx: &c,
+            exprs: &cache,
+        };
+        let patch =
+            json!({"metadata": {"labels": {"x": "{{ request.object.metadata.labels.nope }}"}}});
+        assert_eq!(
+            s.value_under(&patch, "/mutate/patchStrategicMerge")
+                .unwrap_err()
+                .to_string(),
+            "failed to resolve request.object.metadata.labels.nope at path \
+             /mutate/patchStrategicMerge/metadata/labels/x: JMESPath query failed: \
+             Unknown key \"nope\" in path"
         );
     }
 

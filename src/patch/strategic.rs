@@ -28,11 +28,12 @@ const ASSOCIATIVE_KEYS: [&str; 7] = [
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MergeError {
-    #[error("wrong node kind at {path}: expected {expected}, got {found}")]
+    /// kyaml's `InvalidNodeKindError`, worded as it is (the node as YAML
+    /// after `node contents:`).
+    #[error("wrong node kind: expected {expected} but got {}: node contents:\n{}", node_kind(.found), node_contents(.found))]
     Kind {
-        path: String,
         expected: &'static str,
-        found: &'static str,
+        found: Value,
     },
     #[error("conflicting merge keys [{0},{1}] for field {2}")]
     ConflictingKeys(String, String, String),
@@ -59,13 +60,49 @@ pub fn merge_owned(doc: Value, patch: &Value) -> Result<Value, MergeError> {
     Ok(walk(Some(doc), Some(patch), schema, &mut path)?.unwrap_or(Value::Null))
 }
 
-fn kind_name(v: &Value) -> &'static str {
+/// kyaml's name of the node kind a value parses to.
+pub fn node_kind(v: &Value) -> &'static str {
     match v {
-        Value::Object(_) => "map",
-        Value::Array(_) => "sequence",
-        Value::Null => "null",
-        _ => "scalar",
+        Value::Object(_) => "MappingNode",
+        Value::Array(_) => "SequenceNode",
+        _ => "ScalarNode",
     }
+}
+
+/// A node as kyaml prints it (`RNode.String`) when Kyverno parsed it from
+/// JSON: flow style, strings double-quoted, with the trailing newline.
+pub fn node_contents(v: &Value) -> String {
+    fn flow(v: &Value, out: &mut String) {
+        match v {
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    flow(item, out);
+                }
+                out.push(']');
+            }
+            Value::Object(fields) => {
+                out.push('{');
+                for (i, (k, item)) in fields.iter().enumerate() {
+                    if i > 0 {
+                        out.push_str(", ");
+                    }
+                    out.push_str(&Value::String(k.clone()).to_string());
+                    out.push_str(": ");
+                    flow(item, out);
+                }
+                out.push('}');
+            }
+            scalar => out.push_str(&scalar.to_string()),
+        }
+    }
+    let mut out = String::new();
+    flow(v, &mut out);
+    out.push('\n');
+    out
 }
 
 fn is_scalar(v: &Value) -> bool {
@@ -85,14 +122,12 @@ fn walk(
         // Both missing or null: a null in the patch clears the field.
         return Ok(None);
     };
+    // kyaml's walker: every source must be of the first one's kind.
     for v in [dest.as_ref(), src_present].into_iter().flatten() {
-        if std::mem::discriminant(v) != std::mem::discriminant(first)
-            && !(is_scalar(v) && is_scalar(first))
-        {
+        if node_kind(v) != node_kind(first) {
             return Err(MergeError::Kind {
-                path: path.clone(),
-                expected: kind_name(first),
-                found: kind_name(v),
+                expected: node_kind(first),
+                found: v.clone(),
             });
         }
     }
@@ -282,6 +317,20 @@ fn walk_list(
             }
         }
     };
+    // Merged by a key, every element is read as a map: kyaml fails on
+    // the first that is not (the document's, then the patch's).
+    if !key.is_empty() {
+        let elements = dest_list.iter().flatten().chain(src_list.iter());
+        if let Some(e) = elements
+            .into_iter()
+            .find(|e| !e.is_null() && !e.is_object())
+        {
+            return Err(MergeError::Kind {
+                expected: "MappingNode",
+                found: e.clone(),
+            });
+        }
+    }
     let elem_schema = schema.and_then(Schema::elements);
     // Nothing to merge into: kyaml merges the patch's list with itself,
     // which resolves directives and keeps elements without the key.

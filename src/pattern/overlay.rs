@@ -23,6 +23,9 @@ pub enum AnchorError {
     /// A global anchor did not hold: the rule does not apply.
     Global(String),
     Other(String),
+    /// The resource holds something other than a list where the patch has
+    /// a list of maps: kyaml's wrong node kind, which the caller words.
+    NotAList(Value),
 }
 
 fn anchor_of(key: &str) -> Option<Anchor> {
@@ -94,9 +97,7 @@ fn process_list_of_maps(pattern: &mut Value, resource: Option<&Value>) -> Result
         None | Some(Value::Null) => &[],
         Some(Value::Array(a)) => a,
         Some(other) => {
-            return Err(AnchorError::Other(format!(
-                "expected a list in the resource, found {other}"
-            )));
+            return Err(AnchorError::NotAList(other.clone()));
         }
     };
     for i in 0..count {

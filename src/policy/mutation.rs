@@ -132,6 +132,9 @@ fn compile_patch(
             ),
             None => None,
         };
+        // kyverno-compat: a strategic-merge foreach walks its list from
+        // the end unless its order says otherwise (mutateElements).
+        let strategic = f.patch_strategic_merge.is_some();
         let patch = compile_patch(f.patch_strategic_merge, f.patches_json6902, nested)?
             .ok_or_else(|| {
                 format!("foreach[{i}]: no patchStrategicMerge, patchesJson6902 or foreach")
@@ -143,7 +146,8 @@ fn compile_patch(
             .transpose()
             .map_err(|e| format!("foreach[{i}].preconditions: {e}"))?;
         let descending = match f.order.as_deref() {
-            None | Some("Ascending") => false,
+            None => strategic,
+            Some("Ascending") => false,
             Some("Descending") => true,
             Some(o) => return Err(format!("foreach[{i}].order: unknown order {o:?}")),
         };

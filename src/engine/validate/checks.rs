@@ -6,7 +6,7 @@
 use super::{RuleValidator, eval_conditions};
 use crate::engine::cel::CelVerdict;
 use crate::engine::json_context::JsonContext;
-use crate::engine::variables::{OnError, Substituter, VariableError};
+use crate::engine::variables::{Substituter, VariableError};
 use crate::engine::{Request, RuleResponse, RuleStatus};
 use crate::pattern::{self, ErrorKind, IndexText, PatternError};
 use crate::policy::ValidateCheck;
@@ -27,7 +27,7 @@ impl<'p> RuleValidator<'_, 'p> {
             ValidateCheck::Deny(conds) => Some(match eval_conditions(conds, ctx, self.exprs) {
                 Err(e) => self.respond(
                     RuleStatus::Error,
-                    format!("failed to evaluate deny conditions: {e}"),
+                    format!("failed to check deny conditions: {e}"),
                 ),
                 Ok((false, _)) => self.respond(RuleStatus::Pass, self.pass),
                 Ok((true, _)) => {
@@ -128,7 +128,6 @@ impl<'p> RuleValidator<'_, 'p> {
         let sub = Substituter {
             ctx,
             exprs: self.exprs,
-            on_error: OnError::Fail,
         };
         match check {
             ValidateCheck::Pattern(p) => {

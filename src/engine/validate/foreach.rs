@@ -6,7 +6,7 @@
 use super::{FOREACH_FAILURE, RuleValidator, eval_conditions};
 use crate::engine::context_loader;
 use crate::engine::json_context::{JsonContext, Slot};
-use crate::engine::variables::{OnError, Substituter};
+use crate::engine::variables::Substituter;
 use crate::engine::{Request, RuleResponse, RuleStatus};
 use crate::jmespath::Val;
 use crate::policy::compile::ForEach;
@@ -24,11 +24,7 @@ pub(in crate::engine) fn foreach_list<'c>(
     if let Some(e) = parsed {
         return e.resolve_val(ctx.root()).map_err(|e| e.to_string());
     }
-    let sub = Substituter {
-        ctx,
-        exprs,
-        on_error: OnError::Fail,
-    };
+    let sub = Substituter { ctx, exprs };
     let source = match sub.string(list).map_err(|e| e.to_string())? {
         Value::String(s) => s,
         other => other.to_string(),

@@ -6,7 +6,7 @@
 
 use crate::engine::context_loader;
 use crate::engine::json_context::JsonContext;
-use crate::engine::variables::{OnError, Substituter};
+use crate::engine::variables::Substituter;
 use crate::engine::{EvalEnv, Request, RuleResponse, RuleStatus, conditions};
 use crate::policy::{CompiledException, CompiledPolicy, CompiledRule, Conditions, ExprCache};
 
@@ -99,18 +99,18 @@ pub fn eval_conditions(
     ctx: &JsonContext,
     exprs: &ExprCache,
 ) -> Result<(bool, String), String> {
-    let sub = Substituter {
-        ctx,
-        exprs,
-        on_error: OnError::EmptyString,
-    };
+    let sub = Substituter { ctx, exprs };
     let one = |cond: &crate::policy::Condition| -> Result<bool, String> {
         if let Some(hit) = cond.memo.and_then(|id| ctx.memo_get(id)) {
             return Ok(hit);
         }
         let op = cond.operator.clone()?;
-        let key = sub.render(&cond.key).map_err(|e| e.to_string())?;
-        let value = sub.render(&cond.value).map_err(|e| e.to_string())?;
+        let key = sub
+            .render(&cond.key)
+            .map_err(|e| format!("failed to substitute variables in condition key: {e}"))?;
+        let value = sub
+            .render(&cond.value)
+            .map_err(|e| format!("failed to substitute variables in condition value: {e}"))?;
         let result = conditions::evaluate_with(op, &key, &value, cond.value_is_plain_list);
         if let Some(id) = cond.memo {
             ctx.memo_put(id, result);
