@@ -204,8 +204,17 @@ fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
                     let direct = outcome(p.eval(&direct_vars, &NoLookups));
                     let interpreter =
                         outcome(p.interpreted_only().eval(&interpreted_vars, &NoLookups));
-                    // `time.now()` differs between two evaluations.
-                    if direct != interpreter && !p.source().contains("time.now") {
+                    // `time.now()` differs between two evaluations. The
+                    // cel crate hides the error of a global function's
+                    // first argument (`size(object.missing)`) behind
+                    // "Missing argument or target"; the direct evaluator
+                    // gives cel-go's, the argument's own error.
+                    let hidden_argument_error = interpreter == "error Missing argument or target"
+                        && direct.starts_with("error no such key: ");
+                    if direct != interpreter
+                        && !p.source().contains("time.now")
+                        && !hidden_argument_error
+                    {
                         disagreements.push(format!(
                             "{}: {:?} on {}/{}:\n  direct:      {direct}\n  interpreter: {interpreter}",
                             dir.display(),

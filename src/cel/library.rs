@@ -112,6 +112,7 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("int", int_of);
     ctx.add_function("bool", bool_of);
     ctx.add_function("type", type_of);
+    ctx.add_function("join", join);
     ctx.add_function("resource.Get", resource_get);
     ctx.add_function("resource.List", resource_list);
     ctx.add_function("globalContext.Get", global_context_get);
@@ -190,6 +191,28 @@ pub(super) fn evaluate(
         }
     }
     Err(CelError::Eval("too many lookups in one expression".into()))
+}
+
+/// `<list(string)>.join([separator])`, as cel-go's strings extension: a
+/// list that holds anything but strings is an error (kube-cel's join
+/// prints such values in Rust's debug form, `Int(1000)`).
+fn join(This(this): This<Arc<Vec<Value>>>, Arguments(args): Arguments) -> ResolveResult {
+    let separator = match args.first() {
+        None => "",
+        Some(Value::String(s)) => s.as_str(),
+        Some(_) => return Err(ExecutionError::NoSuchOverload),
+    };
+    let mut out = String::new();
+    for (i, item) in this.iter().enumerate() {
+        let Value::String(s) = item else {
+            return Err(ExecutionError::NoSuchOverload);
+        };
+        if i > 0 {
+            out.push_str(separator);
+        }
+        out.push_str(s);
+    }
+    Ok(Value::String(Arc::new(out)))
 }
 
 fn describe(e: &ExecutionError) -> String {

@@ -322,7 +322,12 @@ pub fn template_view(o: &Value, template: PodTemplate) -> Value {
         "metadata".into(),
         t.get("metadata").cloned().unwrap_or(json!({})),
     );
-    m.insert("spec".into(), t.get("spec").cloned().unwrap_or(json!({})));
+    // Kyverno rewrites `object.spec` to the template's: a controller
+    // without one has no `spec` to select (`no such key: spec`).
+    match t.get("spec") {
+        Some(spec) => m.insert("spec".into(), spec.clone()),
+        None => m.remove("spec"),
+    };
     Value::Object(m)
 }
 
@@ -590,7 +595,9 @@ pub fn run_validations(
                 return CelVerdict::Fail(message);
             }
             Err(e) => {
-                let source = v.program.source().trim();
+                // Verbatim, trailing blanks included, as the API server
+                // quotes it.
+                let source = v.program.source();
                 let failed = failed_variable(vars, source, &e.to_string());
                 return match (errors, failed) {
                     (EvalErrors::Deny, Some((name, error))) => CelVerdict::Fail(format!(

@@ -47,10 +47,16 @@ type Out<'a> = Result<Val<'a>, Fail>;
 /// interpreter's.
 fn select_from(value: &Val, field: &str) -> Fail {
     if is_scalar(value) {
-        Fail::Error(format!("no such key: {field}").into())
+        no_such_key(field)
     } else {
         Fail::Interpreter
     }
+}
+
+/// cel-go's error for a field a map does not have (the first missing one
+/// of a path decides the message).
+fn no_such_key(field: &str) -> Fail {
+    Fail::Error(format!("no such key: {field}").into())
 }
 
 /// A string, number or bool: what cel-go selects no field from (an error,
@@ -83,13 +89,13 @@ impl<'a> Evaluator<'_, 'a> {
                 let (last, walk) = fields.split_last().ok_or(Fail::Interpreter)?;
                 for field in walk {
                     at = match at {
-                        Val::Map(m) => m.get_str(field).ok_or(Fail::Interpreter)?,
+                        Val::Map(m) => m.get_str(field).ok_or_else(|| no_such_key(field))?,
                         other => return Err(select_from(&other, field)),
                     };
                 }
                 match at {
                     Val::Map(m) if *test => Ok(Val::Bool(m.contains_str(last))),
-                    Val::Map(m) => m.get_str(last).ok_or(Fail::Interpreter),
+                    Val::Map(m) => m.get_str(last).ok_or_else(|| no_such_key(last)),
                     // cel-go: `has()` of a scalar's field is false.
                     other if *test && is_scalar(&other) => Ok(Val::Bool(false)),
                     other if !*test => Err(select_from(&other, last)),

@@ -166,7 +166,12 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
                 if i > 0 {
                     out.push_str(sep);
                 }
-                out.push_str(text(&item)?);
+                match &item {
+                    Val::Str(s) => out.push_str(s.as_str()),
+                    // cel-go's join takes a list of strings only.
+                    Val::Foreign(_) => return Err(Fail::Interpreter),
+                    _ => return Err(Fail::Error("no such overload".into())),
+                }
             }
             Val::string(out)
         }
