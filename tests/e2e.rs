@@ -348,6 +348,8 @@ fn subresources_match_their_parent(cluster: &RealCluster) {
         "crd/widgets.example.com",
         "--timeout=60s",
     ]);
+    // A Scale to 0 carries no `spec.replicas` (omitempty): as in Kyverno,
+    // a condition on a missing key is an error, so the keys are guarded.
     let policy = json!({
         "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
         "metadata": {"name": "subresources"},
@@ -356,13 +358,13 @@ fn subresources_match_their_parent(cluster: &RealCluster) {
              "match": {"any": [{"resources": {"kinds": ["Deployment/scale"]}}]},
              "validate": {"message": "scale {{ request.object.metadata.name }} to at most 3",
                           "deny": {"conditions": {"any": [
-                              {"key": "{{ request.object.spec.replicas }}",
+                              {"key": "{{ request.object.spec.replicas || `0` }}",
                                "operator": "GreaterThan", "value": 3}]}}}},
             {"name": "widgets-at-most-3",
              "match": {"any": [{"resources": {"kinds": ["example.com/v1/Widget/scale"]}}]},
              "validate": {"message": "widgets scale to at most 3",
                           "deny": {"conditions": {"any": [
-                              {"key": "{{ request.object.spec.replicas }}",
+                              {"key": "{{ request.object.spec.replicas || `0` }}",
                                "operator": "GreaterThan", "value": 3}]}}}},
             {"name": "protected-pods-stay",
              "match": {"any": [{"resources": {"kinds": ["Pod/eviction"]}}]},

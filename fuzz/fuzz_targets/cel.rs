@@ -40,5 +40,12 @@ fuzz_target!(init: gavel_fuzz::guard_panics(), |data: &[u8]| {
         return;
     }
     let interpreted = outcome(program.interpreted_only().eval(&vars, &NoLookups));
+    // Both fail: the direct evaluator names a missing key as cel-go does
+    // (the first one cel-go meets, `||` and `&&` left first); the cel
+    // crate may meet another error first, or hide the argument's error of
+    // a global function behind "Missing argument or target".
+    if direct.starts_with("error no such key: ") && interpreted.starts_with("error ") {
+        return;
+    }
     assert_eq!(direct, interpreted, "direct and interpreter differ on {expression:?}");
 });

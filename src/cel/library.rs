@@ -113,6 +113,7 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("bool", bool_of);
     ctx.add_function("type", type_of);
     ctx.add_function("join", join);
+    ctx.add_function("duration", duration_of);
     ctx.add_function("resource.Get", resource_get);
     ctx.add_function("resource.List", resource_list);
     ctx.add_function("globalContext.Get", global_context_get);
@@ -221,6 +222,10 @@ fn describe(e: &ExecutionError) -> String {
         // cel-go's wording.
         ExecutionError::NoSuchOverload => "no such overload".to_string(),
         ExecutionError::UndeclaredReference(r) => format!("undeclared reference to {r:?}"),
+        // An error worded whole, as cel-go words it (no function prefix).
+        ExecutionError::FunctionError { function, message } if function.is_empty() => {
+            message.clone()
+        }
         ExecutionError::FunctionError { function, message } => format!("{function}: {message}"),
         other => other.to_string(),
     }
@@ -371,6 +376,27 @@ fn int_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
         // Both ends are 2^63 exactly: i64::MAX is not a double.
         Value::Float(v) if !(v > -TWO_TO_63 && v < TWO_TO_63) => Err(ftx.error("integer overflow")),
         other => kube_cel::cel::functions::int(ftx, This(other)),
+    }
+}
+
+/// `duration(x)`: a duration, or a string in Go's syntax, strictly (the
+/// cel crate accepted trailing text, `4h-x`), with cel-go's error.
+fn duration_of(This(this): This<Value>) -> ResolveResult {
+    let conversion_error = || {
+        ExecutionError::function_error(
+            "",
+            "type conversion error from 'string' to 'google.protobuf.Duration'",
+        )
+    };
+    match this {
+        Value::Duration(d) => Ok(Value::Duration(d)),
+        Value::String(s) => {
+            let ns = crate::units::duration::Duration::parse(&s)
+                .and_then(|d| i64::try_from(d.0).ok())
+                .ok_or_else(conversion_error)?;
+            Ok(Value::Duration(chrono::Duration::nanoseconds(ns)))
+        }
+        _ => Err(ExecutionError::NoSuchOverload),
     }
 }
 

@@ -536,6 +536,25 @@ pub fn conditions_hold(
     failed.map_or(Ok(None), Err)
 }
 
+/// The API server's matcher error for matchConditions that fail to
+/// evaluate (and none false): each `expression '<source>' resulted in
+/// error: <error>`, aggregated (`[a, b]` when there are several).
+fn match_condition_errors(
+    conditions: &[CompiledNamed],
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> String {
+    let errors: Vec<String> = conditions
+        .iter()
+        .filter_map(|c| c.program.eval_bool(vars, lookups).err().map(|e| (c, e)))
+        .map(|(c, e)| format!("expression '{}' resulted in error: {e}", c.program.source()))
+        .collect();
+    match errors.as_slice() {
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
 /// What an expression that cannot be evaluated gives.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub enum EvalErrors {
@@ -733,9 +752,12 @@ pub fn validate_rule(
             let why = "cel preconditions not met".to_string();
             return (CelVerdict::NotMatched(why), Vec::new());
         }
-        Err(e) => {
-            let why = format!("failed to evaluate cel preconditions: {e}");
-            return (CelVerdict::Error(why), Vec::new());
+        // Kyverno hands celPreconditions to the API server's validator as
+        // matchConditions: one that cannot be evaluated denies (failure
+        // policy Fail) with the matcher's error.
+        Err(_) => {
+            let why = match_condition_errors(preconditions, &root, &lookups);
+            return (CelVerdict::Fail(why), Vec::new());
         }
     }
     let (kind, reference) = match &checks.params {

@@ -38,15 +38,22 @@ pub fn parse_image(image: &str) -> Value {
     } else {
         format!("{base}:{tag}")
     };
-    json!({
+    let mut info = json!({
         "registry": registry,
         "path": path,
         "name": name,
-        "tag": tag,
-        "digest": digest,
         "reference": reference,
         "referenceWithTag": reference_with_tag,
-    })
+    });
+    // Kyverno's ImageInfo leaves an empty tag or digest out (`omitempty`):
+    // `images.containers.x.tag` of an image with only a digest is an
+    // unknown key there.
+    for (key, value) in [("tag", tag), ("digest", digest)] {
+        if !value.is_empty() {
+            info[key] = Value::String(value);
+        }
+    }
+    info
 }
 
 /// Builds `images` for a resource: `{containers: {<name>: info}, initContainers: ..., ephemeralContainers: ...}`.
@@ -99,7 +106,7 @@ mod tests {
                 (
                     v["registry"].as_str().unwrap(),
                     v["path"].as_str().unwrap(),
-                    v["tag"].as_str().unwrap()
+                    v["tag"].as_str().unwrap_or_default()
                 ),
                 (registry, path, tag),
                 "{img}"

@@ -88,7 +88,6 @@ impl<'p> RuleValidator<'_, 'p> {
         ctx: &'c JsonContext<'c>,
     ) -> (RuleResponse<'p>, usize) {
         let mut applied = 0;
-        let count = items.len();
         for (index, item) in items.into_iter().enumerate() {
             if item.is_null() {
                 continue;
@@ -125,10 +124,16 @@ impl<'p> RuleValidator<'_, 'p> {
             match result {
                 None => continue,
                 Some(r) if r.status == RuleStatus::Skip => continue,
+                // Kyverno v1.19's validateElements: an element whose
+                // preconditions cannot be evaluated is skipped; any other
+                // error ends the rule at that element.
+                Some(r)
+                    if r.status == RuleStatus::Error
+                        && r.message.contains("failed to evaluate preconditions") =>
+                {
+                    continue;
+                }
                 Some(r) if r.status == RuleStatus::Error => {
-                    if index < count - 1 {
-                        continue;
-                    }
                     return (
                         self.respond(RuleStatus::Error, [FOREACH_FAILURE, &r.message].concat()),
                         applied,

@@ -118,6 +118,7 @@ pub fn eval_conditions(
         Ok(result)
     };
     let mut messages = String::new();
+    let mut any_failed = false;
     if let Some(any) = &c.any {
         let mut matched = false;
         for cond in any {
@@ -129,10 +130,10 @@ pub fn eval_conditions(
                 messages.push_str(m);
             }
         }
-        if !matched && !any.is_empty() {
-            return Ok((false, messages));
-        }
+        any_failed = !matched && !any.is_empty();
     }
+    // kyverno-compat: `all` is evaluated even when `any` already failed,
+    // so an error there is still the rule's error.
     if let Some(all) = &c.all {
         for cond in all {
             if !one(cond)? {
@@ -143,6 +144,9 @@ pub fn eval_conditions(
                 return Ok((false, messages));
             }
         }
+    }
+    if any_failed {
+        return Ok((false, messages));
     }
     Ok((true, String::new()))
 }
