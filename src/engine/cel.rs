@@ -689,7 +689,18 @@ pub fn match_conditions_gate(
     vars: &Activation,
     lookups: &dyn Lookups,
 ) -> Option<(RuleStatus, Cow<'static, str>)> {
-    match conditions_hold(&scope.match_conditions, vars, lookups) {
+    gate_of(
+        scope,
+        conditions_hold(&scope.match_conditions, vars, lookups),
+    )
+}
+
+/// [`match_conditions_gate`] of conditions already evaluated.
+pub fn gate_of(
+    scope: &PolicyScope,
+    held: Result<Option<String>, CelError>,
+) -> Option<(RuleStatus, Cow<'static, str>)> {
+    match held {
         Ok(None) => None,
         // Kyverno's CEL policy engines say only "skip" (no allocation for
         // the common outcome of a policy that does not apply).

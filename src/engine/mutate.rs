@@ -276,7 +276,7 @@ impl Mutator<'_> {
                 prepared: None,
             } => {
                 let mut overlay = if *has_variables {
-                    sub.value_under(overlay, patch_path(nesting, "patchStrategicMerge"))
+                    sub.value_under(overlay, patch_path(nesting, true))
                         .map_err(|e| format!("variable substitution failed: {e}"))?
                 } else {
                     overlay.clone()
@@ -312,7 +312,7 @@ impl Mutator<'_> {
                     Some(ops) => ops,
                     None => {
                         let text = match sub
-                            .string_at(text, patch_path(nesting, "patchesJson6902"))
+                            .string_at(text, patch_path(nesting, false))
                             .map_err(|e| format!("variable substitution failed: {e}"))?
                         {
                             Value::String(s) => s,
@@ -425,14 +425,14 @@ fn mutated_message(resource: &Value) -> String {
     }
 }
 
-/// Where Kyverno's substitution errors place a patch: in the rule
-/// (`/mutate/...`), or in a foreach entry.
-fn patch_path(nesting: usize, field: &str) -> &'static str {
-    match (nesting, field) {
-        (0, "patchStrategicMerge") => "/mutate/patchStrategicMerge",
-        (0, _) => "/mutate/patchesJson6902",
-        (_, "patchStrategicMerge") => "/patchStrategicMerge",
-        _ => "/patchesJson6902",
+/// Where Kyverno's substitution errors place a patch (a strategic merge
+/// or a JSON 6902 one): in the rule (`/mutate/...`), or in a foreach entry.
+fn patch_path(nesting: usize, strategic: bool) -> &'static str {
+    match (nesting, strategic) {
+        (0, true) => "/mutate/patchStrategicMerge",
+        (0, false) => "/mutate/patchesJson6902",
+        (_, true) => "/patchStrategicMerge",
+        (_, false) => "/patchesJson6902",
     }
 }
 

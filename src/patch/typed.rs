@@ -86,54 +86,43 @@ fn walk(
     if value.is_null() {
         return;
     }
+    // An object with declared fields and a map field walk alike: each
+    // entry against what `field` says of its key (undeclared: unchecked).
+    let is_map = match schema {
+        Schema::Type(_) => matches!(schema.atom(), Some(Atom::Struct { .. })),
+        Schema::MapOf(_) => true,
+        Schema::List(_) | Schema::Opaque => false,
+    };
+    if is_map {
+        let Some(entries) = value.as_object() else {
+            return invalid(
+                errors,
+                path,
+                format!("expected map, got {}", pointer_v(value)),
+            );
+        };
+        for (key, v) in entries {
+            let Some(sub) = schema.field(key) else {
+                continue;
+            };
+            let len = path.len();
+            path.push('.');
+            path.push_str(key);
+            walk(v, sub, path, duplicates, errors);
+            path.truncate(len);
+        }
+        return;
+    }
     match schema {
-        Schema::Opaque => {}
         Schema::Type(_) => match schema.atom() {
-            Some(Atom::Struct { .. }) => {
-                let Some(fields) = value.as_object() else {
-                    return invalid(
-                        errors,
-                        path,
-                        format!("expected map, got {}", pointer_v(value)),
-                    );
-                };
-                for (key, v) in fields {
-                    let Some(sub) = schema.field(key) else {
-                        continue;
-                    };
-                    let len = path.len();
-                    path.push('.');
-                    path.push_str(key);
-                    walk(v, sub, path, duplicates, errors);
-                    path.truncate(len);
-                }
-            }
-            Some(Atom::Deduced) | None => {}
+            Some(Atom::Deduced | Atom::Struct { .. }) | None => {}
             Some(scalar) => {
                 if let Some(message) = scalar_error(scalar, value) {
                     invalid(errors, path, message);
                 }
             }
         },
-        Schema::MapOf(_) => {
-            let Some(entries) = value.as_object() else {
-                return invalid(
-                    errors,
-                    path,
-                    format!("expected map, got {}", pointer_v(value)),
-                );
-            };
-            for (key, v) in entries {
-                let Some(sub) = schema.field(key) else {
-                    continue;
-                };
-                let len = path.len();
-                path.push('.');
-                path.push_str(key);
-                walk(v, sub, path, duplicates, errors);
-                path.truncate(len);
-            }
-        }
+        Schema::MapOf(_) | Schema::Opaque => {}
         Schema::List(_) => {
             let Some(items) = value.as_array() else {
                 return invalid(
@@ -146,7 +135,18 @@ fn walk(
             let elements = schema.elements().unwrap_or(Schema::Opaque);
             let mut seen: Vec<String> = Vec::new();
             for (i, item) in items.iter().enumerate() {
-                let element = match item_path_element(item, kind, i) {
+                let len = path.len();
+                if kind == ListKind::Atomic {
+                    let _ = write!(path, "[{i}]");
+                    walk(item, elements, path, duplicates, errors);
+                    path.truncate(len);
+                    continue;
+                }
+                let keys = match kind {
+                    ListKind::Map(keys) => keys,
+                    ListKind::Set | ListKind::Atomic => &[],
+                };
+                let element = match item_path_element(item, keys) {
                     Ok(e) => e,
                     Err(message) => {
                         // structured-merge-diff cannot go deeper without
@@ -154,14 +154,11 @@ fn walk(
                         return invalid(errors, path, format!("element {i}: {message}"));
                     }
                 };
-                if kind != ListKind::Atomic {
-                    if duplicates == Duplicates::Refused && seen.contains(&element) {
-                        invalid(errors, path, format!("duplicate entries for key {element}"));
-                    }
-                    seen.push(element.clone());
+                if duplicates == Duplicates::Refused && seen.contains(&element) {
+                    invalid(errors, path, format!("duplicate entries for key {element}"));
                 }
-                let len = path.len();
                 path.push_str(&element);
+                seen.push(element);
                 walk(item, elements, path, duplicates, errors);
                 path.truncate(len);
             }
@@ -189,12 +186,11 @@ fn scalar_error(atom: Atom, value: &Value) -> Option<String> {
     }
 }
 
-/// The path element of a list item (`[name="nginx"]`, `[="a"]`, `[0]`),
-/// or why an associative list's item has none.
-fn item_path_element(item: &Value, kind: ListKind, index: usize) -> Result<String, String> {
-    match kind {
-        ListKind::Atomic => Ok(format!("[{index}]")),
-        ListKind::Map(keys) => {
+/// The path element of an associative list's item: `[name="nginx"]` by
+/// its `keys`, `[="a"]` in a set (no keys); or why it has none.
+fn item_path_element(item: &Value, keys: &[&str]) -> Result<String, String> {
+    match keys {
+        [_, ..] => {
             let fields = match item {
                 Value::Null => {
                     return Err("associative list with keys may not have a null element".into());
@@ -222,7 +218,7 @@ fn item_path_element(item: &Value, kind: ListKind, index: usize) -> Result<Strin
                 .collect();
             Ok(format!("[{}]", keyed.join(",")))
         }
-        ListKind::Set => match item {
+        [] => match item {
             Value::Object(_) => {
                 Err("associative list without keys has an element that's a map type".into())
             }

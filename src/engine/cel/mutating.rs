@@ -4,8 +4,8 @@
 
 use super::params::{self, NONE_FOUND};
 use super::{
-    CelRequest, ResolverLookups, bind_variables, conditions_hold, exempted, match_conditions_gate,
-    scope_view, template_view, variable_error,
+    CelRequest, ResolverLookups, bind_variables, conditions_hold, exempted, gate_of,
+    match_conditions_gate, scope_view, template_view, variable_error,
 };
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, Lookups};
@@ -134,12 +134,13 @@ fn conditions_gate<'p>(
     vars: &Activation,
     lookups: &dyn Lookups,
 ) -> Option<RuleResponse<'p>> {
+    let held = conditions_hold(&scope.match_conditions, vars, lookups);
     if !scope.failure_policy_ignore
-        && let Err(e) = conditions_hold(&scope.match_conditions, vars, lookups)
+        && let Err(e) = &held
     {
         return Some(evaluation_error(vars, &e.to_string()));
     }
-    match_conditions_gate(scope, vars, lookups).map(|(status, message)| {
+    gate_of(scope, held).map(|(status, message)| {
         RuleResponse::new(&scope.name, status, message).of_type(RuleType::Mutation)
     })
 }
