@@ -81,6 +81,10 @@ fn generate_on_a_real_control_plane() {
     step("ValidatingPolicy results in PolicyReports", || {
         validating_policy_reports(&cluster)
     });
+    step(
+        "PolicyExceptions of both groups, with the same name, exempt at admission",
+        || exceptions_of_both_groups(&cluster),
+    );
     step("admission results in PolicyReports", || {
         admission_reports(&cluster)
     });
@@ -1167,6 +1171,147 @@ spec:
                 .all(|n| result(n).is_none())
         },
     );
+}
+
+/// A ValidatingPolicy and a ClusterPolicy (both Deny/Enforce) exempted by
+/// a policies.kyverno.io PolicyException and a kyverno.io one of the same
+/// name and namespace: each exception lifts its own policy, and deleting
+/// one leaves the other in force.
+fn exceptions_of_both_groups(cluster: &RealCluster) {
+    cluster.kubectl(&["create", "namespace", "exempt"]);
+    apply_text(
+        cluster,
+        r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: ValidatingPolicy
+metadata:
+  name: require-team-label
+spec:
+  validationActions: [Deny]
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE, UPDATE]
+      resources: [configmaps]
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: exempt
+  validations:
+  - expression: "has(object.metadata.labels) && 'team' in object.metadata.labels"
+    message: a team label is required
+---
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata:
+  name: require-owner-annotation
+spec:
+  validationFailureAction: Enforce
+  background: false
+  rules:
+  - name: owner
+    match:
+      any:
+      - resources:
+          kinds: [ConfigMap]
+          namespaces: [exempt]
+    validate:
+      message: an owner annotation is required
+      pattern:
+        metadata:
+          annotations:
+            owner: "?*"
+---
+apiVersion: policies.kyverno.io/v1beta1
+kind: PolicyException
+metadata:
+  name: legacy
+  namespace: exempt
+spec:
+  policyRefs:
+  - name: require-team-label
+    kind: ValidatingPolicy
+  matchConditions:
+  - name: legacy-names
+    expression: "object.metadata.name.startsWith('legacy-')"
+---
+apiVersion: kyverno.io/v2
+kind: PolicyException
+metadata:
+  name: legacy
+  namespace: exempt
+spec:
+  exceptions:
+  - policyName: require-owner-annotation
+    ruleNames: [owner]
+  match:
+    any:
+    - resources:
+        kinds: [ConfigMap]
+        names: ["legacy-*"]
+"#,
+    );
+    let dry_run = |name: &str| -> Result<String, String> {
+        let object = format!(
+            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: exempt\n"
+        );
+        let out = cluster.kubectl_in(&["create", "--dry-run=server", "-f", "-"], Some(&object));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+        if out.status.success() {
+            Ok(text(&out.stdout))
+        } else {
+            Err(text(&out.stderr))
+        }
+    };
+    eventually(
+        "both policies deny an unlabelled ConfigMap",
+        Duration::from_secs(60),
+        || {
+            dry_run("plain").is_err_and(|e| {
+                e.contains("a team label is required") && e.contains("require-owner-annotation")
+            })
+        },
+    );
+    eventually("both exceptions in force", Duration::from_secs(30), || {
+        dry_run("legacy-a").is_ok()
+    });
+    // The policy status duty writes no condition to an exception (their
+    // CRDs have no status subresource), and the policies are Ready.
+    eventually("both policies Ready", Duration::from_secs(60), || {
+        ready(cluster, "clusterpolicy", "require-owner-annotation")
+            && cluster
+                .get(&["validatingpolicy", "require-team-label"])
+                .is_some_and(|p| p["status"]["conditionStatus"]["ready"] == true)
+    });
+
+    cluster.kubectl(&[
+        "delete",
+        "policyexceptions.policies.kyverno.io",
+        "legacy",
+        "-n",
+        "exempt",
+    ]);
+    eventually(
+        "the ValidatingPolicy in force again, the ClusterPolicy still exempted",
+        Duration::from_secs(30),
+        || {
+            dry_run("legacy-b").is_err_and(|e| {
+                e.contains("a team label is required") && !e.contains("require-owner-annotation")
+            })
+        },
+    );
+    cluster.kubectl(&[
+        "delete",
+        "validatingpolicy/require-team-label",
+        "clusterpolicy/require-owner-annotation",
+    ]);
+    cluster.kubectl(&[
+        "delete",
+        "policyexceptions.kyverno.io",
+        "legacy",
+        "-n",
+        "exempt",
+    ]);
 }
 
 fn holder(cluster: &RealCluster, lease: &str) -> Option<String> {

@@ -18,7 +18,8 @@ use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-/// (kind, namespace, name) of a policy object.
+/// (kind qualified with its group, namespace, name) of a policy object:
+/// a PolicyException of either group may have the same name.
 pub type Key = (String, String, String);
 
 /// What one object contributed: its compiled form at the last
@@ -133,7 +134,11 @@ impl PolicySync {
                 Some(g) => format!("generation {g}"),
                 None => object.metadata.resource_version.clone().unwrap_or_default(),
             };
-            let key = (resource.kind.clone(), namespace.clone(), name.clone());
+            let key = (
+                super::stores::qualified_kind(resource),
+                namespace.clone(),
+                name.clone(),
+            );
             seen.insert(key.clone());
             let known = self.entries.get(&key);
             if known.is_some_and(|e| {

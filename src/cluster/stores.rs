@@ -163,7 +163,7 @@ impl Collector for StoreSizes {
             ),
         ];
         for (resource, store) in &s.cel_policies {
-            sizes.push((resource.plural.clone(), store.state().len()));
+            sizes.push((store_name(resource), store.state().len()));
         }
         let mut family = encoder.encode_descriptor(
             "gavel_store_objects",
@@ -254,7 +254,8 @@ pub fn exception_resource() -> ApiResource {
     resource("kyverno.io", "v2", "PolicyException", "policyexceptions")
 }
 
-/// The CEL policy kinds gavel serves from the cluster.
+/// The CEL policy kinds gavel serves from the cluster, and the
+/// PolicyException of their group (which exempts resources from them).
 pub const CEL_POLICY_KINDS: &[&str] = &[
     "ValidatingPolicy",
     "NamespacedValidatingPolicy",
@@ -262,7 +263,25 @@ pub const CEL_POLICY_KINDS: &[&str] = &[
     "NamespacedMutatingPolicy",
     "GeneratingPolicy",
     "NamespacedGeneratingPolicy",
+    "PolicyException",
 ];
+
+/// A kind named with its group (`PolicyException.policies.kyverno.io`):
+/// PolicyException is a kind of kyverno.io and of policies.kyverno.io.
+pub fn qualified_kind(resource: &ApiResource) -> String {
+    format!("{}.{}", resource.kind, resource.group)
+}
+
+/// A store's name in metrics and logs: its plural, qualified with its
+/// group where kyverno.io has the same plural (`policyexceptions` is a
+/// kind of both groups, and two series with one label would merge).
+pub fn store_name(resource: &ApiResource) -> String {
+    if resource.group == "policies.kyverno.io" && resource.plural == "policyexceptions" {
+        format!("{}.{}", resource.plural, resource.group)
+    } else {
+        resource.plural.clone()
+    }
+}
 
 /// Finds which of [`CEL_POLICY_KINDS`] the cluster serves, and at which
 /// version (the group's preferred one that has the kind). A cluster
@@ -301,7 +320,7 @@ impl Stores {
         let activity = StoreActivity::default();
         let dynamic = |ar: ApiResource| -> Store<DynamicObject> {
             let api = Api::<DynamicObject>::all_with(client.clone(), &ar);
-            let seen = activity.watch(&ar.plural);
+            let seen = activity.watch(&store_name(&ar));
             let writer = reflector::store::Writer::new(ar);
             let reader = writer.as_reader();
             let changed = changed_tx.clone();

@@ -8,7 +8,7 @@
 //! running it twice changes nothing.
 
 use crate::cluster::policy_sync::Statuses;
-use crate::cluster::stores::{cluster_policy_resource, exception_resource, policy_resource};
+use crate::cluster::stores::{cluster_policy_resource, policy_resource, qualified_kind};
 use kube::Client;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -68,14 +68,15 @@ async fn reconcile_one(
     (kind, namespace, name): &(String, String, String),
     status: &Result<(), String>,
 ) -> Result<bool, kube::Error> {
-    let resource = match kind.as_str() {
-        "ClusterPolicy" => cluster_policy_resource(),
-        "Policy" => policy_resource(),
-        "PolicyException" => exception_resource(),
-        _ => match cel_kinds.iter().find(|r| r.kind == *kind) {
-            Some(r) => r.clone(),
-            None => return Ok(false),
-        },
+    // PolicyExceptions (of either group) have no status subresource: their
+    // CRDs declare none, and Kyverno writes them no condition.
+    let Some(resource) = [cluster_policy_resource(), policy_resource()]
+        .into_iter()
+        .chain(cel_kinds.iter().cloned())
+        .filter(|r| r.kind != "PolicyException")
+        .find(|r| qualified_kind(r) == *kind)
+    else {
+        return Ok(false);
     };
     let api: Api<DynamicObject> = if namespace.is_empty() {
         Api::all_with(client.clone(), &resource)
