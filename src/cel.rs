@@ -13,9 +13,12 @@
 //!   the interpreter (see [`library`]);
 //! - a panic inside the interpreter is caught and reported as an error.
 
+pub mod authz;
 pub mod direct;
 pub mod image_ref;
+mod jwt;
 pub mod library;
+mod regex_library;
 mod shared_plans;
 mod unary_runs;
 pub mod values;
@@ -111,6 +114,13 @@ impl Program {
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// The functions the expression calls (see [`called_functions`]).
+    pub fn called_functions(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        called_functions(&self.expr, &mut out);
+        out
     }
 
     /// Whether the direct evaluator runs this expression (the interpreter
@@ -557,19 +567,52 @@ fn is_optional(e: &IdedExpr) -> bool {
 /// variable everywhere in it.
 fn bound_names(e: &IdedExpr, out: &mut HashSet<String>) {
     match &e.expr {
-        Expr::Call(c) => {
-            if is_bind(c)
-                && let Expr::Ident(name) = &c.args[0].expr
-            {
+        Expr::Call(c) if is_bind(c) => {
+            if let Expr::Ident(name) = &c.args[0].expr {
                 out.insert(name.clone());
             }
-            c.target.iter().for_each(|t| bound_names(t, out));
-            c.args.iter().for_each(|a| bound_names(a, out));
         }
         Expr::Comprehension(c) => {
             out.insert(c.iter_var.clone());
             out.extend(c.iter_var2.clone());
             out.insert(c.accu_var.clone());
+        }
+        _ => {}
+    }
+    for_each_child(e, &mut |child| bound_names(child, out));
+}
+
+/// The functions an expression calls, a call on a plain name qualified
+/// with it (`envoy.Allowed`), as the interpreter resolves such calls.
+fn called_functions(e: &IdedExpr, out: &mut Vec<String>) {
+    if let Expr::Call(c) = &e.expr {
+        match c.target.as_deref().map(|t| &t.expr) {
+            Some(Expr::Ident(prefix)) => out.push(format!("{prefix}.{}", c.func_name)),
+            _ => out.push(c.func_name.clone()),
+        }
+    }
+    for_each_child(e, &mut |child| called_functions(child, out));
+}
+
+/// Calls `f` on each direct subexpression of `e`.
+fn for_each_child<'e>(e: &'e IdedExpr, f: &mut dyn FnMut(&'e IdedExpr)) {
+    fn entries<'e>(entries: &'e [IdedEntryExpr], f: &mut dyn FnMut(&'e IdedExpr)) {
+        for x in entries {
+            match &x.expr {
+                EntryExpr::MapEntry(m) => {
+                    f(&m.key);
+                    f(&m.value);
+                }
+                EntryExpr::StructField(s) => f(&s.value),
+            }
+        }
+    }
+    match &e.expr {
+        Expr::Call(c) => {
+            c.target.iter().for_each(|t| f(t));
+            c.args.iter().for_each(&mut *f);
+        }
+        Expr::Comprehension(c) => {
             for x in [
                 &c.iter_range,
                 &c.accu_init,
@@ -577,25 +620,13 @@ fn bound_names(e: &IdedExpr, out: &mut HashSet<String>) {
                 &c.loop_step,
                 &c.result,
             ] {
-                bound_names(x, out);
+                f(x);
             }
         }
-        Expr::List(l) => l.elements.iter().for_each(|x| bound_names(x, out)),
-        Expr::Map(m) => m.entries.iter().for_each(|x| match &x.expr {
-            EntryExpr::MapEntry(m) => {
-                bound_names(&m.key, out);
-                bound_names(&m.value, out);
-            }
-            EntryExpr::StructField(f) => bound_names(&f.value, out),
-        }),
-        Expr::Struct(st) => st.entries.iter().for_each(|x| match &x.expr {
-            EntryExpr::MapEntry(m) => {
-                bound_names(&m.key, out);
-                bound_names(&m.value, out);
-            }
-            EntryExpr::StructField(f) => bound_names(&f.value, out),
-        }),
-        Expr::Select(sel) => bound_names(&sel.operand, out),
+        Expr::List(l) => l.elements.iter().for_each(&mut *f),
+        Expr::Map(m) => entries(&m.entries, f),
+        Expr::Struct(st) => entries(&st.entries, f),
+        Expr::Select(sel) => f(&sel.operand),
         _ => {}
     }
 }

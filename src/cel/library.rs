@@ -149,6 +149,10 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     );
     ctx.add_function("json.unmarshal", json_unmarshal);
     ctx.add_function("yaml.parse", yaml_parse);
+    // kyverno-authz's `json` library (HTTP and Envoy modes).
+    ctx.add_function("json.Unmarshal", json_unmarshal);
+    super::authz::register(&mut ctx);
+    super::regex_library::register(&mut ctx);
     ctx
 });
 

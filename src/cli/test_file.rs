@@ -84,6 +84,12 @@ pub struct TestDoc {
     /// `jsonPayloads`: JSON documents for policies of `evaluation.mode:
     /// JSON`, each with its name as the test wrote it (results name it so).
     pub json_payloads: Vec<(PathBuf, String)>,
+    /// `httpPayloads`: HTTP authorization requests for policies of
+    /// `evaluation.mode: HTTP`, named as the test wrote them.
+    pub http_payloads: Vec<(PathBuf, String)>,
+    /// `envoyPayloads`: Envoy authorization requests for policies of
+    /// `evaluation.mode: Envoy`.
+    pub envoy_payloads: Vec<(PathBuf, String)>,
     pub target_resources: Vec<PathBuf>,
     /// `paramResources`: the params of parameterised CEL policies.
     pub param_resources: Vec<PathBuf>,
@@ -111,6 +117,8 @@ const TEST_FIELDS: &[&str] = &[
     "checks",
     "clusterresources",
     "jsonpayloads",
+    "httppayloads",
+    "envoypayloads",
     "name",
 ];
 
@@ -164,6 +172,12 @@ impl TestDoc {
                 .and_then(Value::as_str)
                 .filter(|s| !s.is_empty())
                 .map(|s| dir.join(s))
+        };
+        let payloads = |k: &str| -> Vec<(PathBuf, String)> {
+            string_list(m.get(k))
+                .into_iter()
+                .map(|p| (dir.join(&p), p))
+                .collect()
         };
         let mut results = Vec::new();
         for r in m
@@ -310,10 +324,9 @@ impl TestDoc {
             userinfo: join("userinfo"),
             context: join("context"),
             cluster_resources: dedup_paths(dir, m.get("clusterresources")),
-            json_payloads: string_list(m.get("jsonpayloads"))
-                .into_iter()
-                .map(|p| (dir.join(&p), p))
-                .collect(),
+            json_payloads: payloads("jsonpayloads"),
+            http_payloads: payloads("httppayloads"),
+            envoy_payloads: payloads("envoypayloads"),
             api_calls,
             global_context,
             results,

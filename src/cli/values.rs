@@ -61,10 +61,21 @@ impl Values {
                 .flatten()
             {
                 let r = lower_keys(r, &["name", "values", "foreachvalues"])?;
+                let mut values = object(r.get("values"));
+                // kyverno-compat: Kyverno's CLI adds each `foreachValues`
+                // list's item at its store's foreach element index, which
+                // nothing sets: the first item, for every element.
+                for (key, list) in object(r.get("foreachvalues")) {
+                    let first = match list {
+                        Value::Array(items) => items.into_iter().next(),
+                        _ => None,
+                    };
+                    values.insert(key, first.unwrap_or(Value::Null));
+                }
                 out.rules
                     .entry(pname.clone())
                     .or_default()
-                    .insert(field(&r, "name").to_string(), object(r.get("values")));
+                    .insert(field(&r, "name").to_string(), values);
             }
             for r in p
                 .get("resources")

@@ -8,6 +8,7 @@
 //! running twice yields the same objects.
 
 use crate::admission::policies::Snapshot;
+use crate::policy::cel_policy::EvaluationMode;
 use crate::policy::cel_policy::PolicyScope as CelScope;
 use crate::policy::compile::{CompiledRule, FailurePolicy, RuleBody};
 use arc_swap::ArcSwap;
@@ -474,7 +475,7 @@ fn desired(
         .validating
         .iter()
         // A JSON-mode policy sees no Kubernetes requests.
-        .filter(|p| p.admission && !p.json)
+        .filter(|p| p.admission && p.mode == EvaluationMode::Kubernetes)
         .map(|p| (&p.scope, Side::Validating))
         .chain(snapshot.mutating.iter().map(|p| (&p.scope, Side::Mutating)));
     for (scope, side) in cel {

@@ -3,11 +3,13 @@
 //! [`Resolver`], the checks of `validate.cel` and of the validating
 //! policy kinds, and the mutating and generating policy kinds.
 
+mod authorization;
 mod deleting;
 mod generating;
 mod mutating;
 mod params;
 
+pub use authorization::{envoy_request, evaluate_authorization_policy, http_request};
 pub use deleting::deleting_policy_selects;
 pub use generating::evaluate_generating_policy;
 pub use mutating::{
@@ -26,8 +28,8 @@ use crate::context::{ApiCallRequest, Resolver};
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::selector_matches;
 use crate::policy::cel_policy::{
-    Bindings, CompiledBinding, CompiledValidatingPolicy, MatchConstraints, PodTemplate,
-    PolicyScope, ResourceRule,
+    Bindings, CompiledBinding, CompiledValidatingPolicy, EvaluationMode, MatchConstraints,
+    PodTemplate, PolicyScope, ResourceRule,
 };
 use crate::policy::cel_policy::{CelChecks, CompiledNamed};
 use crate::text::same;
@@ -1096,7 +1098,7 @@ pub fn evaluate_validating_policy<'p>(
         policy: &scope.name,
         rules: Vec::new(),
     };
-    if policy.json {
+    if policy.mode != EvaluationMode::Kubernetes {
         return response;
     }
     let Some(view) = scope_view(scope, req, input) else {
@@ -1148,7 +1150,7 @@ pub fn evaluate_validating_policy_on_json<'p>(
         policy: &scope.name,
         rules: Vec::new(),
     };
-    if !policy.json {
+    if policy.mode != EvaluationMode::Json {
         return response;
     }
     let cache = InterpreterCache::default();

@@ -91,6 +91,12 @@ fn equals(key: &Value, value: &Value) -> bool {
             }
             if let Some(kq) = Quantity::parse(k) {
                 if let Value::String(v) = value {
+                    // Quantities are exact (apimachinery's inf.Dec); a
+                    // double is not past 2^53, so plain integers are
+                    // compared by their digits (an RSA modulus is 600).
+                    if let Some(same) = same_integer(k, v) {
+                        return same;
+                    }
                     return Quantity::parse(v).is_some_and(|vq| vq.value == kq.value);
                 }
                 if let Value::Number(n) = value {
@@ -105,6 +111,24 @@ fn equals(key: &Value, value: &Value) -> bool {
         Value::Object(_) | Value::Array(_) => json_equal(key, value),
         Value::Null => false,
     }
+}
+
+/// Whether two plain integers (`-?[0-9]+`) are equal, compared exactly;
+/// None when either is not one.
+fn same_integer(a: &str, b: &str) -> Option<bool> {
+    fn digits(s: &str) -> Option<(bool, &str)> {
+        let s = s.trim();
+        let (negative, body) = match s.strip_prefix('-') {
+            Some(rest) => (true, rest),
+            None => (false, s.strip_prefix('+').unwrap_or(s)),
+        };
+        if body.is_empty() || !body.bytes().all(|b| b.is_ascii_digit()) {
+            return None;
+        }
+        let body = body.trim_start_matches('0');
+        Some((negative && !body.is_empty(), body))
+    }
+    Some(digits(a)? == digits(b)?)
 }
 
 fn starts_like_number(s: &str) -> bool {
@@ -299,6 +323,21 @@ mod tests {
             (Equals, json!(true), json!(true), true),
             (Equals, json!(1), json!("1"), true),
             (Equals, json!("1Gi"), json!("1024Mi"), true),
+            // Integers past a double's precision (an RSA modulus).
+            (Equals, json!("9".repeat(400)), json!("9".repeat(400)), true),
+            (
+                NotEquals,
+                json!("9".repeat(400)),
+                json!("8".repeat(400)),
+                true,
+            ),
+            (Equals, json!("007"), json!("7"), true),
+            (
+                Equals,
+                json!("9007199254740993"),
+                json!("9007199254740992"),
+                false,
+            ),
             (Equals, json!("1h"), json!("60m"), true),
             (Equals, json!({"a": 1}), json!({"a": 1}), true),
             (Equals, json!(null), json!(null), false),

@@ -8,6 +8,7 @@
 //! `arithmetic`, `encoding`, `shaping` and `time` (Kyverno's).
 
 mod arithmetic;
+mod certificates;
 mod encoding;
 mod shaping;
 mod standard;
@@ -217,6 +218,7 @@ pub fn call<'a>(name: &str, args: &'a [Ast], cur: Val<'a>, eval: Evaluate) -> R 
         "base64_encode" => encoding::base64_encode(&args),
         "parse_json" => encoding::parse_json(&args),
         "parse_yaml" => encoding::parse_yaml(&args),
+        "x509_decode" => certificates::x509_decode(&args),
         // ---- Kyverno: data shaping ----
         "lookup" => shaping::lookup(&args),
         "items" => shaping::items(&args),

@@ -31,7 +31,9 @@ pub use scope::{
     Autogen, BindingDoc, BindingSpec, Bindings, CompiledBinding, ControllerView, MatchConstraints,
     PodControllers, PodTemplate, PolicyScope, ResourceRule,
 };
-pub use validating::{CompiledValidatingPolicy, ValidatingPolicyDoc, ValidatingPolicySpec};
+pub use validating::{
+    CompiledValidatingPolicy, EvaluationMode, ValidatingPolicyDoc, ValidatingPolicySpec,
+};
 
 use crate::cel::Program;
 use serde::Deserialize;

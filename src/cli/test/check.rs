@@ -129,8 +129,8 @@ pub(super) fn check_results(
                 }
             }
             // A JSON payload by the name the test gave it.
-            for (i, (name, _)) in loaded.payloads.iter().enumerate() {
-                if name == n {
+            for (i, payload) in loaded.payloads.iter().enumerate() {
+                if payload.name == *n {
                     keys.push(Keyed::Trigger(loaded.resources.len() + i));
                 }
             }
@@ -148,7 +148,7 @@ pub(super) fn check_results(
             let shown = match key {
                 Keyed::Trigger(i) => match loaded.resources.get(i) {
                     Some(r) => display_resource(r),
-                    None => loaded.payloads[i - loaded.resources.len()].0.clone(),
+                    None => loaded.payloads[i - loaded.resources.len()].name.clone(),
                 },
                 Keyed::Target(t) => display_resource(patched_targets[t].0),
             };

@@ -9,9 +9,9 @@ use crate::cli::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
 use crate::cli::values::PolicyRuleValues;
 use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
 use crate::engine::cel::{
-    CelRequest, TargetOutcome, deleting_policy_selects, evaluate_generating_policy,
-    evaluate_validating_policy, evaluate_validating_policy_on_json, expression_targets,
-    mutate_target, object_selected,
+    CelRequest, TargetOutcome, deleting_policy_selects, evaluate_authorization_policy,
+    evaluate_generating_policy, evaluate_validating_policy, evaluate_validating_policy_on_json,
+    expression_targets, mutate_target, object_selected,
 };
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
@@ -19,7 +19,7 @@ use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::policy::CompiledPolicy;
-use crate::policy::cel_policy::{CompiledMutatingPolicy, TargetSelection};
+use crate::policy::cel_policy::{CompiledMutatingPolicy, EvaluationMode, TargetSelection};
 use crate::policy::cleanup::{CompiledCleanupPolicy, Selection};
 use serde_json::Value;
 use std::sync::Arc;
@@ -333,7 +333,11 @@ pub(super) fn evaluate<'l>(
         let mut validating = Vec::with_capacity(loaded.validating.len());
         if !loaded.validating.is_empty() || !loaded.generating.is_empty() {
             let (req, input) = cel_input(&cel_mutated);
-            for p in loaded.validating.iter().filter(|p| !p.json) {
+            for p in loaded
+                .validating
+                .iter()
+                .filter(|p| p.mode == EvaluationMode::Kubernetes)
+            {
                 validating.push(evaluate_validating_policy(p, &req, &input, &resolver));
             }
             for p in &loaded.generating {
@@ -357,21 +361,25 @@ pub(super) fn evaluate<'l>(
             validating,
         });
     }
-    // JSON payloads: the ValidatingPolicies of JSON mode, each payload one
-    // more trigger after the resources.
-    for (_, payload) in &loaded.payloads {
+    // Payloads: the ValidatingPolicies of the payload's mode, each payload
+    // one more trigger after the resources.
+    for payload in &loaded.payloads {
+        let document = &payload.document;
         let validating = loaded
             .validating
             .iter()
-            .filter(|p| p.json)
-            .map(|p| evaluate_validating_policy_on_json(p, payload, &resolver))
+            .filter(|p| p.mode == payload.mode)
+            .map(|p| match payload.mode {
+                EvaluationMode::Json => evaluate_validating_policy_on_json(p, document, &resolver),
+                _ => evaluate_authorization_policy(p, document, &resolver),
+            })
             .collect();
         out.push(Evaluated {
             responses: vec![Vec::new(); loaded.policies.len()],
-            patched: vec![payload.clone(); loaded.policies.len()],
-            mutated: payload.clone(),
+            patched: vec![document.clone(); loaded.policies.len()],
+            mutated: document.clone(),
             mutating: Vec::new(),
-            cel_mutated: payload.clone(),
+            cel_mutated: document.clone(),
             validating,
         });
     }

@@ -6,15 +6,26 @@
 use crate::cli::resources::{load_objects_as_written, load_resources, resource_key};
 use crate::cli::test_file::TestDoc;
 use crate::cli::values::{UserInfoFile, Values};
+use crate::engine::cel::{envoy_request, http_request};
 use crate::policy::cel_policy::{
     AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
-    CompiledMutatingPolicy, CompiledValidatingPolicy, attach_exceptions_to,
+    CompiledMutatingPolicy, CompiledValidatingPolicy, EvaluationMode, attach_exceptions_to,
 };
 use crate::policy::cleanup::CompiledCleanupPolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy};
 use serde_json::Value;
 use std::path::Path;
+
+/// A document a test gives to the policies of one evaluation mode.
+pub(super) struct Payload {
+    /// As the test wrote it: results name it so.
+    pub(super) name: String,
+    /// The policies it is for.
+    pub(super) mode: EvaluationMode,
+    /// `object`, as that mode reads the file.
+    pub(super) document: Value,
+}
 
 /// Everything one test document names, read and compiled.
 pub(super) struct Loaded {
@@ -41,8 +52,8 @@ pub(super) struct Loaded {
     /// name once every file is read.
     pub(super) cel_exceptions: Vec<std::sync::Arc<CompiledCelException>>,
     pub(super) resources: Vec<Value>,
-    /// `jsonPayloads`: (name as written, the document).
-    pub(super) payloads: Vec<(String, Value)>,
+    /// `jsonPayloads`, `httpPayloads` and `envoyPayloads`, in that order.
+    pub(super) payloads: Vec<Payload>,
     pub(super) values: Values,
     pub(super) user: UserInfoFile,
     /// Documents of every `cloneSourceResource` and `targetResources` file.
@@ -191,14 +202,29 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         .chain(loaded.admission_mutating.iter_mut().map(|p| &mut p.scope))
         .chain(loaded.generating.iter_mut().map(|p| &mut p.scope));
     attach_exceptions_to(scopes, &loaded.cel_exceptions);
-    for (path, name) in &doc.json_payloads {
-        let text = read_file(path).map_err(|e| e.to_string())?;
-        let payload: Value =
-            serde_json::from_str(&text).map_err(|e| format!("JSON payload {name}: {e}"))?;
-        if !payload.is_object() {
-            return Err(format!("JSON payload {name} must be a top-level object"));
+    let kinds = [
+        (&doc.json_payloads, EvaluationMode::Json, "JSON"),
+        (&doc.http_payloads, EvaluationMode::Http, "HTTP"),
+        (&doc.envoy_payloads, EvaluationMode::Envoy, "Envoy"),
+    ];
+    for (payloads, mode, what) in kinds {
+        for (path, name) in payloads {
+            let text = read_file(path).map_err(|e| e.to_string())?;
+            let payload: Value = serde_json::from_str(&text)
+                .map_err(|e| format!("failed to load {what} payload {name}: {e}"))?;
+            let document = match mode {
+                EvaluationMode::Http => http_request(&payload),
+                EvaluationMode::Envoy => envoy_request(&payload),
+                _ if payload.is_object() => Ok(payload),
+                _ => Err("it must be a top-level object".to_string()),
+            }
+            .map_err(|e| format!("failed to load {what} payload {name}: {e}"))?;
+            loaded.payloads.push(Payload {
+                name: name.clone(),
+                mode,
+                document,
+            });
         }
-        loaded.payloads.push((name.clone(), payload));
     }
     let mut seen = std::collections::HashSet::new();
     for p in &doc.resources {

@@ -6,6 +6,8 @@ use super::scope::{Autogen, BindingDoc, Bindings, MatchConstraints, PolicyScope,
 use super::{
     AuditAnnotation, CelChecks, CelCompileError, NamedExpression, ParamKind, ValidationExpression,
 };
+use crate::cel::Program;
+use crate::cel::authz::{Library, library_of};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -70,9 +72,62 @@ pub struct CompiledValidatingPolicy {
     pub key: String,
     /// What its report results carry from its annotations.
     pub report: crate::policy::ReportMeta,
-    /// `evaluation.mode: JSON`: evaluated on JSON payloads (`object` the
-    /// payload), never on Kubernetes requests.
-    pub json: bool,
+    /// `evaluation.mode`: what the policy evaluates.
+    pub mode: EvaluationMode,
+}
+
+/// `spec.evaluation.mode` of a ValidatingPolicy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EvaluationMode {
+    /// Admission requests and resources (the default).
+    Kubernetes,
+    /// JSON payloads: `object` is the payload.
+    Json,
+    /// HTTP authorization requests (kyverno-authz's HTTP authorizer):
+    /// `object` is an `http.CheckRequest`, and a validation returns an
+    /// `http.CheckResponse` or null.
+    Http,
+    /// Envoy external authorization: `object` is an
+    /// `envoy.service.auth.v3.CheckRequest`, and a validation returns an
+    /// `envoy.service.auth.v3.CheckResponse` or null.
+    Envoy,
+}
+
+impl EvaluationMode {
+    /// The mode's own library, which no other mode declares.
+    fn library(self) -> Option<Library> {
+        match self {
+            EvaluationMode::Http => Some(Library::Http),
+            EvaluationMode::Envoy => Some(Library::Envoy),
+            _ => None,
+        }
+    }
+}
+
+/// A call to a function of an authorization library the policy's mode
+/// does not declare is a compile error, as in the mode's CEL environment
+/// (cel-go: `undeclared reference`).
+fn check_libraries(
+    mode: EvaluationMode,
+    programs: &[(String, &Program)],
+) -> Result<(), CelCompileError> {
+    let authorization = matches!(mode, EvaluationMode::Http | EvaluationMode::Envoy);
+    for (field, program) in programs {
+        for function in program.called_functions() {
+            let declared = match library_of(&function) {
+                None => true,
+                Some(Library::Jwt) => authorization,
+                Some(library) => mode.library() == Some(library),
+            };
+            if !declared {
+                return Err(CelCompileError::Invalid(format!(
+                    "{field}: compilation failed: undeclared reference to '{function}' \
+                     (not in the CEL environment of evaluation mode {mode:?})"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 impl CompiledValidatingPolicy {
@@ -93,41 +148,72 @@ impl CompiledValidatingPolicy {
             Some(ns) if doc.kind.starts_with("Namespaced") => format!("{ns}/{}", doc.metadata.name),
             _ => doc.metadata.name.clone(),
         };
-        let json = match spec.evaluation.as_ref().and_then(|e| e.pointer("/mode")) {
-            None => false,
-            Some(Value::String(m)) if m == "Kubernetes" => false,
-            Some(Value::String(m)) if m == "JSON" => true,
+        let mode = match spec.evaluation.as_ref().and_then(|e| e.pointer("/mode")) {
+            None => EvaluationMode::Kubernetes,
+            Some(Value::String(m)) => match m.as_str() {
+                "Kubernetes" => EvaluationMode::Kubernetes,
+                "JSON" => EvaluationMode::Json,
+                "HTTP" => EvaluationMode::Http,
+                "Envoy" => EvaluationMode::Envoy,
+                _ => {
+                    return Err(CelCompileError::Invalid(format!(
+                        "spec.evaluation.mode: Unsupported value: {m:?}: supported values: \
+                         \"Kubernetes\", \"JSON\", \"HTTP\", \"Envoy\""
+                    )));
+                }
+            },
             Some(other) => {
-                return Err(CelCompileError::Unsupported(format!(
-                    "spec.evaluation.mode {other} (gavel evaluates Kubernetes and JSON)"
+                return Err(CelCompileError::Invalid(format!(
+                    "spec.evaluation.mode: {other} is not a string"
                 )));
             }
         };
-        // A JSON policy matches no Kubernetes resources: no constraints.
+        // A policy of the other modes matches no Kubernetes resources: no
+        // constraints.
         let no_constraints = Default::default();
-        let match_constraints = match (&spec.match_constraints, json) {
-            (None, true) => Some(&no_constraints),
-            (c, _) => c.as_ref(),
+        let match_constraints = match (&spec.match_constraints, mode) {
+            (None, EvaluationMode::Kubernetes) | (Some(_), _) => spec.match_constraints.as_ref(),
+            (None, _) => Some(&no_constraints),
         };
+        let checks =
+            CelChecks::compile_parts(&spec.variables, &spec.validations, &spec.audit_annotations)?;
+        let scope = PolicyScope::compile(
+            &doc.kind,
+            &doc.metadata,
+            match_constraints,
+            &spec.match_conditions,
+            spec.autogen.as_ref(),
+            spec.failure_policy.as_deref(),
+        )?;
+        let mut programs: Vec<(String, &Program)> = Vec::new();
+        let indexed = |field: &str, i: usize| format!("spec.{field}[{i}].expression");
+        for (i, c) in scope.match_conditions.iter().enumerate() {
+            programs.push((indexed("matchConditions", i), &c.program));
+        }
+        for (i, v) in checks.variables.iter().enumerate() {
+            programs.push((indexed("variables", i), &v.program));
+        }
+        for (i, v) in checks.validations.iter().enumerate() {
+            programs.push((indexed("validations", i), &v.program));
+            if let Some(m) = &v.message_expression {
+                programs.push((format!("spec.validations[{i}].messageExpression"), m));
+            }
+        }
+        for (i, a) in checks.audit_annotations.iter().enumerate() {
+            programs.push((
+                format!("spec.auditAnnotations[{i}].valueExpression"),
+                &a.program,
+            ));
+        }
+        check_libraries(mode, &programs)?;
         Ok(CompiledValidatingPolicy {
-            json,
+            mode,
             admission: enabled("/admission/enabled"),
             background: enabled("/background/enabled"),
             key,
             report: crate::policy::ReportMeta::of(&doc.metadata),
-            scope: PolicyScope::compile(
-                &doc.kind,
-                &doc.metadata,
-                match_constraints,
-                &spec.match_conditions,
-                spec.autogen.as_ref(),
-                spec.failure_policy.as_deref(),
-            )?,
-            checks: CelChecks::compile_parts(
-                &spec.variables,
-                &spec.validations,
-                &spec.audit_annotations,
-            )?,
+            scope,
+            checks,
             deny: spec.validation_actions.is_empty()
                 || spec.validation_actions.iter().any(|a| a == "Deny"),
             warn: spec.validation_actions.iter().any(|a| a == "Warn"),
