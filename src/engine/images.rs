@@ -1,38 +1,21 @@
 //! The `images` builtin variable (§4.2): container images of a Pod or pod
 //! template, split into registry, path, name, tag and digest.
 
+use crate::image_reference::ImageInfo;
 use serde_json::{Map, Value, json};
-
-const DEFAULT_REGISTRY: &str = "docker.io";
 
 /// Parses an image reference the way Kyverno's image utilities do.
 pub fn parse_image(image: &str) -> Value {
-    let (rest, digest) = match image.split_once('@') {
-        Some((r, d)) => (r, d.to_string()),
-        None => (image, String::new()),
-    };
-    let (registry, remainder) = match rest.split_once('/') {
-        Some((first, tail)) if first.contains(['.', ':']) || first == "localhost" => {
-            (first.to_string(), tail)
-        }
-        _ => (DEFAULT_REGISTRY.to_string(), rest),
-    };
-    let (path, tag) = match remainder.rsplit_once(':') {
-        Some((p, t)) if !t.contains('/') => (p.to_string(), t.to_string()),
-        _ => (remainder.to_string(), String::new()),
-    };
-    let tag = if tag.is_empty() && digest.is_empty() {
-        "latest".to_string()
-    } else {
-        tag
-    };
-    let name = path.rsplit('/').next().unwrap_or(&path).to_string();
+    let info = ImageInfo::split(image);
+    let reference = info.reference();
+    let ImageInfo {
+        registry,
+        path,
+        name,
+        tag,
+        digest,
+    } = info;
     let base = format!("{registry}/{path}");
-    let reference = if !digest.is_empty() {
-        format!("{base}@{digest}")
-    } else {
-        format!("{base}:{tag}")
-    };
     let reference_with_tag = if tag.is_empty() {
         base.clone()
     } else {
@@ -86,31 +69,4 @@ pub fn images_of(resource: &Value) -> Option<Value> {
         }
     }
     (!out.is_empty()).then_some(Value::Object(out))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn image_table() {
-        for (img, registry, path, tag) in [
-            ("nginx", "docker.io", "nginx", "latest"),
-            ("nginx:1.2", "docker.io", "nginx", "1.2"),
-            ("ghcr.io/org/app:v1", "ghcr.io", "org/app", "v1"),
-            ("localhost:5000/app", "localhost:5000", "app", "latest"),
-            ("repo/app@sha256:abc", "docker.io", "repo/app", ""),
-        ] {
-            let v = parse_image(img);
-            assert_eq!(
-                (
-                    v["registry"].as_str().unwrap(),
-                    v["path"].as_str().unwrap(),
-                    v["tag"].as_str().unwrap_or_default()
-                ),
-                (registry, path, tag),
-                "{img}"
-            );
-        }
-    }
 }

@@ -10,6 +10,7 @@
 mod arithmetic;
 mod certificates;
 mod encoding;
+mod generated;
 mod shaping;
 mod standard;
 mod strings;
@@ -219,6 +220,8 @@ pub fn call<'a>(name: &str, args: &'a [Ast], cur: Val<'a>, eval: Evaluate) -> R 
         "parse_json" => encoding::parse_json(&args),
         "parse_yaml" => encoding::parse_yaml(&args),
         "x509_decode" => certificates::x509_decode(&args),
+        "image_normalize" => generated::image_normalize(&args),
+        "random" => generated::random(&args),
         // ---- Kyverno: data shaping ----
         "lookup" => shaping::lookup(&args),
         "items" => shaping::items(&args),
