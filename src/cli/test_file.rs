@@ -60,10 +60,138 @@ pub struct ApiCallMock {
     pub status_code: u64,
 }
 
+/// A `globalContextEntries` mock: what the entry holds, or why it holds
+/// nothing (a lookup of it fails with that error, as Kyverno's mock store
+/// answers).
 #[derive(Debug, Clone)]
 pub struct GlobalContextMock {
     pub name: String,
-    pub data: Value,
+    pub data: Result<Value, String>,
+}
+
+impl GlobalContextMock {
+    /// One entry as Kyverno's CLI resolves it (`resolveGlobalContextMockData`):
+    /// `data`, `resources` or the objects of `resourceFiles` (one of them),
+    /// then `fieldPath`, then `projections` (a map of each projection's
+    /// path on what is left).
+    fn read(g: &Map<String, Value>, dir: &Path) -> Result<GlobalContextMock, String> {
+        let name = field(g, "name").trim().to_string();
+        if name.is_empty() {
+            return Err("globalContextEntries: name is required".into());
+        }
+        let projections: Vec<(String, String)> = g
+            .get("projections")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|p| {
+                let text = |k: &str| p.get(k).and_then(Value::as_str).unwrap_or("").to_string();
+                (text("name"), text("path"))
+            })
+            .collect();
+        for (p, path) in &projections {
+            if p.trim().is_empty() {
+                return Err(format!(
+                    "globalContextEntries entry {name:?}: projection name is required"
+                ));
+            }
+            if path.trim().is_empty() {
+                return Err(format!(
+                    "globalContextEntries entry {name:?} projection {p:?}: path is required"
+                ));
+            }
+        }
+        let data = g.get("data").filter(|d| !d.is_null());
+        let sources = [
+            data.is_some(),
+            g.contains_key("resources"),
+            g.contains_key("resourcefiles"),
+        ];
+        match sources.iter().filter(|s| **s).count() {
+            1 => {}
+            0 => {
+                return Err(format!(
+                    "globalContextEntries entry {name:?}: one of data, resources, or \
+                     resourceFiles is required"
+                ));
+            }
+            _ => {
+                return Err(format!(
+                    "globalContextEntries entry {name:?}: data, resources, and resourceFiles \
+                     are mutually exclusive"
+                ));
+            }
+        }
+        let root = match (data, g.get("resources"), g.get("resourcefiles")) {
+            (Some(d), _, _) => d.clone(),
+            (_, Some(r), _) => r.clone(),
+            (_, _, files) => {
+                let mut objects = Vec::new();
+                for f in string_list(files) {
+                    let text = std::fs::read_to_string(dir.join(&f)).map_err(|e| {
+                        format!("globalContextEntries {name:?} resourceFiles {f:?}: read: {e}")
+                    })?;
+                    let docs =
+                        crate::policy::load::parse_yaml_documents(&f, &text).map_err(|e| {
+                            format!("globalContextEntries {name:?} resourceFiles {f:?}: {e}")
+                        })?;
+                    objects.extend(
+                        docs.into_iter()
+                            .filter(|d| d.as_object().is_some_and(|o| !o.is_empty())),
+                    );
+                }
+                Value::Array(objects)
+            }
+        };
+        let search = |expression: &str, on: &Value| -> Result<Value, String> {
+            crate::jmespath::Expression::parse(expression)
+                .and_then(|e| e.resolve(on).map(|v| v.into_owned()))
+                .map_err(|e| e.to_string())
+        };
+        let resolved = (|| {
+            let mut root = root;
+            if let Some(path) = g
+                .get("fieldpath")
+                .and_then(Value::as_str)
+                .filter(|p| !p.is_empty())
+            {
+                root = search(path, &root)
+                    .map_err(|e| format!("globalContextEntries {name:?} fieldPath: {e}"))?;
+            }
+            if projections.is_empty() {
+                return Ok(root);
+            }
+            let mut out = Map::new();
+            for (p, path) in &projections {
+                let v = search(path, &root).map_err(|e| {
+                    format!("globalContextEntries {name:?} projection {p:?} path {path:?}: {e}")
+                })?;
+                out.insert(p.clone(), v);
+            }
+            Ok(Value::Object(out))
+        })();
+        Ok(GlobalContextMock {
+            name,
+            data: resolved,
+        })
+    }
+
+    /// What a lookup of `projection` of this entry finds (`""`: the whole
+    /// value), as Kyverno's mock entry answers it.
+    pub fn get(&self, projection: &str) -> Result<Value, String> {
+        let value = self.data.clone()?;
+        if projection.is_empty() {
+            return Ok(value);
+        }
+        match value {
+            Value::Object(mut m) => m
+                .remove(projection)
+                .ok_or_else(|| format!("global context mock: projection {projection:?} not found")),
+            _ => Err(format!(
+                "global context mock: projection {projection:?} requested but value is not an object"
+            )),
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -302,15 +430,13 @@ impl TestDoc {
                 ],
             )
             .map_err(|e| format!("globalContextEntries: {e}"))?;
-            let data = g
-                .get("data")
-                .cloned()
-                .or_else(|| g.get("resources").cloned())
-                .unwrap_or(Value::Null);
-            global_context.push(GlobalContextMock {
-                name: field(&g, "name").to_string(),
-                data,
-            });
+            global_context.push(GlobalContextMock::read(&g, dir)?);
+        }
+        let mut names = std::collections::HashSet::new();
+        for g in &global_context {
+            if !names.insert(g.name.as_str()) {
+                return Err(format!("globalContextEntries: duplicate name {:?}", g.name));
+            }
         }
         Ok(TestDoc {
             path: path.to_path_buf(),
@@ -331,5 +457,84 @@ impl TestDoc {
             global_context,
             results,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn mock(entry: Value) -> Result<GlobalContextMock, String> {
+        let dir = std::env::temp_dir().join(format!("gavel-gce-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("objects.yaml"),
+            "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\n---\n---\nkind: ConfigMap\nmetadata: {name: b}\n",
+        )
+        .unwrap();
+        GlobalContextMock::read(entry.as_object().unwrap(), &dir)
+    }
+
+    /// Kyverno's CLI (`resolveGlobalContextMockData`): one source, then
+    /// fieldPath, then projections into a map.
+    #[test]
+    fn global_context_mocks_resolve_as_kyvernos() {
+        let deployments = json!({"deployments": [{"name": "d1"}, {"name": "d2"}]});
+        let m = mock(json!({"name": "e", "data": deployments.clone(),
+            "projections": [{"name": "items", "path": "deployments"}]}))
+        .unwrap();
+        assert_eq!(
+            m.get(""),
+            Ok(json!({"items": [{"name": "d1"}, {"name": "d2"}]}))
+        );
+        assert_eq!(m.get("items").unwrap().as_array().unwrap().len(), 2);
+        assert!(
+            m.get("nope")
+                .unwrap_err()
+                .contains("projection \"nope\" not found")
+        );
+        let m =
+            mock(json!({"name": "e", "data": deployments, "fieldpath": "deployments[0]"})).unwrap();
+        assert_eq!(m.get(""), Ok(json!({"name": "d1"})));
+        assert!(m.get("x").unwrap_err().contains("\"x\" not found"));
+        let m = mock(json!({"name": "e", "resources": [{"kind": "A"}]})).unwrap();
+        assert_eq!(m.get(""), Ok(json!([{"kind": "A"}])));
+        assert!(m.get("x").unwrap_err().contains("value is not an object"));
+        let m = mock(json!({"name": "f", "resourcefiles": ["objects.yaml"],
+            "projections": [{"name": "names", "path": "[].metadata.name"}]}))
+        .unwrap();
+        assert_eq!(m.get("names"), Ok(json!(["a", "b"])));
+        // A projection that fails is the entry's error, at lookup.
+        let m = mock(json!({"name": "g", "data": {"a": 1},
+            "projections": [{"name": "p", "path": "length(a)"}]}))
+        .unwrap();
+        assert!(
+            m.get("")
+                .unwrap_err()
+                .contains("projection \"p\" path \"length(a)\"")
+        );
+        for (entry, want) in [
+            (
+                json!({"name": "h", "data": {}, "resources": []}),
+                "mutually exclusive",
+            ),
+            (
+                json!({"name": "h"}),
+                "one of data, resources, or resourceFiles is required",
+            ),
+            (json!({"name": " ", "data": {}}), "name is required"),
+            (
+                json!({"name": "h", "data": {}, "projections": [{"name": "p"}]}),
+                "path is required",
+            ),
+            (
+                json!({"name": "h", "resourcefiles": ["missing.yaml"]}),
+                "read:",
+            ),
+        ] {
+            let e = mock(entry.clone()).unwrap_err();
+            assert!(e.contains(want), "{entry}: {e}");
+        }
     }
 }

@@ -404,11 +404,17 @@ impl Lookups for ResolverLookups<'_> {
                     json!({"apiVersion": api_version, "kind": format!("{kind}List"), "items": items}),
                 )
             }
-            Lookup::GlobalContext { name, .. } => r
-                .global_context(name)
-                .map_err(failed)?
-                .map(|v| (*v).clone())
-                .ok_or_else(|| format!("global context entry {name:?} not found")),
+            // A projection is stored under `<entry>.<projection>`.
+            Lookup::GlobalContext { name, projection } => {
+                let key = match projection.as_str() {
+                    "" => Cow::Borrowed(name.as_str()),
+                    p => Cow::Owned(format!("{name}.{p}")),
+                };
+                r.global_context(&key)
+                    .map_err(failed)?
+                    .map(|v| (*v).clone())
+                    .ok_or_else(|| format!("global context entry {name:?} not found"))
+            }
             Lookup::ImageMetadata(image) => {
                 r.image_metadata(image).map_err(failed)?.ok_or_else(|| {
                     format!(
@@ -1322,6 +1328,43 @@ spec:
     /// needed), never on a Kubernetes request; a PolicyException naming
     /// the policy whose conditions hold makes it a skip (a pass with
     /// `reportResult: pass`).
+    /// `globalContext.Get(entry, projection)` reads the projection, which
+    /// resolvers hold under `<entry>.<projection>` (the cluster's store).
+    #[test]
+    fn global_context_projections_are_looked_up_by_their_key() {
+        struct Entries;
+        impl Resolver for Entries {
+            fn global_context(
+                &self,
+                name: &str,
+            ) -> Result<Option<Arc<Value>>, crate::context::ResolveError> {
+                Ok(match name {
+                    "svc" => Some(Arc::new(json!({"items": [1, 2, 3]}))),
+                    "svc.count" => Some(Arc::new(json!(3))),
+                    _ => None,
+                })
+            }
+        }
+        let lookups = ResolverLookups(&Entries);
+        let cases = [
+            (
+                "globalContext.Get('svc', '')",
+                Ok(json!({"items": [1, 2, 3]})),
+            ),
+            ("globalContext.Get('svc', 'count')", Ok(json!(3))),
+        ];
+        for (source, want) in cases {
+            let program = crate::cel::Program::compile(source).unwrap();
+            let got = program
+                .eval(&Activation::new(), &lookups)
+                .map(|v| cel_to_json(&v).unwrap())
+                .map_err(|e| e.to_string());
+            assert_eq!(got, want, "{source}");
+        }
+        let missing = crate::cel::Program::compile("globalContext.Get('svc', 'nope')").unwrap();
+        assert!(missing.eval(&Activation::new(), &lookups).is_err());
+    }
+
     #[test]
     fn json_mode_and_cel_exceptions() {
         let doc: ValidatingPolicyDoc = serde_saphyr::from_str(

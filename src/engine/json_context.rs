@@ -162,16 +162,20 @@ impl<'p> JsonContext<'p> {
     /// Sets a dotted path (`request.object.metadata.name`), creating objects
     /// on the way. The top-level value is copied once and shadowed.
     pub fn set_path(&mut self, path: &str, value: Value) {
-        let Some((first, rest)) = path.split_once('.') else {
-            self.set(path.to_string(), value);
+        let parts = variable_path(path);
+        let [first, rest @ ..] = parts.as_slice() else {
             return;
         };
+        if rest.is_empty() {
+            self.set(first.to_string(), value);
+            return;
+        }
         let mut top = match self.scope.field(first) {
             Some(v) => v.into_owned(),
             None => Value::Object(Map::new()),
         };
         let mut cur = &mut top;
-        for part in rest.split('.') {
+        for part in rest {
             if !cur.is_object() {
                 *cur = Value::Object(Map::new());
             }
@@ -276,6 +280,51 @@ impl Root for RequestRoot<'_> {
     }
 }
 
+/// The keys of a variable's dotted path, read as Kyverno's `AddVariable`
+/// reads them (a CSV record with `.` for the comma): a key in double
+/// quotes may hold dots (`metadata.annotations."example.com/team"`), and
+/// `""` in it is a quote.
+fn variable_path(path: &str) -> Vec<String> {
+    let mut keys = Vec::new();
+    let mut chars = path.chars().peekable();
+    loop {
+        let mut key = String::new();
+        if chars.peek() == Some(&'"') {
+            chars.next();
+            while let Some(c) = chars.next() {
+                match c {
+                    '"' if chars.peek() == Some(&'"') => {
+                        chars.next();
+                        key.push('"');
+                    }
+                    '"' => break,
+                    c => key.push(c),
+                }
+            }
+            // Anything between the closing quote and the next dot is kept.
+            while let Some(&c) = chars.peek() {
+                if c == '.' {
+                    break;
+                }
+                key.push(c);
+                chars.next();
+            }
+        } else {
+            while let Some(&c) = chars.peek() {
+                if c == '.' {
+                    break;
+                }
+                key.push(c);
+                chars.next();
+            }
+        }
+        keys.push(key);
+        if chars.next().is_none() {
+            return keys;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -288,6 +337,27 @@ mod tests {
             .resolve_val(ctx.root())
             .map(Val::into_owned)
             .unwrap_or(Value::String("<error>".into()))
+    }
+
+    #[test]
+    fn variable_paths_read_quoted_keys() {
+        for (path, want) in [
+            ("a.b.c", vec!["a", "b", "c"]),
+            (
+                r#"request.object.metadata.annotations."example.com/team""#,
+                vec![
+                    "request",
+                    "object",
+                    "metadata",
+                    "annotations",
+                    "example.com/team",
+                ],
+            ),
+            (r#""say ""hi"".x".y"#, vec![r#"say "hi".x"#, "y"]),
+            ("single", vec!["single"]),
+        ] {
+            assert_eq!(variable_path(path), want, "{path}");
+        }
     }
 
     #[test]

@@ -153,9 +153,15 @@ fn evaluate_rule<'p>(
     // Exceptions with podSecurity controls exempt those controls of a
     // podSecurity rule; any other matching exception skips the rule.
     let mut pss_excludes = Vec::new();
+    let mut pss_exceptions = Vec::new();
     for ex in &applicable {
         if is_pod_security && !ex.pod_security.is_empty() {
             pss_excludes.extend(ex.pod_security.iter().cloned());
+            // Kyverno's MetaNamespaceKeyFunc.
+            pss_exceptions.push(match ex.namespace.as_str() {
+                "" => ex.name.clone(),
+                ns => format!("{ns}/{}", ex.name),
+            });
         } else {
             return Some(RuleResponse::new(
                 name,
@@ -194,7 +200,10 @@ fn evaluate_rule<'p>(
         exprs,
         nesting: 0,
         numbered_elements: policy.uses_numbered_elements,
-        pss_excludes: &pss_excludes,
+        pss_exceptions: PssExceptions {
+            excludes: &pss_excludes,
+            keys: &pss_exceptions,
+        },
         resolver: env.resolver,
         cel_preconditions: &rule.cel_preconditions,
     };
@@ -225,6 +234,14 @@ pub const FAILED_AT_PATH: &str = " failed at path ";
 /// What a foreach puts before the message of the element that failed.
 pub const FOREACH_FAILURE: &str = "validation failure: ";
 
+/// The PolicyExceptions with `podSecurity` controls that match a request:
+/// what they exempt, and their keys for the skip message.
+#[derive(Clone, Copy)]
+struct PssExceptions<'a> {
+    excludes: &'a [PodSecurityExclude],
+    keys: &'a [String],
+}
+
 /// One validate rule under evaluation: what its checks read, and how deep
 /// in nested foreach loops it is.
 struct RuleValidator<'a, 'p> {
@@ -237,7 +254,7 @@ struct RuleValidator<'a, 'p> {
     /// Whether the policy reads `element<N>` / `elementIndex<N>`.
     numbered_elements: bool,
     /// Pod Security controls exempted by matching PolicyExceptions.
-    pss_excludes: &'a [PodSecurityExclude],
+    pss_exceptions: PssExceptions<'a>,
     /// Source of external data for foreach context entries.
     resolver: &'a dyn crate::context::Resolver,
     /// `celPreconditions` of the rule (for `validate.cel`).

@@ -93,12 +93,15 @@ impl Resolver for MockResolver<'_> {
             .cloned())
     }
 
+    /// `entry` or `entry.projection`, as Kyverno's mock store answers it.
     fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
-        Ok(self
-            .globals
-            .iter()
-            .find(|g| g.name == name)
-            .map(|g| Arc::new(g.data.clone())))
+        let (entry, projection) = name.split_once('.').unwrap_or((name, ""));
+        let Some(mock) = self.globals.iter().find(|g| g.name == entry) else {
+            return Ok(None);
+        };
+        mock.get(projection)
+            .map(|v| Some(Arc::new(v)))
+            .map_err(ResolveError::Failed)
     }
 
     fn resource(

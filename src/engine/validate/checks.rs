@@ -65,11 +65,24 @@ impl<'p> RuleValidator<'_, 'p> {
                 if ctx.is_delete() {
                     return None;
                 }
-                let violations = crate::engine::pod_security::evaluate(
-                    element.unwrap_or(&req.object),
-                    ps,
-                    self.pss_excludes,
-                );
+                let pod = element.unwrap_or(&req.object);
+                let mut violations = crate::engine::pod_security::evaluate(pod, ps, &[]);
+                // kyverno-compat: exceptions apply only to a Pod that fails,
+                // and a Pod they clear is skipped, naming them.
+                let exceptions = self.pss_exceptions;
+                if !violations.is_empty() && !exceptions.excludes.is_empty() {
+                    violations =
+                        crate::engine::pod_security::evaluate(pod, ps, exceptions.excludes);
+                    if violations.is_empty() {
+                        return Some(self.respond(
+                            RuleStatus::Skip,
+                            format!(
+                                "rule is skipped due to policy exceptions {}",
+                                exceptions.keys.join(", ")
+                            ),
+                        ));
+                    }
+                }
                 Some(if violations.is_empty() {
                     self.respond(RuleStatus::Pass, self.pass)
                 } else {
