@@ -96,23 +96,6 @@ fn rule_outcomes() {
             "    validate: {message: '{{ request.object.nope }}', pattern: {metadata: {name: 'q*'}}}\n",
             Fail,
         ),
-        // kyverno-compat: Kyverno loads these, and its context refuses the
-        // query ("incorrect query"): the rule ends in error, never passes.
-        (
-            "unparseable variable in a deny key",
-            "    validate: {deny: {conditions: {any: [{key: '{{ request.object.metadata.name | | }}', operator: Equals, value: x}]}}}\n",
-            Error,
-        ),
-        (
-            "unclosed bracket in a deny key",
-            "    validate: {deny: {conditions: {any: [{key: '{{ request.object.metadata.name[ }}', operator: Equals, value: x}]}}}\n",
-            Error,
-        ),
-        (
-            "unparseable variable in a precondition",
-            "    preconditions: {all: [{key: '{{ request.operation | | }}', operator: Equals, value: UPDATE}]}\n    validate: {deny: {}}\n",
-            Error,
-        ),
         (
             "unsupported body",
             "    validate: {manifests: {attestors: []}}\n",
@@ -159,6 +142,41 @@ fn rule_outcomes() {
             continue;
         }
         assert_eq!(got.first().map(|(_, s)| *s), Some(*want), "{name}: {got:?}");
+    }
+}
+
+/// kyverno-compat: Kyverno's policy validation (its webhook, and its CLI
+/// before it applies anything: "Policies Skipped") refuses a policy whose
+/// variables do not parse; gavel refuses it when it compiles, so it never
+/// serves (or passes) a rule it cannot evaluate.
+#[test]
+fn unparseable_variables_refuse_the_policy() {
+    for (name, body) in [
+        (
+            "deny key",
+            "    validate: {deny: {conditions: {any: [{key: '{{ request.object.metadata.name | | }}', operator: Equals, value: x}]}}}\n",
+        ),
+        (
+            "unclosed bracket",
+            "    validate: {deny: {conditions: {any: [{key: '{{ request.object.metadata.name[ }}', operator: Equals, value: x}]}}}\n",
+        ),
+        (
+            "precondition",
+            "    preconditions: {all: [{key: '{{ request.operation | | }}', operator: Equals, value: UPDATE}]}\n    validate: {deny: {}}\n",
+        ),
+    ] {
+        let LoadedDocument::Policy(doc) = load_policy_text("test.yaml", &policy(body))
+            .unwrap()
+            .remove(0)
+        else {
+            panic!("{name}: a policy");
+        };
+        let e = CompiledPolicy::compile(&doc).unwrap_err().to_string();
+        assert!(
+            e.contains("policy contains invalid variables"),
+            "{name}: {e}"
+        );
+        assert!(e.contains("invalid JMESPath query"), "{name}: {e}");
     }
 }
 

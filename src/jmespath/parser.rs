@@ -594,10 +594,18 @@ impl Parser<'_> {
             self.expect(Tok::Colon)?;
             let value = self.expression(0)?;
             pairs.push((key, value));
-            match self.advance() {
-                Tok::Comma => continue,
-                Tok::RBrace => break,
-                _ => return Err(self.error("expected , or } in multi-select hash")),
+            // kyverno-compat: go-jmespath reads the next key when neither a
+            // comma nor a brace follows a value (`{a: x b: y}`), and
+            // Kyverno's policies rely on it.
+            match self.peek() {
+                Tok::Comma => {
+                    self.advance();
+                }
+                Tok::RBrace => {
+                    self.advance();
+                    break;
+                }
+                _ => {}
             }
         }
         Ok(Ast::MultiSelectHash(pairs))
@@ -631,8 +639,30 @@ mod tests {
 
     #[test]
     fn rejects_bad_syntax() {
-        for src in ["a.", "a[", "foo(", "a ==", "[?a", "{a}"] {
+        for src in [
+            "a.", "a[", "foo(", "a ==", "[?a", "{a}", "{a: b", "{a: b c}", "[a b]",
+        ] {
             assert!(parse(src).is_err(), "{src} should fail");
+        }
+    }
+
+    /// go-jmespath reads a multi-select hash's next key when no comma
+    /// follows a value; Kyverno's CLI tests write such hashes.
+    #[test]
+    fn hash_keys_need_no_comma_between_them() {
+        let data = serde_json::json!({"x": 1, "y": 2});
+        for src in ["{a: x b: y}", "{a: x, b: y}", "{a: x\n b: y }"] {
+            let hash = parse(src).unwrap_or_else(|e| panic!("{src}: {e}"));
+            let Ast::MultiSelectHash(pairs) = &hash else {
+                panic!("{src}: {hash:?}");
+            };
+            assert_eq!(pairs.len(), 2, "{src}");
+            let value = crate::jmespath::Expression::parse(src)
+                .unwrap()
+                .resolve(&data)
+                .unwrap()
+                .into_owned();
+            assert_eq!(value, serde_json::json!({"a": 1, "b": 2}), "{src}");
         }
     }
 }

@@ -208,10 +208,10 @@ fn compile_cleanup(object: &Value) -> Result<CompiledCleanupPolicy, String> {
     }
     let mut exprs = ExprCache::default();
     if let Some(c) = &spec.conditions {
-        exprs.add_all_variables(c);
+        let _ = exprs.add_all_variables(c);
     }
     for entry in &spec.context {
-        exprs.add_all_variables(&serde_json::to_value(entry).unwrap_or(Value::Null));
+        let _ = exprs.add_all_variables(&serde_json::to_value(entry).unwrap_or(Value::Null));
     }
     let conditions = spec
         .conditions

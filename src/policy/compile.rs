@@ -13,7 +13,7 @@ mod rule_kinds;
 mod validation;
 
 pub use exception::CompiledException;
-pub use expr_cache::ExprCache;
+pub use expr_cache::{ExprCache, InvalidVariable};
 pub use rule_kinds::{Candidates, RuleKinds};
 pub use validation::{ForEach, Pattern, ValidateCheck, ValidateRule};
 
@@ -273,7 +273,19 @@ impl CompiledPolicy {
                     .trim_start_matches("Index")
                     .starts_with(|c: char| c.is_ascii_digit())
             });
-            exprs.add_all_variables(&raw);
+            // kyverno-compat: Kyverno's policy validation substitutes every
+            // variable of a rule and refuses the policy on any error but a
+            // missing key; here, a variable that does not parse.
+            if let Some(bad) = exprs.add_all_variables(&raw).first() {
+                return Err(invalid(
+                    field,
+                    format!(
+                        "policy contains invalid variables: variable substitution failed for \
+                         rule {}: failed to resolve {} at path {}: invalid JMESPath query {}: {}",
+                        rule.name, bad.expression, bad.path, bad.expression, bad.error
+                    ),
+                ));
+            }
             let mut compiled = compile_rule(rule, &field, policy_action, &mut exprs)
                 .map_err(|m| invalid(field.clone(), m))?;
             match &mut compiled.body {

@@ -30,7 +30,7 @@ impl CompiledException {
         };
         let mut exprs = ExprCache::default();
         if let Some(c) = &doc.spec.conditions {
-            exprs.add_all_variables(c);
+            let _ = exprs.add_all_variables(c);
         }
         Ok(CompiledException {
             name: doc.metadata.name.clone(),

@@ -31,13 +31,14 @@ impl ExprCache {
         }
     }
 
-    pub(super) fn add(&mut self, source: &str) {
+    /// Parses `source` into the cache; its syntax error otherwise
+    /// (evaluation reports it again if the policy is used anyway).
+    pub(super) fn add(&mut self, source: &str) -> Result<(), JmesError> {
         if !self.exprs.contains_key(source) {
-            // Unparseable text stays out; evaluation reports the syntax error.
-            if let Ok(e) = Expression::parse(source) {
-                self.exprs.insert(source.to_string(), e);
-            }
+            let e = Expression::parse(source)?;
+            self.exprs.insert(source.to_string(), e);
         }
+        Ok(())
     }
 
     /// Every expression a policy value names: its `{{ }}` variables, and
@@ -45,29 +46,70 @@ impl ExprCache {
     /// globalReference, in rules and in foreach), which are expressions
     /// without braces. Those written with variables are substituted per
     /// request, and only then parsed.
-    pub(in crate::policy) fn add_all_variables(&mut self, v: &Value) {
+    ///
+    /// Returns the `{{ }}` variables that do not parse, with the JSON
+    /// pointer of the value that holds each (a nested variable stands as
+    /// `x` in the one around it, as it will be a value there).
+    pub(in crate::policy) fn add_all_variables(&mut self, v: &Value) -> Vec<InvalidVariable> {
+        let mut invalid = Vec::new();
+        self.walk(v, &mut String::new(), &mut invalid);
+        invalid
+    }
+
+    fn variables(&mut self, text: &str, path: &str, invalid: &mut Vec<InvalidVariable>) {
+        for expr in template::expressions_in(text) {
+            if let Err(error) = self.add(&expr) {
+                invalid.push(InvalidVariable {
+                    path: path.to_string(),
+                    expression: expr,
+                    error,
+                });
+            }
+        }
+    }
+
+    fn walk(&mut self, v: &Value, path: &mut String, invalid: &mut Vec<InvalidVariable>) {
         match v {
-            Value::String(s) => {
-                for expr in template::expressions_in(s) {
-                    self.add(&expr);
+            Value::String(s) => self.variables(s, path, invalid),
+            Value::Array(a) => {
+                for (i, x) in a.iter().enumerate() {
+                    let len = path.len();
+                    path.push_str(&format!("/{i}"));
+                    self.walk(x, path, invalid);
+                    path.truncate(len);
                 }
             }
-            Value::Array(a) => a.iter().for_each(|x| self.add_all_variables(x)),
-            Value::Object(m) => m.iter().for_each(|(k, x)| {
-                for expr in template::expressions_in(k) {
-                    self.add(&expr);
+            Value::Object(m) => {
+                for (k, x) in m {
+                    let len = path.len();
+                    path.push('/');
+                    path.push_str(&k.replace('~', "~0").replace('/', "~1"));
+                    self.variables(k, path, invalid);
+                    if k == "jmesPath"
+                        && let Value::String(p) = x
+                        && !template::has_variables(x)
+                    {
+                        // A context entry's query: evaluation reports its
+                        // syntax error, as Kyverno's context loader does.
+                        let _ = self.add(p);
+                    }
+                    self.walk(x, path, invalid);
+                    path.truncate(len);
                 }
-                if k == "jmesPath"
-                    && let Value::String(path) = x
-                    && !template::has_variables(x)
-                {
-                    self.add(path);
-                }
-                self.add_all_variables(x)
-            }),
+            }
             _ => {}
         }
     }
+}
+
+/// A `{{ }}` variable that does not parse: Kyverno's policy validation
+/// refuses the policy (`policy contains invalid variables`).
+#[derive(Debug)]
+pub struct InvalidVariable {
+    /// JSON pointer, within the rule, of the value that holds it.
+    pub path: String,
+    pub expression: String,
+    pub error: JmesError,
 }
 
 #[cfg(test)]
@@ -133,5 +175,52 @@ spec:
                 .get("teams.data.{{ request.object.metadata.name }}")
                 .is_none()
         );
+    }
+
+    /// A variable that does not parse refuses the policy, with Kyverno's
+    /// words and the value's path; nested variables parse as values.
+    #[test]
+    fn variables_that_do_not_parse_refuse_the_policy() {
+        let policy = |key: &str| {
+            format!(
+                "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {{name: p}}\nspec:\n  \
+                 rules:\n  - name: r\n    match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}\n    \
+                 validate:\n      message: m\n      deny:\n        conditions:\n          any:\n          \
+                 - {{key: {key:?}, operator: Equals, value: x}}\n"
+            )
+        };
+        let compile = |key: &str| {
+            let LoadedDocument::Policy(doc) =
+                load_policy_text("p.yaml", &policy(key)).unwrap().remove(0)
+            else {
+                unreachable!("a ClusterPolicy")
+            };
+            CompiledPolicy::compile(&doc)
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        };
+        for bad in [
+            "{{ request.object.metadata.name | | }}",
+            "{{ request.object.metadata.name[ }}",
+            "{{ x509_decode('{{ request.object.data.cert }}').( }}",
+        ] {
+            let e = compile(bad).unwrap_err();
+            assert!(
+                e.contains("policy contains invalid variables"),
+                "{bad}: {e}"
+            );
+            assert!(
+                e.contains("at path /validate/deny/conditions/any/0/key"),
+                "{bad}: {e}"
+            );
+        }
+        for good in [
+            "{{ request.object.metadata.name }}",
+            "{{ x509_decode('{{ request.object.data.cert }}').PublicKey.N }}",
+            "{{ {a: request.operation b: request.name}.a }}",
+            "plain text",
+        ] {
+            compile(good).unwrap_or_else(|e| panic!("{good}: {e}"));
+        }
     }
 }

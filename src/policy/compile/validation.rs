@@ -150,7 +150,9 @@ fn compile_check(
         let mut out = Vec::new();
         for (i, f) in list.iter().enumerate() {
             let ffield = format!("{field}.foreach[{i}]");
-            exprs.add(&f.list);
+            // A foreach list that does not parse is its rule's error at
+            // evaluation, as in Kyverno.
+            let _ = exprs.add(&f.list);
             let nested: Option<Vec<ForEachValidation>> = match &f.foreach {
                 Some(v) => match serde_json::from_value(v.clone()) {
                     Ok(n) => Some(n),
