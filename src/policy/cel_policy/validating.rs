@@ -171,10 +171,10 @@ impl CompiledValidatingPolicy {
         // A policy of the other modes matches no Kubernetes resources: no
         // constraints.
         let no_constraints = Default::default();
-        let match_constraints = match (&spec.match_constraints, mode) {
-            (None, EvaluationMode::Kubernetes) | (Some(_), _) => spec.match_constraints.as_ref(),
-            (None, _) => Some(&no_constraints),
-        };
+        let match_constraints = spec
+            .match_constraints
+            .as_ref()
+            .or((mode != EvaluationMode::Kubernetes).then_some(&no_constraints));
         let checks =
             CelChecks::compile_parts(&spec.variables, &spec.validations, &spec.audit_annotations)?;
         let scope = PolicyScope::compile(
