@@ -501,7 +501,9 @@ pub fn scalar(value: &Value, pattern: &Value) -> bool {
     Scalar::compile(pattern).matches(value)
 }
 
-fn type_name(v: &Value) -> &'static str {
+/// A JSON value's type as Go's `encoding/json` names it in its errors
+/// (`cannot unmarshal number into ...`), the words Kyverno's messages use.
+pub fn go_json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "bool",
@@ -540,7 +542,7 @@ fn element<'r>(resource: &'r Value, node: &Node, path: &Path) -> Res<'r> {
                 path,
                 format!(
                     "pattern and resource have different structures: expected object, found {}",
-                    type_name(resource)
+                    go_json_type(resource)
                 ),
             )),
         },
@@ -619,7 +621,7 @@ fn anchor_element<'r>(
                     &child_path,
                     format!(
                         "invalid resource type {}: existence ^ () anchor can be used only on list/array type resource",
-                        type_name(other)
+                        go_json_type(other)
                     ),
                 )),
             };

@@ -78,10 +78,7 @@ pub(super) fn register(ctx: &mut Context) {
     ctx.add_function(
         "envoy.QueryParam",
         |key: Arc<String>, value: Arc<String>| {
-            Ok(typed(
-                ENVOY_QUERY_PARAMETER,
-                json!({"key": *key, "value": *value}),
-            ))
+            Ok(typed(ENVOY_QUERY_PARAMETER, query_parameter(&key, &value)))
         },
     );
     ctx.add_function("Response", response);
@@ -203,19 +200,41 @@ fn with_body(ftx: &FunctionContext, This(this): This<Value>, body: Arc<String>) 
     back(m)
 }
 
-/// A header argument: a HeaderValueOption, or a key and a value.
-fn header_arg(ftx: &FunctionContext, args: &[Value]) -> Result<Json, ExecutionError> {
+/// A message argument of type `t` (its fields), or two strings (a key
+/// and a value) made into one by `pair`: the two overloads of `WithHeader`
+/// and `WithQueryParam`.
+fn message_or_pair(
+    ftx: &FunctionContext,
+    args: &[Value],
+    t: &str,
+    pair: fn(&str, &str) -> Json,
+) -> Result<Json, ExecutionError> {
     match args {
-        [h] => {
-            let (_, mut m) = message_of(ftx, h, &[ENVOY_HEADER])?;
+        [m] => {
+            let (_, mut m) = message_of(ftx, m, &[t])?;
             m.remove(TYPE_KEY);
             Ok(Json::Object(m))
         }
-        _ => Ok(envoy_header(
-            &string_at(ftx, args, 0)?,
-            &string_at(ftx, args, 1)?,
-        )),
+        _ => Ok(pair(&string_at(ftx, args, 0)?, &string_at(ftx, args, 1)?)),
     }
+}
+
+fn query_parameter(key: &str, value: &str) -> Json {
+    json!({"key": key, "value": value})
+}
+
+/// `this` (a message of one of `types`) with `item` appended to the list
+/// `field`.
+fn appended(
+    ftx: &FunctionContext,
+    this: &Value,
+    types: &[&str],
+    field: &str,
+    item: Json,
+) -> ResolveResult {
+    let (_, mut m) = message_of(ftx, this, types)?;
+    push(&mut m, field, item);
+    back(m)
 }
 
 fn push(m: &mut Map<String, Json>, field: &str, item: Json) {
@@ -232,9 +251,8 @@ fn with_header(
     This(this): This<Value>,
     Arguments(args): Arguments,
 ) -> ResolveResult {
-    let (_, mut m) = message_of(ftx, &this, &[ENVOY_OK, ENVOY_DENIED])?;
-    push(&mut m, "headers", header_arg(ftx, &args)?);
-    back(m)
+    let header = message_or_pair(ftx, &args, ENVOY_HEADER, envoy_header)?;
+    appended(ftx, &this, &[ENVOY_OK, ENVOY_DENIED], "headers", header)
 }
 
 fn without_header(
@@ -242,9 +260,13 @@ fn without_header(
     This(this): This<Value>,
     name: Arc<String>,
 ) -> ResolveResult {
-    let (_, mut m) = message_of(ftx, &this, &[ENVOY_OK])?;
-    push(&mut m, "headers_to_remove", name.as_str().into());
-    back(m)
+    appended(
+        ftx,
+        &this,
+        &[ENVOY_OK],
+        "headers_to_remove",
+        name.as_str().into(),
+    )
 }
 
 fn with_response_header(
@@ -252,9 +274,8 @@ fn with_response_header(
     This(this): This<Value>,
     Arguments(args): Arguments,
 ) -> ResolveResult {
-    let (_, mut m) = message_of(ftx, &this, &[ENVOY_OK])?;
-    push(&mut m, "response_headers_to_add", header_arg(ftx, &args)?);
-    back(m)
+    let header = message_or_pair(ftx, &args, ENVOY_HEADER, envoy_header)?;
+    appended(ftx, &this, &[ENVOY_OK], "response_headers_to_add", header)
 }
 
 fn with_query_param(
@@ -262,17 +283,8 @@ fn with_query_param(
     This(this): This<Value>,
     Arguments(args): Arguments,
 ) -> ResolveResult {
-    let (_, mut m) = message_of(ftx, &this, &[ENVOY_OK])?;
-    let param = match args.as_slice() {
-        [p] => {
-            let (_, mut p) = message_of(ftx, p, &[ENVOY_QUERY_PARAMETER])?;
-            p.remove(TYPE_KEY);
-            Json::Object(p)
-        }
-        _ => json!({"key": string_at(ftx, &args, 0)?, "value": string_at(ftx, &args, 1)?}),
-    };
-    push(&mut m, "query_parameters_to_set", param);
-    back(m)
+    let param = message_or_pair(ftx, &args, ENVOY_QUERY_PARAMETER, query_parameter)?;
+    appended(ftx, &this, &[ENVOY_OK], "query_parameters_to_set", param)
 }
 
 fn without_query_param(
@@ -280,9 +292,13 @@ fn without_query_param(
     This(this): This<Value>,
     name: Arc<String>,
 ) -> ResolveResult {
-    let (_, mut m) = message_of(ftx, &this, &[ENVOY_OK])?;
-    push(&mut m, "query_parameters_to_remove", name.as_str().into());
-    back(m)
+    appended(
+        ftx,
+        &this,
+        &[ENVOY_OK],
+        "query_parameters_to_remove",
+        name.as_str().into(),
+    )
 }
 
 fn keep_empty_value(

@@ -69,6 +69,37 @@ pub struct GlobalContextMock {
     pub data: Result<Value, String>,
 }
 
+/// `fieldPath`, then `projections` (each a path on what is left, into a
+/// map), on a mock entry's objects.
+fn resolve_mock(
+    name: &str,
+    root: Value,
+    field_path: &str,
+    projections: &[(String, String)],
+) -> Result<Value, String> {
+    let search = |expression: &str, on: &Value| -> Result<Value, String> {
+        crate::jmespath::Expression::parse(expression)
+            .and_then(|e| e.resolve(on).map(|v| v.into_owned()))
+            .map_err(|e| e.to_string())
+    };
+    let root = match field_path {
+        "" => root,
+        path => search(path, &root)
+            .map_err(|e| format!("globalContextEntries {name:?} fieldPath: {e}"))?,
+    };
+    if projections.is_empty() {
+        return Ok(root);
+    }
+    let mut out = Map::new();
+    for (p, path) in projections {
+        let v = search(path, &root).map_err(|e| {
+            format!("globalContextEntries {name:?} projection {p:?} path {path:?}: {e}")
+        })?;
+        out.insert(p.clone(), v);
+    }
+    Ok(Value::Object(out))
+}
+
 impl GlobalContextMock {
     /// One entry as Kyverno's CLI resolves it (`resolveGlobalContextMockData`):
     /// `data`, `resources` or the objects of `resourceFiles` (one of them),
@@ -143,33 +174,8 @@ impl GlobalContextMock {
                 Value::Array(objects)
             }
         };
-        let search = |expression: &str, on: &Value| -> Result<Value, String> {
-            crate::jmespath::Expression::parse(expression)
-                .and_then(|e| e.resolve(on).map(|v| v.into_owned()))
-                .map_err(|e| e.to_string())
-        };
-        let resolved = (|| {
-            let mut root = root;
-            if let Some(path) = g
-                .get("fieldpath")
-                .and_then(Value::as_str)
-                .filter(|p| !p.is_empty())
-            {
-                root = search(path, &root)
-                    .map_err(|e| format!("globalContextEntries {name:?} fieldPath: {e}"))?;
-            }
-            if projections.is_empty() {
-                return Ok(root);
-            }
-            let mut out = Map::new();
-            for (p, path) in &projections {
-                let v = search(path, &root).map_err(|e| {
-                    format!("globalContextEntries {name:?} projection {p:?} path {path:?}: {e}")
-                })?;
-                out.insert(p.clone(), v);
-            }
-            Ok(Value::Object(out))
-        })();
+        let field_path = g.get("fieldpath").and_then(Value::as_str).unwrap_or("");
+        let resolved = resolve_mock(&name, root, field_path, &projections);
         Ok(GlobalContextMock {
             name,
             data: resolved,

@@ -283,8 +283,12 @@ impl Root for RequestRoot<'_> {
 /// The keys of a variable's dotted path, read as Kyverno's `AddVariable`
 /// reads them (a CSV record with `.` for the comma): a key in double
 /// quotes may hold dots (`metadata.annotations."example.com/team"`), and
-/// `""` in it is a quote.
-fn variable_path(path: &str) -> Vec<String> {
+/// `""` in it is a quote. A path without quotes borrows its keys (the
+/// common case, on every request's context entries).
+fn variable_path(path: &str) -> Vec<std::borrow::Cow<'_, str>> {
+    if !path.contains('"') {
+        return path.split('.').map(std::borrow::Cow::Borrowed).collect();
+    }
     let mut keys = Vec::new();
     let mut chars = path.chars().peekable();
     loop {
@@ -318,7 +322,7 @@ fn variable_path(path: &str) -> Vec<String> {
                 chars.next();
             }
         }
-        keys.push(key);
+        keys.push(std::borrow::Cow::Owned(key));
         if chars.next().is_none() {
             return keys;
         }

@@ -11,7 +11,7 @@
 //! (JSON or proto field names, unknown fields refused), every field present
 //! with the default a message reads as.
 
-use super::{NoRequest, ResolverLookups, bind_request, bind_variables, conditions_hold};
+use super::{NULL, NoRequest, ResolverLookups, bind_request, bind_variables, conditions_hold};
 use crate::cel::authz::{
     ENVOY_RESPONSE, HTTP_REQUEST_ATTRIBUTES, HTTP_RESPONSE, ONEOF_KEY, TYPE_KEY,
 };
@@ -19,11 +19,10 @@ use crate::cel::values::cel_to_json;
 use crate::cel::{Activation, InterpreterCache, Lookups};
 use crate::context::Resolver;
 use crate::engine::{PolicyResponse, RuleResponse, RuleStatus};
+use crate::pattern::go_json_type;
 use crate::policy::cel_policy::{CompiledValidatingPolicy, EvaluationMode};
 use base64::Engine as _;
 use serde_json::{Map, Value, json};
-
-const NULL: Value = Value::Null;
 
 /// Evaluates an authorization policy on a request read by
 /// [`http_request`] or [`envoy_request`]: one rule named after the policy,
@@ -231,17 +230,6 @@ fn go_type_error(v: &Value, field: &str, go_type: &str) -> String {
          of type {go_type}",
         go_json_type(v)
     )
-}
-
-fn go_json_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "null",
-        Value::Bool(_) => "bool",
-        Value::Number(_) => "number",
-        Value::String(_) => "string",
-        Value::Array(_) => "array",
-        Value::Object(_) => "object",
-    }
 }
 
 /// A field of an Envoy message: its proto name and type.
