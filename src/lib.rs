@@ -3,9 +3,9 @@
 //! The modules, bottom floor first (ARCHITECTURE.md; each imports only
 //! from floors below it, checked by `tests/architecture.rs`):
 //!
-//! - [`units`], [`wildcard`], [`json_map`], [`image_reference`]:
-//!   quantities, durations, semver, Kyverno's `*`/`?` matching, JSON map
-//!   lookups, image references.
+//! - [`units`], [`wildcard`], [`glob`], [`json_map`], [`image_reference`]:
+//!   quantities, durations, semver, Kyverno's `*`/`?` matching, gobwas
+//!   globs, JSON map lookups, image references.
 //! - [`kinds`]: Kubernetes kinds, resources, scopes and schemas.
 //! - [`jmespath`], [`cel`], [`pattern`], [`patch`]: the expression
 //!   languages, Kyverno's patterns and anchors, JSON Patch and strategic
@@ -33,6 +33,7 @@ pub mod cluster;
 pub mod context;
 pub mod controllers;
 pub mod engine;
+pub mod glob;
 pub mod image_reference;
 pub mod jmespath;
 pub mod json_map;

@@ -85,6 +85,10 @@ fn generate_on_a_real_control_plane() {
         "PolicyExceptions of both groups, with the same name, exempt at admission",
         || exceptions_of_both_groups(&cluster),
     );
+    step(
+        "ImageValidatingPolicy: digests and image validations at admission",
+        || image_validating_policy(&cluster),
+    );
     step("admission results in PolicyReports", || {
         admission_reports(&cluster)
     });
@@ -1170,6 +1174,95 @@ spec:
                 .iter()
                 .all(|n| result(n).is_none())
         },
+    );
+}
+
+/// An ImageValidatingPolicy watched from the cluster and enforced at
+/// admission: a matched image without a digest is denied, a pinned one
+/// goes on to the validations, and images it does not match are left
+/// alone. Nothing here needs an image registry.
+fn image_validating_policy(cluster: &RealCluster) {
+    cluster.kubectl(&["create", "namespace", "images"]);
+    apply_text(
+        cluster,
+        r#"
+apiVersion: policies.kyverno.io/v1beta1
+kind: ImageValidatingPolicy
+metadata:
+  name: acme-images
+spec:
+  validationActions: [Deny]
+  validationConfigurations:
+    required: false
+  matchConstraints:
+    resourceRules:
+    - apiGroups: [""]
+      apiVersions: [v1]
+      operations: [CREATE]
+      resources: [pods]
+    namespaceSelector:
+      matchLabels:
+        kubernetes.io/metadata.name: images
+  matchImageReferences:
+  - glob: "ghcr.io/acme/*"
+  attestors: []
+  validations:
+  - expression: "images.containers.size() <= 1"
+    messageExpression: "'one acme image per Pod, got ' + string(images.containers.size())"
+"#,
+    );
+    let digest = "sha256:6aefddb645ee6963afd681b1845c661d0ea4c3b20ab9db86d9e753b203d385f2";
+    let dry_run = |images: &[String]| -> Result<String, String> {
+        let containers: String = images
+            .iter()
+            .enumerate()
+            .map(|(i, image)| format!("  - {{name: c{i}, image: \"{image}\"}}\n"))
+            .collect();
+        let object = format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: images\nspec:\n  containers:\n{containers}"
+        );
+        let out = cluster.kubectl_in(&["create", "--dry-run=server", "-f", "-"], Some(&object));
+        let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+        if out.status.success() {
+            Ok(text(&out.stdout))
+        } else {
+            Err(text(&out.stderr))
+        }
+    };
+    eventually(
+        "a tagged acme image denied for its missing digest",
+        Duration::from_secs(60),
+        || {
+            dry_run(&["ghcr.io/acme/api:2.1".to_string()]).is_err_and(|e| {
+                e.contains("acme-images")
+                    && e.contains("image ghcr.io/acme/api:2.1 does not have a digest")
+            })
+        },
+    );
+    let pinned = format!("ghcr.io/acme/api@{digest}");
+    assert!(dry_run(std::slice::from_ref(&pinned)).is_ok());
+    // Not an acme image: not the policy's concern.
+    assert!(dry_run(&["nginx:1.27".to_string()]).is_ok());
+    let two = dry_run(&[pinned.clone(), format!("ghcr.io/acme/worker@{digest}")]);
+    assert!(
+        two.as_ref()
+            .is_err_and(|e| e.contains("one acme image per Pod, got 2")),
+        "{two:?}"
+    );
+    eventually(
+        "the ImageValidatingPolicy Ready",
+        Duration::from_secs(60),
+        || {
+            cluster
+                .get(&["imagevalidatingpolicy", "acme-images"])
+                .is_some_and(|p| p["status"]["conditionStatus"]["ready"] == true)
+        },
+    );
+    cluster.kubectl(&["delete", "imagevalidatingpolicy", "acme-images"]);
+    eventually(
+        "the ImageValidatingPolicy gone",
+        Duration::from_secs(60),
+        || dry_run(&["ghcr.io/acme/api:2.1".to_string()]).is_ok(),
     );
 }
 

@@ -13,13 +13,15 @@ use super::review::{self, ReviewError};
 use super::update_requests::{self, UpdateRequestSpec};
 use super::verdict::{self, DenialHeads, Verdict};
 use crate::context::ClusterView;
-use crate::engine::cel::{CelRequest, constraints_select, evaluate_validating_policy};
+use crate::engine::cel::{
+    CelRequest, constraints_select, evaluate_image_validating_policy, evaluate_validating_policy,
+};
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
 use crate::matching::MatchInput;
 use crate::patch::json_patch;
-use crate::policy::cel_policy::CompiledValidatingPolicy;
+use crate::policy::cel_policy::{CompiledImageValidatingPolicy, CompiledValidatingPolicy};
 use crate::policy::compile::FailurePolicy;
 use crate::policy::{CompiledPolicy, RuleBody};
 use std::time::{Duration, Instant};
@@ -234,9 +236,10 @@ pub fn admit_reporting(
                 view,
                 |i, status, elapsed| cells.record(snapshot.validating_index(i), 0, status, elapsed),
             );
+            let images = validate_images(snapshot, failure_policy, req, &ctx, view);
             background = snapshot.background_indexes(failure_policy);
             generating = snapshot.generating_on(failure_policy);
-            let verdict = verdict::decide(&policies, &responses, &cel, req);
+            let verdict = verdict::decide(&policies, &responses, &cel, &images, req);
             if report
                 && verdict.allowed
                 && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
@@ -344,6 +347,41 @@ fn validate_cel<'s>(
             (i, (p, response))
         })
         .unzip()
+}
+
+/// Evaluates the ImageValidatingPolicies of the route.
+///
+/// kyverno-compat: Kyverno's mutating webhook also pins the images these
+/// policies match to their digests (`mutateDigest`), which needs each
+/// image's registry; gavel reaches none and does not pin, so a tagged
+/// image then fails `verifyDigest` here.
+fn validate_images<'s>(
+    snapshot: &'s Snapshot,
+    failure_policy: Option<FailurePolicy>,
+    req: &Request,
+    ctx: &JsonContext,
+    view: &dyn ClusterView,
+) -> Vec<(&'s CompiledImageValidatingPolicy, PolicyResponse<'s>)> {
+    let mut selected = snapshot
+        .image_validating
+        .iter()
+        .filter(|p| p.admission && Snapshot::cel_selected(&p.scope, failure_policy))
+        .peekable();
+    if selected.peek().is_none() {
+        return Vec::new();
+    }
+    let owned;
+    let input = match ctx.cel_request() {
+        Some(input) => input,
+        None => {
+            owned = CelRequest::of(req);
+            &owned
+        }
+    };
+    selected
+        .map(|p| (p, evaluate_image_validating_policy(p, req, input, view)))
+        .filter(|(_, r)| !r.rules.is_empty())
+        .collect()
 }
 
 /// Runs the mutate policies `selected`, in order, each on the previous

@@ -12,8 +12,8 @@
 use super::rule_table::{RuleMetrics, RuleTable};
 use super::verdict::DenialHeads;
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledCelException, CompiledGeneratingPolicy, CompiledMutatingPolicy,
-    CompiledValidatingPolicy, PolicyScope, attach_exceptions_to,
+    CelCompileError, CompiledCelException, CompiledGeneratingPolicy, CompiledImageValidatingPolicy,
+    CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope, attach_exceptions_to,
 };
 use crate::policy::compile::FailurePolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text};
@@ -33,6 +33,7 @@ pub struct PolicySet {
     pub validating: Vec<CompiledValidatingPolicy>,
     pub mutating: Vec<CompiledMutatingPolicy>,
     pub generating: Vec<CompiledGeneratingPolicy>,
+    pub image_validating: Vec<CompiledImageValidatingPolicy>,
     /// PolicyExceptions (policies.kyverno.io) of the CEL kinds: attached to
     /// the policies they name when a snapshot is made.
     pub cel_exceptions: Vec<Arc<CompiledCelException>>,
@@ -46,7 +47,8 @@ impl PolicySet {
             .iter_mut()
             .map(|p| &mut p.scope)
             .chain(self.mutating.iter_mut().map(|p| &mut p.scope))
-            .chain(self.generating.iter_mut().map(|p| &mut p.scope));
+            .chain(self.generating.iter_mut().map(|p| &mut p.scope))
+            .chain(self.image_validating.iter_mut().map(|p| &mut p.scope));
         attach_exceptions_to(scopes, &self.cel_exceptions);
     }
 
@@ -58,6 +60,8 @@ impl PolicySet {
         self.validating.extend(other.validating.iter().cloned());
         self.mutating.extend(other.mutating.iter().cloned());
         self.generating.extend(other.generating.iter().cloned());
+        self.image_validating
+            .extend(other.image_validating.iter().cloned());
     }
 }
 
@@ -76,6 +80,9 @@ pub struct Snapshot {
     /// the validating route of failurePolicy Ignore (Kyverno registers
     /// them so), and the background controller generates.
     pub generating: Vec<CompiledGeneratingPolicy>,
+    /// ImageValidatingPolicies, evaluated on the validate routes after the
+    /// ValidatingPolicies.
+    pub image_validating: Vec<CompiledImageValidatingPolicy>,
     /// Indexes into `policies` of the admission validate policies, per
     /// route: all, failurePolicy Fail, failurePolicy Ignore. Chosen once
     /// here rather than on every request.
@@ -107,6 +114,7 @@ impl Snapshot {
             validating,
             mutating,
             generating,
+            image_validating,
             cel_exceptions: _,
         } = set;
         let select = |f: Option<FailurePolicy>, has: fn(&CompiledPolicy) -> bool| -> Vec<usize> {
@@ -139,6 +147,7 @@ impl Snapshot {
                 .map(|p| &p.scope)
                 .chain(mutating.iter().map(|p| &p.scope))
                 .chain(generating.iter().map(|p| &p.scope))
+                .chain(image_validating.iter().map(|p| &p.scope))
                 .any(|s| s.match_constraints.namespace_selector.is_some());
         Snapshot {
             needs_namespace_labels,
@@ -151,6 +160,7 @@ impl Snapshot {
             validating,
             mutating,
             generating,
+            image_validating,
             validate,
             mutate,
             background,
@@ -180,7 +190,11 @@ impl Snapshot {
 
     /// Policies of every kind (not exceptions).
     pub fn policy_count(&self) -> usize {
-        self.policies.len() + self.validating.len() + self.mutating.len() + self.generating.len()
+        self.policies.len()
+            + self.validating.len()
+            + self.mutating.len()
+            + self.generating.len()
+            + self.image_validating.len()
     }
 
     /// The GeneratingPolicies whose triggers a validating route sees: all
@@ -390,6 +404,7 @@ pub fn load_text(file: &str, text: &str) -> Result<PolicySet, String> {
             CompiledDocument::Validating(p) => set.validating.push(*p),
             CompiledDocument::Mutating(p) => set.mutating.push(*p),
             CompiledDocument::Generating(p) => set.generating.push(*p),
+            CompiledDocument::ImageValidating(p) => set.image_validating.push(*p),
             CompiledDocument::CelException(e) => set.cel_exceptions.push(Arc::new(*e)),
         }
     }
@@ -404,6 +419,7 @@ pub enum CompiledDocument {
     Validating(Box<CompiledValidatingPolicy>),
     Mutating(Box<CompiledMutatingPolicy>),
     Generating(Box<CompiledGeneratingPolicy>),
+    ImageValidating(Box<CompiledImageValidatingPolicy>),
     CelException(Box<CompiledCelException>),
 }
 
@@ -431,6 +447,12 @@ pub fn compile_document(doc: LoadedDocument) -> Result<CompiledDocument, String>
         LoadedDocument::GeneratingPolicy(ref p) => CompiledDocument::Generating(Box::new(
             CompiledGeneratingPolicy::compile(p).map_err(|e| named(e, doc.kind_and_name()))?,
         )),
+        LoadedDocument::ImageValidatingPolicy(ref p) => {
+            CompiledDocument::ImageValidating(Box::new(
+                CompiledImageValidatingPolicy::compile(p)
+                    .map_err(|e| named(e, doc.kind_and_name()))?,
+            ))
+        }
         LoadedDocument::CelException(ref e) => CompiledDocument::CelException(Box::new(
             CompiledCelException::compile(e).map_err(|e| named(e, doc.kind_and_name()))?,
         )),

@@ -8,7 +8,7 @@
 use super::json_text::{self, JsonText, JsonWriter};
 use super::yaml_text;
 use crate::engine::{PolicyResponse, Request, RuleStatus, validate};
-use crate::policy::cel_policy::CompiledValidatingPolicy;
+use crate::policy::cel_policy::{CompiledImageValidatingPolicy, CompiledValidatingPolicy};
 use crate::policy::compile::FailurePolicy;
 use crate::policy::{CompiledPolicy, CompiledRule, RuleBody};
 
@@ -147,22 +147,32 @@ fn message_heads(rule: &CompiledRule, column: usize) -> Vec<yaml_text::ValueHead
 /// Audit failures are allowed, with a warning when the policy sets
 /// `emitWarning`.
 ///
-/// `cel` are the ValidatingPolicies' responses: a failure denies under the
-/// Deny action and warns under Warn; an error denies under failurePolicy
-/// Fail, their default.
+/// `cel` are the ValidatingPolicies' responses and `images` the
+/// ImageValidatingPolicies': a failure denies under the Deny action and
+/// warns under Warn; an error denies under failurePolicy Fail, their
+/// default.
 pub fn decide(
     policies: &[(&CompiledPolicy, &DenialHeads)],
     responses: &[PolicyResponse],
     cel: &[(&CompiledValidatingPolicy, PolicyResponse)],
+    images: &[(&CompiledImageValidatingPolicy, PolicyResponse)],
     req: &Request,
 ) -> Verdict {
     let mut blocked: Vec<Blocked> = Vec::new();
     let mut warnings = Vec::new();
-    for (policy, resp) in cel {
+    let cel_verdicts = cel
+        .iter()
+        .map(|(p, r)| ((p.deny, p.warn, p.scope.failure_policy_ignore), r))
+        .chain(
+            images
+                .iter()
+                .map(|(p, r)| ((p.deny, p.warn, p.scope.failure_policy_ignore), r)),
+        );
+    for ((deny, warn, ignore), resp) in cel_verdicts {
         for rule in &resp.rules {
             let blocks = match rule.status {
-                RuleStatus::Fail => policy.deny,
-                RuleStatus::Error => !policy.scope.failure_policy_ignore,
+                RuleStatus::Fail => deny,
+                RuleStatus::Error => !ignore,
                 _ => false,
             };
             if blocks {
@@ -172,7 +182,7 @@ pub fn decide(
                     message: &rule.message,
                     rendered: None,
                 });
-            } else if rule.status == RuleStatus::Fail && policy.warn {
+            } else if rule.status == RuleStatus::Fail && warn {
                 warnings.push(format!("policy {}: {}", resp.policy, rule.message));
             }
         }

@@ -45,10 +45,14 @@ pub enum Library {
     Envoy,
     /// `jwt.Decode`, `jwks.Fetch` (both authorization modes).
     Jwt,
+    /// `verifyImageSignatures`, `verifyAttestationSignatures`,
+    /// `getImageData`, `extractPayload` (ImageValidatingPolicy).
+    ImageVerify,
 }
 
-/// The library that declares a global function, for the functions of
-/// this module: a policy of a mode without it fails to compile.
+/// The library that declares a global function (this module's, and the
+/// image verification functions): a policy whose CEL environment does not
+/// include it fails to compile.
 pub fn library_of(function: &str) -> Option<Library> {
     match function {
         "http.Allowed" | "http.Denied" => Some(Library::Http),
@@ -56,6 +60,10 @@ pub fn library_of(function: &str) -> Option<Library> {
             Some(Library::Envoy)
         }
         "jwt.Decode" | "jwks.Fetch" => Some(Library::Jwt),
+        "verifyImageSignatures"
+        | "verifyAttestationSignatures"
+        | "getImageData"
+        | "extractPayload" => Some(Library::ImageVerify),
         _ => None,
     }
 }

@@ -57,6 +57,16 @@ pub enum Lookup {
     GlobalContext { name: String, projection: String },
     /// `image.GetMetadata(ref)`.
     ImageMetadata(String),
+    /// The image verification functions of an ImageValidatingPolicy
+    /// (`verifyImageSignatures`, `verifyAttestationSignatures`,
+    /// `getImageData`, `extractPayload`): answered by the policy's
+    /// evaluation, which knows its matchImageReferences and attestations.
+    ImageVerification {
+        function: &'static str,
+        image: String,
+        /// The attestation's name, for the functions that take one.
+        attestation: Option<String>,
+    },
     /// `http.Get(url)` / `http.Post(url, body)`.
     Http {
         method: String,
@@ -147,6 +157,11 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
             ))
         },
     );
+    // Kyverno's `imageverify` library (ImageValidatingPolicy only).
+    ctx.add_function("verifyImageSignatures", verify_image_signatures);
+    ctx.add_function("verifyAttestationSignatures", verify_attestation_signatures);
+    ctx.add_function("getImageData", get_image_data);
+    ctx.add_function("extractPayload", extract_payload);
     ctx.add_function("json.unmarshal", json_unmarshal);
     ctx.add_function("yaml.parse", yaml_parse);
     // kyverno-authz's `json` library (HTTP and Envoy modes).
@@ -592,6 +607,64 @@ fn global_context_get(ftx: &FunctionContext, Arguments(args): Arguments) -> Reso
 
 fn image_metadata(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
     answer(Lookup::ImageMetadata(string_arg(ftx, &args, 0)?))
+}
+
+/// The attestor list argument of the verification functions.
+fn list_arg(ftx: &FunctionContext, args: &[Value], i: usize) -> Result<(), ExecutionError> {
+    match args.get(i) {
+        Some(Value::List(_)) => Ok(()),
+        Some(other) => Err(ftx.error(format!(
+            "argument {} must be a list of attestors, got {}",
+            i + 1,
+            other.type_of()
+        ))),
+        None => Err(ftx.error(format!("missing argument {}", i + 1))),
+    }
+}
+
+/// `verifyImageSignatures(image, [attestors])`: how many attestors
+/// verified the image's signature.
+fn verify_image_signatures(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    let image = string_arg(ftx, &args, 0)?;
+    list_arg(ftx, &args, 1)?;
+    answer(Lookup::ImageVerification {
+        function: "verifyImageSignatures",
+        image,
+        attestation: None,
+    })
+}
+
+/// `verifyAttestationSignatures(image, attestation, [attestors])`.
+fn verify_attestation_signatures(
+    ftx: &FunctionContext,
+    Arguments(args): Arguments,
+) -> ResolveResult {
+    let image = string_arg(ftx, &args, 0)?;
+    let attestation = string_arg(ftx, &args, 1)?;
+    list_arg(ftx, &args, 2)?;
+    answer(Lookup::ImageVerification {
+        function: "verifyAttestationSignatures",
+        image,
+        attestation: Some(attestation),
+    })
+}
+
+/// `getImageData(image)`: the image's manifest and config.
+fn get_image_data(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    answer(Lookup::ImageVerification {
+        function: "getImageData",
+        image: string_arg(ftx, &args, 0)?,
+        attestation: None,
+    })
+}
+
+/// `extractPayload(image, attestation)`: a verified attestation's payload.
+fn extract_payload(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {
+    answer(Lookup::ImageVerification {
+        function: "extractPayload",
+        image: string_arg(ftx, &args, 0)?,
+        attestation: Some(string_arg(ftx, &args, 1)?),
+    })
 }
 
 fn http_get(ftx: &FunctionContext, Arguments(args): Arguments) -> ResolveResult {

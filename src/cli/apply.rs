@@ -6,7 +6,10 @@ use super::resources::{load_objects_as_written, load_resources};
 use super::values::{PolicyRuleValues, Values};
 use crate::admission::phases::{self, Chaining, MutatingPhase, Visit};
 use crate::context::Objects;
-use crate::engine::cel::{CelRequest, evaluate_generating_policy, evaluate_validating_policy};
+use crate::engine::cel::{
+    CelRequest, evaluate_generating_policy, evaluate_image_validating_policy,
+    evaluate_validating_policy,
+};
 use crate::engine::generate::generate_policy;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
@@ -14,7 +17,8 @@ use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::matching::types::LabelSelector;
 use crate::policy::cel_policy::{
     AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
-    CompiledMutatingPolicy, CompiledValidatingPolicy, MatchConstraints, attach_exceptions_to,
+    CompiledImageValidatingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
+    MatchConstraints, attach_exceptions_to,
 };
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
 use crate::policy::{CompiledException, CompiledPolicy, ReportMeta};
@@ -50,6 +54,7 @@ enum Source<'p> {
     Validating(&'p CompiledValidatingPolicy),
     Mutating(&'p CompiledMutatingPolicy),
     Generating(&'p CompiledGeneratingPolicy),
+    ImageValidating(&'p CompiledImageValidatingPolicy),
 }
 
 impl<'p> Source<'p> {
@@ -59,6 +64,7 @@ impl<'p> Source<'p> {
             Source::Validating(p) => &p.report,
             Source::Mutating(p) => &p.report,
             Source::Generating(p) => &p.report,
+            Source::ImageValidating(p) => &p.report,
         }
     }
 
@@ -71,6 +77,7 @@ impl<'p> Source<'p> {
             Source::Mutating(p) if p.admission_policy => rule.name,
             Source::Validating(p) => cel_rule_name(rule, &p.scope.name),
             Source::Mutating(p) => cel_rule_name(rule, &p.scope.name),
+            Source::ImageValidating(p) => cel_rule_name(rule, &p.scope.name),
             // Kyverno's GeneratingPolicy engine names its result after
             // the policy.
             Source::Generating(_) => rule.name,
@@ -87,6 +94,7 @@ impl<'p> Source<'p> {
             Source::Validating(p) => &p.scope.name,
             Source::Mutating(p) => &p.scope.name,
             Source::Generating(p) => &p.scope.name,
+            Source::ImageValidating(p) => &p.scope.name,
         };
         meta.written_namespace
             .as_ref()
@@ -103,6 +111,7 @@ impl<'p> Source<'p> {
                 .find(|cr| cr.name == rule)
                 .is_some_and(|cr| cr.is_audit()),
             Source::Validating(p) => !p.deny,
+            Source::ImageValidating(p) => !p.deny,
             Source::Mutating(_) | Source::Generating(_) => false,
         }
     }
@@ -131,6 +140,10 @@ impl<'p> Source<'p> {
                 process(p.background, p.admission),
             ),
             Source::Generating(_) => ("KyvernoGeneratingPolicy", "admission review"),
+            Source::ImageValidating(p) => (
+                "KyvernoImageValidatingPolicy",
+                process(p.background, p.admission),
+            ),
         };
         let rule_name = self.rule_name(rule);
         let meta = self.report_meta();
@@ -238,6 +251,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     let mut validating = Vec::new();
     let mut mutating = Vec::new();
     let mut generating = Vec::new();
+    let mut image_validating = Vec::new();
     let mut cel_exceptions = Vec::new();
     let mut admission = AdmissionDocs::default();
     for path in policy_files(&args.policies) {
@@ -252,6 +266,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                     .push(CompiledMutatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
                 LoadedDocument::GeneratingPolicy(ref p) => generating
                     .push(CompiledGeneratingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
+                LoadedDocument::ImageValidatingPolicy(ref p) => image_validating.push(
+                    CompiledImageValidatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?,
+                ),
                 LoadedDocument::ValidatingAdmissionPolicy(p) => admission.validating.push(*p),
                 LoadedDocument::MutatingAdmissionPolicy(p) => admission.mutating.push(*p),
                 LoadedDocument::AdmissionPolicyBinding(b) => admission.bindings.push(*b),
@@ -296,7 +313,8 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             generating
                 .iter_mut()
                 .map(|p: &mut CompiledGeneratingPolicy| &mut p.scope),
-        );
+        )
+        .chain(image_validating.iter_mut().map(|p| &mut p.scope));
     attach_exceptions_to(scopes, &cel_exceptions);
     let mut values = Values::default();
     if let Some(path) = &args.values_file {
@@ -328,7 +346,8 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         + validating.len()
         + admission_mutating.len()
         + mutating.len()
-        + generating.len();
+        + generating.len()
+        + image_validating.len();
     eprintln!(
         "Applying {rule_count} policy rule(s) to {} resource(s)...",
         resources.len()
@@ -454,6 +473,15 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 outputs.generated(&generated, resource)?;
                 if !generated.rules.is_empty() {
                     responses.push((Source::Generating(policy), generated));
+                }
+            }
+        }
+        if !image_validating.is_empty() {
+            let input = CelRequest::of(&req);
+            for policy in &image_validating {
+                let response = evaluate_image_validating_policy(policy, &req, &input, &resolver);
+                if !response.rules.is_empty() {
+                    responses.push((Source::ImageValidating(policy), response));
                 }
             }
         }

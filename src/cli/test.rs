@@ -192,10 +192,12 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
         + loaded.mutating.len()
         + loaded.validating.len()
         + loaded.generating.len()
+        + loaded.image_validating.len()
+        + loaded.deleting.len()
         + loaded.invalid.len()
         + loaded.unsupported.len();
     outcome.resources = loaded.resources.len();
-    outcome.exceptions = loaded.exceptions.len();
+    outcome.exceptions = loaded.exceptions.len() + loaded.cel_exceptions.len();
     for r in &outcome.rows {
         match r.outcome {
             Outcome::Pass => outcome.pass += 1,

@@ -38,6 +38,7 @@ enum Compiled {
     Validating(Box<CompiledValidatingPolicy>),
     Mutating(Box<CompiledMutatingPolicy>),
     Generating(Box<CompiledGeneratingPolicy>),
+    ImageValidating(Box<crate::policy::cel_policy::CompiledImageValidatingPolicy>),
     CelException(Box<crate::policy::cel_policy::CompiledCelException>),
 }
 
@@ -106,6 +107,7 @@ impl PolicySync {
                     Compiled::Validating(p) => set.validating.push((**p).clone()),
                     Compiled::Mutating(p) => set.mutating.push((**p).clone()),
                     Compiled::Generating(p) => set.generating.push((**p).clone()),
+                    Compiled::ImageValidating(p) => set.image_validating.push((**p).clone()),
                     Compiled::CelException(e) => {
                         set.cel_exceptions.push(std::sync::Arc::new((**e).clone()))
                     }
@@ -242,6 +244,7 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         CompiledDocument::Validating(p) => Compiled::Validating(p),
         CompiledDocument::Mutating(p) => Compiled::Mutating(p),
         CompiledDocument::Generating(p) => Compiled::Generating(p),
+        CompiledDocument::ImageValidating(p) => Compiled::ImageValidating(p),
         CompiledDocument::CelException(e) => Compiled::CelException(e),
     })
 }

@@ -263,6 +263,8 @@ pub const CEL_POLICY_KINDS: &[&str] = &[
     "NamespacedMutatingPolicy",
     "GeneratingPolicy",
     "NamespacedGeneratingPolicy",
+    "ImageValidatingPolicy",
+    "NamespacedImageValidatingPolicy",
     "PolicyException",
 ];
 

@@ -477,6 +477,13 @@ fn desired(
         // A JSON-mode policy sees no Kubernetes requests.
         .filter(|p| p.admission && p.mode == EvaluationMode::Kubernetes)
         .map(|p| (&p.scope, Side::Validating))
+        .chain(
+            snapshot
+                .image_validating
+                .iter()
+                .filter(|p| p.admission && p.mode == EvaluationMode::Kubernetes)
+                .map(|p| (&p.scope, Side::Validating)),
+        )
         .chain(snapshot.mutating.iter().map(|p| (&p.scope, Side::Mutating)));
     for (scope, side) in cel {
         let c = coverage

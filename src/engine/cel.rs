@@ -6,12 +6,16 @@
 mod authorization;
 mod deleting;
 mod generating;
+mod image_validating;
 mod mutating;
 mod params;
 
 pub use authorization::{envoy_request, evaluate_authorization_policy, http_request};
 pub use deleting::deleting_policy_selects;
 pub use generating::evaluate_generating_policy;
+pub use image_validating::{
+    evaluate_image_validating_policy, evaluate_image_validating_policy_on_json, image_matches,
+};
 pub use mutating::{
     MutatingOutcome, TargetOutcome, evaluate_mutating_policy, expression_targets, mutate_target,
     trigger_conditions_hold,
@@ -422,6 +426,10 @@ impl Lookups for ResolverLookups<'_> {
                     )
                 })
             }
+            // Only an ImageValidatingPolicy's evaluation answers these.
+            Lookup::ImageVerification { function, .. } => Err(format!(
+                "undeclared reference to '{function}' (only ImageValidatingPolicies declare it)"
+            )),
             Lookup::Http { method, url, body } => r
                 .http_call(&ApiCallRequest {
                     url_path: None,

@@ -11,6 +11,7 @@
 
 mod exception;
 mod generating;
+mod image_validating;
 mod mutating;
 mod scope;
 mod validating;
@@ -22,6 +23,10 @@ pub use exception::{
 pub use generating::{
     CompiledGeneratingPolicy, CompiledGeneration, GenerateExpression, GeneratingPolicyDoc,
     GeneratingPolicySpec, GenerationSettings, GenerationTemplate, Segment, TemplateNode,
+};
+pub use image_validating::{
+    CompiledAttestor, CompiledImageValidatingPolicy, ImageReferenceMatch, ImageValidatingPolicyDoc,
+    ImageValidatingPolicySpec,
 };
 pub use mutating::{
     CompiledMutatingPolicy, CompiledMutation, MutateExisting, MutatingPolicyDoc,
@@ -36,6 +41,7 @@ pub use validating::{
 };
 
 use crate::cel::Program;
+use crate::cel::authz::{Library, library_of};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -54,6 +60,28 @@ impl From<String> for CelCompileError {
     fn from(message: String) -> CelCompileError {
         CelCompileError::Invalid(message)
     }
+}
+
+/// A call to a function of a library the policy's CEL environment does
+/// not include (`environment`, e.g. "evaluation mode Http") is a compile
+/// error, as cel-go's `undeclared reference`; `declared` says which
+/// libraries it includes.
+fn check_libraries(
+    declared: impl Fn(Library) -> bool,
+    environment: &str,
+    programs: &[(String, &Program)],
+) -> Result<(), CelCompileError> {
+    for (field, program) in programs {
+        for function in program.called_functions() {
+            if library_of(&function).is_some_and(|library| !declared(library)) {
+                return Err(CelCompileError::Invalid(format!(
+                    "{field}: compilation failed: undeclared reference to '{function}' \
+                     (not in the CEL environment of {environment})"
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `{name, expression}`: variables, matchConditions, celPreconditions.

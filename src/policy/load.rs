@@ -45,6 +45,9 @@ pub enum LoadedDocument {
     AdmissionPolicyBinding(Box<super::cel_policy::BindingDoc>),
     /// policies.kyverno.io GeneratingPolicy / NamespacedGeneratingPolicy.
     GeneratingPolicy(Box<super::cel_policy::GeneratingPolicyDoc>),
+    /// policies.kyverno.io ImageValidatingPolicy /
+    /// NamespacedImageValidatingPolicy.
+    ImageValidatingPolicy(Box<super::cel_policy::ImageValidatingPolicyDoc>),
     /// policies.kyverno.io PolicyException (for the CEL policy kinds).
     CelException(Box<super::cel_policy::CelExceptionDoc>),
     /// A kind gavel does not evaluate yet (CEL policy kinds, VAP, ...), kept
@@ -68,6 +71,7 @@ impl LoadedDocument {
             LoadedDocument::ValidatingPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::MutatingPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::GeneratingPolicy(p) => (&p.kind, &p.metadata.name),
+            LoadedDocument::ImageValidatingPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::ValidatingAdmissionPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::MutatingAdmissionPolicy(p) => (&p.kind, &p.metadata.name),
             LoadedDocument::AdmissionPolicyBinding(b) => (&b.kind, &b.metadata.name),
@@ -161,6 +165,9 @@ pub fn classify(file: &str, index: usize, doc: Value) -> Result<LoadedDocument, 
         ))),
         ("policies.kyverno.io", "GeneratingPolicy" | "NamespacedGeneratingPolicy") => Ok(
             LoadedDocument::GeneratingPolicy(Box::new(decode_strict(file, index, doc)?)),
+        ),
+        ("policies.kyverno.io", "ImageValidatingPolicy" | "NamespacedImageValidatingPolicy") => Ok(
+            LoadedDocument::ImageValidatingPolicy(Box::new(decode_strict(file, index, doc)?)),
         ),
         ("kyverno.io", "PolicyException") => Ok(LoadedDocument::Exception(Box::new(
             decode_strict(file, index, doc)?,

@@ -10,8 +10,9 @@ use crate::cli::values::PolicyRuleValues;
 use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
 use crate::engine::cel::{
     CelRequest, TargetOutcome, deleting_policy_selects, evaluate_authorization_policy,
-    evaluate_generating_policy, evaluate_validating_policy, evaluate_validating_policy_on_json,
-    expression_targets, mutate_target, object_selected,
+    evaluate_generating_policy, evaluate_image_validating_policy,
+    evaluate_image_validating_policy_on_json, evaluate_validating_policy,
+    evaluate_validating_policy_on_json, expression_targets, mutate_target, object_selected,
 };
 use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
@@ -350,6 +351,17 @@ pub(super) fn evaluate<'l>(
                 }
             }
         }
+        // kyverno-compat: Kyverno's CLI gives ImageValidatingPolicies the
+        // resource as the test wrote it, not the mutated one.
+        if !loaded.image_validating.is_empty() {
+            let (req, input) = cel_input(resource);
+            for p in &loaded.image_validating {
+                let response = evaluate_image_validating_policy(p, &req, &input, &resolver);
+                if !response.rules.is_empty() {
+                    validating.push(response);
+                }
+            }
+        }
         for p in loaded.deleting.iter().filter(|_| explicit.is_none()) {
             if let Some(response) = deleting(p, resource, loaded, &resolver) {
                 validating.push(response);
@@ -368,7 +380,7 @@ pub(super) fn evaluate<'l>(
     // one more trigger after the resources.
     for payload in &loaded.payloads {
         let document = &payload.document;
-        let validating = loaded
+        let mut validating: Vec<PolicyResponse> = loaded
             .validating
             .iter()
             .filter(|p| p.mode == payload.mode)
@@ -377,6 +389,15 @@ pub(super) fn evaluate<'l>(
                 _ => evaluate_authorization_policy(p, document, &resolver),
             })
             .collect();
+        if payload.mode == EvaluationMode::Json {
+            validating.extend(
+                loaded
+                    .image_validating
+                    .iter()
+                    .map(|p| evaluate_image_validating_policy_on_json(p, document, &resolver))
+                    .filter(|r| !r.rules.is_empty()),
+            );
+        }
         out.push(Evaluated {
             responses: vec![Vec::new(); loaded.policies.len()],
             patched: vec![document.clone(); loaded.policies.len()],

@@ -9,7 +9,8 @@ use crate::cli::values::{UserInfoFile, Values};
 use crate::engine::cel::{envoy_request, http_request};
 use crate::policy::cel_policy::{
     AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
-    CompiledMutatingPolicy, CompiledValidatingPolicy, EvaluationMode, attach_exceptions_to,
+    CompiledImageValidatingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
+    EvaluationMode, attach_exceptions_to,
 };
 use crate::policy::cleanup::CompiledCleanupPolicy;
 use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
@@ -39,6 +40,9 @@ pub(super) struct Loaded {
     pub(super) validating: Vec<CompiledValidatingPolicy>,
     /// GeneratingPolicies, evaluated last.
     pub(super) generating: Vec<CompiledGeneratingPolicy>,
+    /// ImageValidatingPolicies, evaluated on each resource as written (as
+    /// Kyverno's CLI does, after the other policies).
+    pub(super) image_validating: Vec<CompiledImageValidatingPolicy>,
     /// DeletingPolicies: whether a run would delete each resource.
     pub(super) deleting: Vec<CompiledCleanupPolicy>,
     /// `spec.images` of the Context file.
@@ -92,6 +96,7 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         mutating: Vec::new(),
         validating: Vec::new(),
         generating: Vec::new(),
+        image_validating: Vec::new(),
         images: Vec::new(),
         invalid: Vec::new(),
         unsupported: Vec::new(),
@@ -136,6 +141,12 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
                     &p.metadata.name,
                     CompiledGeneratingPolicy::compile(&p),
                     |l| &mut l.generating,
+                ),
+                LoadedDocument::ImageValidatingPolicy(p) => loaded.file_cel(
+                    &p.kind,
+                    &p.metadata.name,
+                    CompiledImageValidatingPolicy::compile(&p),
+                    |l| &mut l.image_validating,
                 ),
                 // Compiled once every file is read: a binding may come
                 // after its policy.
@@ -200,7 +211,8 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         .map(|p| &mut p.scope)
         .chain(loaded.mutating.iter_mut().map(|p| &mut p.scope))
         .chain(loaded.admission_mutating.iter_mut().map(|p| &mut p.scope))
-        .chain(loaded.generating.iter_mut().map(|p| &mut p.scope));
+        .chain(loaded.generating.iter_mut().map(|p| &mut p.scope))
+        .chain(loaded.image_validating.iter_mut().map(|p| &mut p.scope));
     attach_exceptions_to(scopes, &loaded.cel_exceptions);
     let kinds = [
         (&doc.json_payloads, EvaluationMode::Json, "JSON"),

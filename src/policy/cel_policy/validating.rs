@@ -5,9 +5,10 @@
 use super::scope::{Autogen, BindingDoc, Bindings, MatchConstraints, PolicyScope, bindings_for};
 use super::{
     AuditAnnotation, CelChecks, CelCompileError, NamedExpression, ParamKind, ValidationExpression,
+    check_libraries,
 };
 use crate::cel::Program;
-use crate::cel::authz::{Library, library_of};
+use crate::cel::authz::Library;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -104,32 +105,6 @@ impl EvaluationMode {
     }
 }
 
-/// A call to a function of an authorization library the policy's mode
-/// does not declare is a compile error, as in the mode's CEL environment
-/// (cel-go: `undeclared reference`).
-fn check_libraries(
-    mode: EvaluationMode,
-    programs: &[(String, &Program)],
-) -> Result<(), CelCompileError> {
-    let authorization = matches!(mode, EvaluationMode::Http | EvaluationMode::Envoy);
-    for (field, program) in programs {
-        for function in program.called_functions() {
-            let declared = match library_of(&function) {
-                None => true,
-                Some(Library::Jwt) => authorization,
-                Some(library) => mode.library() == Some(library),
-            };
-            if !declared {
-                return Err(CelCompileError::Invalid(format!(
-                    "{field}: compilation failed: undeclared reference to '{function}' \
-                     (not in the CEL environment of evaluation mode {mode:?})"
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
 impl CompiledValidatingPolicy {
     pub fn compile(doc: &ValidatingPolicyDoc) -> Result<CompiledValidatingPolicy, CelCompileError> {
         let spec = &doc.spec;
@@ -205,7 +180,18 @@ impl CompiledValidatingPolicy {
                 &a.program,
             ));
         }
-        check_libraries(mode, &programs)?;
+        // A mode's own library, and the JWT functions of both
+        // authorization modes; the image verification functions are an
+        // ImageValidatingPolicy's.
+        let authorization = matches!(mode, EvaluationMode::Http | EvaluationMode::Envoy);
+        check_libraries(
+            |library| match library {
+                Library::Jwt => authorization,
+                library => mode.library() == Some(library),
+            },
+            &format!("evaluation mode {mode:?}"),
+            &programs,
+        )?;
         Ok(CompiledValidatingPolicy {
             mode,
             admission: enabled("/admission/enabled"),
