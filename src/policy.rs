@@ -10,6 +10,7 @@ pub mod load;
 pub mod mutation;
 pub mod template;
 pub mod types;
+pub mod verify_images;
 
 pub use compile::{
     CompiledException, CompiledPolicy, CompiledRule, ExprCache, FailureAction, FailurePolicy,

@@ -18,6 +18,7 @@ use crate::engine::cel::{
 };
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
+use crate::engine::validate::verify_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
 use crate::matching::MatchInput;
 use crate::patch::json_patch;
@@ -225,6 +226,15 @@ pub fn admit_reporting(
                 for (r, &(rule, elapsed)) in response.rules.iter().zip(&timer.times) {
                     cells.record(index, rule, r.status, elapsed);
                     clock += elapsed;
+                }
+                // The verification phase of verifyImages rules, which
+                // Kyverno runs at its mutating webhook: here, so that a
+                // check gavel cannot make offline is an error that the
+                // failurePolicy decides, not a silent pass.
+                let mut response = response;
+                if policy.has_verify_images() {
+                    let verified = verify_policy(policy, req, &ctx, &env);
+                    response.rules.extend(verified.rules);
                 }
                 responses.push(response);
             }
@@ -593,6 +603,98 @@ mod tests {
             },
             1,
         )
+    }
+
+    /// Image checks at admission: a verifyImages rule's digest check and
+    /// its signature check (which gavel cannot make offline: an error, so
+    /// failurePolicy Fail denies), and an ImageValidatingPolicy.
+    #[test]
+    fn image_checks_deny_at_admission_and_never_pass_unchecked() {
+        let set = crate::admission::policies::load_text(
+            "p.yaml",
+            r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: signed-images}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: digests
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    verifyImages:
+    - imageReferences: ["docker.io/*"]
+      mutateDigest: false
+      required: false
+  - name: signatures
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    verifyImages:
+    - imageReferences: ["ghcr.io/*"]
+      required: false
+      verifyDigest: false
+      mutateDigest: false
+      attestors:
+      - entries:
+        - keys: {publicKeys: "-----BEGIN PUBLIC KEY-----"}
+---
+apiVersion: policies.kyverno.io/v1
+kind: ImageValidatingPolicy
+metadata: {name: quay-digests}
+spec:
+  validationConfigurations: {required: false}
+  matchConstraints:
+    resourceRules:
+    - {apiGroups: [""], apiVersions: [v1], operations: [CREATE], resources: [pods]}
+  matchImageReferences: [{glob: "quay.io/*"}]
+  attestors: []
+  validations: [{expression: "true"}]
+"#,
+        )
+        .unwrap();
+        let snapshot = Snapshot::new(set, 1);
+        let review = |image: &str| {
+            serde_json::to_vec(&serde_json::json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {"uid": "u", "operation": "CREATE",
+                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "default", "userInfo": {"username": "u"},
+                    "object": {"apiVersion": "v1", "kind": "Pod",
+                        "metadata": {"name": "p", "namespace": "default"},
+                        "spec": {"containers": [{"name": "c", "image": image}]}}}
+            }))
+            .unwrap()
+        };
+        let answer = |image: &str| {
+            let outcome = admit(
+                Webhook::Validate(None),
+                &review(image),
+                &snapshot,
+                None,
+                &NoResolver,
+            )
+            .unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&outcome.body).unwrap();
+            (
+                outcome.allowed,
+                body["response"]["status"]["message"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .to_string(),
+            )
+        };
+        let digest = "sha256:859ab6768a6f26a79bc42b231664111317d095a4f04e4b6fe79ce37b3d199097";
+        let denied_for = |image: &str, words: &str| {
+            let (allowed, message) = answer(image);
+            assert!(!allowed && message.contains(words), "{image}: {message}");
+        };
+        denied_for("nginx:1.27", "missing digest for docker.io/nginx:1.27");
+        assert!(answer(&format!("nginx:1.27@{digest}")).0);
+        denied_for(&format!("ghcr.io/acme/app@{digest}"), "unsupported offline");
+        denied_for(
+            "quay.io/acme/app:1",
+            "image quay.io/acme/app:1 does not have a digest",
+        );
+        assert!(answer(&format!("quay.io/acme/app@{digest}")).0);
     }
 
     /// An admitted review leaves its results for the resource's report:

@@ -133,7 +133,8 @@ impl Snapshot {
                 select(Some(FailurePolicy::Ignore), has),
             ]
         };
-        let validate = per_route(CompiledPolicy::has_validate);
+        // verifyImages rules have both their phases on the validate routes.
+        let validate = per_route(|p| p.has_validation_phase() || p.has_verify_images());
         let mutate = per_route(CompiledPolicy::has_mutate);
         let background = per_route(CompiledPolicy::has_background_work);
         let needs_namespace_labels = policies

@@ -13,6 +13,7 @@ use crate::engine::cel::{
 use crate::engine::generate::generate_policy;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
+use crate::engine::validate::verify_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::matching::types::LabelSelector;
 use crate::policy::cel_policy::{
@@ -450,6 +451,13 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 exceptions: &exceptions,
                 rule_values: &rule_values,
             };
+            // The verification phase of verifyImages rules comes first.
+            if policy.has_verify_images() {
+                responses.push((
+                    Source::Classic(policy),
+                    verify_policy(policy, &req, &ctx, &env),
+                ));
+            }
             responses.push((
                 Source::Classic(policy),
                 evaluate_policy(policy, &req, &ctx, &env),

@@ -5,20 +5,22 @@
 //! This file holds the policy and rule entry points, the per-rule timer
 //! and the validator's message text; `prepare` the steps before a rule's
 //! body and condition blocks, `checks` each kind of check, `foreach` the
-//! foreach loops.
+//! foreach loops, `verify_images` both phases of verifyImages rules.
 
 mod checks;
 mod foreach;
 mod prepare;
+mod verify_images;
 
 pub(super) use foreach::foreach_list;
 pub(super) use prepare::before_body;
 pub use prepare::eval_conditions;
-use prepare::{applicable_exceptions, prepare_rule};
+pub(in crate::engine) use prepare::{applicable_exceptions, prepare_rule};
+pub use verify_images::{FoundImage, extract_images, verify_policy};
 
 use super::json_context::JsonContext;
 use super::variables::Substituter;
-use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::matching::MatchInput;
 use crate::policy::compile::{PolicyScope, ValidateRule};
 use crate::policy::types::PodSecurityExclude;
@@ -144,9 +146,15 @@ fn evaluate_rule<'p>(
 ) -> Option<RuleResponse<'p>> {
     let name = rule.name.as_str();
     let exprs = &policy.exprs;
-    if matches!(rule.body, RuleBody::Mutate(_) | RuleBody::Generate(_)) {
+    match &rule.body {
         // Evaluated by their own phases (engine::mutate, engine::generate).
-        return None;
+        RuleBody::Mutate(_) | RuleBody::Generate(_) => return None,
+        // Kyverno's validation phase of verifyImages: digests and
+        // `required` (its verification phase is `verify_policy`'s).
+        RuleBody::VerifyImages(v) => {
+            return verify_images::validate_images(policy, rule, v, req, ctx, env);
+        }
+        RuleBody::Validate(_) => {}
     }
     let applicable = applicable_exceptions(policy, name, req, ctx, env);
     let is_pod_security = matches!(&rule.body, RuleBody::Validate(v) if matches!(v.check, ValidateCheck::PodSecurity(_)));
@@ -173,22 +181,8 @@ fn evaluate_rule<'p>(
             ));
         }
     }
-    let v = match &rule.body {
-        RuleBody::Validate(v) => v,
-        other => {
-            let (kind, rule_type) = match other {
-                RuleBody::Mutate(_) => ("mutate", RuleType::Mutation),
-                RuleBody::Generate(_) => ("generate", RuleType::Generation),
-                _ => ("verifyImages", RuleType::ImageVerify),
-            };
-            let mut r = RuleResponse::new(
-                name,
-                RuleStatus::Error,
-                format!("unsupported: spec.rules[{name}].{kind}"),
-            );
-            r.rule_type = rule_type;
-            return Some(r);
-        }
+    let RuleBody::Validate(v) = &rule.body else {
+        return None;
     };
     if let Some(stop) = prepare_rule(rule, ctx, exprs, env) {
         return Some(stop);

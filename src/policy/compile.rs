@@ -66,7 +66,7 @@ pub enum RuleBody {
     Validate(ValidateRule),
     Mutate(MutateRule),
     Generate(Box<GenerateRule>),
-    VerifyImages(Vec<Value>),
+    VerifyImages(Box<super::verify_images::VerifyImagesRule>),
 }
 
 #[derive(Debug, Clone)]
@@ -113,7 +113,21 @@ impl CompiledRule {
 
     /// A validate rule whose failures are reported, not enforced.
     pub fn is_audit(&self) -> bool {
-        matches!(&self.body, RuleBody::Validate(v) if v.failure_action == FailureAction::Audit)
+        match &self.body {
+            RuleBody::Validate(v) => v.failure_action == FailureAction::Audit,
+            RuleBody::VerifyImages(v) => v.audit,
+            _ => false,
+        }
+    }
+
+    /// Whether the rule runs in the validation phase: a validate rule, or
+    /// a verifyImages rule that checks digests or requires verification.
+    pub fn validates(&self) -> bool {
+        match &self.body {
+            RuleBody::Validate(_) => true,
+            RuleBody::VerifyImages(v) => v.has_checks(),
+            _ => false,
+        }
     }
 }
 
@@ -164,6 +178,18 @@ impl CompiledPolicy {
 
     pub fn has_validate(&self) -> bool {
         self.rules.iter().any(CompiledRule::is_validate)
+    }
+
+    /// Whether the policy has a validation phase ([`CompiledRule::validates`]).
+    pub fn has_validation_phase(&self) -> bool {
+        self.rules.iter().any(CompiledRule::validates)
+    }
+
+    /// Whether the policy has verifyImages rules (their verification phase).
+    pub fn has_verify_images(&self) -> bool {
+        self.rules
+            .iter()
+            .any(|r| matches!(r.body, RuleBody::VerifyImages(_)))
     }
 
     /// The first rule whose `validate.cel` has a paramKind. Params are
@@ -360,7 +386,18 @@ fn compile_rule(
             GenerateRule::compile(g).map_err(|e| format!("generate: {e}"))?,
         ))
     } else if !rule.verify_images.is_empty() {
-        RuleBody::VerifyImages(rule.verify_images.clone())
+        let mut v = super::verify_images::VerifyImagesRule::compile(
+            &rule.verify_images,
+            rule.image_extractors.as_ref(),
+        )
+        .map_err(|e| format!("{field}.{e}"))?;
+        let action = v
+            .entries
+            .iter()
+            .find_map(|e| e.failure_action.as_deref())
+            .map_or(policy_action, FailureAction::parse);
+        v.audit = action == FailureAction::Audit;
+        RuleBody::VerifyImages(Box::new(v))
     } else {
         return Err("a rule needs one of validate, mutate, generate or verifyImages".into());
     };

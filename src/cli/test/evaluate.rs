@@ -18,6 +18,7 @@ use crate::engine::generate::generate_policy;
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
+use crate::engine::validate::verify_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::policy::CompiledPolicy;
 use crate::policy::cel_policy::{CompiledMutatingPolicy, EvaluationMode, TargetSelection};
@@ -241,6 +242,23 @@ pub(super) fn evaluate<'l>(
             patched.push(current.clone());
             responses.push(vec![outcome.response]);
         }
+        // kyverno-compat: the verification phase of verifyImages, after
+        // every mutation, one response per policy that has such rules
+        // (an empty one reads as Excluded).
+        for (i, policy) in loaded.policies.iter().enumerate() {
+            if policy.has_verify_images() {
+                let verified = with_policy_context(
+                    policy,
+                    &current,
+                    name,
+                    &operation,
+                    loaded,
+                    &resolver,
+                    |req, ctx, env| verify_policy(policy, req, ctx, env),
+                );
+                responses[i].push(verified);
+            }
+        }
         for (i, policy) in loaded.policies.iter().enumerate() {
             // Validate and generate see the same request: one build for both.
             let (validated, generated) = with_policy_context(
@@ -262,7 +280,7 @@ pub(super) fn evaluate<'l>(
             // kyverno-compat: a validate response for every policy with
             // validate (or verifyImages) rules, a generate response only
             // when the generate phase produced rule responses.
-            if policy.has_validate() || !validated.rules.is_empty() {
+            if policy.has_validation_phase() || !validated.rules.is_empty() {
                 responses[i].push(validated);
             }
             if let Some(g) = generated.filter(|g| !g.rules.is_empty()) {

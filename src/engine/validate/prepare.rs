@@ -11,7 +11,7 @@ use crate::engine::{EvalEnv, Request, RuleResponse, RuleStatus, conditions};
 use crate::policy::{CompiledException, CompiledPolicy, CompiledRule, Conditions, ExprCache};
 
 /// The PolicyExceptions that cover this rule and match the request.
-pub(super) fn applicable_exceptions<'e>(
+pub(in crate::engine) fn applicable_exceptions<'e>(
     policy: &CompiledPolicy,
     rule: &str,
     req: &Request,
@@ -56,7 +56,7 @@ pub(in crate::engine) fn before_body<'p>(
 /// What every rule type does before its body: injected rule values,
 /// context entries, preconditions. `Some` is the rule's response when it
 /// stops there (error, or skip on false preconditions).
-pub(super) fn prepare_rule<'p>(
+pub(in crate::engine) fn prepare_rule<'p>(
     rule: &'p CompiledRule,
     ctx: &mut JsonContext,
     exprs: &ExprCache,
