@@ -1258,6 +1258,35 @@ spec:
                 .is_some_and(|p| p["status"]["conditionStatus"]["ready"] == true)
         },
     );
+    // An admitted Pod: the policy's result in its PolicyReport.
+    let pod = format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: pinned\n  namespace: images\nspec:\n  containers:\n  - {{name: c, image: \"{pinned}\"}}\n"
+    );
+    let out = cluster.kubectl_in(&["create", "-f", "-"], Some(&pod));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let result = || -> Option<Value> {
+        let uid = cluster.get(&["pod", "pinned", "-n", "images"])?["metadata"]["uid"]
+            .as_str()?
+            .to_string();
+        cluster.get(&["policyreport", &uid, "-n", "images"])?["results"]
+            .as_array()?
+            .iter()
+            .find(|r| r["policy"] == "acme-images")
+            .cloned()
+    };
+    eventually(
+        "the ImageValidatingPolicy's result reported",
+        Duration::from_secs(60),
+        || result().is_some(),
+    );
+    let reported = result().unwrap();
+    assert_eq!(reported["source"], "KyvernoImageValidatingPolicy");
+    assert_eq!(reported["result"], "pass");
+    assert_eq!(reported["message"], "success");
     cluster.kubectl(&["delete", "imagevalidatingpolicy", "acme-images"]);
     eventually(
         "the ImageValidatingPolicy gone",

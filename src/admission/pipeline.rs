@@ -63,6 +63,7 @@ fn results_for_report(
     selected: &[usize],
     responses: Vec<PolicyResponse>,
     (cel_indexes, cel): CelResponses,
+    images: ImageResponses,
     stale: Vec<String>,
     object: &serde_json::Value,
 ) -> Option<AdmissionResults> {
@@ -70,6 +71,7 @@ fn results_for_report(
         && responses
             .iter()
             .chain(cel.iter().map(|(_, r)| r))
+            .chain(images.iter().map(|(_, _, r)| r))
             .all(|r| r.rules.is_empty())
     {
         return None;
@@ -90,6 +92,9 @@ fn results_for_report(
     }
     for (index, (_, response)) in cel_indexes.into_iter().zip(cel) {
         out.push_policy(PolicyAt::Validating(index), response);
+    }
+    for (index, _, response) in images {
+        out.push_policy(PolicyAt::ImageValidating(index), response);
     }
     (!out.results.is_empty() || !out.stale.is_empty()).then_some(out)
 }
@@ -260,8 +265,14 @@ pub fn admit_reporting(
                 } else {
                     Vec::new()
                 };
-                admission_results =
-                    results_for_report(selected, responses, (cel_indexes, cel), stale, &req.object);
+                admission_results = results_for_report(
+                    selected,
+                    responses,
+                    (cel_indexes, cel),
+                    images,
+                    stale,
+                    &req.object,
+                );
             }
             verdict
         }
@@ -371,11 +382,12 @@ fn validate_images<'s>(
     req: &Request,
     ctx: &JsonContext,
     view: &dyn ClusterView,
-) -> Vec<(&'s CompiledImageValidatingPolicy, PolicyResponse<'s>)> {
+) -> ImageResponses<'s> {
     let mut selected = snapshot
         .image_validating
         .iter()
-        .filter(|p| p.admission && Snapshot::cel_selected(&p.scope, failure_policy))
+        .enumerate()
+        .filter(|(_, p)| p.admission && Snapshot::cel_selected(&p.scope, failure_policy))
         .peekable();
     if selected.peek().is_none() {
         return Vec::new();
@@ -389,10 +401,14 @@ fn validate_images<'s>(
         }
     };
     selected
-        .map(|p| (p, evaluate_image_validating_policy(p, req, input, view)))
-        .filter(|(_, r)| !r.rules.is_empty())
+        .map(|(i, p)| (i, p, evaluate_image_validating_policy(p, req, input, view)))
+        .filter(|(_, _, r)| !r.rules.is_empty())
         .collect()
 }
+
+/// A route's ImageValidatingPolicies that answered, with their index in
+/// `snapshot.image_validating`.
+type ImageResponses<'s> = Vec<(usize, &'s CompiledImageValidatingPolicy, PolicyResponse<'s>)>;
 
 /// Runs the mutate policies `selected`, in order, each on the previous
 /// one's output (§7.2). A policy with a failed rule denies the request

@@ -179,13 +179,15 @@ impl Snapshot {
         self.policies.len() + self.validating.len() + i
     }
 
-    /// The names report results carry for the loaded policies (classic
-    /// and ValidatingPolicies): results of any other policy are dropped.
+    /// The names report results carry for the loaded policies (classic,
+    /// ValidatingPolicies and ImageValidatingPolicies): results of any
+    /// other policy are dropped.
     pub fn report_policy_names(&self) -> std::collections::BTreeSet<String> {
         self.policies
             .iter()
             .map(|p| p.qualified_name().to_string())
             .chain(self.validating.iter().map(|p| p.key.clone()))
+            .chain(self.image_validating.iter().map(|p| p.key.clone()))
             .collect()
     }
 

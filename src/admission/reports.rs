@@ -12,7 +12,7 @@
 
 use super::policies::Snapshot;
 use crate::engine::{PolicyResponse, RuleResponse, RuleStatus, RuleType};
-use crate::policy::cel_policy::CompiledValidatingPolicy;
+use crate::policy::cel_policy::{CompiledImageValidatingPolicy, CompiledValidatingPolicy};
 use crate::policy::{CompiledPolicy, ReportMeta};
 use serde_json::{Value, json};
 use std::collections::BTreeSet;
@@ -28,6 +28,8 @@ pub enum PolicyAt {
     Kyverno(usize),
     /// `Snapshot::validating[i]`.
     Validating(usize),
+    /// `Snapshot::image_validating[i]`.
+    ImageValidating(usize),
 }
 
 /// One rule's result as an admitted review leaves it. The writer's queue
@@ -129,6 +131,7 @@ impl AdmissionResults {
             .map(|&at| match at {
                 PolicyAt::Kyverno(i) => snapshot.policies[i].qualified_name().to_string(),
                 PolicyAt::Validating(i) => snapshot.validating[i].key.clone(),
+                PolicyAt::ImageValidating(i) => snapshot.image_validating[i].key.clone(),
             })
             .chain(self.stale.iter().cloned())
             .collect()
@@ -159,6 +162,16 @@ impl AdmissionResults {
                     PolicyAt::Validating(i) => {
                         let policy = &snapshot.validating[i];
                         Source::ValidatingPolicy.value(
+                            &policy.key,
+                            &policy.report,
+                            ADMISSION_REVIEW,
+                            self.at_seconds,
+                            &rule,
+                        )
+                    }
+                    PolicyAt::ImageValidating(i) => {
+                        let policy = &snapshot.image_validating[i];
+                        Source::ImageValidatingPolicy.value(
                             &policy.key,
                             &policy.report,
                             ADMISSION_REVIEW,
@@ -230,6 +243,29 @@ pub fn validating_policy_results(
         .collect()
 }
 
+/// The report results of an ImageValidatingPolicy's response (one rule),
+/// as Kyverno writes them: source `KyvernoImageValidatingPolicy`.
+pub fn image_validating_policy_results(
+    policy: &CompiledImageValidatingPolicy,
+    response: &PolicyResponse,
+    process: &str,
+    now_seconds: i64,
+) -> Vec<Value> {
+    response
+        .rules
+        .iter()
+        .map(|r| {
+            Source::ImageValidatingPolicy.value(
+                &policy.key,
+                &policy.report,
+                process,
+                now_seconds,
+                &RuleView::of(r),
+            )
+        })
+        .collect()
+}
+
 /// What a report result says of a rule, from a response or a pending
 /// result.
 struct RuleView<'a> {
@@ -255,6 +291,7 @@ impl<'a> RuleView<'a> {
 enum Source {
     Kyverno,
     ValidatingPolicy,
+    ImageValidatingPolicy,
 }
 
 impl Source {
@@ -270,6 +307,7 @@ impl Source {
         let source = match self {
             Source::Kyverno => "kyverno",
             Source::ValidatingPolicy => "KyvernoValidatingPolicy",
+            Source::ImageValidatingPolicy => "KyvernoImageValidatingPolicy",
         };
         let mut status = r.status;
         if status == RuleStatus::Fail && !meta.scored {

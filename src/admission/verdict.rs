@@ -155,7 +155,7 @@ pub fn decide(
     policies: &[(&CompiledPolicy, &DenialHeads)],
     responses: &[PolicyResponse],
     cel: &[(&CompiledValidatingPolicy, PolicyResponse)],
-    images: &[(&CompiledImageValidatingPolicy, PolicyResponse)],
+    images: &[(usize, &CompiledImageValidatingPolicy, PolicyResponse)],
     req: &Request,
 ) -> Verdict {
     let mut blocked: Vec<Blocked> = Vec::new();
@@ -166,7 +166,7 @@ pub fn decide(
         .chain(
             images
                 .iter()
-                .map(|(p, r)| ((p.deny, p.warn, p.scope.failure_policy_ignore), r)),
+                .map(|(_, p, r)| ((p.deny, p.warn, p.scope.failure_policy_ignore), r)),
         );
     for ((deny, warn, ignore), resp) in cel_verdicts {
         for rule in &resp.rules {

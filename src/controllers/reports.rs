@@ -20,11 +20,14 @@ use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels};
 use crate::context::ClusterView;
 use crate::controllers::background::objects::{self, BackgroundResolver};
 use crate::controllers::leader::while_leading;
-use crate::engine::cel::{CelRequest, evaluate_validating_policy};
+use crate::engine::cel::{
+    CelRequest, evaluate_image_validating_policy, evaluate_validating_policy,
+};
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, Request};
 use crate::kinds::{BuiltinKind, builtin_kinds, split_api_version};
 use crate::policy::CompiledPolicy;
+use crate::policy::cel_policy::EvaluationMode;
 use arc_swap::ArcSwap;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -109,6 +112,8 @@ struct ScanStats {
 struct Scanned {
     policies: Vec<usize>,
     validating: Vec<usize>,
+    /// Indexes of the background ImageValidatingPolicies.
+    image_validating: Vec<usize>,
     kinds: Vec<&'static BuiltinKind>,
 }
 
@@ -128,18 +133,33 @@ fn scanned(snapshot: &Snapshot) -> Scanned {
         .filter(|(_, p)| p.background)
         .map(|(i, _)| i)
         .collect();
-    // A ValidatingPolicy's rules name resources (plural), and the Pod
+    let image_validating: Vec<usize> = snapshot
+        .image_validating
+        .iter()
+        .enumerate()
+        .filter(|(_, p)| p.background && p.mode == EvaluationMode::Kubernetes)
+        .map(|(i, _)| i)
+        .collect();
+    // A CEL policy's rules name resources (plural), and the Pod
     // controllers autogen evaluates it on.
+    let cel_scopes = validating
+        .iter()
+        .map(|&i| (&snapshot.validating[i].key, &snapshot.validating[i].scope))
+        .chain(image_validating.iter().map(|&i| {
+            (
+                &snapshot.image_validating[i].key,
+                &snapshot.image_validating[i].scope,
+            )
+        }));
     let mut resources: Vec<(String, String)> = Vec::new();
-    for &i in &validating {
-        let scope = &snapshot.validating[i].scope;
+    for (key, scope) in cel_scopes {
         for rule in &scope.match_constraints.resource_rules {
             if rule.resources.iter().any(|r| r.contains('*'))
                 || rule.api_groups.iter().any(|g| g == "*")
             {
                 tracing::warn!(
-                    policy = snapshot.validating[i].key,
-                    "a ValidatingPolicy rule with a wildcard resource or group is not scanned"
+                    policy = key,
+                    "a CEL policy rule with a wildcard resource or group is not scanned"
                 );
                 continue;
             }
@@ -190,6 +210,7 @@ fn scanned(snapshot: &Snapshot) -> Scanned {
     Scanned {
         policies,
         validating,
+        image_validating,
         kinds,
     }
 }
@@ -276,6 +297,7 @@ async fn scan(
     let Scanned {
         policies,
         validating,
+        image_validating,
         kinds,
     } = scanned(&snapshot);
     let scanned_names: BTreeSet<String> = policies
@@ -285,6 +307,11 @@ async fn scan(
             validating
                 .iter()
                 .map(|&i| snapshot.validating[i].key.clone()),
+        )
+        .chain(
+            image_validating
+                .iter()
+                .map(|&i| snapshot.image_validating[i].key.clone()),
         )
         .collect();
     let loaded = snapshot.report_policy_names();
@@ -311,8 +338,14 @@ async fn scan(
                 })
                 .collect();
             stats.resources += items.len();
-            let evaluated =
-                evaluate_page(client, &snapshot, (&policies, &validating), view, items).await?;
+            let evaluated = evaluate_page(
+                client,
+                &snapshot,
+                (&policies, &validating, &image_validating),
+                view,
+                items,
+            )
+            .await?;
             for (resource, results) in evaluated {
                 let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
                 visited.insert(uid.to_string());
@@ -386,7 +419,7 @@ async fn scan(
 async fn evaluate_page(
     client: &Client,
     snapshot: &Arc<Snapshot>,
-    (policies, validating): (&[usize], &[usize]),
+    (policies, validating, image_validating): (&[usize], &[usize], &[usize]),
     view: &Arc<dyn ClusterView>,
     items: Vec<Value>,
 ) -> Result<Vec<(Value, Vec<Value>)>, String> {
@@ -398,6 +431,7 @@ async fn evaluate_page(
     let snapshot = snapshot.clone();
     let policies = policies.to_vec();
     let validating = validating.to_vec();
+    let image_validating = image_validating.to_vec();
     tokio::task::spawn_blocking(move || {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
         items
@@ -422,8 +456,19 @@ async fn evaluate_page(
                     let response = evaluate_policy(policy, &req, &ctx, &env);
                     results.extend(reports::results(policy, &response, BACKGROUND_SCAN, now));
                 }
-                if !validating.is_empty() {
+                if !validating.is_empty() || !image_validating.is_empty() {
                     let input = CelRequest::of(&req);
+                    for &i in &image_validating {
+                        let policy = &snapshot.image_validating[i];
+                        let response =
+                            evaluate_image_validating_policy(policy, &req, &input, &resolver);
+                        results.extend(reports::image_validating_policy_results(
+                            policy,
+                            &response,
+                            BACKGROUND_SCAN,
+                            now,
+                        ));
+                    }
                     for &i in &validating {
                         let policy = &snapshot.validating[i];
                         let response = evaluate_validating_policy(policy, &req, &input, &resolver);

@@ -1,6 +1,7 @@
 //! The functions the direct evaluator implements: the ones Kyverno's and
 //! Kubernetes' policies call on nearly every object (size, string tests,
-//! optionals, conversions, split/join/indexOf). Any other function leaves
+//! optionals, conversions, split/join/indexOf), and Kyverno's image
+//! library, which image policies call on every image. Any other function leaves
 //! the expression to the interpreter at compile time; an argument type a
 //! function here does not handle hands the evaluation over at run time
 //! ([`Fail::Interpreter`]), so both give the same answers.
@@ -31,6 +32,13 @@ pub enum Func {
     Split,
     Join,
     IndexOf,
+    /// `image(ref)`: a map of the reference's parts, as the interpreter's
+    /// library builds it.
+    Image,
+    IsImage,
+    /// `<image>.registry()`, `.repository()`, ...: the part of that name.
+    ImagePart(&'static str),
+    ContainsDigest,
 }
 
 impl Func {
@@ -56,6 +64,14 @@ impl Func {
             ("split", true, 2) => Func::Split,
             ("join", true, 1 | 2) => Func::Join,
             ("indexOf", true, 2) => Func::IndexOf,
+            ("image", false, 1) => Func::Image,
+            ("isImage", false, 1) => Func::IsImage,
+            ("registry", true, 1) => Func::ImagePart("registry"),
+            ("repository", true, 1) => Func::ImagePart("repository"),
+            ("identifier", true, 1) => Func::ImagePart("identifier"),
+            ("tag", true, 1) => Func::ImagePart("tag"),
+            ("digest", true, 1) => Func::ImagePart("digest"),
+            ("containsDigest", true, 1) => Func::ContainsDigest,
             _ => return None,
         })
     }
@@ -198,6 +214,32 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
                 }
                 Val::Int(found)
             }
+            _ => return Err(Fail::Interpreter),
+        },
+        // A reference that does not parse is the interpreter's error (its
+        // words).
+        Func::Image => {
+            let r = crate::cel::image_ref::parse(text(&args[0])?).map_err(|_| Fail::Interpreter)?;
+            let part = |k: &'static str, v: &str| (Val::Str(Str::Borrowed(k)), Val::string(v));
+            Val::Map(MapVal::Owned(Arc::new(vec![
+                part("image", &r.image),
+                part("registry", &r.registry),
+                part("repository", &r.repository),
+                part("identifier", r.identifier()),
+                part("tag", &r.tag),
+                part("digest", &r.digest),
+            ])))
+        }
+        Func::IsImage => Val::Bool(crate::cel::image_ref::parse(text(&args[0])?).is_ok()),
+        Func::ImagePart(part) => match &args[0] {
+            Val::Map(m) => m.get_str(part).ok_or(Fail::Interpreter)?,
+            _ => return Err(Fail::Interpreter),
+        },
+        Func::ContainsDigest => match &args[0] {
+            Val::Map(m) => match m.get_str("digest").ok_or(Fail::Interpreter)? {
+                Val::Str(d) => Val::Bool(!d.as_str().is_empty()),
+                _ => return Err(Fail::Interpreter),
+            },
             _ => return Err(Fail::Interpreter),
         },
     })

@@ -113,6 +113,30 @@ fn answers_equal_the_interpreters() {
             true,
         ),
         ("'app' in object.metadata.labels", "true", true),
+        // Kyverno's image library.
+        (
+            "object.spec.containers.map(c, image(c.image).registry())",
+            r#"["index.docker.io","ghcr.io"]"#,
+            true,
+        ),
+        (
+            "image('nginx').repository() + ':' + image('nginx').identifier()",
+            r#""library/nginx:latest""#,
+            true,
+        ),
+        (
+            "image('ghcr.io/x/b@sha256:6aefddb645ee6963afd681b1845c661d0ea4c3b20ab9db86d9e753b203d385f2').containsDigest()",
+            "true",
+            true,
+        ),
+        ("image('nginx:1.2').containsDigest()", "false", true),
+        ("isImage('UPPER/case') || isImage('nginx')", "true", true),
+        // An invalid reference: the interpreter words the error.
+        (
+            "image('UPPER/case').registry()",
+            "error: image: could not parse reference: UPPER/case",
+            false,
+        ),
         (
             "object.spec.containers[0].?securityContext.?capabilities.?add.orValue([])",
             r#"["NET_ADMIN"]"#,
@@ -223,7 +247,6 @@ fn unsupported_constructs_stay_with_the_interpreter() {
     for expr in [
         "quantity('1Gi').isGreaterThan(quantity('1Mi'))",
         "object.metadata.labels.transformMap(k, v, v + 'x')",
-        "image('nginx').registry()",
         "resource.Get('v1', 'configmaps', 'a', 'b')",
     ] {
         assert!(!Program::compile(expr).unwrap().is_direct(), "{expr}");
@@ -231,6 +254,7 @@ fn unsupported_constructs_stay_with_the_interpreter() {
     for expr in [
         "object.spec.containers.all(c, c.image.contains('x'))",
         "object.metadata.?labels[?'app'].orValue('') == 'x'",
+        "image('nginx').registry()",
     ] {
         assert!(Program::compile(expr).unwrap().is_direct(), "{expr}");
     }

@@ -29,8 +29,8 @@ use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::sync::LazyLock;
 
-/// The extractors Kyverno gives a request's resource when the policy
-/// names none of that name: (name, where the Pod spec is).
+/// Where the Pod spec is in the resources Kyverno gives default
+/// extractors: Pods, the Pod controllers, CronJobs.
 const POD_SPEC_PATHS: [&str; 3] = [
     "spec",
     "spec.template.spec",
@@ -38,6 +38,9 @@ const POD_SPEC_PATHS: [&str; 3] = [
 ];
 const CATEGORIES: [&str; 3] = ["containers", "initContainers", "ephemeralContainers"];
 
+/// Kyverno's default extractors of each of [`POD_SPEC_PATHS`], one per
+/// container category; a policy's own extractor of the same name
+/// replaces one.
 static DEFAULT_EXTRACTORS: LazyLock<[Vec<CompiledNamed>; 3]> = LazyLock::new(|| {
     POD_SPEC_PATHS.map(|path| {
         CATEGORIES

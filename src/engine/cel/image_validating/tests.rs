@@ -61,6 +61,14 @@ fn status(p: &CompiledImageValidatingPolicy, resource: Value) -> Option<(RuleSta
 }
 
 #[test]
+fn default_extractors_compile_for_every_category() {
+    for extractors in DEFAULT_EXTRACTORS.iter() {
+        let names: Vec<&str> = extractors.iter().map(|e| e.name.as_str()).collect();
+        assert_eq!(names, CATEGORIES);
+    }
+}
+
+#[test]
 fn matched_images_need_a_digest_unless_verify_digest_is_off() {
     let p = policy(
         "  validationConfigurations: {required: false}\n  validations: [{expression: 'true'}]\n",
