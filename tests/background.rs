@@ -1177,6 +1177,18 @@ spec:
     );
 }
 
+/// `kubectl create --dry-run=server` of `object`: the API server's answer
+/// (its admission webhooks included), stdout or the error.
+fn create_dry_run(cluster: &RealCluster, object: &str) -> Result<String, String> {
+    let out = cluster.kubectl_in(&["create", "--dry-run=server", "-f", "-"], Some(object));
+    let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
+    if out.status.success() {
+        Ok(text(&out.stdout))
+    } else {
+        Err(text(&out.stderr))
+    }
+}
+
 /// An ImageValidatingPolicy watched from the cluster and enforced at
 /// admission: a matched image without a digest is denied, a pinned one
 /// goes on to the validations, and images it does not match are left
@@ -1221,13 +1233,7 @@ spec:
         let object = format!(
             "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  namespace: images\nspec:\n  containers:\n{containers}"
         );
-        let out = cluster.kubectl_in(&["create", "--dry-run=server", "-f", "-"], Some(&object));
-        let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-        if out.status.success() {
-            Ok(text(&out.stdout))
-        } else {
-            Err(text(&out.stderr))
-        }
+        create_dry_run(cluster, &object)
     };
     eventually(
         "a tagged acme image denied for its missing digest",
@@ -1377,13 +1383,7 @@ spec:
         let object = format!(
             "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: {name}\n  namespace: exempt\n"
         );
-        let out = cluster.kubectl_in(&["create", "--dry-run=server", "-f", "-"], Some(&object));
-        let text = |b: &[u8]| String::from_utf8_lossy(b).to_string();
-        if out.status.success() {
-            Ok(text(&out.stdout))
-        } else {
-            Err(text(&out.stderr))
-        }
+        create_dry_run(cluster, &object)
     };
     eventually(
         "both policies deny an unlabelled ConfigMap",

@@ -228,19 +228,14 @@ pub fn validating_policy_results(
     process: &str,
     now_seconds: i64,
 ) -> Vec<Value> {
-    response
-        .rules
-        .iter()
-        .map(|r| {
-            Source::ValidatingPolicy.value(
-                &policy.key,
-                &policy.report,
-                process,
-                now_seconds,
-                &RuleView::of(r),
-            )
-        })
-        .collect()
+    let at = (process, now_seconds);
+    cel_policy_results(
+        Source::ValidatingPolicy,
+        &policy.key,
+        &policy.report,
+        response,
+        at,
+    )
 }
 
 /// The report results of an ImageValidatingPolicy's response (one rule),
@@ -251,18 +246,28 @@ pub fn image_validating_policy_results(
     process: &str,
     now_seconds: i64,
 ) -> Vec<Value> {
+    let at = (process, now_seconds);
+    cel_policy_results(
+        Source::ImageValidatingPolicy,
+        &policy.key,
+        &policy.report,
+        response,
+        at,
+    )
+}
+
+/// A CEL policy's report results, every rule of its response.
+fn cel_policy_results(
+    source: Source,
+    key: &str,
+    report: &ReportMeta,
+    response: &PolicyResponse,
+    (process, now_seconds): (&str, i64),
+) -> Vec<Value> {
     response
         .rules
         .iter()
-        .map(|r| {
-            Source::ImageValidatingPolicy.value(
-                &policy.key,
-                &policy.report,
-                process,
-                now_seconds,
-                &RuleView::of(r),
-            )
-        })
+        .map(|r| source.value(key, report, process, now_seconds, &RuleView::of(r)))
         .collect()
 }
 

@@ -84,6 +84,36 @@ fn check_libraries(
     Ok(())
 }
 
+/// Every program a CEL policy's checks run, with its field, for
+/// [`check_libraries`]: its matchConditions, variables, validations (and
+/// their messageExpressions) and auditAnnotations.
+fn checked_programs<'a>(
+    match_conditions: &'a [CompiledNamed],
+    checks: &'a CelChecks,
+) -> Vec<(String, &'a Program)> {
+    let mut programs: Vec<(String, &Program)> = Vec::new();
+    let indexed = |field: &str, i: usize| format!("spec.{field}[{i}].expression");
+    for (i, c) in match_conditions.iter().enumerate() {
+        programs.push((indexed("matchConditions", i), &c.program));
+    }
+    for (i, v) in checks.variables.iter().enumerate() {
+        programs.push((indexed("variables", i), &v.program));
+    }
+    for (i, v) in checks.validations.iter().enumerate() {
+        programs.push((indexed("validations", i), &v.program));
+        if let Some(m) = &v.message_expression {
+            programs.push((format!("spec.validations[{i}].messageExpression"), m));
+        }
+    }
+    for (i, a) in checks.audit_annotations.iter().enumerate() {
+        programs.push((
+            format!("spec.auditAnnotations[{i}].valueExpression"),
+            &a.program,
+        ));
+    }
+    programs
+}
+
 /// `{name, expression}`: variables, matchConditions, celPreconditions.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]

@@ -11,7 +11,7 @@
 use super::scope::{Autogen, MatchConstraints, PolicyScope};
 use super::{
     AuditAnnotation, CelChecks, CelCompileError, CompiledNamed, EvaluationMode, NamedExpression,
-    ValidationExpression, check_libraries, compile_named,
+    ValidationExpression, check_libraries, checked_programs, compile_named,
 };
 use crate::cel::Program;
 use crate::cel::authz::Library;
@@ -239,26 +239,8 @@ impl CompiledImageValidatingPolicy {
             .enumerate()
             .map(|(i, a)| compile_attestor(a, i))
             .collect::<Result<Vec<_>, _>>()?;
-        let mut programs: Vec<(String, &Program)> = Vec::new();
+        let mut programs = checked_programs(&scope.match_conditions, &checks);
         let indexed = |field: &str, i: usize| format!("spec.{field}[{i}].expression");
-        for (i, c) in scope.match_conditions.iter().enumerate() {
-            programs.push((indexed("matchConditions", i), &c.program));
-        }
-        for (i, v) in checks.variables.iter().enumerate() {
-            programs.push((indexed("variables", i), &v.program));
-        }
-        for (i, v) in checks.validations.iter().enumerate() {
-            programs.push((indexed("validations", i), &v.program));
-            if let Some(m) = &v.message_expression {
-                programs.push((format!("spec.validations[{i}].messageExpression"), m));
-            }
-        }
-        for (i, a) in checks.audit_annotations.iter().enumerate() {
-            programs.push((
-                format!("spec.auditAnnotations[{i}].valueExpression"),
-                &a.program,
-            ));
-        }
         for (i, e) in extractors.iter().enumerate() {
             programs.push((indexed("images", i), &e.program));
         }

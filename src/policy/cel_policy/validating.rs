@@ -5,9 +5,8 @@
 use super::scope::{Autogen, BindingDoc, Bindings, MatchConstraints, PolicyScope, bindings_for};
 use super::{
     AuditAnnotation, CelChecks, CelCompileError, NamedExpression, ParamKind, ValidationExpression,
-    check_libraries,
+    check_libraries, checked_programs,
 };
-use crate::cel::Program;
 use crate::cel::authz::Library;
 use serde::Deserialize;
 use serde_json::Value;
@@ -160,26 +159,7 @@ impl CompiledValidatingPolicy {
             spec.autogen.as_ref(),
             spec.failure_policy.as_deref(),
         )?;
-        let mut programs: Vec<(String, &Program)> = Vec::new();
-        let indexed = |field: &str, i: usize| format!("spec.{field}[{i}].expression");
-        for (i, c) in scope.match_conditions.iter().enumerate() {
-            programs.push((indexed("matchConditions", i), &c.program));
-        }
-        for (i, v) in checks.variables.iter().enumerate() {
-            programs.push((indexed("variables", i), &v.program));
-        }
-        for (i, v) in checks.validations.iter().enumerate() {
-            programs.push((indexed("validations", i), &v.program));
-            if let Some(m) = &v.message_expression {
-                programs.push((format!("spec.validations[{i}].messageExpression"), m));
-            }
-        }
-        for (i, a) in checks.audit_annotations.iter().enumerate() {
-            programs.push((
-                format!("spec.auditAnnotations[{i}].valueExpression"),
-                &a.program,
-            ));
-        }
+        let programs = checked_programs(&scope.match_conditions, &checks);
         // A mode's own library, and the JWT functions of both
         // authorization modes; the image verification functions are an
         // ImageValidatingPolicy's.
