@@ -16,9 +16,8 @@ use crate::context::ClusterView;
 use crate::engine::cel::{
     CelRequest, constraints_select, evaluate_image_validating_policy, evaluate_validating_policy,
 };
-use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
-use crate::engine::validate::verify_policy;
+use crate::engine::validate::verify_policy_with;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
 use crate::matching::MatchInput;
 use crate::patch::json_patch;
@@ -238,20 +237,32 @@ pub fn admit_reporting(
                 // failurePolicy decides, not a silent pass.
                 let mut response = response;
                 if policy.has_verify_images() {
-                    let verified = verify_policy(policy, req, &ctx, &env);
+                    let verified = verify_policy_with(policy, req, &input, &ctx, &env);
                     response.rules.extend(verified.rules);
                 }
                 responses.push(response);
             }
+            // The request's CEL variables, made once for the route's CEL
+            // policies of both kinds (and shared with validate.cel rules);
+            // not made at all for a route that has none.
+            let owned;
+            let cel_input = match ctx.cel_request() {
+                Some(input) => Some(input),
+                None if snapshot.cel_validation_on(failure_policy) => {
+                    owned = CelRequest::of(req);
+                    Some(&owned)
+                }
+                None => None,
+            };
             let (cel_indexes, cel) = validate_cel(
                 snapshot,
                 failure_policy,
                 req,
-                &ctx,
+                cel_input,
                 view,
                 |i, status, elapsed| cells.record(snapshot.validating_index(i), 0, status, elapsed),
             );
-            let images = validate_images(snapshot, failure_policy, req, &ctx, view);
+            let images = validate_images(snapshot, failure_policy, req, cel_input, view);
             background = snapshot.background_indexes(failure_policy);
             generating = snapshot.generating_on(failure_policy);
             let verdict = verdict::decide(&policies, &responses, &cel, &images, req);
@@ -334,7 +345,7 @@ fn validate_cel<'s>(
     snapshot: &'s Snapshot,
     failure_policy: Option<FailurePolicy>,
     req: &Request,
-    ctx: &JsonContext,
+    input: Option<&CelRequest>,
     view: &dyn ClusterView,
     mut record: impl FnMut(usize, RuleStatus, Duration),
 ) -> CelResponses<'s> {
@@ -344,18 +355,9 @@ fn validate_cel<'s>(
         .enumerate()
         .filter(|(_, p)| p.admission && Snapshot::cel_selected(&p.scope, failure_policy))
         .peekable();
-    if selected.peek().is_none() {
+    // Made whenever the route has CEL policies (`cel_validation_on`).
+    let Some(input) = input.filter(|_| selected.peek().is_some()) else {
         return (Vec::new(), Vec::new());
-    }
-    // The request's CEL variables, shared with the classic policies'
-    // validate.cel rules.
-    let owned;
-    let input = match ctx.cel_request() {
-        Some(input) => input,
-        None => {
-            owned = CelRequest::of(req);
-            &owned
-        }
     };
     selected
         .map(|(i, p)| {
@@ -380,7 +382,7 @@ fn validate_images<'s>(
     snapshot: &'s Snapshot,
     failure_policy: Option<FailurePolicy>,
     req: &Request,
-    ctx: &JsonContext,
+    input: Option<&CelRequest>,
     view: &dyn ClusterView,
 ) -> ImageResponses<'s> {
     let mut selected = snapshot
@@ -389,16 +391,8 @@ fn validate_images<'s>(
         .enumerate()
         .filter(|(_, p)| p.admission && Snapshot::cel_selected(&p.scope, failure_policy))
         .peekable();
-    if selected.peek().is_none() {
+    let Some(input) = input.filter(|_| selected.peek().is_some()) else {
         return Vec::new();
-    }
-    let owned;
-    let input = match ctx.cel_request() {
-        Some(input) => input,
-        None => {
-            owned = CelRequest::of(req);
-            &owned
-        }
     };
     selected
         .map(|(i, p)| (i, p, evaluate_image_validating_policy(p, req, input, view)))

@@ -210,6 +210,21 @@ impl Snapshot {
         }
     }
 
+    /// Whether a validate route has CEL policies to evaluate at admission
+    /// (ValidatingPolicies, ImageValidatingPolicies): the request's CEL
+    /// variables are made only then.
+    pub fn cel_validation_on(&self, f: Option<FailurePolicy>) -> bool {
+        self.validating
+            .iter()
+            .map(|p| (p.admission, &p.scope))
+            .chain(
+                self.image_validating
+                    .iter()
+                    .map(|p| (p.admission, &p.scope)),
+            )
+            .any(|(admission, scope)| admission && Snapshot::cel_selected(scope, f))
+    }
+
     /// The CEL policies of a route: all, or those of one failurePolicy
     /// (their default is Fail).
     pub fn cel_selected(scope: &PolicyScope, f: Option<FailurePolicy>) -> bool {

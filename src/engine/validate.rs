@@ -16,7 +16,7 @@ pub(super) use foreach::foreach_list;
 pub(super) use prepare::before_body;
 pub use prepare::eval_conditions;
 pub(in crate::engine) use prepare::{applicable_exceptions, prepare_rule};
-pub use verify_images::{FoundImage, extract_images, verify_policy};
+pub use verify_images::{FoundImage, extract_images, verify_policy, verify_policy_with};
 
 use super::json_context::JsonContext;
 use super::variables::Substituter;

@@ -280,23 +280,21 @@ fn image_validating_rule<'p>(
         }
     }
     let mut bound = vars.scope();
-    let attestations: Map<String, Value> = policy
-        .attestations
-        .iter()
-        .map(|a| (a.clone(), Value::String(a.clone())))
-        .collect();
     for (key, value) in [
-        ("images", Value::Object(images)),
-        ("attestations", Value::Object(attestations)),
+        ("images", json_to_cel(&Value::Object(images))),
+        ("attestations", policy.attestations_value.clone()),
     ] {
-        if let Err(e) = bound.set(key, json_to_cel(&value)) {
+        if let Err(e) = bound.set(key, value) {
             return Some(failed(e.to_string()));
         }
     }
     let variables = bind_variables(&bound, &policy.checks.variables, lookups);
     let mut vars = variables.scope();
-    let attestors = attestors(policy, &variables, lookups);
-    if let Err(e) = vars.set("attestors", json_to_cel(&attestors)) {
+    let attestors = match &policy.static_attestors {
+        Some(value) => value.clone(),
+        None => json_to_cel(&attestors(policy, &variables, lookups)),
+    };
+    if let Err(e) = vars.set("attestors", attestors) {
         return Some(failed(e.to_string()));
     }
     let vars = &vars;
@@ -427,8 +425,7 @@ fn attestors(
 ) -> Value {
     let mut out = Map::new();
     'attestors: for attestor in &policy.attestors {
-        let mut value = attestor.value.clone();
-        value["name"] = Value::String(attestor.name.clone());
+        let mut value = attestor.named_value();
         for (target, program) in &attestor.expressions {
             let result = match program.eval(vars, lookups) {
                 Ok(CelValue::String(s)) => s.to_string(),

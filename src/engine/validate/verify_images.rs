@@ -18,6 +18,7 @@ use super::{applicable_exceptions, prepare_rule};
 use crate::engine::json_context::JsonContext;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::image_reference::ImageInfo;
+use crate::matching::MatchInput;
 use crate::policy::verify_images::{ImageExtractor, VerifyImagesRule};
 use crate::policy::{CompiledPolicy, CompiledRule, RuleBody};
 use serde_json::{Map, Value};
@@ -274,14 +275,25 @@ pub fn verify_policy<'p>(
     ctx: &JsonContext,
     env: &EvalEnv,
 ) -> PolicyResponse<'p> {
-    let input = req.match_input();
+    verify_policy_with(policy, req, &req.match_input(), ctx, env)
+}
+
+/// [`verify_policy`] with the request's match input computed by the
+/// caller (the server's, once for its whole policy set).
+pub fn verify_policy_with<'p>(
+    policy: &'p CompiledPolicy,
+    req: &Request,
+    input: &MatchInput,
+    ctx: &JsonContext,
+    env: &EvalEnv,
+) -> PolicyResponse<'p> {
     let mut rules = Vec::new();
     for rule in &policy.rules {
         let RuleBody::VerifyImages(v) = &rule.body else {
             continue;
         };
-        if !rule.match_resources.matches(&input)
-            || rule.exclude.as_ref().is_some_and(|e| e.excludes(&input))
+        if !rule.match_resources.matches(input)
+            || rule.exclude.as_ref().is_some_and(|e| e.excludes(input))
         {
             continue;
         }
@@ -396,6 +408,9 @@ pub(super) fn validate_images<'p>(
         .pointer("/metadata/annotations")
         .and_then(|a| a.get("kyverno.io/verify-images-scoped"))
         .and_then(Value::as_str);
+    // Read once for every image; an unreadable record fails the first
+    // image `required` asks it about.
+    let record = verification_record(annotation, policy, &rule.name);
     let (mut passed, mut skipped) = (0usize, Vec::new());
     for entry in &v.entries {
         for image in &images {
@@ -412,11 +427,14 @@ pub(super) fn validate_images<'p>(
             if !entry.required || req.object.is_null() {
                 continue;
             }
-            match verification_status(annotation, policy, &rule.name, reference) {
-                Err(e) => return Some(respond(RuleStatus::Fail, e)),
-                Ok("pass") => passed += 1,
-                Ok("skip") => skipped.push(reference.as_str()),
-                Ok(_) => {
+            let rule_record = match &record {
+                Err(e) => return Some(respond(RuleStatus::Fail, e.clone())),
+                Ok(rule_record) => rule_record.as_ref(),
+            };
+            match verification_status(rule_record, reference) {
+                "pass" => passed += 1,
+                "skip" => skipped.push(reference.as_str()),
+                _ => {
                     return Some(respond(
                         RuleStatus::Fail,
                         format!("unverified image {reference}"),
@@ -442,38 +460,42 @@ pub(super) fn validate_images<'p>(
 }
 
 /// What the resource's `kyverno.io/verify-images-scoped` annotation (the
-/// verification phase's record) says of `image` for this policy and rule:
-/// `pass`, `skip`, or `fail` (also when it says nothing).
-fn verification_status(
+/// verification phase's record) holds for this policy and rule: its map of
+/// image to status; `None` when it has none (or is not the versioned
+/// form, which records no policy).
+fn verification_record(
     annotation: Option<&str>,
     policy: &CompiledPolicy,
     rule: &str,
-    image: &str,
-) -> Result<&'static str, String> {
+) -> Result<Option<Value>, String> {
     let Some(text) = annotation else {
-        return Ok("fail");
+        return Ok(None);
     };
     let data: Value = serde_json::from_str(text)
         .map_err(|e| format!("failed to parse scoped image metadata: {e}"))?;
     if data.get("version").and_then(Value::as_i64) != Some(1) {
-        return Ok("fail");
+        return Ok(None);
     }
     let key = format!(
         "{}/{}",
         policy.namespace.as_deref().unwrap_or(""),
         policy.name
     );
-    let status = data
+    Ok(data
         .get("policies")
         .and_then(|p| p.get(&key))
         .and_then(|r| r.get(rule))
-        .and_then(|i| i.get(image))
-        .and_then(Value::as_str);
-    Ok(match status {
+        .cloned())
+}
+
+/// The status the rule's record gives `image`: `pass`, `skip`, or `fail`
+/// (also when it says nothing).
+fn verification_status(record: Option<&Value>, image: &str) -> &'static str {
+    match record.and_then(|r| r.get(image)).and_then(Value::as_str) {
         Some("pass") => "pass",
         Some("skip") => "skip",
         _ => "fail",
-    })
+    }
 }
 
 #[cfg(test)]

@@ -15,6 +15,7 @@ use super::{
 };
 use crate::cel::Program;
 use crate::cel::authz::Library;
+use crate::cel::values::json_to_cel;
 use crate::glob::Glob;
 use serde::Deserialize;
 use serde_json::Value;
@@ -167,6 +168,11 @@ pub struct CompiledImageValidatingPolicy {
     pub attestors: Vec<CompiledAttestor>,
     /// The names of `attestations`.
     pub attestations: Vec<String>,
+    /// The `attestations` variable (each name to itself), made once here.
+    pub attestations_value: kube_cel::cel::Value,
+    /// The `attestors` variable when no attestor has an expression (it is
+    /// then the same on every request), made once here.
+    pub static_attestors: Option<kube_cel::cel::Value>,
     /// `validationConfigurations.verifyDigest`: a matched image without a
     /// digest fails the policy.
     pub verify_digest: bool,
@@ -266,6 +272,20 @@ impl CompiledImageValidatingPolicy {
             checks,
             image_references,
             extractors,
+            attestations_value: json_to_cel(&Value::Object(
+                spec.attestations
+                    .iter()
+                    .map(|a| (a.name.clone(), Value::String(a.name.clone())))
+                    .collect(),
+            )),
+            static_attestors: attestors.iter().all(|a| a.expressions.is_empty()).then(|| {
+                json_to_cel(&Value::Object(
+                    attestors
+                        .iter()
+                        .map(|a| (a.name.clone(), a.named_value()))
+                        .collect(),
+                ))
+            }),
             attestors,
             attestations: spec.attestations.iter().map(|a| a.name.clone()).collect(),
             verify_digest: config.verify_digest.unwrap_or(true),
@@ -278,6 +298,16 @@ impl CompiledImageValidatingPolicy {
 
     pub fn name(&self) -> &str {
         &self.scope.name
+    }
+}
+
+impl CompiledAttestor {
+    /// The attestor as `attestors.<name>` reads it (its expressions not
+    /// yet evaluated): as written, with its name.
+    pub fn named_value(&self) -> Value {
+        let mut value = self.value.clone();
+        value["name"] = Value::String(self.name.clone());
+        value
     }
 }
 
