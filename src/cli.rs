@@ -346,6 +346,25 @@ pub struct ApplyArgs {
     /// ValidatingAdmissionPolicy and MutatingAdmissionPolicy bindings).
     #[arg(long = "parameter-resource")]
     pub parameter_resources: Vec<PathBuf>,
+    /// PolicyException files (kyverno.io and policies.kyverno.io).
+    #[arg(
+        short = 'e',
+        long = "exception",
+        alias = "exceptions",
+        value_delimiter = ','
+    )]
+    pub exceptions: Vec<PathBuf>,
+    /// Take the PolicyExceptions among the resources instead (they are
+    /// then no resources); `--exception` is not read.
+    #[arg(
+        long = "exceptions-within-resources",
+        alias = "exceptions-with-resources"
+    )]
+    pub exceptions_within_resources: bool,
+    /// Also take the PolicyExceptions in the policy files, which are
+    /// otherwise not read (as `kyverno apply`).
+    #[arg(long = "exceptions-within-policies")]
+    pub exceptions_within_policies: bool,
 }
 
 /// Runs the command line; returns the process exit code.

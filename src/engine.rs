@@ -168,6 +168,8 @@ pub struct Request {
     /// whole AdmissionRequest into the JMESPath `request`; its CLI builds
     /// `request` from the object and has no resource fields.
     pub from_review: bool,
+    /// The review's `dryRun`: the API server will not persist the change.
+    pub dry_run: bool,
     /// The new object; null on DELETE.
     pub object: Value,
     /// The previous object; null on CREATE.
@@ -202,6 +204,7 @@ impl Request {
             request_resource: gvr,
             request_sub_resource: String::new(),
             from_review: false,
+            dry_run: false,
             gvk,
             object,
             old_object,

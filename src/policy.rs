@@ -7,6 +7,7 @@ pub mod cleanup;
 pub mod compile;
 pub mod conditions;
 pub mod load;
+pub mod manifests;
 pub mod mutation;
 pub mod template;
 pub mod types;

@@ -159,3 +159,88 @@ fn parameter_resources_feed_parameterised_policies() {
     assert!(out.contains("pass: 2, fail: 0, warn: 0, error: 6"), "{out}");
     assert!(out.contains("no params found"), "{out}");
 }
+
+/// PolicyExceptions as `kyverno apply` takes them: from `--exception`
+/// files, or with `--exceptions-within-resources` from among the
+/// resources; those in the policy files only with
+/// `--exceptions-within-policies`.
+#[test]
+fn exceptions_come_from_where_kyverno_apply_takes_them() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/tests/manifest-signatures");
+    let legacy = |args: &[&str]| -> (String, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_gavel"))
+            .arg("apply")
+            .args(args)
+            .arg("--policy-report")
+            .current_dir(&example)
+            .output()
+            .unwrap();
+        let report: serde_json::Value = gavel::policy::load::parse_yaml_documents(
+            "report",
+            &String::from_utf8_lossy(&out.stdout),
+        )
+        .unwrap()
+        .remove(0);
+        let result = report["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["resources"][0]["name"] == "cm-legacy")
+            .unwrap()
+            .clone();
+        (
+            result["result"].as_str().unwrap().to_string(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (result, header) = legacy(&[
+        "policies.yaml",
+        "--resource",
+        "resources.yaml",
+        "-e",
+        "exception.yaml",
+    ]);
+    assert_eq!(result, "skip");
+    assert!(
+        header.contains("to 16 resource(s) with 1 exception(s)..."),
+        "{header}"
+    );
+    // In the policy path it is not read, unless asked.
+    let (result, _) = legacy(&[
+        "policies.yaml",
+        "exception.yaml",
+        "--resource",
+        "resources.yaml",
+    ]);
+    assert_eq!(result, "fail");
+    let (result, _) = legacy(&[
+        "policies.yaml",
+        "exception.yaml",
+        "--resource",
+        "resources.yaml",
+        "--exceptions-within-policies",
+    ]);
+    assert_eq!(result, "skip");
+    // Among the resources: taken out of them.
+    let dir = std::env::temp_dir().join(format!("gavel-apply-exceptions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let both = format!(
+        "{}\n---\n{}",
+        std::fs::read_to_string(example.join("resources.yaml")).unwrap(),
+        std::fs::read_to_string(example.join("exception.yaml")).unwrap()
+    );
+    let mixed = dir.join("mixed.yaml");
+    std::fs::write(&mixed, both).unwrap();
+    let (result, header) = legacy(&[
+        "policies.yaml",
+        "--resource",
+        mixed.to_str().unwrap(),
+        "--exceptions-within-resources",
+    ]);
+    std::fs::remove_dir_all(&dir).ok();
+    assert_eq!(result, "skip");
+    assert!(
+        header.contains("to 16 resource(s) with 1 exception(s)..."),
+        "{header}"
+    );
+}

@@ -23,7 +23,7 @@ use support::cluster::repo;
 /// The version of cargo-fuzz installed when none is on PATH.
 const CARGO_FUZZ: &str = "0.13.2";
 
-const TARGETS: [&str; 7] = [
+const TARGETS: [&str; 8] = [
     "admission_review",
     "policy_load",
     "pattern",
@@ -31,6 +31,7 @@ const TARGETS: [&str; 7] = [
     "cel",
     "patch",
     "kyverno_test",
+    "signed_manifest",
 ];
 
 #[test]
@@ -300,6 +301,32 @@ impl Seeds {
                 .into_iter()
                 .enumerate()
                 .map(|(i, e)| joined(e, i))
+                .collect(),
+            // The message of each resource signed into its annotations,
+            // and the resource without them.
+            "signed_manifest" => self
+                .resources
+                .iter()
+                .filter_map(|r| {
+                    use base64::Engine as _;
+                    use std::io::Read as _;
+                    let message = r["metadata"]["annotations"]["cosign.sigstore.dev/message"]
+                        .as_str()?;
+                    let gz = base64::engine::general_purpose::STANDARD
+                        .decode(message)
+                        .ok()?;
+                    let mut bytes = Vec::new();
+                    flate2::read::GzDecoder::new(gz.as_slice())
+                        .read_to_end(&mut bytes)
+                        .ok()?;
+                    let mut object = r.clone();
+                    object["metadata"]
+                        .as_object_mut()?
+                        .remove("annotations");
+                    bytes.push(0);
+                    bytes.extend(object.to_string().bytes());
+                    Some(bytes)
+                })
                 .collect(),
             "cel" => self
                 .cel

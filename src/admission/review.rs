@@ -179,6 +179,7 @@ impl Review {
                 gvr,
                 subresource: r.sub_resource,
                 from_review: true,
+                dry_run: r.dry_run,
                 object: r.object,
                 old_object: r.old_object,
                 user: UserInfo {

@@ -235,6 +235,14 @@ fn subject(resource: &Value) -> Value {
     Value::Object(subject)
 }
 
+/// A PolicyException of either API, as Kyverno's CLI picks them out of
+/// the resources.
+fn is_policy_exception(doc: &Value) -> bool {
+    let api = doc["apiVersion"].as_str().unwrap_or_default();
+    doc["kind"] == "PolicyException"
+        && (api.starts_with("kyverno.io/") || api.starts_with("policies.kyverno.io/"))
+}
+
 fn now_seconds() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -260,7 +268,13 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         for doc in load_policy_text(&path.display().to_string(), &text)? {
             match doc {
                 LoadedDocument::Policy(p) => policies.push(CompiledPolicy::compile(&p)?),
-                LoadedDocument::Exception(e) => exceptions.push(CompiledException::compile(&e)?),
+                // kyverno-compat: exceptions in the policy files count
+                // only with --exceptions-within-policies.
+                LoadedDocument::Exception(e) => {
+                    if args.exceptions_within_policies {
+                        exceptions.push(CompiledException::compile(&e)?)
+                    }
+                }
                 LoadedDocument::ValidatingPolicy(ref p) => validating
                     .push(CompiledValidatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
                 LoadedDocument::MutatingPolicy(ref p) => mutating
@@ -273,9 +287,13 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 LoadedDocument::ValidatingAdmissionPolicy(p) => admission.validating.push(*p),
                 LoadedDocument::MutatingAdmissionPolicy(p) => admission.mutating.push(*p),
                 LoadedDocument::AdmissionPolicyBinding(b) => admission.bindings.push(*b),
-                LoadedDocument::CelException(ref e) => cel_exceptions.push(std::sync::Arc::new(
-                    CompiledCelException::compile(e).map_err(|e| cel_error(&doc, e))?,
-                )),
+                LoadedDocument::CelException(ref e) => {
+                    if args.exceptions_within_policies {
+                        cel_exceptions.push(std::sync::Arc::new(
+                            CompiledCelException::compile(e).map_err(|e| cel_error(&doc, e))?,
+                        ))
+                    }
+                }
                 LoadedDocument::Unsupported { kind, name, .. } => {
                     anyhow::bail!(
                         "{}: unsupported: policy kind {kind} ({name})",
@@ -300,6 +318,34 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             CompiledMutatingPolicy::compile_admission(p, &admission.bindings)
                 .map_err(|e| admission_error(&p.kind, &p.metadata.name, e))?,
         );
+    }
+    let mut resources = Vec::new();
+    for path in &args.resources {
+        resources.extend(load_resources(path)?);
+    }
+    // The PolicyExceptions of --exception, or those among the resources.
+    let mut exception_docs = Vec::new();
+    if args.exceptions_within_resources {
+        let (found, rest): (Vec<Value>, Vec<Value>) =
+            resources.into_iter().partition(is_policy_exception);
+        resources = rest;
+        for doc in found {
+            exception_docs.extend(load_policy_text("resources", &doc.to_string())?);
+        }
+    } else {
+        for path in &args.exceptions {
+            let text = read_file(path)?;
+            exception_docs.extend(load_policy_text(&path.display().to_string(), &text)?);
+        }
+    }
+    for doc in exception_docs {
+        match doc {
+            LoadedDocument::Exception(e) => exceptions.push(CompiledException::compile(&e)?),
+            LoadedDocument::CelException(ref e) => cel_exceptions.push(std::sync::Arc::new(
+                CompiledCelException::compile(e).map_err(|e| cel_error(&doc, e))?,
+            )),
+            _ => {}
+        }
     }
     let scopes = validating
         .iter_mut()
@@ -333,10 +379,6 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             .global
             .insert(k.trim().to_string(), Value::String(v.trim().to_string()));
     }
-    let mut resources = Vec::new();
-    for path in &args.resources {
-        resources.extend(load_resources(path)?);
-    }
     let mut params = Vec::new();
     for path in &args.parameter_resources {
         params.extend(load_objects_as_written(path)?);
@@ -349,10 +391,16 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         + mutating.len()
         + generating.len()
         + image_validating.len();
-    eprintln!(
-        "Applying {rule_count} policy rule(s) to {} resource(s)...",
-        resources.len()
-    );
+    match exceptions.len() + cel_exceptions.len() {
+        0 => eprintln!(
+            "Applying {rule_count} policy rule(s) to {} resource(s)...",
+            resources.len()
+        ),
+        n => eprintln!(
+            "Applying {rule_count} policy rule(s) to {} resource(s) with {n} exception(s)...",
+            resources.len()
+        ),
+    }
     let operation = values.operation();
     let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
     let mut report_results = Vec::new();

@@ -249,6 +249,7 @@ impl<'r> RequestRoot<'r> {
                     "requestSubResource".into(),
                     Value::String(req.request_sub_resource.clone()),
                 );
+                fields.insert("dryRun".into(), Value::Bool(req.dry_run));
             }
             if !req.user.roles.is_empty() {
                 fields.insert("roles".into(), json!(req.user.roles));

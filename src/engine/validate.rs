@@ -9,6 +9,7 @@
 
 mod checks;
 mod foreach;
+mod manifests;
 mod prepare;
 mod verify_images;
 
@@ -153,6 +154,12 @@ fn evaluate_rule<'p>(
         // `required` (its verification phase is `verify_policy`'s).
         RuleBody::VerifyImages(v) => {
             return verify_images::validate_images(policy, rule, v, req, ctx, env);
+        }
+        RuleBody::Validate(ValidateRule {
+            check: ValidateCheck::Manifests(manifests),
+            ..
+        }) => {
+            return manifests::verify_rule(policy, rule, manifests, req, ctx, env);
         }
         RuleBody::Validate(_) => {}
     }

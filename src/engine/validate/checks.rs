@@ -126,6 +126,12 @@ impl<'p> RuleValidator<'_, 'p> {
                 };
                 Some(rule.with_properties(properties))
             }
+            // Evaluated by its own handler before any check (`manifests`);
+            // never nested in a foreach.
+            ValidateCheck::Manifests(_) => Some(self.respond(
+                RuleStatus::Error,
+                "validate.manifests is verified by its own handler",
+            )),
             ValidateCheck::Unsupported(field) => {
                 Some(self.respond(RuleStatus::Error, format!("unsupported: {field}")))
             }

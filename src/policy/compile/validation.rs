@@ -8,6 +8,7 @@ use crate::jmespath::Expression;
 use crate::pattern::CompiledPattern;
 use crate::policy::cel_policy::{CelChecks, CelCompileError};
 use crate::policy::conditions::Conditions;
+use crate::policy::manifests::ManifestsRule;
 use crate::policy::template;
 use crate::policy::types::{ContextEntry, Deny, ForEachValidation, PodSecurity, Validation};
 use serde_json::Value;
@@ -47,6 +48,8 @@ pub enum ValidateCheck {
     PodSecurity(PodSecurity),
     /// `validate.cel`.
     Cel(Box<CelChecks>),
+    /// `validate.manifests`: signed manifests in the resource's annotations.
+    Manifests(Box<ManifestsRule>),
     /// A validate body gavel cannot evaluate yet; the field path says which.
     Unsupported(String),
 }
@@ -67,6 +70,21 @@ pub(super) fn compile_validation(
     policy_action: FailureAction,
     exprs: &mut ExprCache,
 ) -> Result<RuleBody, String> {
+    // Kyverno's handler order: manifests before every other check.
+    if let Some(raw) = &v.manifests {
+        let manifests = ManifestsRule::compile(raw, &format!("{field}.manifests"))?;
+        return Ok(RuleBody::Validate(ValidateRule {
+            failure_action: v
+                .failure_action
+                .as_deref()
+                .map(FailureAction::parse)
+                .unwrap_or(policy_action),
+            message: v.message.clone(),
+            message_has_variables: v.message.as_deref().is_some_and(|m| m.contains("{{")),
+            allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
+            check: ValidateCheck::Manifests(Box::new(manifests)),
+        }));
+    }
     let check = compile_check(
         v.pattern.as_ref(),
         v.any_pattern.as_ref(),
@@ -99,7 +117,6 @@ pub(super) fn compile_validation(
                 Err(CelCompileError::Invalid(e)) => return Err(e),
             }
         }
-        None if v.manifests.is_some() => ValidateCheck::Unsupported(format!("{field}.manifests")),
         None if v.assert.is_some() => ValidateCheck::Unsupported(format!("{field}.assert")),
         None => ValidateCheck::Unsupported(format!(
             "{field} (no pattern, anyPattern, deny, foreach or podSecurity)"
