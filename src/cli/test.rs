@@ -50,6 +50,9 @@ pub struct TestOutcome {
     pub fail: usize,
     pub skip: usize,
     pub error: Option<String>,
+    /// The error is the test file's own (it does not read or parse), not
+    /// its run's: Kyverno's CLI lists such errors before running any test.
+    pub invalid: bool,
     pub rows: Vec<Row>,
     pub policies: usize,
     pub resources: usize,
@@ -135,12 +138,31 @@ pub fn discover(paths: &[PathBuf], file_name: &str) -> Vec<PathBuf> {
 }
 
 /// Runs every test document of one file.
+/// The errors of a test file itself (it does not read or parse, or a
+/// document is no valid Test), without running it.
+pub fn test_file_errors(path: &Path) -> Vec<String> {
+    let shown = path.display().to_string();
+    let text = match read_file(path) {
+        Ok(t) => t,
+        Err(e) => return vec![e.to_string()],
+    };
+    match parse_yaml_documents(&shown, &text) {
+        Ok(docs) => docs
+            .iter()
+            .filter_map(|d| TestDoc::parse(path, d).err())
+            .map(|e| format!("{shown}: {e}"))
+            .collect(),
+        Err(e) => vec![e.to_string()],
+    }
+}
+
 pub fn run_test_file(path: &Path, selector: &Selector) -> Vec<TestOutcome> {
     let shown = path.display().to_string();
     let fail = |e: String| {
         vec![TestOutcome {
             path: shown.clone(),
             error: Some(e),
+            invalid: true,
             ..Default::default()
         }]
     };
@@ -166,6 +188,7 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
         Ok(d) => d,
         Err(e) => {
             outcome.error = Some(format!("{}: {e}", path.display()));
+            outcome.invalid = true;
             return outcome;
         }
     };

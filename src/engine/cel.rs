@@ -581,6 +581,10 @@ pub enum EvalErrors {
     /// The rule's error, as Kyverno's ValidatingPolicy engine gives it:
     /// `error: <error>`.
     RuleError,
+    /// The validator's denial message, reported as the rule's error: how
+    /// Kyverno reports a ValidatingAdmissionPolicy's evaluation error (it
+    /// checks a decision's evaluation before its action).
+    DenialAsError,
 }
 
 /// Runs the validations of `checks` with `vars` (variables already bound).
@@ -634,14 +638,16 @@ pub fn run_validations(
                 // quotes it.
                 let source = v.program.source();
                 let failed = failed_variable(vars, source, &e.to_string());
-                return match (errors, failed) {
-                    (EvalErrors::Deny, Some((name, error))) => CelVerdict::Fail(format!(
+                let denial = || match &failed {
+                    Some((name, error)) => format!(
                         "expression '{source}' resulted in error: composited variable \
                          {name:?} fails to evaluate: {error}"
-                    )),
-                    (EvalErrors::Deny, None) => {
-                        CelVerdict::Fail(format!("expression '{source}' resulted in error: {e}"))
-                    }
+                    ),
+                    None => format!("expression '{source}' resulted in error: {e}"),
+                };
+                return match (errors, &failed) {
+                    (EvalErrors::Deny, _) => CelVerdict::Fail(denial()),
+                    (EvalErrors::DenialAsError, _) => CelVerdict::Error(denial()),
                     (EvalErrors::RuleError, Some((_, error))) => {
                         CelVerdict::Error(format!("error: {error}"))
                     }
@@ -892,18 +898,25 @@ pub struct View<'s> {
 impl View<'_> {
     /// The params of this view: `None` without a paramKind (see
     /// [`params::collect`]).
+    ///
+    /// kyverno-compat: a binding whose paramRef has a selector evaluates
+    /// the policy once, with `params` the list of every param it selects
+    /// (`{"items": [...]}`), as Kyverno's CLI does (the API server
+    /// evaluates once per param instead; gavel reads params only offline).
     fn params(
         &self,
         scope: &PolicyScope,
         req: &Request,
         resolver: &dyn Resolver,
     ) -> Result<Option<Vec<Value>>, String> {
-        params::collect(
-            scope.param_kind.as_ref(),
-            self.binding.and_then(|b| b.param_ref.as_ref()),
-            req,
-            resolver,
-        )
+        let reference = self.binding.and_then(|b| b.param_ref.as_ref());
+        let found = params::collect(scope.param_kind.as_ref(), reference, req, resolver)?;
+        Ok(match found {
+            Some(list) if !list.is_empty() && reference.is_some_and(|r| r.selector.is_some()) => {
+                Some(vec![serde_json::json!({ "items": list })])
+            }
+            other => other,
+        })
     }
 }
 
@@ -1196,10 +1209,10 @@ fn validating_policy_rule<'p>(
         return respond(status, message);
     }
     let vars = bind_variables(vars, &policy.checks.variables, lookups);
-    // Kubernetes' admission policies deny on an error; Kyverno's
-    // ValidatingPolicy reports the rule's error.
+    // Kyverno reports an admission policy's evaluation error as the rule's
+    // error in the validator's words; its ValidatingPolicy in its own.
     let errors = match scope.kind.as_str() {
-        "ValidatingAdmissionPolicy" => EvalErrors::Deny,
+        "ValidatingAdmissionPolicy" => EvalErrors::DenialAsError,
         _ => EvalErrors::RuleError,
     };
     let rule = match run_validations(&policy.checks, &vars, lookups, errors) {

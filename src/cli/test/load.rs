@@ -331,5 +331,47 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
             loaded.user = UserInfoFile::parse(d).map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
+    if !doc.cluster_resources.is_empty() {
+        namespaces_exist(&loaded)?;
+    }
     Ok(loaded)
+}
+
+/// kyverno-compat: a test with `clusterResources` runs against Kyverno's
+/// fake cluster, which reads each namespaced resource's Namespace for its
+/// labels (unless the values give them); a Namespace that is none of the
+/// test's objects stops the run, naming the first resource in it.
+fn namespaces_exist(loaded: &Loaded) -> Result<(), String> {
+    fn str_at<'v>(v: &'v Value, pointer: &str) -> &'v str {
+        v.pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    }
+    let exists = |ns: &str| {
+        loaded
+            .objects
+            .iter()
+            .chain(&loaded.resources)
+            .any(|o| str_at(o, "/kind") == "Namespace" && str_at(o, "/metadata/name") == ns)
+    };
+    for r in &loaded.resources {
+        let ns = str_at(r, "/metadata/namespace");
+        if ns.is_empty()
+            || str_at(r, "/kind") == "Namespace"
+            || loaded
+                .values
+                .namespace_labels
+                .get(ns)
+                .is_some_and(|l| !l.is_empty())
+            || exists(ns)
+        {
+            continue;
+        }
+        return Err(format!(
+            "failed to apply policies on resource {} (failed to get the resource's namespace \
+             (namespaces \"{ns}\" not found))",
+            str_at(r, "/metadata/name")
+        ));
+    }
+    Ok(())
 }

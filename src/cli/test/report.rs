@@ -2,7 +2,7 @@
 //! counts and the results table, then the summary; with `--output json`
 //! the tables go to stderr and one JSON document to stdout.
 
-use super::{Outcome, Row, Selector, discover, run_test_file};
+use super::{Outcome, Row, Selector, discover, run_test_file, test_file_errors};
 use crate::cli::{OutputFormat, TestArgs};
 use serde_json::{Value, json};
 use std::io::{IsTerminal, Write};
@@ -81,6 +81,35 @@ pub fn run(args: &TestArgs) -> anyhow::Result<i32> {
     } else {
         Box::new(stdout.lock())
     };
+    // As Kyverno's CLI: a test file that does not load stops everything
+    // before any test runs, and so does a test whose run fails; neither
+    // prints a summary.
+    let abort = |human: &mut dyn Write, error: String| -> anyhow::Result<i32> {
+        writeln!(human, "Error: {error}")?;
+        if json_mode {
+            println!("{}", json!({ "error": error }));
+        }
+        Ok(1)
+    };
+    let invalid: Vec<(&std::path::PathBuf, Vec<String>)> = files
+        .iter()
+        .map(|f| (f, test_file_errors(f)))
+        .filter(|(_, errors)| !errors.is_empty())
+        .collect();
+    if !invalid.is_empty() {
+        writeln!(human, "\nTest errors:")?;
+        let mut count = 0;
+        for (file, errors) in &invalid {
+            for e in errors {
+                writeln!(human, "  Path: {}\n    Error: {e}", file.display())?;
+                count += 1;
+            }
+        }
+        return abort(
+            &mut *human,
+            format!("found {count} errors after loading tests"),
+        );
+    }
     let mut outcomes = Vec::new();
     let (mut pass, mut fail, mut skip) = (0, 0, 0);
     for (n, file) in files.iter().enumerate() {
@@ -90,7 +119,10 @@ pub fn run(args: &TestArgs) -> anyhow::Result<i32> {
         for o in run_test_file(file, &selector) {
             writeln!(human, "Loading test  ( {} ) ...", o.path)?;
             if let Some(e) = &o.error {
-                writeln!(human, "  Error: {e}")?;
+                if progress {
+                    eprintln!();
+                }
+                return abort(&mut *human, format!("failed to run test ({e})"));
             } else {
                 writeln!(
                     human,
