@@ -71,28 +71,20 @@ pub(super) fn compile_validation(
     exprs: &mut ExprCache,
 ) -> Result<RuleBody, String> {
     // Kyverno's handler order: manifests before every other check.
-    if let Some(raw) = &v.manifests {
-        let manifests = ManifestsRule::compile(raw, &format!("{field}.manifests"))?;
-        return Ok(RuleBody::Validate(ValidateRule {
-            failure_action: v
-                .failure_action
-                .as_deref()
-                .map(FailureAction::parse)
-                .unwrap_or(policy_action),
-            message: v.message.clone(),
-            message_has_variables: v.message.as_deref().is_some_and(|m| m.contains("{{")),
-            allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
-            check: ValidateCheck::Manifests(Box::new(manifests)),
-        }));
-    }
-    let check = compile_check(
-        v.pattern.as_ref(),
-        v.any_pattern.as_ref(),
-        v.deny.as_ref(),
-        v.foreach.as_deref(),
-        field,
-        exprs,
-    );
+    let check = match &v.manifests {
+        Some(raw) => Some(ValidateCheck::Manifests(Box::new(ManifestsRule::compile(
+            raw,
+            &format!("{field}.manifests"),
+        )?))),
+        None => compile_check(
+            v.pattern.as_ref(),
+            v.any_pattern.as_ref(),
+            v.deny.as_ref(),
+            v.foreach.as_deref(),
+            field,
+            exprs,
+        ),
+    };
     let check = match check {
         Some(c) => c,
         None if v.pod_security.is_some() => {

@@ -120,6 +120,14 @@ fn keys_policy(keys: &[&KeyPair], count: Option<usize>) -> CompiledPolicy {
     ))
 }
 
+/// One entry with `key`, after the manifests options `options`.
+fn key_policy_with(options: &str, key: &KeyPair) -> CompiledPolicy {
+    policy(&format!(
+        "{options}attestors:\n- entries:\n  - keys:\n      publicKeys: |-\n{}",
+        indent(&key.public_key_pem(), 8)
+    ))
+}
+
 fn run_as(p: &CompiledPolicy, req: &Request) -> Vec<(RuleStatus, String)> {
     let ctx = req.json_context(false);
     let env = EvalEnv {
@@ -286,10 +294,7 @@ fn dry_runs_and_deletes_are_not_verified_and_the_api_server_dry_run_is_unsupport
     assert!(run_as(&p, &delete).is_empty());
     // dryRun.enable: offline, as Kyverno's CLI, the direct comparison
     // decides; at admission the dry-run create it would need is refused.
-    let with_dry_run = policy(&format!(
-        "dryRun: {{enable: true}}\nattestors:\n- entries:\n  - keys:\n      publicKeys: |-\n{}",
-        indent(&key.public_key_pem(), 8)
-    ));
+    let with_dry_run = key_policy_with("dryRun: {enable: true}\n", &key);
     assert_eq!(one(&with_dry_run, &tampered).0, RuleStatus::Fail);
     let mut admission = Request::offline(&tampered, "CREATE", UserInfo::default(), None);
     admission.from_review = true;
@@ -325,10 +330,7 @@ fn attestors_that_need_a_registry_or_transparency_log_are_errors_not_passes() {
         assert_eq!(status, RuleStatus::Error, "{attestor}: {message}");
         assert!(message.contains(wanted), "{attestor}: {message}");
     }
-    let p = policy(&format!(
-        "repository: ghcr.io/acme/manifests:1\nattestors:\n- entries:\n  - keys:\n      publicKeys: |-\n{}",
-        indent(&key.public_key_pem(), 8)
-    ));
+    let p = key_policy_with("repository: ghcr.io/acme/manifests:1\n", &key);
     let (status, message) = one(&p, &signed_cm);
     assert_eq!(status, RuleStatus::Error);
     assert!(
