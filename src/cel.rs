@@ -377,6 +377,15 @@ impl<'a> Activation<'a> {
         self.failed_variables.push((name, error));
     }
 
+    /// The variables of the scope that holds them that failed to evaluate,
+    /// with their errors, in their order.
+    pub fn failed_variables(&self) -> &[(&'a str, String)] {
+        match &self.variables {
+            Some(_) => &self.failed_variables,
+            None => self.parent.map_or(&[], |p| p.failed_variables()),
+        }
+    }
+
     /// (name, error) of a variable of the scope that holds the variables,
     /// when it failed to evaluate.
     pub fn variable_failure(&self, name: &str) -> Option<(&str, &str)> {

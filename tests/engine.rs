@@ -98,6 +98,13 @@ fn rule_outcomes() {
         ),
         (
             "unsupported body",
+            "    validate: {assert: {object: {metadata: {name: p}}}}\n",
+            Error,
+        ),
+        (
+            // Kyverno reads manifests without attestors as no manifests
+            // (its policy validation then refuses the rule: no element).
+            "manifests without attestors",
             "    validate: {manifests: {attestors: []}}\n",
             Error,
         ),

@@ -523,7 +523,10 @@ pub fn bind_variables<'a>(
                 vars.set_variable(&v.name, value)
             }
             Ok(_) => {}
-            Err(e) => vars.set_variable_failure(&v.name, e.to_string()),
+            Err(e) => {
+                let text = variable_failure_text(&vars, v.program.source(), e.to_string());
+                vars.set_variable_failure(&v.name, text)
+            }
         }
     }
     vars
@@ -692,9 +695,41 @@ fn failed_variable<'v>(
     error: &str,
 ) -> Option<(&'v str, &'v str)> {
     let (name, failure) = variable_error(vars, error)?;
-    source
-        .contains(&format!("variables.{name}"))
-        .then_some((name, failure))
+    read_at(source, name)?;
+    // The API server evaluates variables when an expression first reads
+    // them, left to right, and keeps the left error of `||` and `&&`: of
+    // the failed variables the expression reads, the first it reads is
+    // the one named (the interpreter may have reported another).
+    Some(
+        vars.failed_variables()
+            .iter()
+            .filter_map(|(n, e)| read_at(source, n).map(|at| (at, *n, e.as_str())))
+            .min_by_key(|(at, _, _)| *at)
+            .map_or((name, failure), |(_, n, e)| (n, e)),
+    )
+}
+
+/// Where `source` first reads `variables.<name>` (not a longer name).
+fn read_at(source: &str, name: &str) -> Option<usize> {
+    let needle = format!("variables.{name}");
+    source.match_indices(&needle).map(|(at, _)| at).find(|at| {
+        let before = source[..*at].chars().next_back();
+        let after = source[at + needle.len()..].chars().next();
+        !before.is_some_and(|c| c.is_alphanumeric() || c == '_' || c == '.')
+            && !after.is_some_and(|c| c.is_alphanumeric() || c == '_')
+    })
+}
+
+/// The error a variable's failed evaluation is kept with: when it failed
+/// reading another failed variable, the API server's chain (`composited
+/// variable "<name>" fails to evaluate: <its error>`).
+fn variable_failure_text(vars: &Activation, source: &str, error: String) -> String {
+    match failed_variable(vars, source, &error) {
+        Some((name, failure)) => {
+            format!("composited variable {name:?} fails to evaluate: {failure}")
+        }
+        None => error,
+    }
 }
 
 /// (name, its own error) of the failed variable an evaluation error of
@@ -1263,6 +1298,54 @@ spec:
             .into_iter()
             .map(|r| (r.status, r.message.to_string()))
             .collect()
+    }
+
+    /// An expression reading failed variables names the first it reads,
+    /// with the chain of variables that failed through others, as the API
+    /// server words it.
+    #[test]
+    fn failed_variables_are_named_in_reading_order_with_their_chain() {
+        let yaml = "apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: chain}
+spec:
+  validationFailureAction: Enforce
+  rules:
+  - name: chain
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    validate:
+      cel:
+        variables:
+        - {name: spec, expression: object.spec}
+        - {name: context, expression: variables.spec.securityContext}
+        - {name: nonRoot, expression: variables.context.runAsNonRoot == true}
+        - {name: containers, expression: object.spec.containers}
+        - {name: containersNonRoot, expression: 'variables.containers.all(c, true)'}
+        expressions:
+        - expression: variables.nonRoot || variables.containersNonRoot
+";
+        let docs = crate::policy::load::load_policy_text("p.yaml", yaml).unwrap();
+        let crate::policy::load::LoadedDocument::Policy(doc) = docs.into_iter().next().unwrap()
+        else {
+            panic!("not a policy")
+        };
+        let policy = crate::policy::CompiledPolicy::compile(&doc).unwrap();
+        let pod =
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "d"}});
+        let req = Request::offline(&pod, "CREATE", Default::default(), None);
+        let ctx = req.json_context(false);
+        let env = crate::engine::EvalEnv {
+            resolver: &NoResolver,
+            exceptions: &[],
+            rule_values: &(),
+        };
+        let response = crate::engine::validate::evaluate_policy(&policy, &req, &ctx, &env);
+        assert_eq!(
+            response.rules[0].message,
+            "expression 'variables.nonRoot || variables.containersNonRoot' resulted in error: \
+             composited variable \"nonRoot\" fails to evaluate: composited variable \"context\" \
+             fails to evaluate: composited variable \"spec\" fails to evaluate: no such key: spec"
+        );
     }
 
     fn pod(ns: &str, image: &str) -> Value {

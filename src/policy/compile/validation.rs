@@ -70,13 +70,18 @@ pub(super) fn compile_validation(
     policy_action: FailureAction,
     exprs: &mut ExprCache,
 ) -> Result<RuleBody, String> {
-    // Kyverno's handler order: manifests before every other check.
+    // Kyverno's handler order: manifests before every other check; without
+    // attestors Kyverno reads no manifests check at all.
+    let attested = |raw: &Value| {
+        raw.get("attestors")
+            .and_then(Value::as_array)
+            .is_some_and(|a| !a.is_empty())
+    };
     let check = match &v.manifests {
-        Some(raw) => Some(ValidateCheck::Manifests(Box::new(ManifestsRule::compile(
-            raw,
-            &format!("{field}.manifests"),
-        )?))),
-        None => compile_check(
+        Some(raw) if attested(raw) => Some(ValidateCheck::Manifests(Box::new(
+            ManifestsRule::compile(raw, &format!("{field}.manifests"))?,
+        ))),
+        _ => compile_check(
             v.pattern.as_ref(),
             v.any_pattern.as_ref(),
             v.deny.as_ref(),
