@@ -343,7 +343,8 @@ fn verify_signature(entry: &Attestor, object: &Object, domain: &str) -> Result<S
             );
         }
         Verifier::Unsupported { reason, .. } => return Err(reason.clone()),
-        Verifier::Nested(_) => unreachable!("nested attestor sets are verified as sets"),
+        // `verify_set` verifies a nested set as a set, never as an entry.
+        Verifier::Nested(_) => return Err("a nested attestor set is no signature check".into()),
     };
     let mut trials = Vec::new();
     let total = sets.len();
