@@ -19,7 +19,6 @@ use crate::wildcard;
 use check::check_results;
 use evaluate::evaluate;
 use load::load_test;
-use serde_json::Value;
 use std::path::{Path, PathBuf};
 
 /// One table row of a test.
@@ -138,68 +137,71 @@ pub fn discover(paths: &[PathBuf], file_name: &str) -> Vec<PathBuf> {
 }
 
 /// Runs every test document of one file.
-/// The errors of a test file itself (it does not read or parse, or a
-/// document is no valid Test), without running it.
-pub fn test_file_errors(path: &Path) -> Vec<String> {
+/// A test file read: its documents, each a Test or why it is none; an
+/// error when the file does not read or parse as YAML.
+pub type TestFile = Result<Vec<Result<TestDoc, String>>, String>;
+
+/// Reads and parses a test file without running it.
+pub fn read_test_file(path: &Path) -> TestFile {
     let shown = path.display().to_string();
-    let text = match read_file(path) {
-        Ok(t) => t,
-        Err(e) => return vec![e.to_string()],
-    };
-    match parse_yaml_documents(&shown, &text) {
+    let text = read_file(path).map_err(|e| e.to_string())?;
+    let docs = parse_yaml_documents(&shown, &text).map_err(|e| e.to_string())?;
+    Ok(docs
+        .iter()
+        .map(|d| TestDoc::parse(path, d).map_err(|e| format!("{shown}: {e}")))
+        .collect())
+}
+
+/// The errors of a test file itself (it does not read or parse, or a
+/// document is no valid Test).
+pub fn test_file_errors(file: &TestFile) -> Vec<String> {
+    match file {
         Ok(docs) => docs
             .iter()
-            .filter_map(|d| TestDoc::parse(path, d).err())
-            .map(|e| format!("{shown}: {e}"))
+            .filter_map(|d| d.as_ref().err().cloned())
             .collect(),
-        Err(e) => vec![e.to_string()],
+        Err(e) => vec![e.clone()],
     }
 }
 
 pub fn run_test_file(path: &Path, selector: &Selector) -> Vec<TestOutcome> {
-    let shown = path.display().to_string();
-    let fail = |e: String| {
-        vec![TestOutcome {
-            path: shown.clone(),
-            error: Some(e),
-            invalid: true,
-            ..Default::default()
-        }]
-    };
-    let text = match read_file(path) {
-        Ok(t) => t,
-        Err(e) => return fail(e.to_string()),
-    };
-    let docs = match parse_yaml_documents(&shown, &text) {
-        Ok(d) => d,
-        Err(e) => return fail(e.to_string()),
-    };
-    docs.iter()
-        .map(|d| run_test_doc(path, d, selector))
-        .collect()
+    run_read_test_file(path, &read_test_file(path), selector)
 }
 
-fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
+/// Runs a test file already read: a document that is no Test is an
+/// invalid outcome.
+pub fn run_read_test_file(path: &Path, file: &TestFile, selector: &Selector) -> Vec<TestOutcome> {
+    let invalid = |e: &String| TestOutcome {
+        path: path.display().to_string(),
+        error: Some(e.clone()),
+        invalid: true,
+        ..Default::default()
+    };
+    match file {
+        Err(e) => vec![invalid(e)],
+        Ok(docs) => docs
+            .iter()
+            .map(|d| match d {
+                Ok(doc) => run_test_doc(path, doc, selector),
+                Err(e) => invalid(e),
+            })
+            .collect(),
+    }
+}
+
+fn run_test_doc(path: &Path, doc: &TestDoc, selector: &Selector) -> TestOutcome {
     let mut outcome = TestOutcome {
         path: path.display().to_string(),
         ..Default::default()
     };
-    let doc = match TestDoc::parse(path, raw) {
-        Ok(d) => d,
-        Err(e) => {
-            outcome.error = Some(format!("{}: {e}", path.display()));
-            outcome.invalid = true;
-            return outcome;
-        }
-    };
-    let loaded = match load_test(&doc) {
+    let loaded = match load_test(doc) {
         Ok(l) => l,
         Err(e) => {
             outcome.error = Some(e);
             return outcome;
         }
     };
-    let evaluated = evaluate(&doc, &loaded, None);
+    let evaluated = evaluate(doc, &loaded, None);
     // One more run per operation the results name (Kyverno's CLI).
     let by_operation: std::collections::BTreeMap<&str, Vec<_>> = doc
         .results
@@ -207,9 +209,9 @@ fn run_test_doc(path: &Path, raw: &Value, selector: &Selector) -> TestOutcome {
         .filter_map(|r| r.operation.as_deref())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
-        .map(|op| (op, evaluate(&doc, &loaded, Some(op))))
+        .map(|op| (op, evaluate(doc, &loaded, Some(op))))
         .collect();
-    outcome.rows = check_results(&doc, &loaded, &evaluated, &by_operation, selector);
+    outcome.rows = check_results(doc, &loaded, &evaluated, &by_operation, selector);
     outcome.policies = loaded.policies.len()
         + loaded.admission_mutating.len()
         + loaded.mutating.len()

@@ -2,7 +2,9 @@
 //! counts and the results table, then the summary; with `--output json`
 //! the tables go to stderr and one JSON document to stdout.
 
-use super::{Outcome, Row, Selector, discover, run_test_file, test_file_errors};
+use super::{
+    Outcome, Row, Selector, discover, read_test_file, run_read_test_file, test_file_errors,
+};
 use crate::cli::{OutputFormat, TestArgs};
 use serde_json::{Value, json};
 use std::io::{IsTerminal, Write};
@@ -91,9 +93,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<i32> {
         }
         Ok(1)
     };
-    let invalid: Vec<(&std::path::PathBuf, Vec<String>)> = files
+    // Every file read once, up front; the run uses what was read.
+    let read: Vec<_> = files.iter().map(|f| (f, read_test_file(f))).collect();
+    let invalid: Vec<(&std::path::PathBuf, Vec<String>)> = read
         .iter()
-        .map(|f| (f, test_file_errors(f)))
+        .map(|(f, file)| (*f, test_file_errors(file)))
         .filter(|(_, errors)| !errors.is_empty())
         .collect();
     if !invalid.is_empty() {
@@ -112,11 +116,11 @@ pub fn run(args: &TestArgs) -> anyhow::Result<i32> {
     }
     let mut outcomes = Vec::new();
     let (mut pass, mut fail, mut skip) = (0, 0, 0);
-    for (n, file) in files.iter().enumerate() {
+    for (n, (path, file)) in read.iter().enumerate() {
         if progress {
-            eprint!("\r[{}/{}] {}", n + 1, files.len(), file.display());
+            eprint!("\r[{}/{}] {}", n + 1, read.len(), path.display());
         }
-        for o in run_test_file(file, &selector) {
+        for o in run_read_test_file(path, file, &selector) {
             writeln!(human, "Loading test  ( {} ) ...", o.path)?;
             if let Some(e) = &o.error {
                 if progress {

@@ -27,6 +27,7 @@ use crate::engine::{EvalEnv, Request, RuleResponse, RuleStatus};
 use crate::policy::manifests::{Attestor, AttestorSet, FieldPattern, ManifestsRule, Verifier};
 use crate::policy::{CompiledPolicy, CompiledRule};
 use serde_json::Value;
+use std::cell::OnceCell;
 
 /// Evaluates a rule whose validate body is `manifests`, in the steps of
 /// Kyverno's handler: none on DELETE; the rule's context and
@@ -103,10 +104,27 @@ fn verify(manifests: &ManifestsRule, req: &Request) -> Verdict {
 }
 
 /// The object under verification, with what every entry reads of it.
+/// The message, its manifests and the comparison with them, and the
+/// signed bytes do not depend on the entry: each is worked out once per
+/// request, when an entry first needs it.
 struct Object<'a> {
     value: &'a Value,
     annotations: Option<&'a serde_json::Map<String, Value>>,
     ignored: Vec<&'a FieldPattern>,
+    domain: &'a str,
+    /// The `message` annotation.
+    message: Option<&'a str>,
+    /// The `resourceBundleRef` annotation, when set.
+    bundle_ref: Option<&'a str>,
+    compared: OnceCell<Result<Comparison, FetchError>>,
+    signed: OnceCell<Vec<u8>>,
+}
+
+/// The resource against the manifests of its message: whether one
+/// matched, else the differences with the first candidate.
+struct Comparison {
+    matched: bool,
+    first_diff: Vec<Difference>,
 }
 
 impl<'a> Object<'a> {
@@ -117,22 +135,67 @@ impl<'a> Object<'a> {
                 .and_then(Value::as_str)
                 .unwrap_or_default()
         };
+        let annotations = value
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object);
+        let domain = manifests.annotation_domain.as_str();
+        let annotation = |name: &str| annotations?.get(&format!("{domain}/{name}"))?.as_str();
         Object {
             value,
-            annotations: value
-                .pointer("/metadata/annotations")
-                .and_then(Value::as_object),
+            annotations,
             ignored: manifests.ignored_for(
                 str_at("/apiVersion"),
                 str_at("/kind"),
                 str_at("/metadata/name"),
                 str_at("/metadata/namespace"),
             ),
+            domain,
+            message: annotation("message"),
+            bundle_ref: annotation("resourceBundleRef").filter(|r| !r.is_empty()),
+            compared: OnceCell::new(),
+            signed: OnceCell::new(),
         }
     }
 
     fn annotation(&self, key: &str) -> Option<&'a str> {
         self.annotations?.get(key)?.as_str()
+    }
+
+    /// `BlobManifestFetcher.Fetch` and `matchResourceWithManifest`'s
+    /// direct match over its candidates.
+    fn comparison(&self) -> &Result<Comparison, FetchError> {
+        self.compared.get_or_init(|| {
+            let message = self
+                .message
+                .ok_or_else(|| FetchError::NotFound("message not found".into()))?;
+            let found = message::manifests_in_message(message)?;
+            let mut first_diff = None;
+            for candidate in message::candidates(&found, self.value, &self.ignored)? {
+                let differences = compare(candidate, self);
+                if differences.is_empty() {
+                    return Ok(Comparison {
+                        matched: true,
+                        first_diff: Vec::new(),
+                    });
+                }
+                first_diff.get_or_insert(differences);
+            }
+            Ok(Comparison {
+                matched: false,
+                first_diff: first_diff.unwrap_or_default(),
+            })
+        })
+    }
+
+    /// The bytes the signatures sign: the message with its gzip undone
+    /// once (nothing when it does not decode, as the library's `_`).
+    fn signed(&self) -> &[u8] {
+        self.signed.get_or_init(|| {
+            self.message
+                .and_then(|m| message::base64_decode(m).ok())
+                .and_then(|gz| message::gunzip_or_same(&gz).ok())
+                .unwrap_or_default()
+        })
     }
 }
 
@@ -213,12 +276,10 @@ fn verify_entry(
         }
     }
     let at = format!("{path}{}", entry.sub_path());
-    let domain = &manifests.annotation_domain;
     // The manifest's source: the object's resourceBundleRef annotation,
     // else the entry's repository, else the rule's.
     let bundle = object
-        .annotation(&format!("{domain}/resourceBundleRef"))
-        .filter(|r| !r.is_empty())
+        .bundle_ref
         .or(entry.repository.as_deref())
         .or(manifests.repository.as_deref());
     if let Some(image) = bundle {
@@ -227,65 +288,43 @@ fn verify_entry(
              which needs its registry"
         ));
     }
-    let not_found = |why: &str| {
-        Ok((
-            false,
-            format!("{at}: YAML manifest not found for this resource: {why}"),
-        ))
-    };
-    let Some(message) = object.annotation(&format!("{domain}/message")) else {
-        return not_found("message not found");
-    };
-    let manifests_found = match message::manifests_in_message(message) {
-        Ok(m) => m,
-        Err(FetchError::NotFound(why)) => return not_found(&why),
-        Err(FetchError::Failed(e)) => {
-            return Err(format!(
-                "{at}: YAML manifest not found for this resource: {e}"
-            ));
-        }
-    };
-    let candidates = match message::candidates(&manifests_found, object.value, &object.ignored) {
+    let comparison = match object.comparison() {
         Ok(c) => c,
-        Err(FetchError::NotFound(why)) => return not_found(&why),
+        Err(FetchError::NotFound(why)) => {
+            return Ok((
+                false,
+                format!("{at}: YAML manifest not found for this resource: {why}"),
+            ));
+        }
         Err(FetchError::Failed(e)) => {
             return Err(format!(
                 "{at}: YAML manifest not found for this resource: {e}"
             ));
         }
     };
-    let mut first_diff: Option<Vec<Difference>> = None;
-    let mut matched = false;
-    for candidate in candidates {
-        let differences = compare(candidate, object);
-        if differences.is_empty() {
-            matched = true;
-            break;
-        }
-        first_diff.get_or_insert(differences);
-    }
-    if !matched && manifests.dry_run && at_admission {
+    if !comparison.matched && manifests.dry_run && at_admission {
         return Err(format!(
             "{at}: unsupported: validate.manifests.dryRun: the resource differs from its signed \
              manifest, and comparing it with a dry-run create of the manifest needs the API server"
         ));
     }
-    let signed = verify_signature(entry, object, domain).map_err(|e| format!("{at}: {e}"))?;
-    match signed {
+    match verify_signature(entry, object).map_err(|e| format!("{at}: {e}"))? {
         Signature::NotFound => Ok((
             false,
             format!("{at}: failed to verify signature: signature not found"),
         )),
-        Signature::Verified if matched => Ok((true, "singed by a valid signer: ".into())),
+        Signature::Verified if comparison.matched => {
+            Ok((true, "singed by a valid signer: ".into()))
+        }
+        Signature::Verified if comparison.first_diff.is_empty() => {
+            Ok((false, format!("{at}: failed to verify signature.")))
+        }
         Signature::Verified => Ok((
             false,
-            match first_diff.filter(|d| !d.is_empty()) {
-                Some(d) => format!(
-                    "{at}: failed to verify signature. diff found; {}",
-                    diff::to_json(&d)
-                ),
-                None => format!("{at}: failed to verify signature."),
-            },
+            format!(
+                "{at}: failed to verify signature. diff found; {}",
+                diff::to_json(&comparison.first_diff)
+            ),
         )),
     }
 }
@@ -309,14 +348,14 @@ enum Signature {
 /// `BlobSignatureVerifier.Verify` with the entry's key: the signature sets
 /// of the annotations (`signature`, `signature_1`, … with the message);
 /// the first that verifies is enough.
-fn verify_signature(entry: &Attestor, object: &Object, domain: &str) -> Result<Signature, String> {
+fn verify_signature(entry: &Attestor, object: &Object) -> Result<Signature, String> {
+    let domain = object.domain;
     let indexed = |name: &str, i: usize| match i {
         0 => format!("{domain}/{name}"),
         i => format!("{domain}/{name}_{i}"),
     };
-    let message = object.annotation(&format!("{domain}/message"));
     let mut sets = Vec::new();
-    if let Some(message) = message {
+    if object.message.is_some() {
         let annotation_count = object.annotations.map_or(0, |a| a.len());
         for i in 0.. {
             let Some(signature) = object.annotation(&indexed("signature", i)) else {
@@ -324,7 +363,7 @@ fn verify_signature(entry: &Attestor, object: &Object, domain: &str) -> Result<S
             };
             let extra = object.annotation(&indexed("certificate", i)).is_some()
                 || object.annotation(&indexed("bundle", i)).is_some();
-            sets.push((message, signature, extra));
+            sets.push((signature, extra));
             if i > annotation_count {
                 break;
             }
@@ -348,7 +387,7 @@ fn verify_signature(entry: &Attestor, object: &Object, domain: &str) -> Result<S
     };
     let mut trials = Vec::new();
     let total = sets.len();
-    for (j, (message, signature, extra)) in sets.into_iter().enumerate() {
+    for (j, (signature, extra)) in sets.into_iter().enumerate() {
         let outcome: Result<(), String> = if extra {
             Err(
                 "unsupported offline: a signature with a certificate or a Rekor bundle needs \
@@ -356,15 +395,11 @@ fn verify_signature(entry: &Attestor, object: &Object, domain: &str) -> Result<S
                     .to_string(),
             )
         } else {
-            // The signed bytes are the message with its gzip undone once.
-            let signed = message::base64_decode(message)
-                .and_then(|gz| message::gunzip_or_same(&gz))
-                .unwrap_or_default();
             match message::base64_decode(signature) {
                 Err(e) => Err(format!(
                     "cosign.VerifyBlobCmd.Exec() returned an error: decoding signature: {e}"
                 )),
-                Ok(sig) if key.verifies(&signed, &sig) => return Ok(Signature::Verified),
+                Ok(sig) if key.verifies(object.signed(), &sig) => return Ok(Signature::Verified),
                 Ok(_) => Err(format!(
                     "cosign.VerifyBlobCmd.Exec() returned an error: {}",
                     key.mismatch

@@ -141,7 +141,8 @@ fn kind_of(v: &Value) -> &str {
 }
 
 fn metadata_str<'v>(v: &'v Value, field: &str) -> &'v str {
-    v.pointer(&format!("/metadata/{field}"))
+    v.get("metadata")
+        .and_then(|m| m.get(field))
         .and_then(Value::as_str)
         .unwrap_or_default()
 }

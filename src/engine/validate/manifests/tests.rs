@@ -65,6 +65,16 @@ fn signed(manifest: &Value, resource: &Value, keys: &[&KeyPair], tar: bool) -> V
     out
 }
 
+/// A ConfigMap signed at level info by `key`, then changed to debug.
+fn tampered(key: &KeyPair) -> Value {
+    signed(
+        &configmap("cm", "info"),
+        &configmap("cm", "debug"),
+        &[key],
+        true,
+    )
+}
+
 fn configmap(name: &str, level: &str) -> Value {
     json!({"apiVersion": "v1", "kind": "ConfigMap",
            "metadata": {"name": name, "namespace": "apps"},
@@ -176,12 +186,7 @@ fn a_resource_signed_as_it_is_passes_in_both_message_forms() {
 fn a_change_after_signing_fails_with_the_difference() {
     let key = KeyPair::generate().unwrap();
     let p = keys_policy(&[&key], None);
-    let tampered = signed(
-        &configmap("cm", "info"),
-        &configmap("cm", "debug"),
-        &[&key],
-        true,
-    );
+    let tampered = tampered(&key);
     assert_eq!(
         one(&p, &tampered),
         (
@@ -275,12 +280,7 @@ fn counts_decide_how_many_entries_must_verify() {
 fn dry_runs_and_deletes_are_not_verified_and_the_api_server_dry_run_is_unsupported() {
     let key = KeyPair::generate().unwrap();
     let p = keys_policy(&[&key], None);
-    let tampered = signed(
-        &configmap("cm", "info"),
-        &configmap("cm", "debug"),
-        &[&key],
-        true,
-    );
+    let tampered = tampered(&key);
     let mut req = Request::offline(&tampered, "CREATE", UserInfo::default(), None);
     req.dry_run = true;
     assert_eq!(
