@@ -91,6 +91,8 @@ impl Program {
         bound_names(&parsed, &mut shadowed);
         let expr = rewrite(parsed, &shadowed);
         let compiled = direct::compile(&expr);
+        // After the direct plan, which reads selections as paths.
+        let expr = interpreter_forms(expr);
         let request_wide = compiled
             .as_ref()
             .is_some_and(|c| c.reads_only(&REQUEST_WIDE_NAMES));
@@ -603,6 +605,75 @@ fn called_functions(e: &IdedExpr, out: &mut Vec<String>) {
     for_each_child(e, &mut |child| called_functions(child, out));
 }
 
+/// The forms of cel-go's semantics the interpreter has no operator for:
+/// every field selection and `has()` as a call of the library's
+/// [`library::SELECT`] and [`library::HAS`] (the interpreter's own
+/// selection answers false on a value that is not a map, where cel-go
+/// fails with `no such key`, or `unsupported index type` on a list), and
+/// a comprehension's range checked by [`library::ITERABLE`].
+fn interpreter_forms(mut e: IdedExpr) -> IdedExpr {
+    fn visit(e: &mut IdedExpr) {
+        for_each_child_mut(e, &mut visit);
+        if let Expr::Comprehension(c) = &mut e.expr
+            && !matches!(c.iter_range.expr, Expr::List(_))
+        {
+            let range = std::mem::replace(&mut c.iter_range, ided(Expr::Unspecified));
+            c.iter_range = ided(call(library::ITERABLE, vec![range]));
+        }
+        if let Expr::Select(s) = &mut e.expr {
+            let operand = std::mem::replace(&mut *s.operand, ided(Expr::Unspecified));
+            let field = ided(Expr::Literal(LiteralValue::String(
+                std::mem::take(&mut s.field).into(),
+            )));
+            let name = if s.test {
+                library::HAS
+            } else {
+                library::SELECT
+            };
+            e.expr = call(name, vec![operand, field]);
+        }
+    }
+    visit(&mut e);
+    e
+}
+
+/// [`for_each_child`], for changing the subexpressions in place.
+fn for_each_child_mut(e: &mut IdedExpr, f: &mut dyn FnMut(&mut IdedExpr)) {
+    fn entries(entries: &mut [IdedEntryExpr], f: &mut dyn FnMut(&mut IdedExpr)) {
+        for x in entries {
+            match &mut x.expr {
+                EntryExpr::MapEntry(m) => {
+                    f(&mut m.key);
+                    f(&mut m.value);
+                }
+                EntryExpr::StructField(s) => f(&mut s.value),
+            }
+        }
+    }
+    match &mut e.expr {
+        Expr::Call(c) => {
+            c.target.iter_mut().for_each(|t| f(t));
+            c.args.iter_mut().for_each(&mut *f);
+        }
+        Expr::Comprehension(c) => {
+            for x in [
+                &mut c.iter_range,
+                &mut c.accu_init,
+                &mut c.loop_cond,
+                &mut c.loop_step,
+                &mut c.result,
+            ] {
+                f(x);
+            }
+        }
+        Expr::List(l) => l.elements.iter_mut().for_each(&mut *f),
+        Expr::Map(m) => entries(&mut m.entries, f),
+        Expr::Struct(st) => entries(&mut st.entries, f),
+        Expr::Select(sel) => f(&mut sel.operand),
+        _ => {}
+    }
+}
+
 /// Calls `f` on each direct subexpression of `e`.
 fn for_each_child<'e>(e: &'e IdedExpr, f: &mut dyn FnMut(&'e IdedExpr)) {
     fn entries<'e>(entries: &'e [IdedEntryExpr], f: &mut dyn FnMut(&'e IdedExpr)) {
@@ -712,6 +783,9 @@ fn rewrite(e: IdedExpr, shadowed: &HashSet<String>) -> IdedExpr {
                 // The value's equality (numbers across types), not the
                 // interpreter's operator's.
                 "_==_" => c.func_name = library::EQUALS.into(),
+                // cel-go's error order: see library::AND.
+                "_&&_" => c.func_name = library::AND.into(),
+                "_||_" => c.func_name = library::OR.into(),
                 "_!=_" => c.func_name = library::NOT_EQUALS.into(),
                 "@in" => c.func_name = library::IN.into(),
                 "_?._" => c.func_name = library::OPT_SELECT.into(),

@@ -32,6 +32,16 @@ pub(super) const NOT_EQUALS: &str = "@ne";
 /// `in`, as a function, for the same reason: `1.0 in [1]` and
 /// `1u in {1: x}` hold in CEL.
 pub(super) const IN: &str = "@inAny";
+/// `&&` and `||`, as functions: when both operands fail, cel-go reports
+/// the left one's error (its logical operators keep the first error of
+/// their terms); the interpreter's operators return the right one's.
+/// `a.f` and `has(a.f)`, as functions: see `interpreter_forms`.
+pub(super) const SELECT: &str = "@select";
+pub(super) const HAS: &str = "@has";
+/// A comprehension's range, checked as cel-go checks it.
+pub(super) const ITERABLE: &str = "@iterable";
+pub(super) const AND: &str = "@and";
+pub(super) const OR: &str = "@or";
 
 /// Rounds of lookups one evaluation may take (each round answers every
 /// lookup the expression reached).
@@ -112,6 +122,11 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function(EQUALS, equal);
     ctx.add_function(NOT_EQUALS, not_equal);
     ctx.add_function(IN, contained_in);
+    ctx.add_function(SELECT, select_field);
+    ctx.add_function(HAS, has_field);
+    ctx.add_function(ITERABLE, iterable);
+    ctx.add_function(AND, logical_and);
+    ctx.add_function(OR, logical_or);
     // kyverno-compat: Kyverno's policies call these on plain values too
     // (`container.volumeMounts.orValue([])`) and expect the value itself.
     ctx.add_function("orValue", or_value);
@@ -488,6 +503,87 @@ fn tick(v: Value, weight: i64) -> ResolveResult {
     Ok(v)
 }
 
+/// cel-go's field selection (on unstructured JSON, as Kubernetes and
+/// Kyverno bind objects): a map's entry or `no such key`; a list's is an
+/// index error; anything else has no fields.
+fn select_field(operand: Value, field: Arc<String>) -> ResolveResult {
+    match &operand {
+        Value::Map(m) => match m.map.get(&Key::String(field.clone())) {
+            Some(v) => Ok(v.clone()),
+            None => Err(ExecutionError::NoSuchKey(field)),
+        },
+        Value::List(_) => Err(string_index_on_list()),
+        _ => Err(ExecutionError::NoSuchKey(field)),
+    }
+}
+
+/// cel-go's `has()`: whether a map has the key; an index error on a list;
+/// false on anything else.
+fn has_field(operand: Value, field: Arc<String>) -> ResolveResult {
+    match &operand {
+        Value::Map(m) => Ok(Value::Bool(m.map.contains_key(&Key::String(field)))),
+        Value::List(_) => Err(string_index_on_list()),
+        _ => Ok(Value::Bool(false)),
+    }
+}
+
+/// A list or map as it is; anything else is cel-go's error for a
+/// comprehension over it (the interpreter's is no such overload).
+fn iterable(range: Value) -> ResolveResult {
+    let go_type = match &range {
+        Value::List(_) | Value::Map(_) => return Ok(range),
+        Value::Null => "types.Null",
+        Value::Bool(_) => "types.Bool",
+        Value::Int(_) => "types.Int",
+        Value::UInt(_) => "types.Uint",
+        Value::Float(_) => "types.Double",
+        Value::String(_) => "types.String",
+        Value::Bytes(_) => "types.Bytes",
+        Value::Duration(_) => "types.Duration",
+        Value::Timestamp(_) => "types.Timestamp",
+        v if optional_inner(v).is_some() => "*types.Optional",
+        _ => return Err(ExecutionError::NoSuchOverload),
+    };
+    Err(ExecutionError::function_error(
+        "",
+        format!("got '{go_type}', expected iterable type"),
+    ))
+}
+
+/// cel-go's error for a field or string key of a list.
+pub(super) fn string_index_on_list() -> ExecutionError {
+    ExecutionError::function_error("", "unsupported index type 'string' in list")
+}
+
+fn logical_and(ftx: &FunctionContext) -> ResolveResult {
+    logical(ftx, false)
+}
+
+fn logical_or(ftx: &FunctionContext) -> ResolveResult {
+    logical(ftx, true)
+}
+
+/// cel-go's `&&` (`decisive` false) and `||` (`decisive` true): the
+/// decisive value of either operand is the answer, whatever the other
+/// gives; otherwise the first operand that is not a bool is the error (its
+/// own, or no such overload).
+fn logical(ftx: &FunctionContext, decisive: bool) -> ResolveResult {
+    let [left, right] = ftx.args else {
+        return Err(ExecutionError::invalid_argument_count(2, ftx.args.len()));
+    };
+    let left = Value::resolve(left, ftx.ptx);
+    if matches!(left, Ok(Value::Bool(b)) if b == decisive) {
+        return Ok(Value::Bool(decisive));
+    }
+    let right = Value::resolve(right, ftx.ptx);
+    match (left, right) {
+        (_, Ok(Value::Bool(b))) if b == decisive => Ok(Value::Bool(decisive)),
+        (Ok(Value::Bool(_)), Ok(Value::Bool(_))) => Ok(Value::Bool(!decisive)),
+        (Err(e), _) | (Ok(Value::Bool(_)), Err(e)) => Err(e),
+        _ => Err(ExecutionError::NoSuchOverload),
+    }
+}
+
 fn or_value(This(this): This<Value>, other: Value) -> ResolveResult {
     Ok(match optional_inner(&this) {
         Some(Some(v)) => v,
@@ -515,7 +611,7 @@ fn optional_inner(v: &Value) -> Option<Option<Value>> {
 }
 
 /// `a.?f`: an optional of the field, none when it is absent.
-fn opt_select(ftx: &FunctionContext, operand: Value, field: Arc<String>) -> ResolveResult {
+fn opt_select(operand: Value, field: Arc<String>) -> ResolveResult {
     let target = match optional_inner(&operand) {
         Some(None) => return Ok(opt_none()),
         Some(Some(v)) => v,
@@ -526,11 +622,9 @@ fn opt_select(ftx: &FunctionContext, operand: Value, field: Arc<String>) -> Reso
             Some(v) => opt_of(v.clone()),
             None => opt_none(),
         }),
-        Value::Null => Ok(opt_none()),
-        other => Err(ftx.error(format!(
-            "no such overload: optional field selection on {}",
-            other.type_of()
-        ))),
+        Value::List(_) => Err(string_index_on_list()),
+        // cel-go: a value that is not a map or list has no fields.
+        _ => Ok(opt_none()),
     }
 }
 
@@ -557,6 +651,7 @@ fn opt_index(ftx: &FunctionContext, operand: Value, key: Value) -> ResolveResult
             .and_then(|i| l.get(i))
             .cloned()
             .map_or_else(opt_none, opt_of)),
+        (Value::List(_), Value::String(_)) => Err(string_index_on_list()),
         (Value::Null, _) => Ok(opt_none()),
         (other, _) => Err(ftx.error(format!(
             "no such overload: optional index on {}",

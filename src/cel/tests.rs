@@ -210,3 +210,43 @@ fn type_values_and_bind() {
         assert_eq!(eval(e, o.clone()), Ok(json!(want)), "{e}");
     }
 }
+
+#[test]
+fn logical_operators_report_the_left_error_as_cel_go() {
+    let object = json!({"a": true, "f": false, "s": "x"});
+    let error = |expr: &str| eval(expr, object.clone()).unwrap_err().to_string();
+    // Both operands fail: the left one's error, in both evaluators.
+    for expr in [
+        "object.x > 0 && object.y > 0",
+        "object.x > 0 || object.y > 0",
+        "(object.x > 0 && object.y > 0) || object.z > 0",
+    ] {
+        let err = error(expr);
+        assert!(err.contains("no such key: x"), "{expr}: {err}");
+        let program = Program::compile(expr).unwrap().interpreted_only();
+        let mut vars = Activation::new();
+        vars.set("object", json_to_cel(&object)).unwrap();
+        let interpreted = program.eval(&vars, &NoLookups).unwrap_err().to_string();
+        assert!(
+            interpreted.contains("no such key: x"),
+            "{expr}: {interpreted}"
+        );
+    }
+    // The decisive value on either side wins over an error on the other.
+    assert_eq!(
+        eval("object.x > 0 && object.f", object.clone()),
+        Ok(json!(false))
+    );
+    assert_eq!(
+        eval("object.f && object.x > 0", object.clone()),
+        Ok(json!(false))
+    );
+    assert_eq!(
+        eval("object.x > 0 || object.a", object.clone()),
+        Ok(json!(true))
+    );
+    // A non-bool operand is no such overload, unless the left one failed.
+    assert!(error("object.s && object.a").contains("no such overload"));
+    assert!(error("object.a && object.x > 0").contains("no such key: x"));
+    assert!(error("object.x > 0 && object.s").contains("no such key: x"));
+}

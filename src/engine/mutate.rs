@@ -252,7 +252,7 @@ impl Mutator<'_> {
     }
 
     /// Applies one patch to `resource`: the result, and how many foreach
-    /// elements changed it (1 for a plain patch that changed it).
+    /// entries changed it (1 for a plain patch that changed it).
     fn apply(
         &mut self,
         patch: &MutatePatch,
@@ -268,8 +268,15 @@ impl Mutator<'_> {
             MutatePatch::Strategic {
                 prepared: Some(overlay),
                 ..
-            } => strategic::merge_owned(resource.clone(), overlay)
-                .map_err(|e| format!("failed to patch resource: {e}"))?,
+            } => {
+                // The one check of the preprocessing that reads the
+                // resource when the overlay has no anchors.
+                if let Err(found) = overlay::lists_of_maps_meet_lists(overlay, resource) {
+                    return Err(not_a_list(found));
+                }
+                strategic::merge_owned(resource.clone(), overlay)
+                    .map_err(|e| format!("failed to patch resource: {e}"))?
+            }
             MutatePatch::Strategic {
                 overlay,
                 has_variables,
@@ -286,17 +293,7 @@ impl Mutator<'_> {
                     Err(overlay::AnchorError::Condition(_) | overlay::AnchorError::Global(_)) => {
                         return Ok((resource.clone(), 0));
                     }
-                    Err(overlay::AnchorError::NotAList(found)) => {
-                        // kyaml's wording: Kyverno reads the resource there
-                        // as a list.
-                        let e = strategic::MergeError::Kind {
-                            expected: "SequenceNode",
-                            found,
-                        };
-                        return Err(format!(
-                            "failed to patch resource: failed to preProcess rule: {e}"
-                        ));
-                    }
+                    Err(overlay::AnchorError::NotAList(found)) => return Err(not_a_list(found)),
                     Err(overlay::AnchorError::Other(e)) => {
                         return Err(format!(
                             "failed to patch resource: failed to preProcess rule: {e}"
@@ -342,7 +339,19 @@ impl Mutator<'_> {
     ) -> Result<(Value, usize), String> {
         let mut current = resource.clone();
         let mut applied = 0;
+        let outer = ctx;
         for fe in list {
+            // An entry sees the object as the entries before it left it
+            // (Kyverno puts each changed result into the context's
+            // request.object); its elements see it as it was at the entry's
+            // start.
+            let mut entry_ctx = outer.child();
+            if applied > 0 {
+                entry_ctx.set_path("request.object", current.clone());
+            }
+            let ctx = &entry_ctx;
+            // The object before this entry's first change.
+            let mut entry_start: Option<Value> = None;
             let items = foreach_list(&fe.list, fe.list_expr.as_ref(), ctx, self.exprs)
                 .map_err(|e| format!("failed to evaluate list {}: {e}", fe.list))?;
             let items: Vec<Value> = match items.into_owned() {
@@ -396,9 +405,15 @@ impl Mutator<'_> {
                     .apply(&fe.patch, &current, &scope, nesting + 1)
                     .map_err(failed)?;
                 if n > 0 && out != current {
-                    applied += 1;
-                    current = out;
+                    let before = std::mem::replace(&mut current, out);
+                    entry_start.get_or_insert(before);
                 }
+            }
+            // Kyverno counts the entries whose elements changed the
+            // object, judged at the entry's end (an element may undo
+            // another's change, a merge's reordering for one).
+            if entry_start.is_some_and(|start| start != current) {
+                applied += 1;
             }
         }
         Ok((current, applied))
@@ -427,6 +442,17 @@ fn mutated_message(resource: &Value) -> String {
 
 /// Where Kyverno's substitution errors place a patch (a strategic merge
 /// or a JSON 6902 one): in the rule (`/mutate/...`), or in a foreach entry.
+/// The preprocessing's error where the patch has a list of maps and the
+/// resource something else: kyaml's wording, as Kyverno reads the resource
+/// there as a list.
+fn not_a_list(found: Value) -> String {
+    let e = strategic::MergeError::Kind {
+        expected: "SequenceNode",
+        found,
+    };
+    format!("failed to patch resource: failed to preProcess rule: {e}")
+}
+
 fn patch_path(nesting: usize, strategic: bool) -> &'static str {
     match (nesting, strategic) {
         (0, true) => "/mutate/patchStrategicMerge",

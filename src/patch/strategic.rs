@@ -6,8 +6,9 @@
 //!   the merge key; lists of unknown types are merged the same way when all
 //!   their elements carry one of kyaml's associative keys; other lists are
 //!   replaced;
-//! - elements only in the patch come first (kyaml's "prepend"), then the
-//!   document's (kyverno-compat: `patchstrategicmerge.Filter` prepends);
+//! - the patch's elements come first, in patch order (merged with the
+//!   document's of the same key), then the document's others (kyaml's
+//!   "prepend": kyverno-compat, `patchstrategicmerge.Filter` asks for it);
 //! - directives: `$patch: replace|delete|merge` on maps and list elements,
 //!   `$retainKeys`, `$deleteFromPrimitiveList/<field>`,
 //!   `$setElementOrder/<field>`.
@@ -360,58 +361,68 @@ fn merge_elements(
     schema: Option<Schema>,
     path: &mut String,
 ) -> Result<Vec<Value>, MergeError> {
-    let mut dest: Vec<Option<Value>> = dest.into_iter().map(Some).collect();
-    let position = |dest: &[Option<Value>], id: &Value| {
-        dest.iter()
-            .position(|d| d.as_ref().and_then(|d| identity(d, key)) == Some(id))
+    // A repeated key in the document: kyaml keeps the first element.
+    let repeated: Vec<bool> = (0..dest.len())
+        .map(|i| {
+            identity(&dest[i], key)
+                .is_some_and(|id| dest[..i].iter().any(|d| identity(d, key) == Some(id)))
+        })
+        .collect();
+    let mut dest: Vec<Option<Value>> = dest
+        .into_iter()
+        .zip(repeated)
+        .map(|(d, repeated)| Some(d).filter(|_| !repeated))
+        .collect();
+    let take = |dest: &mut [Option<Value>], id: &Value| {
+        dest.iter_mut()
+            .find(|d| d.as_ref().and_then(|d| identity(d, key)) == Some(id))
+            .and_then(Option::take)
     };
     let deleted = |id: &Value| {
         src.iter()
             .any(|e| is_delete(e) && identity(e, key) == Some(id))
     };
     let mut out = Vec::with_capacity(dest.len() + src.len());
-    // kyverno-compat: elements only in the patch come first, in patch
-    // order, then the document's in their order (what Kyverno's
-    // patchedResources show); patch elements without the key are dropped.
+    // kyverno-compat: kyaml merges as kustomize's patchstrategicmerge filter
+    // asks, with ListIncreaseDirection Prepend: the patch's elements come
+    // first, in patch order, each merged with the document's element of
+    // the same key, then the document's others in their order (checked
+    // with Kyverno's CLI: containers [c0, c1, c2] patched with [c1, new,
+    // c0] give [c1, new, c0, c2]); patch elements without the key are
+    // dropped.
     let mut seen: Vec<&Value> = Vec::new();
     for e in src {
         let Some(id) = identity(e, key) else {
             continue;
         };
-        if is_delete(e) || seen.contains(&id) || position(&dest, id).is_some() {
+        if seen.contains(&id) {
             continue;
         }
         seen.push(id);
-        if key.is_empty() {
-            out.push(e.clone());
-            continue;
-        }
-        push_merged(&mut out, None, Some(e), key, id, schema, path)?;
-    }
-    for i in 0..dest.len() {
-        let Some(d) = dest[i].take() else {
-            continue;
-        };
-        let Some(id) = identity(&d, key).cloned() else {
-            // Document elements without the key stay, at the end.
-            dest[i] = Some(d);
-            continue;
-        };
-        if deleted(&id) {
-            continue;
-        }
-        // A repeated key in the document: kyaml keeps the first.
-        if position(&dest, &id).is_some_and(|j| j < i) {
+        let d = take(&mut dest, id);
+        if deleted(id) {
             continue;
         }
         if key.is_empty() {
-            out.push(d);
+            out.push(d.unwrap_or_else(|| e.clone()));
             continue;
         }
         let s = src
             .iter()
-            .find(|e| !is_delete(e) && identity(e, key) == Some(&id));
-        push_merged(&mut out, Some(d), s, key, &id, schema, path)?;
+            .find(|e| !is_delete(e) && identity(e, key) == Some(id));
+        push_merged(&mut out, d, s, key, id, schema, path)?;
+    }
+    for slot in dest.iter_mut() {
+        // Document elements without the key stay, at the end.
+        let Some(id) = slot.as_ref().and_then(|d| identity(d, key)).cloned() else {
+            continue;
+        };
+        let d = slot.take();
+        if key.is_empty() {
+            out.extend(d);
+            continue;
+        }
+        push_merged(&mut out, d, None, key, &id, schema, path)?;
     }
     out.extend(dest.into_iter().flatten());
     Ok(out)

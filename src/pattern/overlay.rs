@@ -61,6 +61,26 @@ pub fn resource_independent(overlay: &Value) -> Option<Value> {
     Some(out)
 }
 
+/// What [`preprocess`] checks of the resource for an overlay without
+/// anchors (see [`resource_independent`]): where the overlay has a list of
+/// maps, the resource has a list there, or nothing. `Err` holds what it
+/// has instead.
+pub fn lists_of_maps_meet_lists(overlay: &Value, resource: &Value) -> Result<(), Value> {
+    fn walk(pattern: &Value, resource: Option<&Value>) -> Result<(), Value> {
+        match pattern {
+            Value::Object(m) => m
+                .iter()
+                .try_for_each(|(key, child)| walk(child, resource.and_then(|r| r.get(key)))),
+            Value::Array(a) if matches!(a.first(), Some(Value::Object(_))) => match resource {
+                None | Some(Value::Null | Value::Array(_)) => Ok(()),
+                Some(other) => Err(other.clone()),
+            },
+            _ => Ok(()),
+        }
+    }
+    walk(overlay, Some(resource))
+}
+
 fn recurse(pattern: &mut Value, resource: Option<&Value>) -> Result<(), AnchorError> {
     match pattern {
         Value::Object(_) => walk_map(pattern, resource),

@@ -16,7 +16,7 @@
 
 use super::functions::Func;
 use super::value::{List, MapVal, Val};
-use crate::cel::library::{EQUALS, IN, NOT_EQUALS, OPT_INDEX, OPT_SELECT, TICK};
+use crate::cel::library::{AND, EQUALS, IN, NOT_EQUALS, OPT_INDEX, OPT_SELECT, OR, TICK};
 use kube_cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
 use std::sync::Arc;
 
@@ -302,12 +302,8 @@ impl Compiler {
         let args = &c.args;
         if c.target.is_none() {
             let operator = match (name, args.len()) {
-                (operators::LOGICAL_AND, 2) => {
-                    Some(Node::And(self.boxed(&args[0])?, self.boxed(&args[1])?))
-                }
-                (operators::LOGICAL_OR, 2) => {
-                    Some(Node::Or(self.boxed(&args[0])?, self.boxed(&args[1])?))
-                }
+                (AND, 2) => Some(Node::And(self.boxed(&args[0])?, self.boxed(&args[1])?)),
+                (OR, 2) => Some(Node::Or(self.boxed(&args[0])?, self.boxed(&args[1])?)),
                 (operators::LOGICAL_NOT, 1) => Some(Node::Not(self.boxed(&args[0])?)),
                 (operators::NOT_STRICTLY_FALSE, 1) => {
                     Some(Node::NotStrictlyFalse(self.boxed(&args[0])?))

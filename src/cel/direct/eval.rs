@@ -43,14 +43,18 @@ struct Evaluator<'e, 'a> {
 type Out<'a> = Result<Val<'a>, Fail>;
 
 /// Selecting `field` from a value that is not a map: cel-go's error for a
-/// scalar (the interpreter would answer false); anything else is the
-/// interpreter's.
+/// list, a scalar or null; anything else is the interpreter's.
 fn select_from(value: &Val, field: &str) -> Fail {
-    if is_scalar(value) {
-        no_such_key(field)
-    } else {
-        Fail::Interpreter
+    match value {
+        Val::List(_) => string_index_on_list(),
+        v if is_scalar(v) || matches!(v, Val::Null) => no_such_key(field),
+        _ => Fail::Interpreter,
     }
+}
+
+/// cel-go's error for a field or string key of a list.
+fn string_index_on_list() -> Fail {
+    Fail::Error("unsupported index type 'string' in list".into())
 }
 
 /// cel-go's error for a field a map does not have (the first missing one
@@ -96,8 +100,12 @@ impl<'a> Evaluator<'_, 'a> {
                 match at {
                     Val::Map(m) if *test => Ok(Val::Bool(m.contains_str(last))),
                     Val::Map(m) => m.get_str(last).ok_or_else(|| no_such_key(last)),
-                    // cel-go: `has()` of a scalar's field is false.
-                    other if *test && is_scalar(&other) => Ok(Val::Bool(false)),
+                    // cel-go: `has()` of a scalar's or null's field is
+                    // false, of a list's an error.
+                    other if *test && (is_scalar(&other) || matches!(other, Val::Null)) => {
+                        Ok(Val::Bool(false))
+                    }
+                    Val::List(_) if *test => Err(string_index_on_list()),
                     other if !*test => Err(select_from(&other, last)),
                     _ => Err(Fail::Interpreter),
                 }
@@ -112,6 +120,7 @@ impl<'a> Evaluator<'_, 'a> {
                     // JSON null selects to none; so does a scalar (cel-go).
                     Val::Null => Ok(Val::Optional(None)),
                     other if is_scalar(&other) => Ok(Val::Optional(None)),
+                    Val::List(_) => Err(string_index_on_list()),
                     _ => Err(Fail::Interpreter),
                 }
             }
@@ -131,6 +140,7 @@ impl<'a> Evaluator<'_, 'a> {
                             .and_then(|i| l.get(i))
                             .map(Arc::new),
                     )),
+                    (Val::List(_), Val::Str(_)) => Err(string_index_on_list()),
                     (Val::Null, _) => Ok(Val::Optional(None)),
                     _ => Err(Fail::Interpreter),
                 }

@@ -44,10 +44,37 @@ fn both(expr: &str) -> (String, String, bool) {
 #[test]
 fn answers_as_cel_go_where_the_interpreter_does_not() {
     for (expr, cel_go, interpreter) in [
-        // A field of a string: an error, not false.
+        // A field of a string: an error, not false (the interpreter's
+        // selections are the library's since 2026-11-28).
         (
             "object.metadata.name.foo",
             "error: no such key: foo",
+            "error: no such key: foo",
+        ),
+        // A field of a list: an index error; of null: has() is false.
+        (
+            "has(object.spec.containers.name)",
+            "error: unsupported index type 'string' in list",
+            "error: unsupported index type 'string' in list",
+        ),
+        (
+            "object.spec.containers.?name",
+            "error: unsupported index type 'string' in list",
+            "error: unsupported index type 'string' in list",
+        ),
+        (
+            "object.spec.containers[1].securityContext.runAsUser",
+            "error: no such key: runAsUser",
+            "error: no such key: runAsUser",
+        ),
+        (
+            "object.metadata.name.map(c, c)",
+            "error: got 'types.String', expected iterable type",
+            "error: got 'types.String', expected iterable type",
+        ),
+        (
+            "has(object.spec.containers[1].securityContext.runAsUser)",
+            "false",
             "false",
         ),
         // An item that errors does not decide `all` when another is false.
@@ -192,8 +219,8 @@ fn answers_equal_the_interpreters() {
         ),
         (
             "object.spec.containers.all(c, !has(c.securityContext) || !has(c.securityContext.capabilities) || c.securityContext.capabilities.add[0] == 'NET_ADMIN')",
-            "",
-            false,
+            "true",
+            true,
         ),
         ("has(object.metadata.labels.app)", "true", true),
         // cel-go: has() of a string's field is false.

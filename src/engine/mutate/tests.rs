@@ -126,3 +126,92 @@ spec:
     assert_eq!(statuses, vec![("bad".into(), RuleStatus::Error)]);
     assert_eq!(patched, pod);
 }
+
+#[test]
+fn a_list_of_maps_over_a_scalar_fails_in_the_preprocessing_as_kyverno() {
+    // other/add-ndots with `dnsConfig.options: false`: Kyverno's anchor
+    // preprocessing reads the resource's options as a list before any merge,
+    // also for an overlay without anchors.
+    let p = policy(
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - name: add-ndots
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    mutate:
+      patchStrategicMerge:
+        spec:
+          dnsConfig:
+            options:
+            - name: ndots
+              value: "1"
+"#,
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+                     "spec": {"dnsConfig": {"options": false}}});
+    let req = Request::offline(&pod, "CREATE", UserInfo::default(), None);
+    let ctx = req.json_context(false);
+    let env = EvalEnv {
+        resolver: &crate::context::NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let out = mutate_policy(&p, &req, &ctx, &env);
+    let rule = &out.response.rules[0];
+    assert_eq!(rule.status, RuleStatus::Error);
+    assert_eq!(
+        rule.message,
+        "failed to patch resource: failed to preProcess rule: wrong node kind: \
+         expected SequenceNode but got ScalarNode: node contents:\nfalse\n"
+    );
+    // Absent or null options are merged into.
+    for options in [json!(null), json!([])] {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
+                         "spec": {"dnsConfig": {"options": options}}});
+        let (statuses, patched) = mutate(&p, &pod);
+        assert_eq!(statuses, vec![("add-ndots".into(), RuleStatus::Pass)]);
+        assert_eq!(patched["spec"]["dnsConfig"]["options"][0]["name"], "ndots");
+    }
+}
+
+#[test]
+fn a_foreach_entry_reads_the_object_the_entries_before_it_patched() {
+    // Kyverno puts each entry's result into request.object for the next
+    // (psp-migration/add-capabilities indexes containers an earlier entry
+    // added).
+    let p = policy(
+        r#"
+apiVersion: kyverno.io/v1
+kind: ClusterPolicy
+metadata: {name: p}
+spec:
+  rules:
+  - name: two-entries
+    match: {any: [{resources: {kinds: [Pod]}}]}
+    mutate:
+      foreach:
+      - list: request.object.spec.containers
+        patchStrategicMerge:
+          metadata:
+            labels:
+              "c-{{ element.name }}": "yes"
+      - list: keys(request.object.metadata.labels)
+        patchStrategicMerge:
+          metadata:
+            annotations:
+              "{{ element }}": "{{ request.object.metadata.labels.\"c-a\" || 'unseen' }}"
+"#,
+    );
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+                     "metadata": {"name": "x", "labels": {"app": "web"}},
+                     "spec": {"containers": [{"name": "a"}]}});
+    let (statuses, patched) = mutate(&p, &pod);
+    assert_eq!(statuses, vec![("two-entries".into(), RuleStatus::Pass)]);
+    assert_eq!(
+        patched["metadata"]["annotations"],
+        json!({"app": "yes", "c-a": "yes"})
+    );
+}

@@ -9,7 +9,7 @@ fn pod(spec: Value) -> Value {
 #[test]
 fn pod_spec_cases() {
     let cases = [
-        // containers merge by name; new ones come first (prepend).
+        // containers merge by name; the patch's come first (prepend).
         (
             json!({"containers": [{"name": "a", "image": "x"}]}),
             json!({"containers": [{"name": "b", "image": "y"}]}),
@@ -88,7 +88,8 @@ fn unknown_kinds_infer_the_key() {
     let doc = json!({"apiVersion": "example.com/v1", "kind": "W", "items": [{"name": "a", "v": 1}], "ports": [1, 2]});
     let patch = json!({"items": [{"name": "a", "v": 2}, {"name": "b"}], "ports": [3]});
     let got = merge(&doc, &patch).unwrap();
-    assert_eq!(got["items"], json!([{"name": "b"}, {"name": "a", "v": 2}]));
+    // The patch's order (kyaml prepends; checked with Kyverno's CLI).
+    assert_eq!(got["items"], json!([{"name": "a", "v": 2}, {"name": "b"}]));
     assert_eq!(got["ports"], json!([3]));
 }
 
@@ -97,4 +98,47 @@ fn mismatched_kinds_are_errors() {
     let doc = pod(json!({"containers": [{"name": "a"}]}));
     let err = merge(&doc, &pod(json!({"containers": {"name": "a"}}))).unwrap_err();
     assert!(err.to_string().contains("wrong node kind"), "{err}");
+}
+
+#[test]
+fn merged_lists_take_the_patch_order_then_the_documents_others() {
+    // Kyverno v1.19.1's CLI on the same Pod and patch: containers
+    // [c1, new1, c0, c2], c1's env [C, D, A, B], finalizers [b, c, a].
+    let doc = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"finalizers": ["a", "b"]},
+        "spec": {"containers": [
+            {"name": "c0", "image": "y"},
+            {"name": "c1", "image": "z", "env": [
+                {"name": "A", "value": "a"}, {"name": "B", "value": "b"}, {"name": "C", "value": "c"}]},
+            {"name": "c2", "image": "w"}]}});
+    let patch = json!({
+        "metadata": {"finalizers": ["b", "c"]},
+        "spec": {"containers": [
+            {"name": "c1", "env": [{"name": "C", "value": "c2"}, {"name": "D", "value": "d"}]},
+            {"name": "new1", "image": "x"},
+            {"name": "c0", "image": "y2"}]}});
+    let got = merge(&doc, &patch).unwrap();
+    assert_eq!(got["metadata"]["finalizers"], json!(["b", "c", "a"]));
+    assert_eq!(
+        got["spec"]["containers"],
+        json!([
+            {"name": "c1", "image": "z", "env": [
+                {"name": "C", "value": "c2"}, {"name": "D", "value": "d"},
+                {"name": "A", "value": "a"}, {"name": "B", "value": "b"}]},
+            {"name": "new1", "image": "x"},
+            {"name": "c0", "image": "y2"},
+            {"name": "c2", "image": "w"}])
+    );
+    // A key repeated in the document keeps its first element only.
+    let doc = pod(json!({"initContainers": [
+        {"name": "k", "image": "a"}, {"name": "b", "image": "b"}, {"name": "k", "image": "c"}]}));
+    let got = merge(
+        &doc,
+        &pod(json!({"initContainers": [{"name": "k", "image": "d"}]})),
+    )
+    .unwrap();
+    assert_eq!(
+        got["spec"]["initContainers"],
+        json!([{"name": "k", "image": "d"}, {"name": "b", "image": "b"}])
+    );
 }
