@@ -97,18 +97,6 @@ fn rule_outcomes() {
             Fail,
         ),
         (
-            "unsupported body",
-            "    validate: {assert: {object: {metadata: {name: p}}}}\n",
-            Error,
-        ),
-        (
-            // Kyverno reads manifests without attestors as no manifests
-            // (its policy validation then refuses the rule: no element).
-            "manifests without attestors",
-            "    validate: {manifests: {attestors: []}}\n",
-            Error,
-        ),
-        (
             "validate.cel",
             "    validate: {cel: {expressions: [{expression: \"object.metadata.name.startsWith('q')\"}]}}\n",
             Fail,
@@ -156,6 +144,52 @@ fn rule_outcomes() {
 /// before it applies anything: "Policies Skipped") refuses a policy whose
 /// variables do not parse; gavel refuses it when it compiles, so it never
 /// serves (or passes) a rule it cannot evaluate.
+#[test]
+fn rules_without_exactly_one_check_refuse_the_policy() {
+    // Kyverno's policy validation (pkg/policy/validate), word for word
+    // after the rule's path.
+    for (body, error) in [
+        (
+            "    validate: {message: no check}\n",
+            "validate: one of pattern, anyPattern, deny, foreach, cel must be specified",
+        ),
+        // Kyverno v1.19 counts no assert, and manifests only with attestors.
+        (
+            "    validate: {assert: {object: {metadata: {name: p}}}}\n",
+            "validate: one of pattern, anyPattern, deny, foreach, cel must be specified",
+        ),
+        (
+            "    validate: {manifests: {attestors: []}}\n",
+            "validate: one of pattern, anyPattern, deny, foreach, cel must be specified",
+        ),
+        (
+            "    validate: {pattern: {metadata: {name: p}}, deny: {}}\n",
+            "validate: only one of pattern, anyPattern, deny, foreach, cel can be specified",
+        ),
+        (
+            "    validate: {foreach: [{list: request.object.spec.containers}]}\n",
+            "validate.foreach[0]: one of pattern, anyPattern, deny, or a nested foreach must be specified",
+        ),
+        (
+            "    validate: {foreach: [{list: a, deny: {}, pattern: {name: x}}]}\n",
+            "validate.foreach[0]: only one of pattern, anyPattern, deny, or a nested foreach can be specified",
+        ),
+        (
+            "    validate: {foreach: [{deny: {}}]}\n",
+            "validate.foreach[0]: foreach.list is required",
+        ),
+    ] {
+        let LoadedDocument::Policy(doc) = load_policy_text("test.yaml", &policy(body))
+            .unwrap()
+            .remove(0)
+        else {
+            panic!("{body}: a policy");
+        };
+        let e = CompiledPolicy::compile(&doc).unwrap_err().to_string();
+        assert_eq!(e, format!("policy p: spec.rules[0]: {error}"), "{body}");
+    }
+}
+
 #[test]
 fn unparseable_variables_refuse_the_policy() {
     for (name, body) in [

@@ -77,6 +77,7 @@ pub(super) fn compile_validation(
             .and_then(Value::as_array)
             .is_some_and(|a| !a.is_empty())
     };
+    exactly_one_check(v, &attested)?;
     let check = match &v.manifests {
         Some(raw) if attested(raw) => Some(ValidateCheck::Manifests(Box::new(
             ManifestsRule::compile(raw, &format!("{field}.manifests"))?,
@@ -114,7 +115,6 @@ pub(super) fn compile_validation(
                 Err(CelCompileError::Invalid(e)) => return Err(e),
             }
         }
-        None if v.assert.is_some() => ValidateCheck::Unsupported(format!("{field}.assert")),
         None => ValidateCheck::Unsupported(format!(
             "{field} (no pattern, anyPattern, deny, foreach or podSecurity)"
         )),
@@ -130,6 +130,68 @@ pub(super) fn compile_validation(
         allow_existing_violations: v.allow_existing_violations.unwrap_or(true),
         check,
     }))
+}
+
+/// Kyverno's policy validation (`pkg/policy/validate`): a validate rule
+/// has exactly one check, and each foreach entry a list and exactly one
+/// check. Counted as Kyverno counts them: `assert` is none of them, and
+/// `manifests` counts with attestors only.
+fn exactly_one_check(v: &Validation, attested: &dyn Fn(&Value) -> bool) -> Result<(), String> {
+    // Named from the rule, as the caller names the rule.
+    let field = "validate";
+    let checks = [
+        v.pattern.is_some(),
+        v.any_pattern.is_some(),
+        v.deny.is_some(),
+        v.foreach.is_some(),
+        v.pod_security.is_some(),
+        v.cel.is_some(),
+        v.manifests.as_ref().is_some_and(attested),
+    ];
+    match checks.iter().filter(|c| **c).count() {
+        0 => {
+            return Err(format!(
+                "{field}: one of pattern, anyPattern, deny, foreach, cel must be specified"
+            ));
+        }
+        1 => {}
+        _ => {
+            return Err(format!(
+                "{field}: only one of pattern, anyPattern, deny, foreach, cel can be specified"
+            ));
+        }
+    }
+    for (i, f) in v.foreach.iter().flatten().enumerate() {
+        let field = format!("{field}.foreach[{i}]");
+        if f.list.is_empty() {
+            return Err(format!("{field}: foreach.list is required"));
+        }
+        let nested = f
+            .foreach
+            .as_ref()
+            .and_then(Value::as_array)
+            .is_some_and(|n| !n.is_empty());
+        let checks = [
+            f.pattern.is_some(),
+            f.any_pattern.is_some(),
+            f.deny.is_some(),
+            nested,
+        ];
+        match checks.iter().filter(|c| **c).count() {
+            0 => {
+                return Err(format!(
+                    "{field}: one of pattern, anyPattern, deny, or a nested foreach must be specified"
+                ));
+            }
+            1 => {}
+            _ => {
+                return Err(format!(
+                    "{field}: only one of pattern, anyPattern, deny, or a nested foreach can be specified"
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 fn compile_check(
