@@ -12,7 +12,7 @@ fn policy(yaml: &str) -> CompiledPolicy {
     }
 }
 
-fn mutate(p: &CompiledPolicy, resource: &Value) -> (Vec<(String, RuleStatus)>, Value) {
+fn outcome<'p>(p: &'p CompiledPolicy, resource: &Value) -> MutateOutcome<'p> {
     let req = Request::offline(resource, "CREATE", UserInfo::default(), None);
     let ctx = req.json_context(false);
     let env = EvalEnv {
@@ -20,7 +20,11 @@ fn mutate(p: &CompiledPolicy, resource: &Value) -> (Vec<(String, RuleStatus)>, V
         exceptions: &[],
         rule_values: &(),
     };
-    let out = mutate_policy(p, &req, &ctx, &env);
+    mutate_policy(p, &req, &ctx, &env)
+}
+
+fn mutate(p: &CompiledPolicy, resource: &Value) -> (Vec<(String, RuleStatus)>, Value) {
+    let out = outcome(p, resource);
     let statuses = out
         .response
         .rules
@@ -152,14 +156,7 @@ spec:
     );
     let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "x"},
                      "spec": {"dnsConfig": {"options": false}}});
-    let req = Request::offline(&pod, "CREATE", UserInfo::default(), None);
-    let ctx = req.json_context(false);
-    let env = EvalEnv {
-        resolver: &crate::context::NoResolver,
-        exceptions: &[],
-        rule_values: &(),
-    };
-    let out = mutate_policy(&p, &req, &ctx, &env);
+    let out = outcome(&p, &pod);
     let rule = &out.response.rules[0];
     assert_eq!(rule.status, RuleStatus::Error);
     assert_eq!(

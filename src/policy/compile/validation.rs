@@ -148,19 +148,7 @@ fn exactly_one_check(v: &Validation, attested: &dyn Fn(&Value) -> bool) -> Resul
         v.cel.is_some(),
         v.manifests.as_ref().is_some_and(attested),
     ];
-    match checks.iter().filter(|c| **c).count() {
-        0 => {
-            return Err(format!(
-                "{field}: one of pattern, anyPattern, deny, foreach, cel must be specified"
-            ));
-        }
-        1 => {}
-        _ => {
-            return Err(format!(
-                "{field}: only one of pattern, anyPattern, deny, foreach, cel can be specified"
-            ));
-        }
-    }
+    exactly_one(field, &checks, "pattern, anyPattern, deny, foreach, cel")?;
     for (i, f) in v.foreach.iter().flatten().enumerate() {
         let field = format!("{field}.foreach[{i}]");
         if f.list.is_empty() {
@@ -177,21 +165,22 @@ fn exactly_one_check(v: &Validation, attested: &dyn Fn(&Value) -> bool) -> Resul
             f.deny.is_some(),
             nested,
         ];
-        match checks.iter().filter(|c| **c).count() {
-            0 => {
-                return Err(format!(
-                    "{field}: one of pattern, anyPattern, deny, or a nested foreach must be specified"
-                ));
-            }
-            1 => {}
-            _ => {
-                return Err(format!(
-                    "{field}: only one of pattern, anyPattern, deny, or a nested foreach can be specified"
-                ));
-            }
-        }
+        exactly_one(
+            &field,
+            &checks,
+            "pattern, anyPattern, deny, or a nested foreach",
+        )?;
     }
     Ok(())
+}
+
+/// Kyverno's words for none or several of `names`.
+fn exactly_one(field: &str, checks: &[bool], names: &str) -> Result<(), String> {
+    match checks.iter().filter(|c| **c).count() {
+        0 => Err(format!("{field}: one of {names} must be specified")),
+        1 => Ok(()),
+        _ => Err(format!("{field}: only one of {names} can be specified")),
+    }
 }
 
 fn compile_check(
