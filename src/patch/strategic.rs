@@ -3,9 +3,8 @@
 //!
 //! - maps merge key by key; a `null` in the patch deletes the key;
 //! - lists whose schema strategy is `merge` merge element by element on
-//!   the merge key; lists of unknown types are merged the same way when all
-//!   their elements carry one of kyaml's associative keys; other lists are
-//!   replaced;
+//!   the merge key; other lists, and lists the schema does not know, are
+//!   replaced (the filter Kyverno uses merges without kyaml's inference);
 //! - the patch's elements come first, in patch order (merged with the
 //!   document's of the same key), then the document's others (kyaml's
 //!   "prepend": kyverno-compat, `patchstrategicmerge.Filter` asks for it);
@@ -16,17 +15,6 @@
 use crate::kinds::schema::Schema;
 use serde_json::{Map, Value};
 
-/// kyaml's associative keys, tried in this order for lists without a schema.
-const ASSOCIATIVE_KEYS: [&str; 7] = [
-    "mountPath",
-    "devicePath",
-    "ip",
-    "type",
-    "topologyKey",
-    "name",
-    "containerPort",
-];
-
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum MergeError {
     /// kyaml's `InvalidNodeKindError`, worded as it is (the node as YAML
@@ -36,14 +24,12 @@ pub enum MergeError {
         expected: &'static str,
         found: Value,
     },
-    #[error("conflicting merge keys [{0},{1}] for field {2}")]
-    ConflictingKeys(String, String, String),
     #[error("invalid directive at {path}: {message}")]
     Directive { path: String, message: String },
 }
 
 /// Merges `patch` into `doc`. The schema comes from the document's
-/// `apiVersion` and `kind`; without one, lists are merged by inference.
+/// `apiVersion` and `kind`; without one, lists are replaced.
 pub fn merge(doc: &Value, patch: &Value) -> Result<Value, MergeError> {
     merge_owned(doc.clone(), patch)
 }
@@ -250,14 +236,6 @@ fn set_element_order(list: &mut [Value], order: &[Value], key: &str) {
     list.sort_by_key(rank);
 }
 
-/// kyaml's inference: the first associative key that every element of a
-/// list has (an empty list qualifies for the first key).
-fn inferred_key(list: &[Value]) -> Option<&'static str> {
-    ASSOCIATIVE_KEYS
-        .into_iter()
-        .find(|k| list.iter().all(|e| e.get(k).is_some()))
-}
-
 fn walk_list(
     dest: Option<Value>,
     src: Option<&Value>,
@@ -291,32 +269,12 @@ fn walk_list(
             Some(k) => k,
             None => return replaced(),
         },
-        _ => {
-            let sources = [dest_list.as_deref(), Some(src_list.as_slice())];
-            if !sources.iter().flatten().any(|l| inferred_key(l).is_some()) {
-                return replaced();
-            }
-            let mut key: Option<&'static str> = None;
-            for l in sources.into_iter().flatten().filter(|l| !l.is_empty()) {
-                match (key, inferred_key(l)) {
-                    (Some(a), Some(b)) if a != b => {
-                        return Err(MergeError::ConflictingKeys(
-                            a.into(),
-                            b.into(),
-                            path.clone(),
-                        ));
-                    }
-                    (_, Some(b)) => key = Some(b),
-                    // A list whose elements share no key: kyaml fails
-                    // with "no merge key"; replacing is the safe reading.
-                    (_, None) => return replaced(),
-                }
-            }
-            match key {
-                Some(k) => k,
-                None => return replaced(),
-            }
-        }
+        // No schema (a custom resource, a field the schema does not
+        // know): kyaml infers no key here, since the filter Kyverno uses
+        // merges without InferAssociativeLists, so the patch's list
+        // replaces the document's (checked with Kyverno's CLI on a
+        // custom resource).
+        _ => return replaced(),
     };
     // Merged by a key, every element is read as a map: kyaml fails on
     // the first that is not (the document's, then the patch's).
