@@ -1,5 +1,5 @@
 //! Key lookup in a JSON object, tuned for the small maps of Kubernetes
-//! objects.
+//! objects; the Go type a decoded JSON value has.
 //!
 //! `serde_json::Map` is a `BTreeMap`, whose search compares the key with
 //! each key of a node in order, through a call to `memcmp` per key. Most
@@ -21,6 +21,20 @@ pub fn get<'a>(map: &'a Map<String, Value>, key: &str) -> Option<&'a Value> {
     map.iter()
         .find(|(k, _)| crate::text::same_bytes(k.as_bytes(), key))
         .map(|(_, v)| v)
+}
+
+/// Go's `%T` of the value as an unstructured object holds it (what
+/// Kyverno's and Kubernetes' messages print).
+pub fn go_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "<nil>",
+        Value::Bool(_) => "bool",
+        Value::Number(n) if n.is_f64() => "float64",
+        Value::Number(_) => "int64",
+        Value::String(_) => "string",
+        Value::Array(_) => "[]interface {}",
+        Value::Object(_) => "map[string]interface {}",
+    }
 }
 
 #[cfg(test)]

@@ -514,20 +514,6 @@ pub fn go_json_type(v: &Value) -> &'static str {
     }
 }
 
-/// The Go type (`%T`) of the value as Kyverno holds a decoded resource
-/// (unstructured JSON: integers as int64).
-fn go_value_type(v: &Value) -> &'static str {
-    match v {
-        Value::Null => "<nil>",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_i64() => "int64",
-        Value::Number(_) => "float64",
-        Value::String(_) => "string",
-        Value::Array(_) => "[]interface {}",
-        Value::Object(_) => "map[string]interface {}",
-    }
-}
-
 fn show(v: &Value) -> String {
     match v {
         Value::String(s) => s.clone(),
@@ -557,7 +543,7 @@ fn element<'r>(resource: &'r Value, node: &Node, path: &Path) -> Res<'r> {
                 format!(
                     "pattern and resource have different structures. Path: {}. Expected map[string]interface {{}}, found {}",
                     path.render(),
-                    go_value_type(resource)
+                    crate::json_map::go_type(resource)
                 ),
             )),
         },

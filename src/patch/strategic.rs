@@ -319,18 +319,23 @@ fn merge_elements(
     schema: Option<Schema>,
     path: &mut String,
 ) -> Result<Vec<Value>, MergeError> {
+    let mut dest: Vec<Option<Value>> = dest.into_iter().map(Some).collect();
     // A repeated key in the document: kyaml keeps the first element.
-    let repeated: Vec<bool> = (0..dest.len())
-        .map(|i| {
-            identity(&dest[i], key)
-                .is_some_and(|id| dest[..i].iter().any(|d| identity(d, key) == Some(id)))
-        })
-        .collect();
-    let mut dest: Vec<Option<Value>> = dest
-        .into_iter()
-        .zip(repeated)
-        .map(|(d, repeated)| Some(d).filter(|_| !repeated))
-        .collect();
+    for i in 1..dest.len() {
+        let (before, rest) = dest.split_at(i);
+        let repeated = rest[0]
+            .as_ref()
+            .and_then(|d| identity(d, key))
+            .is_some_and(|id| {
+                before
+                    .iter()
+                    .flatten()
+                    .any(|d| identity(d, key) == Some(id))
+            });
+        if repeated {
+            dest[i] = None;
+        }
+    }
     let take = |dest: &mut [Option<Value>], id: &Value| {
         dest.iter_mut()
             .find(|d| d.as_ref().and_then(|d| identity(d, key)) == Some(id))

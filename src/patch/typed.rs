@@ -172,7 +172,7 @@ fn scalar_error(atom: Atom, value: &Value) -> Option<String> {
     match atom {
         Atom::Numeric if !value.is_number() => Some(format!(
             "expected numeric (int or float), got {}",
-            go_type(value)
+            crate::json_map::go_type(value)
         )),
         Atom::String if !value.is_string() => Some(format!(
             "expected string, got &value.valueUnstructured{{Value:{}}}",
@@ -292,19 +292,6 @@ fn smd_string(value: &Value) -> String {
 /// `&{[ALL]}`).
 fn pointer_v(value: &Value) -> String {
     format!("&{{{}}}", go_v(value))
-}
-
-/// Go's `%T` of the value as an unstructured object holds it.
-fn go_type(value: &Value) -> &'static str {
-    match value {
-        Value::Null => "<nil>",
-        Value::Bool(_) => "bool",
-        Value::Number(n) if n.is_f64() => "float64",
-        Value::Number(_) => "int64",
-        Value::String(_) => "string",
-        Value::Array(_) => "[]interface {}",
-        Value::Object(_) => "map[string]interface {}",
-    }
 }
 
 /// Go's `%v`: maps with sorted keys, lists space-separated.
