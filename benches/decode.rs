@@ -11,9 +11,18 @@
 //! - `simd_json`: simd-json's serde deserializer into the same wire struct,
 //!   including the copy into a mutable buffer that simd-json needs (a
 //!   request body arrives as immutable `Bytes`).
+//!
+//! The group `document` decodes the same bodies as a whole, built and
+//! dropped: into a `serde_json::Value` (a `BTreeMap` per object, a `String`
+//! per key and string) and into a [`Doc`] (two contiguous buffers), the
+//! request representation of the evaluation core's next step. `lookups`
+//! reads the paths the Pod Security policies read (`spec`, its container
+//! lists, each container's `securityContext` and a key in it) in both.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use gavel::admission::review::{self, Review, ReviewIn};
+use gavel::json_doc::{Doc, Json};
+use serde_json::Value;
 use std::hint::black_box;
 
 mod support;
@@ -64,5 +73,85 @@ fn decode(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, decode);
+/// The Pod Security policies' reads of a review: the object's `spec`, its
+/// three container lists, and per container `securityContext` and one key
+/// of it (present or not). The count of hits, so that nothing is elided.
+fn reads_value(review: &Value) -> usize {
+    let mut hits = 0;
+    let Some(spec) = review.pointer("/request/object/spec") else {
+        return 0;
+    };
+    let Value::Object(spec) = spec else { return 0 };
+    for list in ["ephemeralContainers", "initContainers", "containers"] {
+        if let Some(Value::Array(items)) = gavel::json_map::get(spec, list) {
+            for item in items {
+                let Value::Object(item) = item else { continue };
+                if let Some(Value::Object(sc)) = gavel::json_map::get(item, "securityContext") {
+                    hits += 1;
+                    for key in ["privileged", "allowPrivilegeEscalation", "runAsNonRoot"] {
+                        hits += usize::from(gavel::json_map::get(sc, key).is_some());
+                    }
+                }
+            }
+        }
+    }
+    hits
+}
+
+fn reads_doc(review: Json) -> usize {
+    let mut hits = 0;
+    let Some(spec) = review
+        .get("request")
+        .and_then(|r| r.get("object"))
+        .and_then(|o| o.get("spec"))
+    else {
+        return 0;
+    };
+    for list in ["ephemeralContainers", "initContainers", "containers"] {
+        if let Some(items) = spec.get(list) {
+            for item in items.elements() {
+                if let Some(sc) = item.get("securityContext").filter(|s| s.is_object()) {
+                    hits += 1;
+                    for key in ["privileged", "allowPrivilegeEscalation", "runAsNonRoot"] {
+                        hits += usize::from(sc.get(key).is_some());
+                    }
+                }
+            }
+        }
+    }
+    hits
+}
+
+fn document(c: &mut Criterion) {
+    let mut group = c.benchmark_group("document");
+    for name in ["pod-review-3k.json", "pod-review-20k.json"] {
+        let body = support::read("benches/data", name);
+        let text = std::str::from_utf8(&body).unwrap();
+        let size = name
+            .trim_end_matches(".json")
+            .trim_start_matches("pod-review-");
+        let value: Value = serde_json::from_str(text).unwrap();
+        let doc = Doc::parse(text).unwrap();
+        assert_eq!(doc.root().to_value(), value);
+        assert_eq!(reads_value(&value), reads_doc(doc.root()));
+        assert!(reads_value(&value) > 0, "{name}: the reads find nothing");
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::new("value", size), text, |b, text| {
+            b.iter(|| serde_json::from_str::<Value>(black_box(text)).unwrap())
+        });
+        group.bench_with_input(BenchmarkId::new("json_doc", size), text, |b, text| {
+            b.iter(|| Doc::parse(black_box(text)).unwrap())
+        });
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(BenchmarkId::new("lookups_value", size), |b| {
+            b.iter(|| reads_value(black_box(&value)))
+        });
+        group.bench_function(BenchmarkId::new("lookups_json_doc", size), |b| {
+            b.iter(|| reads_doc(black_box(doc.root())))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, decode, document);
 criterion_main!(benches);

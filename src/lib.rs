@@ -3,9 +3,10 @@
 //! The modules, bottom floor first (ARCHITECTURE.md; each imports only
 //! from floors below it, checked by `tests/architecture.rs`):
 //!
-//! - [`units`], [`wildcard`], [`glob`], [`json_map`], [`image_reference`]:
-//!   quantities, durations, semver, Kyverno's `*`/`?` matching, gobwas
-//!   globs, JSON map lookups, image references.
+//! - [`units`], [`wildcard`], [`glob`], [`json_map`], [`json_doc`],
+//!   [`image_reference`]: quantities, durations, semver, Kyverno's `*`/`?`
+//!   matching, gobwas globs, JSON map lookups, a decoded JSON document in
+//!   contiguous buffers, image references.
 //! - [`kinds`]: Kubernetes kinds, resources, scopes and schemas.
 //! - [`jmespath`], [`cel`], [`pattern`], [`patch`]: the expression
 //!   languages, Kyverno's patterns and anchors, JSON Patch and strategic
@@ -36,6 +37,7 @@ pub mod engine;
 pub mod glob;
 pub mod image_reference;
 pub mod jmespath;
+pub mod json_doc;
 pub mod json_map;
 pub mod kinds;
 pub mod matching;

@@ -125,10 +125,14 @@ impl<'a> Evaluator<'_, 'a> {
                 }
             }
             Node::OptIndex(operand, index) => {
-                let Some(target) = self.eval(operand)?.through_optional() else {
+                let target = self.eval(operand)?.through_optional();
+                // The key is evaluated (and its error kept) even when the
+                // target is none, as the interpreter evaluates every
+                // argument (found by the `cel` fuzz target).
+                let key = self.eval(index)?;
+                let Some(target) = target else {
                     return Ok(Val::Optional(None));
                 };
-                let key = self.eval(index)?;
                 match (target, &key) {
                     (Val::Map(m), _) => m
                         .get(&key)
