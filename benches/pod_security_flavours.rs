@@ -5,6 +5,9 @@
 //!
 //! Only the 16 policies all three folders have are used (the pattern set
 //! also has restrict-apparmor-profiles, the CEL set disallow-host-ports-range).
+//!
+//! `pss16-patterns` runs the pattern form's validate patterns alone on the
+//! Pod as a `serde_json::Value` and as a decoded `json_doc::Doc`.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
@@ -143,5 +146,72 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The validate patterns alone (no rule machinery): every top-level
+/// `pattern` of the pattern-form policies, compiled, on the Pod held as a
+/// `serde_json::Value` and as a decoded document (`json_doc`, the request
+/// representation of the evaluation core's next step). Both must give the
+/// same answers before their speed means anything.
+fn patterns_on_documents(c: &mut Criterion) {
+    use gavel::json_doc::Doc;
+    use gavel::pattern::CompiledPattern;
+    let patterns: Vec<CompiledPattern> = documents("pod-security")
+        .into_iter()
+        .filter_map(|d| match d {
+            LoadedDocument::Policy(p) => Some(p),
+            _ => None,
+        })
+        .flat_map(|p| p.spec.rules)
+        .filter_map(|r| r.validate.and_then(|v| v.pattern))
+        .map(|p| CompiledPattern::compile(&p))
+        .collect();
+    assert!(patterns.len() >= 10, "{} patterns", patterns.len());
+    let mut group = c.benchmark_group("pss16-patterns");
+    for (id, file) in [
+        ("compliant", "pod-compliant.yaml"),
+        ("violating", "pod-violating.yaml"),
+    ] {
+        let text = String::from_utf8(support::read("benches/data", file)).unwrap();
+        let value = parse_yaml_documents(file, &text).unwrap().remove(0);
+        let doc = Doc::parse(&serde_json::to_string(&value).unwrap()).unwrap();
+        let on_value: Vec<Result<(), String>> = patterns
+            .iter()
+            .map(|p| {
+                p.validate(&value)
+                    .map_err(|e| format!("{} {}", e.path, e.message()))
+            })
+            .collect();
+        let on_doc: Vec<Result<(), String>> = patterns
+            .iter()
+            .map(|p| {
+                p.validate(doc.root())
+                    .map_err(|e| format!("{} {}", e.path, e.message()))
+            })
+            .collect();
+        assert_eq!(on_value, on_doc, "{id}");
+        assert_eq!(
+            on_value.iter().any(Result::is_err),
+            id == "violating",
+            "{id}"
+        );
+        group.bench_function(format!("value/{id}"), |b| {
+            b.iter(|| {
+                patterns
+                    .iter()
+                    .filter(|p| p.validate(black_box(&value)).is_err())
+                    .count()
+            })
+        });
+        group.bench_function(format!("json_doc/{id}"), |b| {
+            b.iter(|| {
+                patterns
+                    .iter()
+                    .filter(|p| p.validate(black_box(doc.root())).is_err())
+                    .count()
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, patterns_on_documents);
 criterion_main!(benches);

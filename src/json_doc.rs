@@ -1,23 +1,30 @@
-//! A decoded JSON document in two contiguous buffers: the nodes in
-//! document order and the text of every string and key. It is the
-//! request's representation that issue 36's evaluation core reads: a map is
-//! its entries one after the other, so a lookup is a scan of adjacent
-//! nodes (lengths first), with no tree to walk and no pointer to chase; a
-//! document is two allocations to build and two to free, where a
-//! `serde_json::Value` is one per string, key and container.
+//! A decoded JSON document in three contiguous buffers: the values in
+//! document order, a key table per object, and the text of every string
+//! and key. It is the request representation that issue 36's evaluation
+//! core reads. A lookup scans the object's key table, a run of 16-byte
+//! entries each led by a fingerprint of its key (length, first, middle and
+//! last byte), so a key that is not there costs a compare per entry and
+//! touches none of the values; a document is three allocations to build
+//! and three to free, where a `serde_json::Value` is one per string, key
+//! and container.
 //!
 //! Parsing is serde_json's (its grammar, number rules, recursion limit and
-//! errors); only the visitor that stores what it reads is ours. Duplicate
-//! keys keep the last value, as `serde_json::Value` does, so the two
-//! representations of one text always agree (`to_value`).
+//! errors); only the visitor that stores what it reads is ours. An
+//! object's key table is sorted by key and a repeated key keeps its last
+//! value, as `serde_json::Value`'s `BTreeMap` does, so the two
+//! representations of one text read the same, in the same order
+//! (`to_value`, and the [`View`] both implement).
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
+use smallvec::SmallVec;
+use std::borrow::Cow;
 use std::fmt;
 
-/// One node of the document. Containers are followed by their contents;
-/// `end` is the index just past their last node, so a walk skips a
-/// subtree in one step.
+/// One value of the document. An array is followed by its elements; an
+/// object by its values (in document order; its keys are in the key table
+/// at `keys`). `end` is the index just past the last node of either, so a
+/// walk skips a subtree in one step.
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Node {
     Null,
@@ -25,38 +32,47 @@ enum Node {
     I64(i64),
     U64(u64),
     F64(f64),
-    Str {
-        start: u32,
-        len: u32,
-    },
-    Array {
-        len: u32,
-        end: u32,
-    },
-    /// Followed by `len` live entries, each a `Key` and its value.
-    Object {
-        len: u32,
-        end: u32,
-    },
-    Key {
-        start: u32,
-        len: u32,
-    },
-    /// A key a later duplicate replaced, with its value after it: skipped
-    /// by every walk (the value's extent is that value node's own).
-    DeadKey,
+    Str { start: u32, len: u32 },
+    Array { len: u32, end: u32 },
+    Object { len: u32, keys: u32, end: u32 },
+}
+
+/// One key of an object's key table.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct KeyEntry {
+    print: u32,
+    start: u32,
+    len: u32,
+    /// The node of its value.
+    value: u32,
+}
+
+/// The fingerprint of a key: its length (low byte) and its first, middle
+/// and last bytes. Sibling keys of Kubernetes objects differ in it almost
+/// always (`name`/`type`/`kind` by their first byte), so a scan compares
+/// text only for the key it finds.
+#[inline]
+fn fingerprint(key: &[u8]) -> u32 {
+    match key {
+        [] => 0,
+        [first, ..] => {
+            let last = key[key.len() - 1];
+            let middle = key[key.len() / 2];
+            (key.len() as u32 & 0xff)
+                | (u32::from(*first) << 8)
+                | (u32::from(middle) << 16)
+                | (u32::from(last) << 24)
+        }
+    }
 }
 
 /// A decoded JSON document.
 #[derive(Debug, Clone, Default)]
 pub struct Doc {
     nodes: Vec<Node>,
+    keys: Vec<KeyEntry>,
     text: String,
 }
-
-/// Maps with more keys than this look for an earlier duplicate through a
-/// sorted index built after the map, not by rescanning at each key.
-const RESCAN_UP_TO: usize = 16;
 
 impl Doc {
     /// Parses JSON text, with serde_json's errors.
@@ -64,6 +80,7 @@ impl Doc {
         let mut doc = Doc {
             // About one node per 12 bytes of compact Kubernetes JSON.
             nodes: Vec::with_capacity(text.len() / 12 + 4),
+            keys: Vec::with_capacity(text.len() / 24 + 4),
             text: String::with_capacity(text.len() / 2),
         };
         let mut de = serde_json::Deserializer::from_str(text);
@@ -85,48 +102,42 @@ impl Doc {
             Value::Bool(b) => self.nodes.push(Node::Bool(*b)),
             Value::Number(n) => self.nodes.push(number_node(n)),
             Value::String(s) => {
-                let node = self.text_node(s, false);
-                self.nodes.push(node)
+                let (start, len) = self.push_text(s);
+                self.nodes.push(Node::Str { start, len })
             }
             Value::Array(items) => {
                 let at = self.open();
                 for item in items {
                     self.push_value(item);
                 }
-                self.close(
-                    at,
-                    Node::Array {
-                        len: len32(items.len()),
-                        end: 0,
-                    },
-                );
+                self.close_array(at, items.len());
             }
             Value::Object(map) => {
                 let at = self.open();
+                let mut keys: SmallVec<[KeyEntry; 16]> = SmallVec::new();
                 for (k, v) in map {
-                    let key = self.text_node(k, true);
-                    self.nodes.push(key);
+                    keys.push(self.key_entry(k));
                     self.push_value(v);
                 }
-                self.close(
-                    at,
-                    Node::Object {
-                        len: len32(map.len()),
-                        end: 0,
-                    },
-                );
+                self.close_object(at, keys);
             }
         }
     }
 
-    fn text_node(&mut self, s: &str, key: bool) -> Node {
+    fn push_text(&mut self, s: &str) -> (u32, u32) {
         let start = len32(self.text.len());
         self.text.push_str(s);
-        let len = len32(s.len());
-        if key {
-            Node::Key { start, len }
-        } else {
-            Node::Str { start, len }
+        (start, len32(s.len()))
+    }
+
+    /// A key just read, whose value is the next node.
+    fn key_entry(&mut self, key: &str) -> KeyEntry {
+        let (start, len) = self.push_text(key);
+        KeyEntry {
+            print: fingerprint(key.as_bytes()),
+            start,
+            len,
+            value: len32(self.nodes.len()),
         }
     }
 
@@ -135,12 +146,36 @@ impl Doc {
         self.nodes.len() - 1
     }
 
-    fn close(&mut self, at: usize, node: Node) {
+    fn close_array(&mut self, at: usize, len: usize) {
         let end = len32(self.nodes.len());
-        self.nodes[at] = match node {
-            Node::Array { len, .. } => Node::Array { len, end },
-            Node::Object { len, .. } => Node::Object { len, end },
-            other => other,
+        self.nodes[at] = Node::Array {
+            len: len32(len),
+            end,
+        };
+    }
+
+    /// Sorts the object's keys into its table, the last of a repeated key
+    /// kept (a stable sort leaves repeats in document order).
+    fn close_object(&mut self, at: usize, mut keys: SmallVec<[KeyEntry; 16]>) {
+        let text = self.text.as_bytes();
+        let key_text = |k: &KeyEntry| &text[k.start as usize..(k.start + k.len) as usize];
+        if keys.len() > 1 {
+            keys.sort_by(|a, b| key_text(a).cmp(key_text(b)));
+            keys.dedup_by(|later, earlier| {
+                let repeat = key_text(later) == key_text(earlier);
+                if repeat {
+                    *earlier = *later;
+                }
+                repeat
+            });
+        }
+        let table = len32(self.keys.len());
+        self.keys.extend_from_slice(&keys);
+        let end = len32(self.nodes.len());
+        self.nodes[at] = Node::Object {
+            len: len32(keys.len()),
+            keys: table,
+            end,
         };
     }
 
@@ -158,49 +193,6 @@ impl Doc {
         match self.nodes[at] {
             Node::Array { end, .. } | Node::Object { end, .. } => end as usize,
             _ => at + 1,
-        }
-    }
-
-    /// Marks the earlier of two equal keys of one object dead (`keys`: the
-    /// indexes of its key nodes); the number marked.
-    fn kill_duplicates(&mut self, keys: &[usize]) -> u32 {
-        let mut dead = 0;
-        if keys.len() <= RESCAN_UP_TO {
-            for (i, &k) in keys.iter().enumerate() {
-                let name = self.key_text(k);
-                if keys[i + 1..]
-                    .iter()
-                    .any(|&later| self.key_text(later) == name)
-                {
-                    self.nodes[k] = Node::DeadKey;
-                    dead += 1;
-                }
-            }
-        } else {
-            let mut sorted: Vec<(usize, usize)> = keys.iter().copied().enumerate().collect();
-            sorted.sort_by(|a, b| {
-                self.key_text(a.1)
-                    .cmp(self.key_text(b.1))
-                    .then(a.0.cmp(&b.0))
-            });
-            let mut kill = Vec::new();
-            for pair in sorted.windows(2) {
-                if self.key_text(pair[0].1) == self.key_text(pair[1].1) {
-                    kill.push(pair[0].1);
-                }
-            }
-            for k in kill {
-                self.nodes[k] = Node::DeadKey;
-                dead += 1;
-            }
-        }
-        dead
-    }
-
-    fn key_text(&self, at: usize) -> &str {
-        match self.nodes[at] {
-            Node::Key { start, len } => self.str_at(start, len),
-            _ => "",
         }
     }
 }
@@ -245,9 +237,10 @@ impl<'d> Json<'d> {
         self.doc.nodes[self.at as usize]
     }
 
+    #[inline]
     pub fn kind(self) -> Kind<'d> {
         match self.node() {
-            Node::Null | Node::Key { .. } | Node::DeadKey => Kind::Null,
+            Node::Null => Kind::Null,
             Node::Bool(b) => Kind::Bool(b),
             Node::I64(i) => Kind::I64(i),
             Node::U64(u) => Kind::U64(u),
@@ -277,30 +270,32 @@ impl<'d> Json<'d> {
         matches!(self.node(), Node::Array { .. })
     }
 
+    /// The key table of an object (empty for any other value).
+    fn key_table(self) -> &'d [KeyEntry] {
+        match self.node() {
+            Node::Object { len, keys, .. } => &self.doc.keys[keys as usize..(keys + len) as usize],
+            _ => &[],
+        }
+    }
+
     /// The value under `key` of an object; `None` for a missing key or a
     /// value that is not an object.
     #[inline]
     pub fn get(self, key: &str) -> Option<Json<'d>> {
-        let Node::Object { end, .. } = self.node() else {
-            return None;
-        };
-        let nodes = &self.doc.nodes;
         let want = key.as_bytes();
-        let mut at = self.at as usize + 1;
-        let end = end as usize;
-        while at < end {
-            if let Node::Key { start, len } = nodes[at]
-                && len as usize == want.len()
-                && crate::text::same_bytes(self.doc.str_at(start, len).as_bytes(), want)
-            {
-                return Some(Json {
-                    doc: self.doc,
-                    at: len32(at + 1),
-                });
-            }
-            at = self.doc.end_of(at + 1);
-        }
-        None
+        let print = fingerprint(want);
+        let text = self.doc.text.as_bytes();
+        self.key_table()
+            .iter()
+            .find(|k| {
+                k.print == print
+                    && k.len as usize == want.len()
+                    && &text[k.start as usize..(k.start + k.len) as usize] == want
+            })
+            .map(|k| Json {
+                doc: self.doc,
+                at: k.value,
+            })
     }
 
     /// The elements of an array (none for any other value).
@@ -316,17 +311,12 @@ impl<'d> Json<'d> {
         }
     }
 
-    /// The entries of an object in document order (none for any other
-    /// value).
+    /// The entries of an object, ordered by key as a `serde_json::Map`
+    /// (none for any other value).
     pub fn entries(self) -> Entries<'d> {
-        let (next, end) = match self.node() {
-            Node::Object { end, .. } => (self.at as usize + 1, end as usize),
-            _ => (0, 0),
-        };
         Entries {
             doc: self.doc,
-            next,
-            end,
+            keys: self.key_table().iter(),
         }
     }
 
@@ -351,6 +341,133 @@ impl<'d> Json<'d> {
                     .collect::<Map<String, Value>>(),
             ),
         }
+    }
+}
+
+impl<'d> Kind<'d> {
+    /// A number's value as a float (Go's `float64` of it); `None` for
+    /// anything else.
+    pub fn as_f64(self) -> Option<f64> {
+        match self {
+            Kind::I64(i) => Some(i as f64),
+            Kind::U64(u) => Some(u as f64),
+            Kind::F64(f) => Some(f),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> Option<&'d str> {
+        match self {
+            Kind::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// A JSON value as the evaluators read it, whichever representation holds
+/// it: a `&serde_json::Value` (policies, offline objects, the code not yet
+/// moved to documents) or a [`Json`] of a decoded [`Doc`]. Evaluators
+/// written against it serve both.
+pub trait View<'r>: Copy + 'r {
+    fn kind(self) -> Kind<'r>;
+    /// The value under `key` of an object.
+    fn get(self, key: &str) -> Option<Self>;
+    /// The elements of an array (none for any other value).
+    fn elements(self) -> impl Iterator<Item = Self> + 'r;
+    /// The keys of an object (none for any other value).
+    fn keys(self) -> impl Iterator<Item = &'r str> + 'r;
+    /// The element at `index` of an array.
+    fn at(self, index: usize) -> Option<Self>;
+    /// The value as a `serde_json::Value`, borrowed where it is one.
+    fn to_cow(self) -> Cow<'r, Value>;
+
+    fn is_null(self) -> bool {
+        matches!(self.kind(), Kind::Null)
+    }
+
+    fn as_str(self) -> Option<&'r str> {
+        self.kind().as_str()
+    }
+}
+
+impl<'r> View<'r> for &'r Value {
+    #[inline]
+    fn kind(self) -> Kind<'r> {
+        match self {
+            Value::Null => Kind::Null,
+            Value::Bool(b) => Kind::Bool(*b),
+            Value::Number(n) => number_kind(n),
+            Value::String(s) => Kind::Str(s),
+            Value::Array(a) => Kind::Array(len32(a.len())),
+            Value::Object(m) => Kind::Object(len32(m.len())),
+        }
+    }
+
+    #[inline]
+    fn get(self, key: &str) -> Option<&'r Value> {
+        match self {
+            Value::Object(m) => crate::json_map::get(m, key),
+            _ => None,
+        }
+    }
+
+    fn elements(self) -> impl Iterator<Item = &'r Value> + 'r {
+        match self {
+            Value::Array(a) => a.iter(),
+            _ => [].iter(),
+        }
+    }
+
+    fn keys(self) -> impl Iterator<Item = &'r str> + 'r {
+        self.as_object()
+            .into_iter()
+            .flat_map(|m| m.keys().map(String::as_str))
+    }
+
+    fn at(self, index: usize) -> Option<&'r Value> {
+        self.as_array()?.get(index)
+    }
+
+    fn to_cow(self) -> Cow<'r, Value> {
+        Cow::Borrowed(self)
+    }
+}
+
+impl<'r> View<'r> for Json<'r> {
+    #[inline]
+    fn kind(self) -> Kind<'r> {
+        Json::kind(self)
+    }
+
+    #[inline]
+    fn get(self, key: &str) -> Option<Json<'r>> {
+        Json::get(self, key)
+    }
+
+    fn elements(self) -> impl Iterator<Item = Json<'r>> + 'r {
+        Json::elements(self)
+    }
+
+    fn keys(self) -> impl Iterator<Item = &'r str> + 'r {
+        self.entries().map(|(k, _)| k)
+    }
+
+    fn at(self, index: usize) -> Option<Json<'r>> {
+        Json::elements(self).nth(index)
+    }
+
+    fn to_cow(self) -> Cow<'r, Value> {
+        Cow::Owned(self.to_value())
+    }
+}
+
+fn number_kind(n: &Number) -> Kind<'static> {
+    if let Some(i) = n.as_i64() {
+        Kind::I64(i)
+    } else if let Some(u) = n.as_u64() {
+        Kind::U64(u)
+    } else {
+        Kind::F64(n.as_f64().unwrap_or(f64::NAN))
     }
 }
 
@@ -383,31 +500,24 @@ impl<'d> Iterator for Elements<'d> {
     }
 }
 
-/// The live entries of an object, in document order.
+/// The entries of an object, ordered by key.
 pub struct Entries<'d> {
     doc: &'d Doc,
-    next: usize,
-    end: usize,
+    keys: std::slice::Iter<'d, KeyEntry>,
 }
 
 impl<'d> Iterator for Entries<'d> {
     type Item = (&'d str, Json<'d>);
 
     fn next(&mut self) -> Option<(&'d str, Json<'d>)> {
-        while self.next < self.end {
-            let at = self.next;
-            self.next = self.doc.end_of(at + 1);
-            if let Node::Key { start, len } = self.doc.nodes[at] {
-                return Some((
-                    self.doc.str_at(start, len),
-                    Json {
-                        doc: self.doc,
-                        at: len32(at + 1),
-                    },
-                ));
-            }
-        }
-        None
+        let k = self.keys.next()?;
+        Some((
+            self.doc.str_at(k.start, k.len),
+            Json {
+                doc: self.doc,
+                at: k.value,
+            },
+        ))
     }
 }
 
@@ -426,7 +536,7 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
     type Value = ();
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        f.write_str("any JSON value")
+        f.write_str("any valid JSON value")
     }
 
     fn visit_unit<E: serde::de::Error>(self) -> Result<(), E> {
@@ -460,8 +570,8 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
     }
 
     fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
-        let node = self.0.text_node(s, false);
-        self.0.nodes.push(node);
+        let (start, len) = self.0.push_text(s);
+        self.0.nodes.push(Node::Str { start, len });
         Ok(())
     }
 
@@ -472,67 +582,44 @@ impl<'de> Visitor<'de> for NodeSeed<'_> {
         while seq.next_element_seed(NodeSeed(doc))?.is_some() {
             len += 1;
         }
-        doc.close(
-            at,
-            Node::Array {
-                len: len32(len),
-                end: 0,
-            },
-        );
+        doc.close_array(at, len);
         Ok(())
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let doc = self.0;
         let at = doc.open();
-        let mut keys: smallvec::SmallVec<[usize; 16]> = smallvec::SmallVec::new();
-        while map.next_key_seed(KeySeed(doc))?.is_some() {
-            keys.push(doc.nodes.len() - 1);
+        let mut keys: SmallVec<[KeyEntry; 16]> = SmallVec::new();
+        while let Some(key) = map.next_key_seed(KeySeed(doc))? {
+            keys.push(key);
             map.next_value_seed(NodeSeed(doc))?;
         }
-        let dead = if keys.len() > 1 {
-            doc.kill_duplicates(&keys)
-        } else {
-            0
-        };
-        let len = keys.len() - dead as usize;
-        doc.close(
-            at,
-            Node::Object {
-                len: len32(len),
-                end: 0,
-            },
-        );
+        doc.close_object(at, keys);
         Ok(())
     }
 }
 
-/// Reads a map key into the document.
+/// Reads a map key into the document's text; its entry points at the
+/// node its value is read into next.
 struct KeySeed<'a>(&'a mut Doc);
 
 impl<'de> DeserializeSeed<'de> for KeySeed<'_> {
-    type Value = ();
+    type Value = KeyEntry;
 
-    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<(), D::Error> {
+    fn deserialize<D: Deserializer<'de>>(self, de: D) -> Result<KeyEntry, D::Error> {
         de.deserialize_str(self)
     }
 }
 
 impl<'de> Visitor<'de> for KeySeed<'_> {
-    type Value = ();
+    type Value = KeyEntry;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
         f.write_str("a map key")
     }
 
-    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<(), E> {
-        let node = self.0.text_node(s, true);
-        self.0.nodes.push(node);
-        Ok(())
-    }
-
-    fn visit_bytes<E: serde::de::Error>(self, _: &[u8]) -> Result<(), E> {
-        Err(E::custom("a map key is not a string"))
+    fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<KeyEntry, E> {
+        Ok(self.0.key_entry(s))
     }
 }
 

@@ -3,11 +3,12 @@
 //! The modules, bottom floor first (ARCHITECTURE.md; each imports only
 //! from floors below it, checked by `tests/architecture.rs`):
 //!
-//! - [`units`], [`wildcard`], [`glob`], [`json_map`], [`json_doc`],
-//!   [`image_reference`]: quantities, durations, semver, Kyverno's `*`/`?`
-//!   matching, gobwas globs, JSON map lookups, a decoded JSON document in
-//!   contiguous buffers, image references.
-//! - [`kinds`]: Kubernetes kinds, resources, scopes and schemas.
+//! - [`units`], [`wildcard`], [`glob`], [`json_map`], [`image_reference`]:
+//!   quantities, durations, semver, Kyverno's `*`/`?` matching, gobwas
+//!   globs, JSON map lookups, image references.
+//! - [`kinds`], [`json_doc`]: Kubernetes kinds, resources, scopes and
+//!   schemas; a decoded JSON document in contiguous buffers, and the view
+//!   the evaluators read it and a `serde_json::Value` through.
 //! - [`jmespath`], [`cel`], [`pattern`], [`patch`]: the expression
 //!   languages, Kyverno's patterns and anchors, JSON Patch and strategic
 //!   merge; none knows a policy.

@@ -11,8 +11,9 @@ mod scalar;
 
 pub use scalar::Scalar;
 
+use crate::json_doc::{Kind, View};
 use crate::wildcard;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
@@ -71,7 +72,7 @@ enum Detail<'r> {
     /// `<tag> mismatch: ` when one turned it into a skip.
     Mismatch {
         anchor: Option<&'static str>,
-        value: &'r Value,
+        value: Cow<'r, Value>,
     },
 }
 
@@ -122,7 +123,7 @@ impl Detail<'_> {
             Detail::Mismatch { anchor, value } => (anchor, value),
         };
         // Scalars are shown without `fmt`.
-        let shown = match value {
+        let shown = match value.as_ref() {
             Value::String(s) => Cow::Borrowed(s.as_str()),
             Value::Bool(true) => Cow::Borrowed("true"),
             Value::Bool(false) => Cow::Borrowed("false"),
@@ -292,11 +293,11 @@ enum Key {
 
 impl Key {
     /// Calls `f` with each resource key this pattern key stands for.
-    fn each<'r, 'e>(
-        &'r self,
-        resource: &'r Map<String, Value>,
-        mut f: impl FnMut(&'r str) -> Res<'e>,
-    ) -> Res<'e> {
+    fn each<'k, 'r: 'k>(
+        &'k self,
+        resource: impl View<'r>,
+        mut f: impl FnMut(&'k str) -> Res<'r>,
+    ) -> Res<'r> {
         match self {
             Key::Exact(k) => f(k),
             Key::Wildcard(w) => {
@@ -377,7 +378,9 @@ impl CompiledPattern {
         }
     }
 
-    pub fn validate<'r>(&self, resource: &'r Value) -> Res<'r> {
+    /// Validates a resource, held as a `serde_json::Value` or as a
+    /// decoded document ([`crate::json_doc`]).
+    pub fn validate<'r>(&self, resource: impl View<'r>) -> Res<'r> {
         element(resource, &self.root, &Path::ROOT)
     }
 }
@@ -523,39 +526,42 @@ fn show(v: &Value) -> String {
 }
 
 #[cold]
-fn mismatch<'r>(path: &Path, value: &'r Value) -> Box<PatternError<'r>> {
+fn mismatch<'r>(path: &Path, value: impl View<'r>) -> Box<PatternError<'r>> {
     Box::new(PatternError {
         kind: ErrorKind::Fail,
         path: path.render(),
         detail: Detail::Mismatch {
             anchor: None,
-            value,
+            value: value.to_cow(),
         },
     })
 }
 
-fn element<'r>(resource: &'r Value, node: &Node, path: &Path) -> Res<'r> {
+/// A key the resource lacks reads as null.
+static NULL: Value = Value::Null;
+
+fn element<'r, V: View<'r>>(resource: V, node: &Node, path: &Path) -> Res<'r> {
     match node {
-        Node::Map(m) => match resource {
-            Value::Object(r) => map(r, m, path),
+        Node::Map(m) => match resource.kind() {
+            Kind::Object(_) => map(resource, m, path),
             _ => Err(PatternError::fail(
                 path,
                 format!(
                     "pattern and resource have different structures. Path: {}. Expected map[string]interface {{}}, found {}",
                     path.render(),
-                    crate::json_map::go_type(resource)
+                    crate::json_map::go_type(&resource.to_cow())
                 ),
             )),
         },
-        Node::Array(a) => match resource {
-            Value::Array(r) => array(r, a, path),
+        Node::Array(a) => match resource.kind() {
+            Kind::Array(_) => array(resource, a, path),
             _ => Err(PatternError::fail(
                 path,
                 "resource does not satisfy the expected overlay pattern".to_string(),
             )),
         },
-        Node::Scalar(s) => match resource {
-            Value::Array(items) => match items.iter().find(|i| !s.matches(i)) {
+        Node::Scalar(s) => match resource.kind() {
+            Kind::Array(_) => match resource.elements().find(|i| !s.matches(*i)) {
                 Some(bad) => Err(mismatch(path, bad)),
                 None => Ok(()),
             },
@@ -565,7 +571,15 @@ fn element<'r>(resource: &'r Value, node: &Node, path: &Path) -> Res<'r> {
     }
 }
 
-fn map<'r>(resource: &'r Map<String, Value>, node: &MapNode, path: &Path) -> Res<'r> {
+/// The element under a pattern key: the resource's value, or null.
+fn element_at<'r, V: View<'r>>(actual: Option<V>, node: &Node, path: &Path) -> Res<'r> {
+    match actual {
+        Some(v) => element(v, node, path),
+        None => element(&NULL, node, path),
+    }
+}
+
+fn map<'r, V: View<'r>>(resource: V, node: &MapNode, path: &Path) -> Res<'r> {
     for (anchor, key, body) in &node.anchored {
         key.each(resource, |k| {
             anchor_element(*anchor, k, body, resource, path)
@@ -573,40 +587,40 @@ fn map<'r>(resource: &'r Map<String, Value>, node: &MapNode, path: &Path) -> Res
     }
     for (key, body) in &node.plain {
         key.each(resource, |k| {
-            let actual = crate::json_map::get(resource, k);
+            let actual = resource.get(k);
             match body {
-                PlainBody::Required if actual.is_none_or(Value::is_null) => {
+                PlainBody::Required if actual.is_none_or(View::is_null) => {
                     Err(PatternError::fail(path, [k, " not found"].concat()))
                 }
                 PlainBody::Required => Ok(()),
-                PlainBody::Node(n) => element(actual.unwrap_or(&Value::Null), n, &path.key(k)),
+                PlainBody::Node(n) => element_at(actual, n, &path.key(k)),
             }
         })?;
     }
     Ok(())
 }
 
-fn anchor_element<'r>(
+fn anchor_element<'r, V: View<'r>>(
     anchor: Anchor,
     key: &str,
     body: &AnchorBody,
-    resource: &'r Map<String, Value>,
+    resource: V,
     path: &Path,
 ) -> Res<'r> {
     let child_path = path.key(key);
-    let actual = crate::json_map::get(resource, key);
+    let actual = resource.get(key);
     let node = match body {
         AnchorBody::Node(n) => n,
         AnchorBody::Existence(entries) => {
             return match actual {
                 None => Ok(()),
-                Some(Value::Array(items)) => {
+                Some(items) if matches!(items.kind(), Kind::Array(_)) => {
                     let entries = entries
                         .as_ref()
                         .map_err(|e| PatternError::fail(&child_path, e.clone()))?;
                     for entry in entries {
                         if !items
-                            .iter()
+                            .elements()
                             .enumerate()
                             .any(|(i, item)| element(item, entry, &child_path.index(i)).is_ok())
                         {
@@ -622,7 +636,7 @@ fn anchor_element<'r>(
                     &child_path,
                     format!(
                         "invalid resource type {}: existence ^ () anchor can be used only on list/array type resource",
-                        go_json_type(other)
+                        go_json_type(&other.to_cow())
                     ),
                 )),
             };
@@ -676,13 +690,13 @@ fn anchor_element<'r>(
     }
 }
 
-fn array<'r>(resource: &'r [Value], node: &ArrayNode, path: &Path) -> Res<'r> {
+fn array<'r, V: View<'r>>(resource: V, node: &ArrayNode, path: &Path) -> Res<'r> {
     match node {
         ArrayNode::Empty => Err(PatternError::fail(path, "pattern array empty".into())),
         ArrayNode::OfMaps(first) => {
             let mut applied = 0;
             let mut skipped: Option<Box<PatternError>> = None;
-            for (i, item) in resource.iter().enumerate() {
+            for (i, item) in resource.elements().enumerate() {
                 match element(item, first, &path.index(i)) {
                     Ok(()) => applied += 1,
                     Err(e) if e.kind == ErrorKind::Skip => skipped = skipped.or(Some(e)),
@@ -699,22 +713,23 @@ fn array<'r>(resource: &'r [Value], node: &ArrayNode, path: &Path) -> Res<'r> {
             }
         }
         ArrayNode::Positional(items) => {
-            if resource.len() < items.len() {
+            let len = resource.elements().count();
+            if len < items.len() {
                 return Err(PatternError::fail(
                     path,
                     format!(
                         "validate Array failed, array length mismatch, resource Array len is {} and pattern Array len is {}",
-                        resource.len(),
+                        len,
                         items.len()
                     ),
                 ));
             }
-            for (i, p) in items.iter().enumerate() {
-                element(&resource[i], p, &path.index(i))?;
+            for ((i, p), item) in items.iter().enumerate().zip(resource.elements()) {
+                element(item, p, &path.index(i))?;
             }
             Ok(())
         }
-        ArrayNode::OfScalar(s) => match resource.iter().find(|i| !s.matches(i)) {
+        ArrayNode::OfScalar(s) => match resource.elements().find(|i| !s.matches(*i)) {
             Some(bad) => Err(mismatch(path, bad)),
             None => Ok(()),
         },

@@ -2,6 +2,7 @@
 //! `!value`, wildcards, quantities and durations. Compiled once: operators
 //! split and operands parsed at policy compile time.
 
+use crate::json_doc::{Kind, View};
 use crate::units::{Duration, Quantity};
 use crate::wildcard;
 use serde_json::Value;
@@ -94,22 +95,25 @@ impl Scalar {
     }
 
     /// `pattern.Validate` in Kyverno.
-    pub fn matches(&self, value: &Value) -> bool {
+    #[inline]
+    pub fn matches<'r>(&self, value: impl View<'r>) -> bool {
+        self.matches_kind(value.kind())
+    }
+
+    fn matches_kind(&self, value: Kind) -> bool {
         match self {
-            Scalar::Bool(p) => value.as_bool() == Some(*p),
+            Scalar::Bool(p) => value == Kind::Bool(*p),
             Scalar::Number(p) => match value {
-                Value::Number(v) => v.as_f64() == Some(*p),
-                Value::String(s) => s.parse::<f64>().ok() == Some(*p),
-                _ => false,
+                Kind::Str(s) => s.parse::<f64>().ok() == Some(*p),
+                number => number.as_f64() == Some(*p),
             },
             Scalar::Null => match value {
-                Value::Null => true,
-                Value::Number(n) => n.as_f64() == Some(0.0),
-                Value::String(s) => s.is_empty(),
-                Value::Bool(b) => !b,
-                _ => false,
+                Kind::Null => true,
+                Kind::Str(s) => s.is_empty(),
+                Kind::Bool(b) => !b,
+                number => number.as_f64() == Some(0.0),
             },
-            Scalar::Object => value.is_object(),
+            Scalar::Object => matches!(value, Kind::Object(_)),
             Scalar::Array => false,
             Scalar::Str(p) => p.matches(value),
         }
@@ -180,7 +184,7 @@ impl Atom {
         Atom::Compare(op, Operand::new(operand))
     }
 
-    fn matches(&self, value: &Value) -> bool {
+    fn matches(&self, value: Kind) -> bool {
         match self {
             Atom::Compare(op, operand) => compare(value, operand, *op),
             Atom::Range {
@@ -213,7 +217,7 @@ impl StringPattern {
         }
     }
 
-    pub fn matches(&self, value: &Value) -> bool {
+    fn matches(&self, value: Kind) -> bool {
         if value.as_str() == Some(self.raw.as_str()) {
             return true;
         }
@@ -224,7 +228,7 @@ impl StringPattern {
     }
 }
 
-fn compare(value: &Value, operand: &Operand, op: Op) -> bool {
+fn compare(value: Kind, operand: &Operand, op: Op) -> bool {
     if operand.numeric {
         number_compare(value, operand, op)
     } else {
@@ -243,18 +247,20 @@ fn go_float_e(f: f64) -> String {
     format!("{mant}E{}{:02}", if exp < 0 { '-' } else { '+' }, exp.abs())
 }
 
-fn string_compare(value: &Value, operand: &Operand, op: Op) -> bool {
+fn string_compare(value: Kind, operand: &Operand, op: Op) -> bool {
     if op != Op::Equal && op != Op::NotEqual {
         return false;
     }
     let pattern = operand.text.as_str();
     let matched = match value {
-        Value::String(s) if !operand.wildcard => pattern == s,
-        Value::Bool(b) if !operand.wildcard => pattern == if *b { "true" } else { "false" },
-        Value::String(s) => wildcard::matches(pattern, s),
-        Value::Number(n) => wildcard::matches(pattern, &go_float_e(n.as_f64().unwrap_or(0.0))),
-        Value::Bool(b) => wildcard::matches(pattern, if *b { "true" } else { "false" }),
-        _ => return false,
+        Kind::Str(s) if !operand.wildcard => pattern == s,
+        Kind::Bool(b) if !operand.wildcard => pattern == if b { "true" } else { "false" },
+        Kind::Str(s) => wildcard::matches(pattern, s),
+        Kind::Bool(b) => wildcard::matches(pattern, if b { "true" } else { "false" }),
+        Kind::I64(_) | Kind::U64(_) | Kind::F64(_) => {
+            wildcard::matches(pattern, &go_float_e(value.as_f64().unwrap_or(0.0)))
+        }
+        Kind::Null | Kind::Array(_) | Kind::Object(_) => return false,
     };
     if op == Op::NotEqual {
         !matched
@@ -263,25 +269,25 @@ fn string_compare(value: &Value, operand: &Operand, op: Op) -> bool {
     }
 }
 
-fn number_compare(value: &Value, operand: &Operand, op: Op) -> bool {
+fn number_compare(value: Kind, operand: &Operand, op: Op) -> bool {
     let owned;
     let text = match value {
-        Value::Null => "0",
+        Kind::Null => "0",
         // An integer prints exactly as `%.6f` and such text never parses
         // as a duration (no unit), so compare it as a quantity directly.
-        Value::Number(n) if n.is_i64() || n.is_u64() => {
+        Kind::I64(_) | Kind::U64(_) => {
             let Some(p) = operand.quantity else {
                 return string_compare(value, operand, op);
             };
-            return order_holds(n.as_f64().unwrap_or(0.0).partial_cmp(&p.value), op);
+            return order_holds(value.as_f64().unwrap_or(0.0).partial_cmp(&p.value), op);
         }
-        Value::Number(n) => {
-            owned = format!("{:.6}", n.as_f64().unwrap_or(0.0));
+        Kind::F64(f) => {
+            owned = format!("{f:.6}");
             owned.as_str()
         }
-        Value::String(s) => s.as_str(),
-        Value::Bool(_) => return string_compare(value, operand, op),
-        _ => return false,
+        Kind::Str(s) => s,
+        Kind::Bool(_) => return string_compare(value, operand, op),
+        Kind::Array(_) | Kind::Object(_) => return false,
     };
     let ord = if let (Some(p), Some(v)) = (operand.duration, Duration::parse(text)) {
         v.0.partial_cmp(&p.0)
