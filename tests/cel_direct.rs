@@ -7,16 +7,18 @@
 //! direct evaluator compiles, and how many evaluations it answers without
 //! handing over to the interpreter.
 
+use corpus::kind;
 use gavel::cel::values::cel_to_json;
 use gavel::cel::{CelError, NoLookups, Program};
 use gavel::engine::Request;
 use gavel::engine::cel::{CelRequest, bind_variables};
 use gavel::policy::cel_policy::CompiledNamed;
-use gavel::policy::load::parse_yaml_documents;
 use kube_cel::cel::Value as CelValue;
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+
+mod corpus;
 
 /// Floors, from the run that introduced the direct evaluator.
 const MIN_EXPRESSIONS: usize = 598;
@@ -42,30 +44,6 @@ const POLICY_KINDS: &[&str] = &[
     "Policy",
     "PolicyException",
 ];
-
-fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            yaml_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            out.push(p);
-        }
-    }
-}
-
-fn documents(path: &Path) -> Vec<Value> {
-    let text = std::fs::read_to_string(path).unwrap_or_default();
-    parse_yaml_documents(&path.display().to_string(), &text).unwrap_or_default()
-}
-
-fn kind(doc: &Value) -> &str {
-    doc.get("kind").and_then(Value::as_str).unwrap_or("")
-}
 
 /// A policy's CEL: its variables (name, expression) in order, and every
 /// other expression.
@@ -120,25 +98,16 @@ fn outcome(r: Result<CelValue, CelError>) -> String {
 #[test]
 fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    yaml_files(
-        &root.join("../shared/conformance/kyverno-policies"),
-        &mut files,
-    );
-    yaml_files(&root.join("examples"), &mut files);
-    assert!(!files.is_empty(), "no corpus at ../shared/conformance");
-
     // Policies and resources by folder: a policy's resources are those in
     // its folder and below.
     let mut by_dir: BTreeMap<PathBuf, (Vec<PolicyCel>, Vec<Value>)> = BTreeMap::new();
-    for f in &files {
-        for doc in documents(f) {
-            let dir = f.parent().unwrap().to_path_buf();
+    for (dir, docs) in corpus::documents_by_folder() {
+        for doc in docs {
             if POLICY_KINDS.contains(&kind(&doc)) {
                 let mut cel = PolicyCel::default();
                 collect(doc.get("spec").unwrap_or(&Value::Null), &mut cel);
                 if !cel.expressions.is_empty() || !cel.variables.is_empty() {
-                    by_dir.entry(dir).or_default().0.push(cel);
+                    by_dir.entry(dir.clone()).or_default().0.push(cel);
                 }
             } else if doc.get("apiVersion").is_some()
                 && doc.get("metadata").is_some()

@@ -8,35 +8,18 @@
 //!
 //! The counts are floors from the run that introduced the document.
 
+use corpus::kind;
 use gavel::json_doc::Doc;
 use gavel::pattern::CompiledPattern;
-use gavel::policy::load::parse_yaml_documents;
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+
+mod corpus;
 
 const MIN_PATTERNS: usize = 152;
 const MIN_EVALUATIONS: usize = 1882;
 const MIN_FAILURES: usize = 1236;
-
-fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    let mut entries: Vec<_> = entries.flatten().map(|e| e.path()).collect();
-    entries.sort();
-    for p in entries {
-        if p.is_dir() {
-            yaml_files(&p, out);
-        } else if p.extension().is_some_and(|e| e == "yaml" || e == "yml") {
-            out.push(p);
-        }
-    }
-}
-
-fn kind(doc: &Value) -> &str {
-    doc.get("kind").and_then(Value::as_str).unwrap_or("")
-}
 
 /// Every validate pattern under a policy's rules.
 fn collect(v: &Value, out: &mut Vec<Value>) {
@@ -64,20 +47,8 @@ fn outcome(r: Result<(), Box<gavel::pattern::PatternError>>) -> String {
 
 #[test]
 fn patterns_read_documents_as_they_read_values() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let mut files = Vec::new();
-    yaml_files(
-        &root.join("../shared/conformance/kyverno-policies"),
-        &mut files,
-    );
-    yaml_files(&root.join("examples"), &mut files);
-    assert!(!files.is_empty(), "no corpus at ../shared/conformance");
-
     let mut by_dir: BTreeMap<PathBuf, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
-    for f in &files {
-        let text = std::fs::read_to_string(f).unwrap_or_default();
-        let docs = parse_yaml_documents(&f.display().to_string(), &text).unwrap_or_default();
-        let dir = f.parent().unwrap().to_path_buf();
+    for (dir, docs) in corpus::documents_by_folder() {
         for doc in docs {
             let entry = by_dir.entry(dir.clone()).or_default();
             match kind(&doc) {
