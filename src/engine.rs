@@ -16,6 +16,7 @@ pub mod validate;
 pub mod variables;
 
 use crate::context::Resolver;
+use crate::json_doc::{Document, JsonRef, View};
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::{MatchInput, UserInfo};
 use crate::policy::CompiledException;
@@ -170,10 +171,11 @@ pub struct Request {
     pub from_review: bool,
     /// The review's `dryRun`: the API server will not persist the change.
     pub dry_run: bool,
-    /// The new object; null on DELETE.
-    pub object: Value,
+    /// The new object; null on DELETE. Decoded reviews hold it as a
+    /// [`crate::json_doc::Doc`]; offline runs as a `Value`.
+    pub object: Document,
     /// The previous object; null on CREATE.
-    pub old_object: Value,
+    pub old_object: Document,
     pub user: UserInfo,
     /// Labels of the resource's namespace, when known.
     pub namespace_labels: Option<Map<String, Value>>,
@@ -193,6 +195,7 @@ impl Request {
             "UPDATE" => (resource.clone(), resource.clone()),
             _ => (resource.clone(), Value::Null),
         };
+        let (object, old_object) = (Document::from(object), Document::from(old_object));
         let gvk = Gvk::of(resource);
         let gvr = gvk.resource();
         Request {
@@ -214,7 +217,7 @@ impl Request {
     }
 
     /// The object the request is about: the new one, or the old one on DELETE.
-    pub fn resource(&self) -> &Value {
+    pub fn resource(&self) -> &Document {
         if self.object.is_null() {
             &self.old_object
         } else {
@@ -222,18 +225,13 @@ impl Request {
         }
     }
 
-    fn metadata_map(&self) -> Option<&Map<String, Value>> {
-        let resource = self.resource().as_object()?;
-        crate::json_map::get(resource, "metadata")?.as_object()
-    }
-
-    fn metadata(&self, field: &str) -> Option<&Value> {
-        crate::json_map::get(self.metadata_map()?, field)
+    fn metadata(&self, field: &str) -> Option<JsonRef<'_>> {
+        self.resource().json().get("metadata")?.get(field)
     }
 
     fn metadata_str(&self, field: &str) -> &str {
         self.metadata(field)
-            .and_then(Value::as_str)
+            .and_then(View::as_str)
             .unwrap_or_default()
     }
 
@@ -246,10 +244,11 @@ impl Request {
     }
 
     pub fn match_input(&self) -> MatchInput<'_> {
-        // The metadata map is found once for its five fields.
-        let metadata = self.metadata_map();
-        let field = |name: &str| metadata.and_then(|m| crate::json_map::get(m, name));
-        let text = |name: &str| field(name).and_then(Value::as_str).unwrap_or_default();
+        // The metadata is found once for its five fields.
+        let metadata = self.resource().json().get("metadata");
+        let field = |name: &str| metadata.and_then(|m| m.get(name));
+        let text = |name: &str| field(name).and_then(View::as_str).unwrap_or_default();
+        let map = |name: &str| field(name).filter(|m| m.is_object());
         MatchInput {
             group: &self.gvk.group,
             version: &self.gvk.version,
@@ -260,8 +259,8 @@ impl Request {
             name: text("name"),
             generate_name: text("generateName"),
             namespace: text("namespace"),
-            labels: field("labels").and_then(Value::as_object),
-            annotations: field("annotations").and_then(Value::as_object),
+            labels: map("labels"),
+            annotations: map("annotations"),
             namespace_labels: self.namespace_labels.as_ref(),
             user: &self.user,
         }

@@ -21,6 +21,9 @@ use smallvec::SmallVec;
 use std::borrow::Cow;
 use std::fmt;
 
+mod document;
+pub use document::{Document, JsonRef};
+
 /// One value of the document. An array is followed by its elements; an
 /// object by its values (in document order; its keys are in the key table
 /// at `keys`). `end` is the index just past the last node of either, so a
@@ -376,6 +379,8 @@ pub trait View<'r>: Copy + 'r {
     fn elements(self) -> impl Iterator<Item = Self> + 'r;
     /// The keys of an object (none for any other value).
     fn keys(self) -> impl Iterator<Item = &'r str> + 'r;
+    /// The entries of an object, ordered by key (none for any other value).
+    fn entries(self) -> impl Iterator<Item = (&'r str, Self)> + 'r;
     /// The element at `index` of an array.
     fn at(self, index: usize) -> Option<Self>;
     /// The value as a `serde_json::Value`, borrowed where it is one.
@@ -424,6 +429,12 @@ impl<'r> View<'r> for &'r Value {
             .flat_map(|m| m.keys().map(String::as_str))
     }
 
+    fn entries(self) -> impl Iterator<Item = (&'r str, &'r Value)> + 'r {
+        self.as_object()
+            .into_iter()
+            .flat_map(|m| m.iter().map(|(k, v)| (k.as_str(), v)))
+    }
+
     fn at(self, index: usize) -> Option<&'r Value> {
         self.as_array()?.get(index)
     }
@@ -450,6 +461,10 @@ impl<'r> View<'r> for Json<'r> {
 
     fn keys(self) -> impl Iterator<Item = &'r str> + 'r {
         self.entries().map(|(k, _)| k)
+    }
+
+    fn entries(self) -> impl Iterator<Item = (&'r str, Json<'r>)> + 'r {
+        Json::entries(self)
     }
 
     fn at(self, index: usize) -> Option<Json<'r>> {
@@ -518,6 +533,22 @@ impl<'d> Iterator for Entries<'d> {
                 at: k.value,
             },
         ))
+    }
+}
+
+/// Decodes a value embedded in a larger text (the object of an
+/// AdmissionReview) into a document of its own.
+impl<'de> serde::Deserialize<'de> for Doc {
+    fn deserialize<D: Deserializer<'de>>(de: D) -> Result<Doc, D::Error> {
+        let mut doc = Doc {
+            // A Pod's worth, so that a typical object grows its buffers
+            // once or twice.
+            nodes: Vec::with_capacity(256),
+            keys: Vec::with_capacity(128),
+            text: String::with_capacity(2048),
+        };
+        NodeSeed(&mut doc).deserialize(de)?;
+        Ok(doc)
     }
 }
 

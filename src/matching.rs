@@ -5,6 +5,7 @@
 
 pub mod types;
 
+use crate::json_doc::{JsonRef, View};
 use crate::wildcard;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -234,10 +235,8 @@ impl CompiledDescription {
             }
         }
         if !self.annotations.is_empty() {
-            let empty = Map::new();
-            let actual = input.annotations.unwrap_or(&empty);
             let all_found = self.annotations.iter().all(|(k, v)| {
-                actual.iter().any(|(ak, av)| {
+                entries(input.annotations).any(|(ak, av)| {
                     wildcard::matches(k, ak)
                         && av.as_str().is_some_and(|av| wildcard::matches(v, av))
                 })
@@ -247,7 +246,9 @@ impl CompiledDescription {
             }
         }
         if let Some(sel) = &self.selector
-            && !selector_matches(&expand_wildcards(sel, input.labels), input.labels)
+            && !selector_matches_by(&expand_wildcards(sel, input.labels), |k| {
+                input.labels?.get(k)?.as_str()
+            })
         {
             return false;
         }
@@ -265,7 +266,7 @@ impl CompiledDescription {
 
 /// Kyverno expands wildcard keys and values of `matchLabels` against the
 /// actual labels; a wildcard that matches nothing becomes `0` so it fails.
-fn expand_wildcards(sel: &LabelSelector, labels: Option<&Map<String, Value>>) -> LabelSelector {
+fn expand_wildcards(sel: &LabelSelector, labels: Option<JsonRef<'_>>) -> LabelSelector {
     if !sel
         .match_labels
         .iter()
@@ -281,11 +282,11 @@ fn expand_wildcards(sel: &LabelSelector, labels: Option<&Map<String, Value>>) ->
             if !(wildcard::has_wildcard(k) || wildcard::has_wildcard(v)) {
                 return (k.clone(), v.clone());
             }
-            let found = labels.into_iter().flatten().find(|(ak, av)| {
+            let found = entries(labels).find(|(ak, av)| {
                 wildcard::matches(k, ak) && av.as_str().is_some_and(|av| wildcard::matches(v, av))
             });
             match found {
-                Some((ak, av)) => (ak.clone(), av.as_str().unwrap_or_default().to_string()),
+                Some((ak, av)) => (ak.to_string(), av.as_str().unwrap_or_default().to_string()),
                 None => (k.replace(['*', '?'], "0"), v.replace(['*', '?'], "0")),
             }
         })
@@ -293,9 +294,18 @@ fn expand_wildcards(sel: &LabelSelector, labels: Option<&Map<String, Value>>) ->
     out
 }
 
+/// The entries of a map that may be absent.
+fn entries<'a>(map: Option<JsonRef<'a>>) -> impl Iterator<Item = (&'a str, JsonRef<'a>)> {
+    map.into_iter().flat_map(View::entries)
+}
+
 /// Standard Kubernetes label selector semantics.
 pub fn selector_matches(sel: &LabelSelector, labels: Option<&Map<String, Value>>) -> bool {
-    let get = |k: &str| labels.and_then(|l| l.get(k)).and_then(Value::as_str);
+    selector_matches_by(sel, |k| labels?.get(k)?.as_str())
+}
+
+/// [`selector_matches`] on labels read through `get`.
+pub fn selector_matches_by<'l>(sel: &LabelSelector, get: impl Fn(&str) -> Option<&'l str>) -> bool {
     sel.match_labels
         .iter()
         .all(|(k, v)| get(k) == Some(v.as_str()))
@@ -570,8 +580,10 @@ pub struct MatchInput<'a> {
     pub name: &'a str,
     pub generate_name: &'a str,
     pub namespace: &'a str,
-    pub labels: Option<&'a Map<String, Value>>,
-    pub annotations: Option<&'a Map<String, Value>>,
+    /// The object's `metadata.labels` and `metadata.annotations`, when
+    /// they are objects.
+    pub labels: Option<JsonRef<'a>>,
+    pub annotations: Option<JsonRef<'a>>,
     /// Labels of the object's namespace, when known.
     pub namespace_labels: Option<&'a Map<String, Value>>,
     pub user: &'a UserInfo,

@@ -106,7 +106,7 @@ pub fn mutating_policies<'p>(
         after(Mutated {
             index,
             policy,
-            input: &req_now.object,
+            input: req_now.object.value(),
             response,
             patched: patched.as_ref(),
             elapsed,
@@ -114,7 +114,7 @@ pub fn mutating_policies<'p>(
         // Chained: what changed feeds the next policy. Same input: the
         // last policy that applied gives the result, changed or not.
         match (patched, chaining) {
-            (Some(p), Chaining::Chained) if p != req_now.object => {
+            (Some(p), Chaining::Chained) if &p != req_now.object.value() => {
                 current = Some(next_request(req_now, p));
                 input = None;
             }

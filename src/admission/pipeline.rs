@@ -19,6 +19,7 @@ use crate::engine::cel::{
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::verify_policy_with;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
+use crate::json_doc::View;
 use crate::matching::MatchInput;
 use crate::patch::json_patch;
 use crate::policy::cel_policy::{CompiledImageValidatingPolicy, CompiledValidatingPolicy};
@@ -109,22 +110,21 @@ fn no_longer_selected(
     req: &Request,
     input: &MatchInput,
 ) -> Vec<String> {
-    let old = &req.old_object;
-    let Some(meta) = old.get("metadata").and_then(serde_json::Value::as_object) else {
+    let Some(meta) = req
+        .old_object
+        .json()
+        .get("metadata")
+        .filter(|m| m.is_object())
+    else {
         return Vec::new();
     };
-    let text = |k: &str| {
-        meta.get(k)
-            .and_then(serde_json::Value::as_str)
-            .unwrap_or_default()
-    };
+    let text = |k: &str| meta.get(k).and_then(View::as_str).unwrap_or_default();
+    let map = |k: &str| meta.get(k).filter(|m| m.is_object());
     let old_input = MatchInput {
         name: text("name"),
         generate_name: text("generateName"),
-        labels: meta.get("labels").and_then(serde_json::Value::as_object),
-        annotations: meta
-            .get("annotations")
-            .and_then(serde_json::Value::as_object),
+        labels: map("labels"),
+        annotations: map("annotations"),
         ..*input
     };
     let classic = policies
@@ -140,7 +140,7 @@ fn no_longer_selected(
     let validating = cel
         .iter()
         .filter(|(_, r)| r.rules.is_empty())
-        .filter(|(p, _)| constraints_select(&p.scope, req, old, None))
+        .filter(|(p, _)| constraints_select(&p.scope, req, req.old_object.value(), None))
         .map(|(p, _)| p.key.clone());
     classic.chain(validating).collect()
 }
@@ -282,7 +282,7 @@ pub fn admit_reporting(
                     (cel_indexes, cel),
                     images,
                     stale,
-                    &req.object,
+                    req.object.value(),
                 );
             }
             verdict
@@ -486,7 +486,7 @@ fn mutate(
         }
         if let Some(patched) = outcome.patched {
             let mut next = req_now.clone();
-            next.object = patched;
+            next.object = patched.into();
             current = Some(next);
         }
     }
@@ -502,7 +502,7 @@ fn mutate(
         phase,
         start.as_ref().unwrap_or(req),
         |r, object| Request {
-            object,
+            object: object.into(),
             ..r.clone()
         },
         CelRequest::owned,
@@ -551,7 +551,7 @@ fn mutate(
             patch: None,
         };
     }
-    let patch = current.map(|c| json_patch::diff(&req.object, &c.object));
+    let patch = current.map(|c| json_patch::diff(req.object.value(), c.object.value()));
     Verdict {
         allowed: true,
         message: None,

@@ -30,7 +30,7 @@ const CLEANUP_KINDS: [&str; 4] = [
 
 /// The verdict on a policy object written (CREATE, UPDATE).
 pub fn policy_verdict(req: &Request) -> Verdict {
-    let object = &req.object;
+    let object = req.object.value();
     if object.is_null() {
         return allowed(Vec::new());
     }
@@ -73,6 +73,7 @@ pub fn policy_verdict(req: &Request) -> Verdict {
 pub fn ttl_verdict(req: &Request) -> Verdict {
     let Some(value) = req
         .object
+        .value()
         .pointer("/metadata/labels")
         .and_then(|l| l.get(TTL_LABEL))
         .and_then(Value::as_str)

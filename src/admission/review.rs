@@ -4,10 +4,10 @@
 //! [`super::verdict`]).
 
 use crate::engine::Request;
+use crate::json_doc::Document;
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::UserInfo;
 use serde::Deserialize;
-use serde_json::Value;
 
 /// Why a body is not a usable AdmissionReview; the text goes back as a 400.
 #[derive(Debug, thiserror::Error)]
@@ -53,10 +53,11 @@ pub struct RequestIn {
     operation: String,
     #[serde(default)]
     user_info: UserInfoIn,
+    /// Decoded straight into documents, which the evaluators read.
     #[serde(default)]
-    object: Value,
+    object: Document,
     #[serde(default)]
-    old_object: Value,
+    old_object: Document,
     #[serde(default)]
     dry_run: bool,
 }
@@ -228,7 +229,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn review(request: Value) -> Vec<u8> {
+    fn review(request: serde_json::Value) -> Vec<u8> {
         serde_json::to_vec(&json!({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "request": request}))
             .unwrap()
     }

@@ -159,12 +159,14 @@ fn rule_contexts<'r>(
         };
         let matched = rule.selects(input);
         match req.operation.as_str() {
-            "DELETE" if matched && lists_delete(rule) => out.push(context(false, &req.old_object)),
-            "DELETE" if matched && synchronize => out.push(context(true, &req.old_object)),
+            "DELETE" if matched && lists_delete(rule) => {
+                out.push(context(false, req.old_object.value()))
+            }
+            "DELETE" if matched && synchronize => out.push(context(true, req.old_object.value())),
             "DELETE" => {}
-            _ if matched => out.push(context(false, &req.object)),
+            _ if matched => out.push(context(false, req.object.value())),
             "UPDATE" if synchronize && rule.selects(&old_request().match_input()) => {
-                out.push(context(true, &req.old_object))
+                out.push(context(true, req.old_object.value()))
             }
             _ => {}
         }
@@ -192,7 +194,7 @@ fn mutate_existing(
         let mut spec = spec(
             policy.qualified_name(),
             Vec::new(),
-            resource_spec(req.resource()),
+            resource_spec(req.resource().value()),
             review,
         );
         spec["requestType"] = Value::from("mutate");
@@ -226,7 +228,7 @@ pub fn for_generating(
         return Vec::new();
     }
     let req = &review.request;
-    let (object, old) = (&req.object, &req.old_object);
+    let (object, old) = (req.object.value(), req.old_object.value());
     let selects = |p: &CompiledGeneratingPolicy, o: &Value, op: Option<&str>| {
         !o.is_null() && constraints_select(&p.scope, req, o, op)
     };
@@ -284,8 +286,8 @@ pub fn for_mutating<'p>(
     }
     let req = &review.request;
     let trigger = match req.operation.as_str() {
-        "DELETE" => &req.old_object,
-        _ => &req.object,
+        "DELETE" => req.old_object.value(),
+        _ => req.object.value(),
     };
     if trigger.is_null() {
         return Vec::new();
@@ -316,7 +318,11 @@ fn downstream_change(policies: &[CompiledPolicy], review: &Review) -> Option<Upd
     if !matches!(req.operation.as_str(), "UPDATE" | "DELETE") {
         return None;
     }
-    let labels = req.old_object.pointer("/metadata/labels")?.as_object()?;
+    let labels = req
+        .old_object
+        .value()
+        .pointer("/metadata/labels")?
+        .as_object()?;
     let label = |k: &str| labels.get(k).and_then(Value::as_str).unwrap_or_default();
     if label(labels::MANAGED_BY) != "kyverno" || label(labels::POLICY_NAME).is_empty() {
         return None;
@@ -411,10 +417,10 @@ fn spec(policy: &str, contexts: Vec<Value>, resource: Value, review: &Review) ->
         json!({"username": req.user.username, "groups": req.user.groups}),
     );
     if !req.object.is_null() {
-        request.insert("object".into(), req.object.clone());
+        request.insert("object".into(), req.object.value().clone());
     }
     if !req.old_object.is_null() {
-        request.insert("oldObject".into(), req.old_object.clone());
+        request.insert("oldObject".into(), req.old_object.value().clone());
     }
     json!({
         "requestType": "generate",

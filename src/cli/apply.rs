@@ -478,7 +478,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 },
             );
             if let Some(req) = mutated {
-                resource = req.object;
+                resource = req.object.into_value();
             }
             // Each response carries the phase's result, as Kyverno's
             // (the engine's patched resource).

@@ -542,7 +542,7 @@ fn background_request(admission: &Value, object: Value) -> Result<Request, Strin
             .map_err(|e| format!("the UpdateRequest's admission request: {e}"))?
             .request;
         if request.operation != "DELETE" {
-            request.object = object;
+            request.object = object.into();
         }
         return Ok(request);
     }

@@ -193,15 +193,18 @@ impl LazyBindings for NoRequest {
 impl<'r> CelRequest<'r> {
     pub fn of(req: &'r Request) -> CelRequest<'r> {
         CelRequest {
-            object: Cow::Borrowed(&req.object),
-            old_object: Cow::Borrowed(&req.old_object),
+            object: Cow::Borrowed(req.object.value()),
+            old_object: Cow::Borrowed(req.old_object.value()),
             source: Some(req),
             resource: Cow::Borrowed(&req.gvr.resource),
             request: OnceCell::new(),
             namespace: OnceCell::new(),
             cache: InterpreterCache::default(),
             views: Default::default(),
-            shared: Some(SharedValues::boxed(&req.object, &req.old_object)),
+            shared: Some(SharedValues::boxed(
+                req.object.value(),
+                req.old_object.value(),
+            )),
             selections: RefCell::default(),
         }
     }
@@ -210,8 +213,8 @@ impl<'r> CelRequest<'r> {
     /// for callers that keep it beyond the request.
     pub fn owned(req: &Request) -> CelRequest<'static> {
         CelRequest {
-            object: Cow::Owned(req.object.clone()),
-            old_object: Cow::Owned(req.old_object.clone()),
+            object: Cow::Owned(req.object.value().clone()),
+            old_object: Cow::Owned(req.old_object.value().clone()),
             source: None,
             resource: Cow::Owned(req.gvr.resource.clone()),
             request: OnceCell::from(Arc::new(request_json(req))),
@@ -1047,7 +1050,7 @@ fn select<'s>(scope: &'s PolicyScope, req: &Request, input: &CelRequest) -> Opti
 
 /// The namespaceSelector and objectSelector of `m` accept the request.
 fn selectors_match(m: &MatchConstraints, req: &Request) -> bool {
-    selectors_accept(m, req, req.resource())
+    selectors_accept(m, req, req.resource().value())
 }
 
 /// The namespaceSelector of `m` accepts the request's namespace, and its

@@ -44,7 +44,7 @@ pub fn generate_policy<'p>(
         let builder = Builder {
             policy,
             rule: name,
-            trigger: req.resource(),
+            trigger: req.resource().value(),
             exprs: &policy.exprs,
             env,
         };

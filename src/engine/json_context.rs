@@ -60,7 +60,7 @@ impl<'p> JsonContext<'p> {
             Value::String(sa_namespace.to_string()),
         );
         if let Some(images) = with_images
-            .then(|| super::images::images_of(req.resource()))
+            .then(|| super::images::images_of(req.resource().value()))
             .flatten()
         {
             ctx.set("images", images);
@@ -266,8 +266,8 @@ impl Root for RequestRoot<'_> {
     fn field(&self, name: &str) -> Option<Val<'_>> {
         match name {
             "operation" => Some(Val::Ref(&self.operation)),
-            "object" => Some(Val::Ref(&self.req.object)),
-            "oldObject" => Some(Val::Ref(&self.req.old_object)),
+            "object" => Some(Val::Ref(self.req.object.value())),
+            "oldObject" => Some(Val::Ref(self.req.old_object.value())),
             _ => self.rest().get(name).map(Val::Ref),
         }
     }
@@ -275,8 +275,8 @@ impl Root for RequestRoot<'_> {
     fn to_value(&self) -> Value {
         let mut m = self.rest().clone();
         m.insert("operation".into(), self.operation.clone());
-        m.insert("object".into(), self.req.object.clone());
-        m.insert("oldObject".into(), self.req.old_object.clone());
+        m.insert("object".into(), self.req.object.value().clone());
+        m.insert("oldObject".into(), self.req.old_object.value().clone());
         Value::Object(m)
     }
 }

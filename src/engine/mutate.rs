@@ -66,7 +66,7 @@ pub fn mutate_policy<'p>(
         }
         if stale && let Some(p) = &patched {
             let mut next = req.clone();
-            next.object = p.clone();
+            next.object = p.clone().into();
             current = Some(next);
             stale = false;
         }
@@ -110,7 +110,7 @@ pub fn mutate_policy<'p>(
             rules.push(response);
             continue;
         }
-        let resource = patched.as_ref().unwrap_or(&req.object);
+        let resource = patched.as_ref().unwrap_or(req.object.value());
         let response = match mutator.apply(&m.patch, resource, &rctx, 0) {
             Err(e) => respond(RuleStatus::Error, e),
             Ok((out, applied)) => {

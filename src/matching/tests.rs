@@ -50,7 +50,7 @@ fn kind_selectors() {
     }
 }
 
-fn input<'a>(labels: &'a Map<String, Value>, user: &'a UserInfo) -> MatchInput<'a> {
+fn input<'a>(labels: &'a Value, user: &'a UserInfo) -> MatchInput<'a> {
     MatchInput {
         group: "",
         version: "v1",
@@ -61,7 +61,7 @@ fn input<'a>(labels: &'a Map<String, Value>, user: &'a UserInfo) -> MatchInput<'
         name: "web-1",
         generate_name: "",
         namespace: "prod",
-        labels: Some(labels),
+        labels: Some(labels.into()),
         annotations: None,
         namespace_labels: None,
         user,
@@ -74,7 +74,7 @@ fn compile(v: serde_json::Value) -> CompiledMatch {
 
 #[test]
 fn resource_filters() {
-    let labels = json!({"app": "web"}).as_object().unwrap().clone();
+    let labels = json!({"app": "web"});
     let user = UserInfo {
         username: "system:serviceaccount:ci:deployer".into(),
         ..Default::default()
@@ -137,7 +137,7 @@ fn resource_filters() {
 /// The shortcut a filter takes by its shape decides as the general check does.
 #[test]
 fn filter_shapes_agree_with_the_general_check() {
-    let labels = json!({"app": "web"}).as_object().unwrap().clone();
+    let labels = json!({"app": "web"});
     let user = UserInfo {
         username: "alice".into(),
         ..Default::default()

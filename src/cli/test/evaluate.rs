@@ -297,7 +297,7 @@ pub(super) fn evaluate<'l>(
         };
         let mut mutating = Vec::with_capacity(loaded.mutating.len());
         let next_request = |_: &Request, object: Value| cel_input(&object).0;
-        let bind = |req: &Request| cel_input(&req.object).1;
+        let bind = |req: &Request| cel_input(req.object.value()).1;
         // MutatingAdmissionPolicies first, each on the previous output.
         if !loaded.admission_mutating.is_empty() {
             let start = cel_input(&current).0;
@@ -319,7 +319,7 @@ pub(super) fn evaluate<'l>(
                 },
             );
             if let Some(req) = mutated {
-                current = req.object;
+                current = req.object.into_value();
             }
         }
         // kyverno-compat: every MutatingPolicy sees the same incoming
@@ -341,7 +341,7 @@ pub(super) fn evaluate<'l>(
                 |_, _| Visit::Evaluate,
                 |m| mutating.push(m.response),
             )
-            .map(|req| req.object);
+            .map(|req| req.object.into_value());
         }
         let cel_mutated = cel_mutated.unwrap_or_else(|| current.clone());
         if !loaded.targets.is_empty() {

@@ -203,7 +203,7 @@ async fn generate(
                 by_constraints: constraints_select(
                     &policy.scope,
                     &request,
-                    request.resource(),
+                    request.resource().value(),
                     Some(&request.operation),
                 ),
             },

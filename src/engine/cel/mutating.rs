@@ -59,7 +59,7 @@ pub fn evaluate_mutating_policy<'p>(
     if policy.admission_policy {
         let (patched, results) = match view.params(scope, req, resolver) {
             Err(e) => (None, vec![(RuleStatus::Error, e)]),
-            Ok(None) => admission_mutations(policy, req.object.clone(), base, &lookups),
+            Ok(None) => admission_mutations(policy, req.object.value().clone(), base, &lookups),
             // One application of the policy per param, each on the object
             // the previous one left.
             Ok(Some(list)) if list.is_empty() => {
@@ -71,7 +71,7 @@ pub fn evaluate_mutating_policy<'p>(
                 let mut object: Option<Value> = None;
                 let mut results = Vec::new();
                 for param in &list {
-                    let current = object.clone().unwrap_or_else(|| req.object.clone());
+                    let current = object.clone().unwrap_or_else(|| req.object.value().clone());
                     let (next, mut r) = match params::bind(base, param) {
                         Ok(vars) => admission_mutations(policy, current, &vars, &lookups),
                         Err(e) => (None, vec![(RuleStatus::Error, e)]),
@@ -101,7 +101,13 @@ pub fn evaluate_mutating_policy<'p>(
     } else if let Some(rule) = conditions_gate(scope, &vars, &lookups) {
         rule
     } else {
-        match mutate(policy, req.object.clone(), view.template, &vars, &lookups) {
+        match mutate(
+            policy,
+            req.object.value().clone(),
+            view.template,
+            &vars,
+            &lookups,
+        ) {
             Ok(patched) => {
                 outcome.patched = Some(patched);
                 respond(RuleStatus::Pass, "success".into())

@@ -43,7 +43,7 @@ impl<'p> RuleValidator<'_, 'p> {
                 if ctx.is_delete() && element.is_none() {
                     return None;
                 }
-                let resource = element.unwrap_or(&req.object);
+                let resource = element.unwrap_or(req.object.value());
                 let resp = self.patterns(check, resource, ctx);
                 if element.is_none()
                     && req.operation == "UPDATE"
@@ -51,7 +51,7 @@ impl<'p> RuleValidator<'_, 'p> {
                     && resp.status == RuleStatus::Fail
                     && !req.old_object.is_null()
                 {
-                    let prior = self.patterns(check, &req.old_object, ctx);
+                    let prior = self.patterns(check, req.old_object.value(), ctx);
                     if prior.status == resp.status {
                         return Some(
                             self.respond(RuleStatus::Skip, "validation results have not changed"),
@@ -65,7 +65,7 @@ impl<'p> RuleValidator<'_, 'p> {
                 if ctx.is_delete() {
                     return None;
                 }
-                let pod = element.unwrap_or(&req.object);
+                let pod = element.unwrap_or(req.object.value());
                 let mut violations = crate::engine::pod_security::evaluate(pod, ps, &[]);
                 // kyverno-compat: exceptions apply only to a Pod that fails,
                 // and a Pod they clear is skipped, naming them.

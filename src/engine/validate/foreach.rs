@@ -183,7 +183,7 @@ impl<'p> RuleValidator<'_, 'p> {
             c @ (ValidateCheck::Pattern(_) | ValidateCheck::AnyPattern(_)) => {
                 let ctx = &*ctx;
                 let item = ctx.get("element").unwrap_or(&crate::jmespath::NULL);
-                let resource = if scoped { item } else { &req.object };
+                let resource = if scoped { item } else { req.object.value() };
                 Some(self.patterns(c, resource, ctx))
             }
             ValidateCheck::Deny(_) => self.check(&fe.check, req, ctx, None),

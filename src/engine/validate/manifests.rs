@@ -86,7 +86,7 @@ fn verify(manifests: &ManifestsRule, req: &Request) -> Verdict {
     if req.dry_run {
         return Ok((true, "allowed because of DryRun request".into()));
     }
-    let object = Object::of(&req.object, manifests);
+    let object = Object::of(req.object.value(), manifests);
     let at_admission = req.from_review;
     let mut verified = Vec::new();
     for (i, set) in manifests.attestor_sets.iter().enumerate() {

@@ -298,7 +298,7 @@ pub fn verify_policy_with<'p>(
             continue;
         }
         let typed = |r: RuleResponse<'p>| r.of_type(RuleType::ImageVerify);
-        let images = match matching_images(req.resource(), v) {
+        let images = match matching_images(req.resource().value(), v) {
             Ok(images) if images.is_empty() => continue,
             Ok(images) => images,
             Err(e) => {
@@ -382,7 +382,7 @@ pub(super) fn validate_images<'p>(
     }
     let typed = |r: RuleResponse<'p>| r.of_type(RuleType::ImageVerify);
     let respond = |status, message: String| typed(RuleResponse::new(&rule.name, status, message));
-    let images = match extract_images(req.resource(), v) {
+    let images = match extract_images(req.resource().value(), v) {
         Err(e) => {
             return Some(respond(
                 RuleStatus::Error,
@@ -405,6 +405,7 @@ pub(super) fn validate_images<'p>(
     }
     let annotation = req
         .object
+        .value()
         .pointer("/metadata/annotations")
         .and_then(|a| a.get("kyverno.io/verify-images-scoped"))
         .and_then(Value::as_str);
