@@ -9,6 +9,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
 use gavel::engine::{EvalEnv, Request, evaluate};
+use gavel::json_doc::{Doc, Document};
 use gavel::policy::load::parse_yaml_documents;
 use serde_json::Value;
 use std::hint::black_box;
@@ -26,7 +27,18 @@ fn pod(file: &str) -> Value {
     parse_yaml_documents(file, &text).unwrap().remove(0)
 }
 
+/// The request as the webhook holds it: the object decoded from its JSON
+/// text into a document.
 fn request(object: Value) -> Request {
+    let text = serde_json::to_string(&object).unwrap();
+    Request {
+        object: Document::from_doc(Doc::parse(&text).unwrap()),
+        ..value_request(object)
+    }
+}
+
+/// The request as offline runs hold it: the object as a `serde_json::Value`.
+fn value_request(object: Value) -> Request {
     Request::offline(&object, "CREATE", Default::default(), None)
 }
 
@@ -40,6 +52,10 @@ fn bench(c: &mut Criterion) {
     let requests = [
         ("compliant", request(pod("pod-compliant.yaml"))),
         ("violating", request(pod("pod-violating.yaml"))),
+    ];
+    let value_requests = [
+        ("compliant", value_request(pod("pod-compliant.yaml"))),
+        ("violating", value_request(pod("pod-violating.yaml"))),
     ];
     let mut group = c.benchmark_group("evaluate");
     for (id, req) in &requests {
@@ -55,6 +71,13 @@ fn bench(c: &mut Criterion) {
         });
         group.bench_function(format!("empty/{id}"), |b| {
             b.iter(|| evaluate(black_box(&[]), black_box(req), &env))
+        });
+    }
+    // The same on the object as a `serde_json::Value` (offline runs, and
+    // the webhook before the request became a document).
+    for (id, req) in &value_requests {
+        group.bench_function(format!("pss17-value/{id}"), |b| {
+            b.iter(|| evaluate(black_box(&policies), black_box(req), &env))
         });
     }
     group.finish();

@@ -390,6 +390,14 @@ pub trait View<'r>: Copy + 'r {
         matches!(self.kind(), Kind::Null)
     }
 
+    fn is_array(self) -> bool {
+        matches!(self.kind(), Kind::Array(_))
+    }
+
+    fn is_object(self) -> bool {
+        matches!(self.kind(), Kind::Object(_))
+    }
+
     fn as_str(self) -> Option<&'r str> {
         self.kind().as_str()
     }

@@ -495,7 +495,7 @@ impl Node {
 
 /// Validates `resource` against `pattern`, compiling it first (for patterns
 /// built at evaluation time, e.g. after variable substitution).
-pub fn validate<'r>(resource: &'r Value, pattern: &Value) -> Res<'r> {
+pub fn validate<'r>(resource: impl View<'r>, pattern: &Value) -> Res<'r> {
     CompiledPattern::compile(pattern).validate(resource)
 }
 

@@ -29,6 +29,7 @@ use crate::cel::{
     RequestValues,
 };
 use crate::context::{ApiCallRequest, Resolver};
+use crate::json_doc::Document;
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::selector_matches;
 use crate::policy::cel_policy::{
@@ -50,8 +51,8 @@ use std::sync::Arc;
 /// expression runs: `request` and `namespaceObject` are built on first use.
 #[derive(Debug)]
 pub struct CelRequest<'r> {
-    object: Cow<'r, Value>,
-    old_object: Cow<'r, Value>,
+    object: Bound<'r>,
+    old_object: Bound<'r>,
     /// What `request` and `namespaceObject` are made from.
     source: Option<&'r Request>,
     /// The plural resource name admission rules match on.
@@ -72,19 +73,52 @@ pub struct CelRequest<'r> {
     selections: RefCell<Vec<(Arc<str>, Selection)>>,
 }
 
+/// An object bound as a CEL variable: borrowed in either form (a request's
+/// [`Document`] becomes a `Value` only when a CEL expression reads it, so a
+/// request no CEL rule touches never converts), or owned.
+#[derive(Debug)]
+enum Bound<'r> {
+    Borrowed(Source<'r>),
+    Owned(Value),
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Source<'r> {
+    Value(&'r Value),
+    Document(&'r Document),
+}
+
+impl<'r> Source<'r> {
+    fn value(self) -> &'r Value {
+        match self {
+            Source::Value(v) => v,
+            Source::Document(d) => d.value(),
+        }
+    }
+}
+
+impl Bound<'_> {
+    fn value(&self) -> &Value {
+        match self {
+            Bound::Borrowed(s) => s.value(),
+            Bound::Owned(v) => v,
+        }
+    }
+}
+
 /// The request-wide values of one request's `object` and `oldObject`,
 /// each computed when a policy first asks for it.
 #[derive(Debug)]
 struct SharedValues<'r> {
-    object: &'r Value,
-    old_object: &'r Value,
+    object: Source<'r>,
+    old_object: Source<'r>,
     /// Keyed by the plan, which the entry holds so that its address is not
     /// reused while the request lives.
     values: RefCell<Vec<(Arc<direct::Node>, Option<Val<'r>>)>>,
 }
 
 impl<'r> SharedValues<'r> {
-    fn boxed(object: &'r Value, old_object: &'r Value) -> Box<dyn RequestValues + 'r> {
+    fn boxed(object: Source<'r>, old_object: Source<'r>) -> Box<dyn RequestValues + 'r> {
         Box::new(SharedValues {
             object,
             old_object,
@@ -96,16 +130,16 @@ impl<'r> SharedValues<'r> {
 impl<'r> direct::Bindings<'r> for SharedValues<'r> {
     fn ident(&self, name: &str) -> Option<Val<'r>> {
         match name {
-            "object" => Some(Val::from_json(self.object)),
-            "oldObject" => Some(Val::from_json(self.old_object)),
+            "object" => Some(Val::from_json(self.object.value())),
+            "oldObject" => Some(Val::from_json(self.old_object.value())),
             _ => None,
         }
     }
 
     fn known(&self, index: usize) -> Option<Val<'r>> {
         match index {
-            direct::OBJECT => Some(Val::from_json(self.object)),
-            direct::OLD_OBJECT => Some(Val::from_json(self.old_object)),
+            direct::OBJECT => Some(Val::from_json(self.object.value())),
+            direct::OLD_OBJECT => Some(Val::from_json(self.old_object.value())),
             _ => None,
         }
     }
@@ -193,8 +227,8 @@ impl LazyBindings for NoRequest {
 impl<'r> CelRequest<'r> {
     pub fn of(req: &'r Request) -> CelRequest<'r> {
         CelRequest {
-            object: Cow::Borrowed(req.object.value()),
-            old_object: Cow::Borrowed(req.old_object.value()),
+            object: Bound::Borrowed(Source::Document(&req.object)),
+            old_object: Bound::Borrowed(Source::Document(&req.old_object)),
             source: Some(req),
             resource: Cow::Borrowed(&req.gvr.resource),
             request: OnceCell::new(),
@@ -202,8 +236,8 @@ impl<'r> CelRequest<'r> {
             cache: InterpreterCache::default(),
             views: Default::default(),
             shared: Some(SharedValues::boxed(
-                req.object.value(),
-                req.old_object.value(),
+                Source::Document(&req.object),
+                Source::Document(&req.old_object),
             )),
             selections: RefCell::default(),
         }
@@ -213,8 +247,8 @@ impl<'r> CelRequest<'r> {
     /// for callers that keep it beyond the request.
     pub fn owned(req: &Request) -> CelRequest<'static> {
         CelRequest {
-            object: Cow::Owned(req.object.value().clone()),
-            old_object: Cow::Owned(req.old_object.value().clone()),
+            object: Bound::Owned(req.object.value().clone()),
+            old_object: Bound::Owned(req.old_object.value().clone()),
             source: None,
             resource: Cow::Owned(req.gvr.resource.clone()),
             request: OnceCell::from(Arc::new(request_json(req))),
@@ -272,7 +306,12 @@ impl<'r> CelRequest<'r> {
     }
 
     pub fn activation(&self) -> Activation<'_> {
-        let mut vars = bind_request(&self.cache, &self.object, &self.old_object, self);
+        let mut vars = bind_request(
+            &self.cache,
+            self.object.value(),
+            self.old_object.value(),
+            self,
+        );
         if let Some(shared) = &self.shared {
             vars.set_request_values(shared.as_ref());
         }
@@ -284,15 +323,18 @@ impl<'r> CelRequest<'r> {
     /// `namespaceObject` (Kyverno's background controller binds none).
     pub fn for_target<'t>(&self, target: &'t Value) -> CelRequest<'t> {
         CelRequest {
-            object: Cow::Borrowed(target),
-            old_object: Cow::Owned(Value::Null),
+            object: Bound::Borrowed(Source::Value(target)),
+            old_object: Bound::Owned(Value::Null),
             source: None,
             resource: Cow::Owned(self.resource.to_string()),
             request: OnceCell::from(self.request().clone()),
             namespace: OnceCell::from(Value::Null),
             cache: InterpreterCache::default(),
             views: Default::default(),
-            shared: Some(SharedValues::boxed(target, &NULL)),
+            shared: Some(SharedValues::boxed(
+                Source::Value(target),
+                Source::Value(&NULL),
+            )),
             selections: RefCell::default(),
         }
     }
@@ -307,8 +349,8 @@ impl<'r> CelRequest<'r> {
         };
         let view = slot.get_or_init(|| {
             Box::new(TemplateView {
-                object: template_view(&self.object, template),
-                old_object: template_view(&self.old_object, template),
+                object: template_view(self.object.value(), template),
+                old_object: template_view(self.old_object.value(), template),
                 cache: InterpreterCache::default(),
             })
         });

@@ -10,6 +10,7 @@
 use super::Request;
 use super::cel::CelRequest;
 use crate::jmespath::{Root, Scope, Val};
+use crate::json_doc::JsonRef;
 use crate::kinds::{Gvk, Gvr};
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
@@ -154,9 +155,15 @@ impl<'p> JsonContext<'p> {
 
     /// Sets a top-level name to a value borrowed from an enclosing scope.
     pub fn set_ref(&mut self, name: impl Into<Cow<'static, str>>, value: &'p Value) {
+        self.set_slot(name, Slot::Ref(value));
+    }
+
+    /// Sets a top-level name to a value borrowed from an enclosing scope
+    /// or the request, or computed.
+    pub fn set_slot(&mut self, name: impl Into<Cow<'static, str>>, value: Slot<'p>) {
         let name = name.into();
         self.request_replaced |= name == "request";
-        self.scope.set(name, Slot::Ref(value));
+        self.scope.set(name, value);
     }
 
     /// Sets a dotted path (`request.object.metadata.name`), creating objects
@@ -190,7 +197,7 @@ impl<'p> JsonContext<'p> {
     }
 
     /// A top-level value that is plain JSON (not the request view).
-    pub fn get(&self, name: &str) -> Option<&Value> {
+    pub fn get(&self, name: &str) -> Option<JsonRef<'_>> {
         self.scope.get(name)
     }
 
@@ -266,8 +273,8 @@ impl Root for RequestRoot<'_> {
     fn field(&self, name: &str) -> Option<Val<'_>> {
         match name {
             "operation" => Some(Val::Ref(&self.operation)),
-            "object" => Some(Val::Ref(self.req.object.value())),
-            "oldObject" => Some(Val::Ref(self.req.old_object.value())),
+            "object" => Some(self.req.object.json().into()),
+            "oldObject" => Some(self.req.old_object.json().into()),
             _ => self.rest().get(name).map(Val::Ref),
         }
     }

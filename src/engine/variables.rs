@@ -5,6 +5,7 @@
 
 use super::json_context::JsonContext;
 use crate::jmespath::{JmesError, Val};
+use crate::json_doc::View;
 use crate::policy::ExprCache;
 use crate::policy::template::{Template, first_token, opens_variable};
 use serde_json::Value;
@@ -63,8 +64,8 @@ impl<'t> Substituter<'t> {
                 match expr.resolve_val(self.ctx.root()) {
                     // A string result may itself hold variables: substitute it fully.
                     Ok(v)
-                        if v.as_json()
-                            .and_then(Value::as_str)
+                        if v.as_json_ref()
+                            .and_then(View::as_str)
                             .is_some_and(opens_variable) =>
                     {
                         self.value(raw).map(Cow::Owned)

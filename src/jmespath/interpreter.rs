@@ -6,7 +6,8 @@
 use super::JmesError;
 use super::functions;
 use super::parser::{Ast, Cmp};
-use super::value::{Eval, NULL, Val, boolean, json_equal, null};
+use super::value::{Eval, NULL, Val, boolean, null, view_equal};
+use crate::json_doc::{Json, JsonRef, Kind, View};
 use serde_json::Value;
 use std::cmp::Ordering;
 
@@ -24,6 +25,24 @@ fn field_path<'a>(mut v: &'a Value, keys: &[String]) -> &'a Value {
     v
 }
 
+fn array_len(j: Json) -> usize {
+    match j.kind() {
+        Kind::Array(len) => len as usize,
+        _ => 0,
+    }
+}
+
+/// [`field_path`] in a decoded document.
+fn doc_field_path<'a>(mut j: Json<'a>, keys: &[String]) -> Val<'a> {
+    for k in keys {
+        j = match j.get(k) {
+            Some(x) => x,
+            None => return null(),
+        };
+    }
+    Val::Doc(j)
+}
+
 /// Evaluates `ast` against `cur`.
 pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
     Ok(match ast {
@@ -32,10 +51,12 @@ pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
         Ast::FieldPath(keys) => {
             let mut cur = cur;
             for (i, k) in keys.iter().enumerate() {
-                if let Val::Ref(v) = cur {
-                    // Borrowed JSON from here on: walk the values, not a
-                    // Val per step.
-                    return Ok(Val::Ref(field_path(v, &keys[i..])));
+                // Borrowed JSON from here on: walk the values, not a Val
+                // per step.
+                match cur {
+                    Val::Ref(v) => return Ok(Val::Ref(field_path(v, &keys[i..]))),
+                    Val::Doc(j) => return Ok(doc_field_path(j, &keys[i..])),
+                    _ => {}
                 }
                 cur = cur.field(k);
             }
@@ -132,9 +153,18 @@ pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
             Val::own(Value::Object(out))
         }
         Ast::Comparator(op, l, r) => {
-            let left = eval(l, cur.clone())?.into_cow();
-            let right = eval(r, cur)?.into_cow();
-            Val::own(compare(*op, &left, &right))
+            let left = eval(l, cur.clone())?;
+            let right = eval(r, cur)?;
+            // JSON of either representation is compared where it is; a
+            // list or a scope is made JSON first.
+            match (left.as_json_ref(), right.as_json_ref()) {
+                (Some(a), Some(b)) => compare(*op, a, b),
+                _ => compare(
+                    *op,
+                    JsonRef::Value(&left.into_cow()),
+                    JsonRef::Value(&right.into_cow()),
+                ),
+            }
         }
         Ast::Or(l, r) => {
             let left = eval(l, cur.clone())?;
@@ -165,6 +195,7 @@ fn flatten(items: Vec<Val<'_>>) -> Val<'_> {
     }
     let len = |v: &Val| match v {
         Val::Ref(Value::Array(a)) => a.len(),
+        Val::Doc(j) if j.is_array() => array_len(*j),
         Val::List(l) => l.len(),
         Val::Own(v) => v.as_array().map_or(1, Vec::len),
         _ => 1,
@@ -182,6 +213,7 @@ fn splice<'a>(item: Val<'a>, mut f: impl FnMut(Val<'a>)) {
     match item {
         // Borrowed lists are the common case: no intermediate vector.
         Val::Ref(Value::Array(a)) => a.iter().map(Val::Ref).for_each(f),
+        Val::Doc(j) if j.is_array() => j.elements().map(Val::Doc).for_each(f),
         Val::List(l) => l.into_iter().for_each(f),
         other if other.is_array() => other
             .into_elements()
@@ -198,7 +230,7 @@ fn splice<'a>(item: Val<'a>, mut f: impl FnMut(Val<'a>)) {
 fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Eval<'a> {
     let identity = matches!(rhs, Ast::Identity | Ast::Current);
     if identity && let Some(flat) = already_flat(&list) {
-        return Ok(Val::Ref(flat));
+        return Ok(flat);
     }
     let mut out = Vec::new();
     let mut failure = None;
@@ -228,6 +260,11 @@ fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Eval<'a> {
                 splice(Val::Ref(item), &mut take);
             }
         }
+        Val::Doc(j) if j.is_array() => {
+            for item in j.elements() {
+                splice(Val::Doc(item), &mut take);
+            }
+        }
         other => match other.into_elements() {
             Some(items) => items.into_iter().for_each(|item| splice(item, &mut take)),
             None => return Ok(null()),
@@ -244,28 +281,30 @@ fn flatten_project<'a>(list: Val<'a>, rhs: &'a Ast) -> Eval<'a> {
 /// items are null (`spec.[initContainers, containers][]` with one of them
 /// set). Policies flatten lists of scalars or of containers far more often
 /// than nested lists, and this keeps their results borrowed.
-fn already_flat<'a>(list: &Val<'a>) -> Option<&'a Value> {
-    let flat = |v: &'a Value| match v {
-        Value::Array(items) => items
-            .iter()
-            .all(|i| !matches!(i, Value::Array(_) | Value::Null))
-            .then_some(v),
+fn already_flat<'a>(list: &Val<'a>) -> Option<Val<'a>> {
+    fn flat<'a, V: View<'a>>(v: V) -> Option<V> {
+        (v.is_array() && v.elements().all(|i| !(i.is_null() || i.is_array()))).then_some(v)
+    }
+    let one = |item: &Val<'a>| match item {
+        Val::Ref(v) => flat(*v).map(Val::Ref),
+        Val::Doc(j) => flat(*j).map(Val::Doc),
         _ => None,
     };
     match list {
-        Val::Ref(v) => flat(v),
         Val::List(items) => {
             let mut found = None;
             for item in items.iter() {
-                match item {
-                    Val::Ref(Value::Null) => {}
-                    Val::Ref(v) if found.is_none() => found = Some(flat(v)?),
-                    _ => return None,
+                if item.is_null() {
+                    continue;
                 }
+                if found.is_some() {
+                    return None;
+                }
+                found = Some(one(item)?);
             }
             found
         }
-        _ => None,
+        other => one(other),
     }
 }
 
@@ -295,21 +334,21 @@ fn unknown_key_is_null(result: Eval<'_>) -> Eval<'_> {
     }
 }
 
-fn compare(op: Cmp, l: &Value, r: &Value) -> Value {
+fn compare<'a>(op: Cmp, l: JsonRef, r: JsonRef) -> Val<'a> {
     match op {
-        Cmp::Eq => Value::Bool(json_equal(l, r)),
-        Cmp::Ne => Value::Bool(!json_equal(l, r)),
-        _ => match (l.as_f64(), r.as_f64()) {
+        Cmp::Eq => boolean(view_equal(l, r)),
+        Cmp::Ne => boolean(!view_equal(l, r)),
+        _ => match (l.kind().as_f64(), r.kind().as_f64()) {
             (Some(a), Some(b)) => {
                 let ord = a.partial_cmp(&b).unwrap_or(Ordering::Equal);
-                Value::Bool(match op {
+                boolean(match op {
                     Cmp::Lt => ord == Ordering::Less,
                     Cmp::Le => ord != Ordering::Greater,
                     Cmp::Gt => ord == Ordering::Greater,
                     _ => ord != Ordering::Less,
                 })
             }
-            _ => Value::Null,
+            _ => null(),
         },
     }
 }
@@ -356,6 +395,7 @@ pub fn missing_key(ast: &Ast, root: Val) -> Option<String> {
     fn step<'v>(k: &str, cur: Val<'v>) -> Result<Val<'v>, String> {
         match cur {
             Val::Ref(Value::Object(m)) => m.get(k).map(Val::Ref).ok_or_else(|| k.to_string()),
+            Val::Doc(j) if j.is_object() => j.get(k).map(Val::Doc).ok_or_else(|| k.to_string()),
             Val::Scope(s) => s.field(k).ok_or_else(|| k.to_string()),
             Val::Lazy(r) => r.field(k).ok_or_else(|| k.to_string()),
             _ => Ok(null()),
@@ -373,6 +413,14 @@ pub fn missing_key(ast: &Ast, root: Val) -> Option<String> {
                 Val::Ref(Value::Array(a)) => {
                     let idx = if *i < 0 { a.len() as i64 + i } else { *i };
                     a.get(idx as usize).map(Val::Ref).unwrap_or_else(null)
+                }
+                Val::Doc(j) if j.is_array() => {
+                    let len = array_len(j) as i64;
+                    let idx = if *i < 0 { len + i } else { *i };
+                    usize::try_from(idx)
+                        .ok()
+                        .and_then(|idx| View::at(j, idx))
+                        .map_or_else(null, Val::Doc)
                 }
                 _ => null(),
             }),

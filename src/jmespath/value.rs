@@ -3,6 +3,7 @@
 //! scopes of `let`, truthiness, JSON equality and numbers.
 
 use super::JmesError;
+use crate::json_doc::{Json, JsonRef, Kind};
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -10,12 +11,13 @@ use std::borrow::Cow;
 /// of either that is only turned into JSON when something needs it (so
 /// projections over a large object copy nothing they do not return).
 ///
-/// Kept to two words (every payload is one pointer) so that it, and the
-/// `Result` of each evaluation step, travel in registers: a wider enum is
-/// returned through memory and re-read at every step of the recursion.
+/// Kept to three words (every payload is a pointer, or a document's
+/// pointer and index), so that it and the `Result` of each step stay small.
 #[derive(Debug, Clone)]
 pub enum Val<'a> {
     Ref(&'a Value),
+    /// A value of a decoded document (a request's object), borrowed.
+    Doc(Json<'a>),
     Own(Box<Value>),
     List(Box<Vec<Val<'a>>>),
     /// The policy engine's layered context, whose fields are looked up on
@@ -81,19 +83,40 @@ impl<'a> Val<'a> {
     }
 
     pub fn is_null(&self) -> bool {
-        self.as_json().is_some_and(Value::is_null)
+        match self {
+            Val::Doc(j) => j.is_null(),
+            other => other.as_json().is_some_and(Value::is_null),
+        }
     }
 
     pub fn is_array(&self) -> bool {
         match self {
             Val::List(_) => true,
+            Val::Doc(j) => j.is_array(),
             other => other.as_json().is_some_and(Value::is_array),
+        }
+    }
+
+    /// The value when it is one JSON value of either representation (not
+    /// a list or a scope).
+    pub fn as_json_ref(&self) -> Option<JsonRef<'_>> {
+        match self {
+            Val::Ref(v) => Some(JsonRef::Value(v)),
+            Val::Own(v) => Some(JsonRef::Value(v)),
+            Val::Doc(j) => Some(JsonRef::Doc(*j)),
+            _ => None,
         }
     }
 
     pub(super) fn truthy(&self) -> bool {
         match self {
             Val::Ref(v) => is_truthy(v),
+            Val::Doc(j) => match j.kind() {
+                Kind::Null | Kind::Bool(false) => false,
+                Kind::Str(s) => !s.is_empty(),
+                Kind::Array(len) | Kind::Object(len) => len > 0,
+                _ => true,
+            },
             Val::Own(v) => is_truthy(v),
             Val::List(items) => !items.is_empty(),
             Val::Scope(s) => is_truthy(&s.to_value()),
@@ -105,6 +128,7 @@ impl<'a> Val<'a> {
     pub fn into_cow(self) -> Cow<'a, Value> {
         match self {
             Val::Ref(v) => Cow::Borrowed(v),
+            Val::Doc(j) => Cow::Owned(j.to_value()),
             Val::Own(v) => Cow::Owned(*v),
             Val::List(items) => Cow::Owned(Value::Array(
                 items.into_iter().map(Val::into_owned).collect(),
@@ -122,6 +146,7 @@ impl<'a> Val<'a> {
     pub fn into_elements(self) -> Option<Vec<Val<'a>>> {
         match self {
             Val::Ref(Value::Array(a)) => Some(a.iter().map(Val::Ref).collect()),
+            Val::Doc(j) if j.is_array() => Some(j.elements().map(Val::Doc).collect()),
             Val::Own(v) => match *v {
                 Value::Array(a) => Some(a.into_iter().map(Val::own).collect()),
                 _ => None,
@@ -135,6 +160,7 @@ impl<'a> Val<'a> {
     pub(super) fn into_values(self) -> Option<Vec<Val<'a>>> {
         match self {
             Val::Ref(Value::Object(m)) => Some(m.values().map(Val::Ref).collect()),
+            Val::Doc(j) if j.is_object() => Some(j.entries().map(|(_, v)| Val::Doc(v)).collect()),
             Val::Own(v) => match *v {
                 Value::Object(m) => Some(m.into_iter().map(|(_, v)| Val::own(v)).collect()),
                 _ => None,
@@ -150,6 +176,7 @@ impl<'a> Val<'a> {
             Val::Ref(Value::Object(m)) => crate::json_map::get(m, key)
                 .map(Val::Ref)
                 .unwrap_or_else(null),
+            Val::Doc(j) => j.get(key).map(Val::Doc).unwrap_or_else(null),
             Val::Own(v) => match *v {
                 Value::Object(mut m) => m.remove(key).map(Val::own).unwrap_or_else(null),
                 _ => null(),
@@ -174,18 +201,37 @@ pub struct Scope<'p> {
 }
 
 /// A value in a scope: borrowed from the request (or an enclosing scope)
-/// or computed.
+/// in either representation, or computed.
 #[derive(Debug)]
 pub enum Slot<'p> {
     Ref(&'p Value),
+    Doc(Json<'p>),
     Own(Value),
 }
 
 impl Slot<'_> {
-    pub fn get(&self) -> &Value {
+    pub fn get(&self) -> JsonRef<'_> {
         match self {
-            Slot::Ref(v) => v,
-            Slot::Own(v) => v,
+            Slot::Ref(v) => JsonRef::Value(v),
+            Slot::Doc(j) => JsonRef::Doc(*j),
+            Slot::Own(v) => JsonRef::Value(v),
+        }
+    }
+
+    fn val(&self) -> Val<'_> {
+        match self {
+            Slot::Ref(v) => Val::Ref(v),
+            Slot::Doc(j) => Val::Doc(*j),
+            Slot::Own(v) => Val::Ref(v),
+        }
+    }
+}
+
+impl<'a> From<JsonRef<'a>> for Val<'a> {
+    fn from(j: JsonRef<'a>) -> Val<'a> {
+        match j {
+            JsonRef::Value(v) => Val::Ref(v),
+            JsonRef::Doc(j) => Val::Doc(j),
         }
     }
 }
@@ -220,7 +266,7 @@ impl<'p> Scope<'p> {
     }
 
     /// A value that is plain JSON (not the lazy object) by name.
-    pub fn get(&self, name: &str) -> Option<&Value> {
+    pub fn get(&self, name: &str) -> Option<JsonRef<'_>> {
         match self.vars.iter().rev().find(|(k, _)| k == name) {
             Some((_, slot)) => Some(slot.get()),
             None if self.lazy.as_ref().is_some_and(|(k, _)| *k == name) => None,
@@ -230,7 +276,7 @@ impl<'p> Scope<'p> {
 
     pub fn field(&self, name: &str) -> Option<Val<'_>> {
         if let Some((_, slot)) = self.vars.iter().rev().find(|(k, _)| k == name) {
-            return Some(Val::Ref(slot.get()));
+            return Some(slot.val());
         }
         if let Some((k, r)) = &self.lazy
             && *k == name
@@ -251,7 +297,7 @@ impl<'p> Scope<'p> {
             m.insert(k.to_string(), r.to_value());
         }
         for (k, slot) in &self.vars {
-            m.insert(k.to_string(), slot.get().clone());
+            m.insert(k.to_string(), slot.get().to_value());
         }
         out
     }
@@ -277,6 +323,29 @@ pub fn number(f: f64) -> Value {
         serde_json::Number::from_f64(f)
             .map(Value::Number)
             .unwrap_or(Value::Null)
+    }
+}
+
+/// [`json_equal`] on values of either representation.
+pub fn view_equal(l: JsonRef, r: JsonRef) -> bool {
+    fn equal(l: JsonRef, r: JsonRef) -> bool {
+        use crate::json_doc::View;
+        match (l.kind(), r.kind()) {
+            (Kind::Array(n), Kind::Array(m)) => {
+                n == m && l.elements().zip(r.elements()).all(|(x, y)| equal(x, y))
+            }
+            (Kind::Object(n), Kind::Object(m)) => {
+                n == m && l.entries().all(|(k, v)| r.get(k).is_some_and(|w| equal(v, w)))
+            }
+            (a, b) => match (a.as_f64(), b.as_f64()) {
+                (Some(x), Some(y)) => x == y,
+                _ => a == b,
+            },
+        }
+    }
+    match (l, r) {
+        (JsonRef::Value(a), JsonRef::Value(b)) => json_equal(a, b),
+        _ => equal(l, r),
     }
 }
 

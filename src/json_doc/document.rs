@@ -139,14 +139,6 @@ impl<'r> From<Json<'r>> for JsonRef<'r> {
 }
 
 impl<'r> JsonRef<'r> {
-    pub fn is_object(self) -> bool {
-        matches!(self.kind(), Kind::Object(_))
-    }
-
-    pub fn is_array(self) -> bool {
-        matches!(self.kind(), Kind::Array(_))
-    }
-
     /// The value as a `serde_json::Value`: borrowed, or converted.
     pub fn to_cow(self) -> Cow<'r, Value> {
         match self {

@@ -10,8 +10,8 @@ use crate::engine::variables::{Substituter, VariableError};
 use crate::engine::{Request, RuleResponse, RuleStatus};
 use crate::pattern::{self, ErrorKind, IndexText, PatternError};
 use crate::policy::ValidateCheck;
+use crate::json_doc::JsonRef;
 use crate::policy::compile::Pattern;
-use serde_json::Value;
 use std::borrow::Cow;
 
 impl<'p> RuleValidator<'_, 'p> {
@@ -21,7 +21,7 @@ impl<'p> RuleValidator<'_, 'p> {
         check: &ValidateCheck,
         req: &Request,
         ctx: &mut JsonContext,
-        element: Option<&Value>,
+        element: Option<JsonRef>,
     ) -> Option<RuleResponse<'p>> {
         match check {
             ValidateCheck::Deny(conds) => Some(match eval_conditions(conds, ctx, self.exprs) {
@@ -43,7 +43,7 @@ impl<'p> RuleValidator<'_, 'p> {
                 if ctx.is_delete() && element.is_none() {
                     return None;
                 }
-                let resource = element.unwrap_or(req.object.value());
+                let resource = element.unwrap_or(req.object.json());
                 let resp = self.patterns(check, resource, ctx);
                 if element.is_none()
                     && req.operation == "UPDATE"
@@ -51,7 +51,7 @@ impl<'p> RuleValidator<'_, 'p> {
                     && resp.status == RuleStatus::Fail
                     && !req.old_object.is_null()
                 {
-                    let prior = self.patterns(check, req.old_object.value(), ctx);
+                    let prior = self.patterns(check, req.old_object.json(), ctx);
                     if prior.status == resp.status {
                         return Some(
                             self.respond(RuleStatus::Skip, "validation results have not changed"),
@@ -65,7 +65,8 @@ impl<'p> RuleValidator<'_, 'p> {
                 if ctx.is_delete() {
                     return None;
                 }
-                let pod = element.unwrap_or(req.object.value());
+                let pod = element.unwrap_or(req.object.json()).to_cow();
+                let pod = &*pod;
                 let mut violations = crate::engine::pod_security::evaluate(pod, ps, &[]);
                 // kyverno-compat: exceptions apply only to a Pod that fails,
                 // and a Pod they clear is skipped, naming them.
@@ -141,7 +142,7 @@ impl<'p> RuleValidator<'_, 'p> {
     pub(super) fn patterns(
         &self,
         check: &ValidateCheck,
-        resource: &Value,
+        resource: JsonRef,
         ctx: &JsonContext,
     ) -> RuleResponse<'p> {
         let sub = Substituter {
@@ -247,10 +248,14 @@ impl<'p> RuleValidator<'_, 'p> {
 fn check_pattern<'r>(
     sub: &Substituter,
     p: &Pattern,
-    resource: &'r Value,
+    resource: JsonRef<'r>,
 ) -> Result<Result<(), Box<PatternError<'r>>>, VariableError> {
-    match &p.compiled {
-        Some(c) => Ok(c.validate(resource)),
-        None => Ok(pattern::validate(resource, &sub.value(&p.value)?)),
+    // The representation is chosen once here: the pattern code is
+    // generic, so each walk reads its own without a branch per lookup.
+    match (&p.compiled, resource) {
+        (Some(c), JsonRef::Value(v)) => Ok(c.validate(v)),
+        (Some(c), JsonRef::Doc(j)) => Ok(c.validate(j)),
+        (None, JsonRef::Value(v)) => Ok(pattern::validate(v, &sub.value(&p.value)?)),
+        (None, JsonRef::Doc(j)) => Ok(pattern::validate(j, &sub.value(&p.value)?)),
     }
 }

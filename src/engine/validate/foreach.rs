@@ -9,6 +9,7 @@ use crate::engine::json_context::{JsonContext, Slot};
 use crate::engine::variables::Substituter;
 use crate::engine::{Request, RuleResponse, RuleStatus};
 use crate::jmespath::Val;
+use crate::json_doc::{JsonRef, View};
 use crate::policy::compile::ForEach;
 use crate::policy::{ExprCache, ValidateCheck};
 use serde_json::Value;
@@ -95,17 +96,15 @@ impl<'p> RuleValidator<'_, 'p> {
             let mut scope = ctx.child();
             let item = match item {
                 Val::Ref(v) => Slot::Ref(v),
+                Val::Doc(j) => Slot::Doc(j),
                 other => Slot::Own(other.into_owned()),
             };
             let is_object = item.get().is_object();
             if self.numbered_elements {
-                scope.set(format!("element{}", self.nesting), item.get().clone());
+                scope.set(format!("element{}", self.nesting), item.get().to_value());
                 scope.set(format!("elementIndex{}", self.nesting), Value::from(index));
             }
-            match item {
-                Slot::Ref(v) => scope.set_ref("element", v),
-                Slot::Own(v) => scope.set("element", v),
-            }
+            scope.set_slot("element", item);
             scope.set("elementIndex", Value::from(index));
             let scoped = match fe.element_scope {
                 Some(true) if !is_object => {
@@ -182,14 +181,18 @@ impl<'p> RuleValidator<'_, 'p> {
             ValidateCheck::Foreach(inner) => self.foreach(inner, req, ctx),
             c @ (ValidateCheck::Pattern(_) | ValidateCheck::AnyPattern(_)) => {
                 let ctx = &*ctx;
-                let item = ctx.get("element").unwrap_or(&crate::jmespath::NULL);
-                let resource = if scoped { item } else { req.object.value() };
+                let null = JsonRef::Value(&crate::jmespath::NULL);
+                let resource = if scoped {
+                    ctx.get("element").unwrap_or(null)
+                } else {
+                    req.object.json()
+                };
                 Some(self.patterns(c, resource, ctx))
             }
             ValidateCheck::Deny(_) => self.check(&fe.check, req, ctx, None),
             other => {
-                let item = ctx.get("element").cloned().unwrap_or(Value::Null);
-                self.check(other, req, ctx, Some(&item))
+                let item = ctx.get("element").map_or(Value::Null, JsonRef::to_value);
+                self.check(other, req, ctx, Some(JsonRef::Value(&item)))
             }
         };
         self.nesting -= 1;
