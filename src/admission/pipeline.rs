@@ -65,7 +65,7 @@ fn results_for_report(
     (cel_indexes, cel): CelResponses,
     images: ImageResponses,
     stale: Vec<String>,
-    object: &serde_json::Value,
+    object: crate::json_doc::JsonRef,
 ) -> Option<AdmissionResults> {
     if stale.is_empty()
         && responses
@@ -171,7 +171,13 @@ pub fn admit_reporting(
     view: &dyn ClusterView,
     report: bool,
 ) -> Result<Outcome, ReviewError> {
-    let mut review = review::decode(body)?;
+    // Documents where every evaluator of the route reads them; a
+    // `serde_json::Value` where mutation or CEL would convert one anyway.
+    let form = match webhook {
+        Webhook::Validate(_) if snapshot.validate_reads_documents => review::ObjectForm::Document,
+        _ => review::ObjectForm::Value,
+    };
+    let mut review = review::decode_as(body, form)?;
     // A custom resource's subresource (`widgets/scale`): its kind is the
     // CRD's, which only the cluster knows.
     if review.request.gvk.kind.is_empty() {
@@ -282,7 +288,7 @@ pub fn admit_reporting(
                     (cel_indexes, cel),
                     images,
                     stale,
-                    req.object.value(),
+                    req.object.json(),
                 );
             }
             verdict

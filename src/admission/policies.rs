@@ -103,6 +103,12 @@ pub struct Snapshot {
     /// Some policy or exception matches on namespaceSelector, so requests
     /// need their namespace's labels; looked up only then.
     pub needs_namespace_labels: bool,
+    /// The validate routes decode a review's objects into documents: every
+    /// policy they evaluate reads them so (`CompiledPolicy::reads_documents`),
+    /// and none leaves background work. Otherwise a `serde_json::Value`,
+    /// which the CEL evaluators and mutation read, is decoded directly
+    /// rather than made from a document.
+    pub validate_reads_documents: bool,
 }
 
 impl Snapshot {
@@ -150,8 +156,14 @@ impl Snapshot {
                 .chain(generating.iter().map(|p| &p.scope))
                 .chain(image_validating.iter().map(|p| &p.scope))
                 .any(|s| s.match_constraints.namespace_selector.is_some());
+        let validate_reads_documents = validating.is_empty()
+            && generating.is_empty()
+            && image_validating.is_empty()
+            && background[0].is_empty()
+            && validate[0].iter().all(|&i| policies[i].reads_documents());
         Snapshot {
             needs_namespace_labels,
+            validate_reads_documents,
             rule_table: Arc::new(
                 RuleTable::new(&policies, &validating, &mutating).of_generation(generation),
             ),

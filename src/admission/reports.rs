@@ -12,6 +12,7 @@
 
 use super::policies::Snapshot;
 use crate::engine::{PolicyResponse, RuleResponse, RuleStatus, RuleType};
+use crate::json_doc::View;
 use crate::policy::cel_policy::{CompiledImageValidatingPolicy, CompiledValidatingPolicy};
 use crate::policy::{CompiledPolicy, ReportMeta};
 use serde_json::{Value, json};
@@ -60,11 +61,10 @@ pub struct ReportSubject {
 impl ReportSubject {
     /// The identity of `object`; None without a uid (a CREATE seen by a
     /// mutating webhook, before the API server assigns one).
-    pub fn of(object: &Value) -> Option<ReportSubject> {
+    pub fn of<'r>(object: impl View<'r>) -> Option<ReportSubject> {
         let meta = object.get("metadata")?;
-        let text = |v: Option<&Value>| -> Box<str> {
-            v.and_then(Value::as_str).unwrap_or_default().into()
-        };
+        let text =
+            |v: Option<_>| -> Box<str> { v.and_then(View::as_str).unwrap_or_default().into() };
         let uid = meta.get("uid")?.as_str().filter(|u| !u.is_empty())?;
         Some(ReportSubject {
             api_version: text(object.get("apiVersion")),

@@ -4,10 +4,11 @@
 //! [`super::verdict`]).
 
 use crate::engine::Request;
-use crate::json_doc::Document;
+use crate::json_doc::{Doc, Document};
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::UserInfo;
 use serde::Deserialize;
+use serde_json::Value;
 
 /// Why a body is not a usable AdmissionReview; the text goes back as a 400.
 #[derive(Debug, thiserror::Error)]
@@ -23,21 +24,33 @@ pub enum ReviewError {
 }
 
 /// An AdmissionReview as it arrives on the wire: only the fields the engine
-/// reads. Public so that `benches/decode.rs` can decode into exactly this
-/// with other JSON parsers.
+/// reads, its objects decoded as `O` (a `serde_json::Value` or a decoded
+/// document). Public so that `benches/decode.rs` can decode into exactly
+/// this with other JSON parsers.
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct ReviewIn {
+pub struct ReviewIn<O = Value> {
     #[serde(default)]
     api_version: String,
     #[serde(default)]
     kind: String,
-    request: Option<RequestIn>,
+    request: Option<RequestIn<O>>,
+}
+
+/// The form a review's `object` and `oldObject` are decoded into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ObjectForm {
+    /// A [`crate::json_doc::Doc`]: half the cost to decode and cheaper to
+    /// read, for the evaluators that read documents.
+    Document,
+    /// A `serde_json::Value`, for the code that reads those (CEL,
+    /// mutation), rather than one made from a document.
+    Value,
 }
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct RequestIn {
+pub struct RequestIn<O = Value> {
     uid: String,
     kind: GvkIn,
     #[serde(default)]
@@ -53,11 +66,10 @@ pub struct RequestIn {
     operation: String,
     #[serde(default)]
     user_info: UserInfoIn,
-    /// Decoded straight into documents, which the evaluators read.
-    #[serde(default)]
-    object: Document,
-    #[serde(default)]
-    old_object: Document,
+    #[serde(default = "none")]
+    object: Option<O>,
+    #[serde(default = "none")]
+    old_object: Option<O>,
     #[serde(default)]
     dry_run: bool,
 }
@@ -114,9 +126,19 @@ pub struct Review {
     pub dry_run: bool,
 }
 
-/// Decodes a review body. Nesting is bounded by serde_json's recursion
-/// limit (128), which turns a deeply nested body into an error, not a crash.
+fn none<O>() -> Option<O> {
+    None
+}
+
+/// Decodes a review body with its objects as documents (see [`decode_as`]).
 pub fn decode(body: &[u8]) -> Result<Review, ReviewError> {
+    decode_as(body, ObjectForm::Document)
+}
+
+/// Decodes a review body, its objects in `form`. Nesting is bounded by
+/// serde_json's recursion limit (128), which turns a deeply nested body
+/// into an error, not a crash.
+pub fn decode_as(body: &[u8], form: ObjectForm) -> Result<Review, ReviewError> {
     // serde would read a struct from an array too; a review is an object.
     if body.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'{') {
         return Err(ReviewError::Json("expected a JSON object".into()));
@@ -127,11 +149,16 @@ pub fn decode(body: &[u8]) -> Result<Review, ReviewError> {
     // of every string it reads from a byte slice (benches/decode.rs).
     let text = std::str::from_utf8(body)
         .map_err(|e| ReviewError::Json(format!("body is not UTF-8: {e}")))?;
-    let review: ReviewIn = match serde_json::from_str(text) {
-        Ok(r) => r,
-        Err(_) => return Err(explain(text)),
-    };
-    Review::from_wire(review)
+    match form {
+        ObjectForm::Document => match serde_json::from_str::<ReviewIn<Doc>>(text) {
+            Ok(r) => Review::from_wire(r),
+            Err(_) => Err(explain(text)),
+        },
+        ObjectForm::Value => match serde_json::from_str::<ReviewIn<Value>>(text) {
+            Ok(r) => Review::from_wire(r),
+            Err(_) => Err(explain(text)),
+        },
+    }
 }
 
 /// The error of a body that failed to decode, with the path where it failed.
@@ -153,7 +180,7 @@ fn explain(body: &str) -> ReviewError {
 
 impl Review {
     /// Checks the version and kind of a decoded review and takes its request.
-    pub fn from_wire(review: ReviewIn) -> Result<Review, ReviewError> {
+    pub fn from_wire<O: Into<Document>>(review: ReviewIn<O>) -> Result<Review, ReviewError> {
         if review.api_version != "admission.k8s.io/v1" || review.kind != "AdmissionReview" {
             return Err(ReviewError::Version(review.api_version, review.kind));
         }
@@ -181,8 +208,8 @@ impl Review {
                 subresource: r.sub_resource,
                 from_review: true,
                 dry_run: r.dry_run,
-                object: r.object,
-                old_object: r.old_object,
+                object: r.object.map(Into::into).unwrap_or_default(),
+                old_object: r.old_object.map(Into::into).unwrap_or_default(),
                 user: UserInfo {
                     username: r.user_info.username,
                     groups: r.user_info.groups,

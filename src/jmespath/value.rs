@@ -335,7 +335,9 @@ pub fn view_equal(l: JsonRef, r: JsonRef) -> bool {
                 n == m && l.elements().zip(r.elements()).all(|(x, y)| equal(x, y))
             }
             (Kind::Object(n), Kind::Object(m)) => {
-                n == m && l.entries().all(|(k, v)| r.get(k).is_some_and(|w| equal(v, w)))
+                n == m
+                    && l.entries()
+                        .all(|(k, v)| r.get(k).is_some_and(|w| equal(v, w)))
             }
             (a, b) => match (a.as_f64(), b.as_f64()) {
                 (Some(x), Some(y)) => x == y,

@@ -92,6 +92,12 @@ impl Default for Document {
     }
 }
 
+impl From<Doc> for Document {
+    fn from(doc: Doc) -> Document {
+        Document::from_doc(doc)
+    }
+}
+
 impl From<Value> for Document {
     fn from(value: Value) -> Document {
         Document::from_value(value)

@@ -216,6 +216,18 @@ impl CompiledPolicy {
         }
     }
 
+    /// Whether the engine evaluates every rule of this policy on a request
+    /// held as a decoded document without converting it (see
+    /// [`ValidateCheck::reads_documents`]); the webhook then decodes
+    /// reviews into documents.
+    pub fn reads_documents(&self) -> bool {
+        !self.uses_images
+            && self.rules.iter().all(|r| match &r.body {
+                RuleBody::Validate(v) => v.check.reads_documents(),
+                _ => false,
+            })
+    }
+
     pub fn has_mutate(&self) -> bool {
         self.rules.iter().any(CompiledRule::is_mutate)
     }

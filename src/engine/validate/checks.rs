@@ -8,9 +8,9 @@ use crate::engine::cel::CelVerdict;
 use crate::engine::json_context::JsonContext;
 use crate::engine::variables::{Substituter, VariableError};
 use crate::engine::{Request, RuleResponse, RuleStatus};
+use crate::json_doc::JsonRef;
 use crate::pattern::{self, ErrorKind, IndexText, PatternError};
 use crate::policy::ValidateCheck;
-use crate::json_doc::JsonRef;
 use crate::policy::compile::Pattern;
 use std::borrow::Cow;
 

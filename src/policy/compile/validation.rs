@@ -54,6 +54,25 @@ pub enum ValidateCheck {
     Unsupported(String),
 }
 
+impl ValidateCheck {
+    /// Whether the engine evaluates this check on a request held as a
+    /// decoded document without making a `serde_json::Value` of it
+    /// (patterns, deny conditions and foreach over them; CEL, podSecurity
+    /// and manifests read a `Value`).
+    pub fn reads_documents(&self) -> bool {
+        match self {
+            ValidateCheck::Pattern(_)
+            | ValidateCheck::AnyPattern(_)
+            | ValidateCheck::Deny(_)
+            | ValidateCheck::Unsupported(_) => true,
+            ValidateCheck::Foreach(list) => list.iter().all(|fe| fe.check.reads_documents()),
+            ValidateCheck::PodSecurity(_) | ValidateCheck::Cel(_) | ValidateCheck::Manifests(_) => {
+                false
+            }
+        }
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct ValidateRule {
     pub failure_action: FailureAction,
