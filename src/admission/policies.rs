@@ -507,6 +507,46 @@ mod tests {
 
     const GOOD: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: p\nspec:\n  rules:\n  - name: r\n    match:\n      any:\n      - resources:\n          kinds: [Pod]\n    validate:\n      pattern:\n        metadata:\n          name: \"?*\"\n";
 
+    /// The validate routes decode documents only when every policy they
+    /// evaluate reads them: a pattern policy does, a validate.cel or
+    /// podSecurity rule (which read a `serde_json::Value`) does not.
+    #[test]
+    fn validate_routes_decode_documents_only_for_policies_that_read_them() {
+        let snapshot_of = |texts: &[&str]| {
+            let policies = texts
+                .iter()
+                .flat_map(|t| crate::policy::load::load_policy_text("p.yaml", t).unwrap())
+                .map(|d| match d {
+                    crate::policy::load::LoadedDocument::Policy(p) => {
+                        CompiledPolicy::compile(&p).unwrap()
+                    }
+                    _ => panic!("not a classic policy"),
+                })
+                .collect();
+            Snapshot::new(
+                PolicySet {
+                    policies,
+                    ..PolicySet::default()
+                },
+                1,
+            )
+        };
+        let cel = GOOD.replace(
+            "pattern:\n        metadata:\n          name: \"?*\"\n",
+            "cel:\n        expressions:\n        - expression: \"true\"\n",
+        );
+        let pss = GOOD.replace(
+            "pattern:\n        metadata:\n          name: \"?*\"\n",
+            "podSecurity:\n        level: baseline\n",
+        );
+        assert_ne!(cel, GOOD);
+        assert_ne!(pss, GOOD);
+        assert!(snapshot_of(&[]).validate_reads_documents);
+        assert!(snapshot_of(&[GOOD]).validate_reads_documents);
+        assert!(!snapshot_of(&[GOOD, &cel]).validate_reads_documents);
+        assert!(!snapshot_of(&[&pss]).validate_reads_documents);
+    }
+
     #[test]
     fn bad_file_keeps_last_good_version() {
         let dir = std::env::temp_dir().join(format!("gavel-store-{}", std::process::id()));

@@ -276,6 +276,47 @@ mod tests {
         assert_eq!(r.request.user.groups, vec!["dev"]);
     }
 
+    /// Both object forms decode the same request: the objects read the
+    /// same, null and absent objects are null, and the document form holds
+    /// a document (so the validate route's evaluators read it in place).
+    #[test]
+    fn both_object_forms_decode_the_same_request() {
+        let body = review(json!({
+            "uid": "u1", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+            "operation": "UPDATE",
+            "object": {"metadata": {"name": "p", "labels": {"a": "1"}}, "spec": {"n": [1, 2.5, -3]}},
+            "oldObject": null
+        }));
+        let doc = decode_as(&body, ObjectForm::Document).unwrap().request;
+        let value = decode_as(&body, ObjectForm::Value).unwrap().request;
+        assert!(matches!(
+            doc.object.json(),
+            crate::json_doc::JsonRef::Doc(_)
+        ));
+        assert!(matches!(
+            value.object.json(),
+            crate::json_doc::JsonRef::Value(_)
+        ));
+        assert_eq!(doc.object.value(), value.object.value());
+        assert_eq!(doc.object.value()["spec"]["n"], json!([1, 2.5, -3]));
+        assert!(doc.old_object.is_null() && value.old_object.is_null());
+        let mut no_old = serde_json::from_slice::<serde_json::Value>(&body).unwrap();
+        no_old["request"]
+            .as_object_mut()
+            .unwrap()
+            .remove("oldObject");
+        let no_old = serde_json::to_vec(&no_old).unwrap();
+        assert!(decode(&no_old).unwrap().request.old_object.is_null());
+        assert_eq!(
+            doc.match_input().labels.map(|l| l.to_value()),
+            Some(json!({"a": "1"}))
+        );
+        assert_eq!(
+            value.match_input().labels.map(|l| l.to_value()),
+            Some(json!({"a": "1"}))
+        );
+    }
+
     /// Subresource requests: rules match the parent's kind and the
     /// subresource, while `request.kind` and the object are the
     /// subresource's own (reviews as kube-apiserver v1.37 sends them).
