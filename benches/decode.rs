@@ -5,9 +5,14 @@
 //!
 //! - `serde_json`: `serde_json::from_slice` straight into the wire struct,
 //!   which checks UTF-8 string by string.
-//! - `serde_json_str`: [`review::decode`], what the server runs: one UTF-8
-//!   check of the whole body, then `serde_json::from_str` (a path-tracking
-//!   re-parse runs only for a body that fails).
+//! - `serde_json_str`: [`review::decode_as`] with the objects as
+//!   `serde_json::Value`s, what the server runs for the routes whose
+//!   policies read those (CEL, mutation): one UTF-8 check of the whole
+//!   body, then `serde_json::from_str` (a path-tracking re-parse runs only
+//!   for a body that fails).
+//! - `serde_json_str_document`: the same with the objects decoded into
+//!   documents, what the validate routes run when every policy reads
+//!   documents.
 //! - `simd_json`: simd-json's serde deserializer into the same wire struct,
 //!   including the copy into a mutable buffer that simd-json needs (a
 //!   request body arrives as immutable `Bytes`).
@@ -20,7 +25,7 @@
 //! lists, each container's `securityContext` and a key in it) in both.
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
-use gavel::admission::review::{self, Review, ReviewIn};
+use gavel::admission::review::{self, ObjectForm, Review, ReviewIn};
 use gavel::json_doc::{Doc, Kind, View};
 use serde_json::Value;
 use std::hint::black_box;
@@ -49,7 +54,11 @@ fn decode(c: &mut Criterion) {
         let body = support::read("benches/data", name);
         // All three must agree before their speed means anything.
         let reference = with_serde_json(&body);
-        for other in [with_simd_json(&body), review::decode(&body).unwrap()] {
+        for other in [
+            with_simd_json(&body),
+            review::decode_as(&body, ObjectForm::Value).unwrap(),
+            review::decode_as(&body, ObjectForm::Document).unwrap(),
+        ] {
             assert_eq!(other.uid, reference.uid);
             assert_eq!(other.request.object, reference.request.object);
             assert_eq!(other.request.user.groups, reference.request.user.groups);
@@ -64,7 +73,12 @@ fn decode(c: &mut Criterion) {
         group.bench_with_input(
             BenchmarkId::new("serde_json_str", size),
             &body,
-            |b, body| b.iter(|| review::decode(black_box(body)).unwrap()),
+            |b, body| b.iter(|| review::decode_as(black_box(body), ObjectForm::Value).unwrap()),
+        );
+        group.bench_with_input(
+            BenchmarkId::new("serde_json_str_document", size),
+            &body,
+            |b, body| b.iter(|| review::decode_as(black_box(body), ObjectForm::Document).unwrap()),
         );
         group.bench_with_input(BenchmarkId::new("simd_json", size), &body, |b, body| {
             b.iter(|| with_simd_json(black_box(body)))

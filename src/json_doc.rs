@@ -10,9 +10,10 @@
 //!
 //! Parsing is serde_json's (its grammar, number rules, recursion limit and
 //! errors); only the visitor that stores what it reads is ours. An
-//! object's key table is sorted by key and a repeated key keeps its last
-//! value, as `serde_json::Value`'s `BTreeMap` does, so the two
-//! representations of one text read the same, in the same order
+//! object's key table is in document order with a repeated key's last
+//! value kept, as `serde_json::Value`'s `BTreeMap` keeps it, and its
+//! entries are served sorted by key, as the `BTreeMap` serves them, so the
+//! two representations of one text read the same, in the same order
 //! (`to_value`, and the [`View`] both implement).
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
@@ -157,20 +158,13 @@ impl Doc {
         };
     }
 
-    /// Sorts the object's keys into its table, the last of a repeated key
-    /// kept (a stable sort leaves repeats in document order).
+    /// Stores the object's keys as its table, in document order, with only
+    /// the last of a repeated key kept. Not sorted: a lookup scans
+    /// fingerprints either way, and sorting every object's keys was a fifth
+    /// of decoding a review; [`Json::entries`] sorts when it is asked.
     fn close_object(&mut self, at: usize, mut keys: SmallVec<[KeyEntry; 16]>) {
-        let text = self.text.as_bytes();
-        let key_text = |k: &KeyEntry| &text[k.start as usize..(k.start + k.len) as usize];
         if keys.len() > 1 {
-            keys.sort_by(|a, b| key_text(a).cmp(key_text(b)));
-            keys.dedup_by(|later, earlier| {
-                let repeat = key_text(later) == key_text(earlier);
-                if repeat {
-                    *earlier = *later;
-                }
-                repeat
-            });
+            self.drop_repeated_keys(&mut keys);
         }
         let table = len32(self.keys.len());
         self.keys.extend_from_slice(&keys);
@@ -180,6 +174,45 @@ impl Doc {
             keys: table,
             end,
         };
+    }
+
+    fn key_text(&self, k: &KeyEntry) -> &[u8] {
+        &self.text.as_bytes()[k.start as usize..(k.start + k.len) as usize]
+    }
+
+    /// Removes every entry whose key comes again later in the object, as
+    /// `serde_json::Map` keeps the last value of a repeated key. A small
+    /// object compares fingerprints pairwise; a large one sorts, so that a
+    /// body of many keys costs `n log n`, not `n²`.
+    fn drop_repeated_keys(&self, keys: &mut SmallVec<[KeyEntry; 16]>) {
+        let same =
+            |a: &KeyEntry, b: &KeyEntry| a.print == b.print && self.key_text(a) == self.key_text(b);
+        let mut keep: SmallVec<[bool; 16]> = SmallVec::from_elem(true, keys.len());
+        if keys.len() <= 32 {
+            for i in 0..keys.len() {
+                keep[i] = !keys[i + 1..].iter().any(|later| same(&keys[i], later));
+            }
+        } else {
+            let mut order: Vec<usize> = (0..keys.len()).collect();
+            order.sort_by(|&a, &b| {
+                self.key_text(&keys[a])
+                    .cmp(self.key_text(&keys[b]))
+                    .then(a.cmp(&b))
+            });
+            for pair in order.windows(2) {
+                if same(&keys[pair[0]], &keys[pair[1]]) {
+                    keep[pair[0]] = false;
+                }
+            }
+        }
+        if keep.iter().all(|k| *k) {
+            return;
+        }
+        let mut index = 0;
+        keys.retain(|_| {
+            index += 1;
+            keep[index - 1]
+        });
     }
 
     /// The root value.
@@ -315,11 +348,15 @@ impl<'d> Json<'d> {
     }
 
     /// The entries of an object, ordered by key as a `serde_json::Map`
-    /// (none for any other value).
+    /// (none for any other value). The key table is in document order, so
+    /// this sorts a copy of it.
     pub fn entries(self) -> Entries<'d> {
+        let mut keys: SmallVec<[KeyEntry; 16]> = self.key_table().iter().copied().collect();
+        // Keys are unique after decoding: an unstable sort is exact.
+        keys.sort_unstable_by(|a, b| self.doc.key_text(a).cmp(self.doc.key_text(b)));
         Entries {
             doc: self.doc,
-            keys: self.key_table().iter(),
+            keys: keys.into_iter(),
         }
     }
 
@@ -338,9 +375,20 @@ impl<'d> Json<'d> {
                 out.extend(self.elements().map(Json::to_value));
                 Value::Array(out)
             }
+            // The map sorts the keys itself: the table's order will do.
             Kind::Object(_) => Value::Object(
-                self.entries()
-                    .map(|(k, v)| (k.to_string(), v.to_value()))
+                self.key_table()
+                    .iter()
+                    .map(|k| {
+                        let value = Json {
+                            doc: self.doc,
+                            at: k.value,
+                        };
+                        (
+                            self.doc.str_at(k.start, k.len).to_string(),
+                            value.to_value(),
+                        )
+                    })
                     .collect::<Map<String, Value>>(),
             ),
         }
@@ -526,7 +574,7 @@ impl<'d> Iterator for Elements<'d> {
 /// The entries of an object, ordered by key.
 pub struct Entries<'d> {
     doc: &'d Doc,
-    keys: std::slice::Iter<'d, KeyEntry>,
+    keys: smallvec::IntoIter<[KeyEntry; 16]>,
 }
 
 impl<'d> Iterator for Entries<'d> {
