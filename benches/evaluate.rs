@@ -2,6 +2,10 @@
 //! restricted, set to Enforce) against a compliant and a violating Pod, with
 //! an empty policy set as the baseline measured in the same run.
 //!
+//! The Pod is held as the webhook holds it, a document decoded from its
+//! JSON text; `pss17-value` holds it as a `serde_json::Value`, as offline
+//! runs do.
+//!
 //! Policies come from `../shared/conformance/kyverno-policies/pod-security/`;
 //! Pods from `benches/data/`. The `single` group evaluates each policy on
 //! its own, to show which of the 17 the time goes to.
