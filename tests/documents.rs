@@ -1,0 +1,216 @@
+//! The evaluators on the request's two representations, each case once
+//! with the object as a `serde_json::Value` (as offline runs hold it) and
+//! once as a `json_doc::Doc` decoded from its JSON text (as the webhook
+//! holds it), over the policy corpora (`../shared/conformance`,
+//! `examples/`), each policy on every resource of its folder:
+//!
+//! - every validate pattern (`pattern`, each of `anyPattern`, foreach
+//!   patterns) must give the same outcome: pass, or the same kind of
+//!   failure at the same path with the same message;
+//! - every classic policy, evaluated by the engine as CREATE, UPDATE and
+//!   DELETE, must give the same responses: every rule's name, type,
+//!   status, message and outputs (matching, preconditions, deny
+//!   conditions, JMESPath, foreach and patterns read the document where
+//!   it is).
+//!
+//! The counts are floors from the runs that introduced each test.
+
+use corpus::kind;
+use gavel::context::NoResolver;
+use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate};
+use gavel::json_doc::{Doc, Document};
+use gavel::pattern::CompiledPattern;
+use gavel::policy::CompiledPolicy;
+use gavel::policy::load::{LoadedDocument, classify};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+mod corpus;
+
+const MIN_PATTERNS: usize = 152;
+const MIN_PATTERN_EVALUATIONS: usize = 1882;
+const MIN_PATTERN_FAILURES: usize = 1236;
+
+/// Every validate pattern under a policy's rules.
+fn collect(v: &Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                match (k.as_str(), child) {
+                    ("pattern", p) => out.push(p.clone()),
+                    ("anyPattern", Value::Array(items)) => out.extend(items.iter().cloned()),
+                    _ => collect(child, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| collect(i, out)),
+        _ => {}
+    }
+}
+
+fn outcome(r: Result<(), Box<gavel::pattern::PatternError>>) -> String {
+    match r {
+        Ok(()) => "pass".into(),
+        Err(e) => format!("{:?} at {:?}: {}", e.kind, e.path, e.message()),
+    }
+}
+
+#[test]
+fn patterns_read_documents_as_they_read_values() {
+    let mut by_dir: BTreeMap<PathBuf, (Vec<Value>, Vec<Value>)> = BTreeMap::new();
+    for (dir, docs) in corpus::documents_by_folder() {
+        for doc in docs {
+            let entry = by_dir.entry(dir.clone()).or_default();
+            match kind(&doc) {
+                "ClusterPolicy" | "Policy" => {
+                    collect(doc.get("spec").unwrap_or(&Value::Null), &mut entry.0)
+                }
+                "" | "Test" | "PolicyException" => {}
+                _ => entry.1.push(doc),
+            }
+        }
+    }
+
+    let (mut patterns, mut evaluations, mut failures) = (0, 0, 0);
+    let mut differences = Vec::new();
+    for (dir, (dir_patterns, _)) in &by_dir {
+        // A policy's resources are those of its folder and below.
+        let resources: Vec<&Value> = by_dir
+            .iter()
+            .filter(|(d, _)| d.starts_with(dir))
+            .flat_map(|(_, (_, r))| r.iter())
+            .collect();
+        let docs: Vec<Doc> = resources
+            .iter()
+            .map(|r| Doc::parse(&serde_json::to_string(r).unwrap()).unwrap())
+            .collect();
+        for raw in dir_patterns {
+            patterns += 1;
+            let pattern = CompiledPattern::compile(raw);
+            for (value, doc) in resources.iter().zip(&docs) {
+                evaluations += 1;
+                let on_value = outcome(pattern.validate(*value));
+                let on_doc = outcome(pattern.validate(doc.root()));
+                if on_value != "pass" {
+                    failures += 1;
+                }
+                if on_value != on_doc {
+                    differences.push(format!(
+                        "{}: {raw}\n  value: {on_value}\n  doc:   {on_doc}",
+                        dir.display()
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!("{patterns} patterns, {evaluations} evaluations, {failures} failures");
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences[..differences.len().min(10)].join("\n")
+    );
+    assert!(patterns >= MIN_PATTERNS, "{patterns} patterns");
+    assert!(
+        evaluations >= MIN_PATTERN_EVALUATIONS,
+        "{evaluations} evaluations"
+    );
+    assert!(failures >= MIN_PATTERN_FAILURES, "{failures} failures");
+}
+
+const MIN_POLICIES: usize = 376;
+const MIN_POLICY_EVALUATIONS: usize = 10_557;
+const MIN_RULE_RESPONSES: usize = 9_370;
+const MIN_RULE_FAILURES: usize = 3_150;
+
+/// The same request with its objects as decoded documents.
+fn as_documents(req: &Request) -> Request {
+    let decode = |d: &Document| {
+        let text = serde_json::to_string(d.value()).unwrap();
+        Document::from_doc(Doc::parse(&text).unwrap())
+    };
+    Request {
+        object: decode(&req.object),
+        old_object: decode(&req.old_object),
+        ..req.clone()
+    }
+}
+
+#[test]
+fn the_engine_reads_documents_as_it_reads_values() {
+    let mut by_dir: BTreeMap<PathBuf, (Vec<CompiledPolicy>, Vec<Value>)> = BTreeMap::new();
+    for (dir, docs) in corpus::documents_by_folder() {
+        let entry = by_dir.entry(dir.clone()).or_default();
+        for doc in docs {
+            match kind(&doc) {
+                "ClusterPolicy" | "Policy" => {
+                    if let Ok(LoadedDocument::Policy(p)) = classify("corpus", 0, doc)
+                        && let Ok(compiled) = CompiledPolicy::compile(&p)
+                    {
+                        entry.0.push(compiled);
+                    }
+                }
+                "" | "Test" | "PolicyException" => {}
+                _ => entry.1.push(doc),
+            }
+        }
+    }
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let (mut policies, mut evaluations, mut rules, mut failures) = (0, 0, 0, 0);
+    let mut differences = Vec::new();
+    for (dir, (dir_policies, _)) in &by_dir {
+        if dir_policies.is_empty() {
+            continue;
+        }
+        policies += dir_policies.len();
+        // A policy's resources are those of its folder and below.
+        let resources: Vec<&Value> = by_dir
+            .iter()
+            .filter(|(d, _)| d.starts_with(dir))
+            .flat_map(|(_, (_, r))| r.iter())
+            .collect();
+        for resource in resources {
+            for operation in ["CREATE", "UPDATE", "DELETE"] {
+                let on_values = Request::offline(resource, operation, Default::default(), None);
+                let on_docs = as_documents(&on_values);
+                let want = evaluate(dir_policies, &on_values, &env);
+                let got = evaluate(dir_policies, &on_docs, &env);
+                evaluations += dir_policies.len();
+                for r in want.iter().flat_map(|p| &p.rules) {
+                    rules += 1;
+                    failures += usize::from(r.status == RuleStatus::Fail);
+                }
+                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                if want != got {
+                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                    differences.push(format!(
+                        "{} {operation} {name}:\n--- values\n{want}\n--- documents\n{got}",
+                        dir.display()
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{policies} policies, {evaluations} policy evaluations, {rules} rule responses, \
+         {failures} failures"
+    );
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences[..differences.len().min(3)].join("\n")
+    );
+    assert!(policies >= MIN_POLICIES, "{policies} policies");
+    assert!(
+        evaluations >= MIN_POLICY_EVALUATIONS,
+        "{evaluations} evaluations"
+    );
+    assert!(rules >= MIN_RULE_RESPONSES, "{rules} rule responses");
+    assert!(failures >= MIN_RULE_FAILURES, "{failures} failures");
+}
