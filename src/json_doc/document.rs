@@ -1,13 +1,13 @@
-//! A request's object held in the representation it arrived in, with the
-//! other built on first use ([`Document`]), and a borrowed value of either
-//! representation ([`JsonRef`]).
+//! A request's object held in the representation it arrived in, with a
+//! `serde_json::Value` built from a document on first use ([`Document`]),
+//! and a borrowed value of either representation ([`JsonRef`]).
 //!
-//! The webhook decodes an object into a [`Doc`] (half the cost of a
-//! `serde_json::Value`, and cheaper lookups); offline runs and mutation
-//! have a `Value`. Code on [`View`] reads whichever is there; the code not
-//! moved to it yet asks for the `Value`, which is then built once and
-//! kept, so no path pays a conversion twice and none pays one it does not
-//! use.
+//! The webhook decodes an object into a [`Doc`] where the policies read
+//! documents (cheaper to decode, free and look up); offline runs and
+//! mutation have a `Value`. Code on [`View`] reads whichever is there; the
+//! code not moved to it yet asks for the `Value`, which is then built once
+//! and kept, so no path pays a conversion twice and none pays one it does
+//! not use.
 
 use super::{Doc, Json, Kind, View};
 use serde::{Deserialize, Deserializer};
@@ -16,25 +16,25 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::OnceLock;
 
-/// A JSON value as a [`Doc`], a `serde_json::Value`, or both; at least
-/// one is always set.
+/// A JSON value as a [`Doc`], a `serde_json::Value`, or both (the
+/// `Value` made from the `Doc`); at least one is always set.
 #[derive(Clone)]
 pub struct Document {
-    doc: OnceLock<Doc>,
+    doc: Option<Doc>,
     value: OnceLock<Value>,
 }
 
 impl Document {
     pub fn from_doc(doc: Doc) -> Document {
         Document {
-            doc: OnceLock::from(doc),
+            doc: Some(doc),
             value: OnceLock::new(),
         }
     }
 
     pub fn from_value(value: Value) -> Document {
         Document {
-            doc: OnceLock::new(),
+            doc: None,
             value: OnceLock::from(value),
         }
     }
@@ -43,17 +43,10 @@ impl Document {
     /// representation when there is one, else the `Value` (no conversion).
     #[inline]
     pub fn json(&self) -> JsonRef<'_> {
-        match self.doc.get() {
+        match &self.doc {
             Some(doc) => JsonRef::Doc(doc.root()),
             None => JsonRef::Value(self.value()),
         }
-    }
-
-    /// The value as a decoded document, built from the `Value` on first use.
-    pub fn doc(&self) -> Json<'_> {
-        self.doc
-            .get_or_init(|| Doc::from_value(self.value.get().expect("a document holds a value")))
-            .root()
     }
 
     /// The value as a `serde_json::Value`, built from the document on
@@ -61,7 +54,7 @@ impl Document {
     pub fn value(&self) -> &Value {
         self.value.get_or_init(|| {
             self.doc
-                .get()
+                .as_ref()
                 .expect("a document holds a value")
                 .root()
                 .to_value()
@@ -73,7 +66,7 @@ impl Document {
             Some(v) => v,
             None => self
                 .doc
-                .get()
+                .as_ref()
                 .expect("a document holds a value")
                 .root()
                 .to_value(),
