@@ -246,9 +246,7 @@ impl Request {
     pub fn match_input(&self) -> MatchInput<'_> {
         // The metadata is found once for its five fields.
         let metadata = self.resource().json().get("metadata");
-        let field = |name: &str| metadata.and_then(|m| m.get(name));
-        let text = |name: &str| field(name).and_then(View::as_str).unwrap_or_default();
-        let map = |name: &str| field(name).filter(|m| m.is_object());
+        let namespace = metadata.and_then(|m| m.get("namespace"));
         MatchInput {
             group: &self.gvk.group,
             version: &self.gvk.version,
@@ -256,14 +254,15 @@ impl Request {
             kind_hash: crate::kinds::kind_hash(&self.gvk.kind),
             subresource: &self.subresource,
             operation: &self.operation,
-            name: text("name"),
-            generate_name: text("generateName"),
-            namespace: text("namespace"),
-            labels: map("labels"),
-            annotations: map("annotations"),
+            name: "",
+            generate_name: "",
+            namespace: namespace.and_then(View::as_str).unwrap_or_default(),
+            labels: None,
+            annotations: None,
             namespace_labels: self.namespace_labels.as_ref(),
             user: &self.user,
         }
+        .with_object_metadata(metadata)
     }
 
     /// The JSON context of this request (see [`JsonContext::for_request`]).

@@ -589,5 +589,22 @@ pub struct MatchInput<'a> {
     pub user: &'a UserInfo,
 }
 
+impl<'a> MatchInput<'a> {
+    /// This input with an object's own fields (name, generateName, labels,
+    /// annotations) read from its `metadata`; the rest is the request's.
+    pub fn with_object_metadata(self, metadata: Option<JsonRef<'a>>) -> MatchInput<'a> {
+        let field = |name: &str| metadata.and_then(|m| m.get(name));
+        let text = |name: &str| field(name).and_then(View::as_str).unwrap_or_default();
+        let map = |name: &str| field(name).filter(|m| m.is_object());
+        MatchInput {
+            name: text("name"),
+            generate_name: text("generateName"),
+            labels: map("labels"),
+            annotations: map("annotations"),
+            ..self
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests;

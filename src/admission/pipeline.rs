@@ -118,15 +118,7 @@ fn no_longer_selected(
     else {
         return Vec::new();
     };
-    let text = |k: &str| meta.get(k).and_then(View::as_str).unwrap_or_default();
-    let map = |k: &str| meta.get(k).filter(|m| m.is_object());
-    let old_input = MatchInput {
-        name: text("name"),
-        generate_name: text("generateName"),
-        labels: map("labels"),
-        annotations: map("annotations"),
-        ..*input
-    };
+    let old_input = input.with_object_metadata(Some(meta));
     let classic = policies
         .iter()
         .zip(responses)

@@ -126,6 +126,8 @@ pub struct Review {
     pub dry_run: bool,
 }
 
+/// The default of an absent object. A plain `#[serde(default)]` would
+/// make serde require `O: Default` of the whole struct.
 fn none<O>() -> Option<O> {
     None
 }

@@ -3,7 +3,7 @@
 //! scopes of `let`, truthiness, JSON equality and numbers.
 
 use super::JmesError;
-use crate::json_doc::{Json, JsonRef, Kind};
+use crate::json_doc::{Json, JsonRef, Kind, View};
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -328,41 +328,31 @@ pub fn number(f: f64) -> Value {
 
 /// [`json_equal`] on values of either representation.
 pub fn view_equal(l: JsonRef, r: JsonRef) -> bool {
-    fn equal(l: JsonRef, r: JsonRef) -> bool {
-        use crate::json_doc::View;
-        match (l.kind(), r.kind()) {
-            (Kind::Array(n), Kind::Array(m)) => {
-                n == m && l.elements().zip(r.elements()).all(|(x, y)| equal(x, y))
-            }
-            (Kind::Object(n), Kind::Object(m)) => {
-                n == m
-                    && l.entries()
-                        .all(|(k, v)| r.get(k).is_some_and(|w| equal(v, w)))
-            }
-            (a, b) => match (a.as_f64(), b.as_f64()) {
-                (Some(x), Some(y)) => x == y,
-                _ => a == b,
-            },
-        }
-    }
     match (l, r) {
-        (JsonRef::Value(a), JsonRef::Value(b)) => json_equal(a, b),
+        // Two `Value`s: the walk without a representation check per step.
+        (JsonRef::Value(a), JsonRef::Value(b)) => equal(a, b),
         _ => equal(l, r),
     }
 }
 
 /// Deep equality with numbers compared by value (1 == 1.0), as Go's float64 decoding does.
 pub fn json_equal(l: &Value, r: &Value) -> bool {
-    match (l, r) {
-        (Value::Number(a), Value::Number(b)) => a.as_f64() == b.as_f64(),
-        (Value::Array(a), Value::Array(b)) => {
-            a.len() == b.len() && a.iter().zip(b).all(|(x, y)| json_equal(x, y))
+    equal(l, r)
+}
+
+fn equal<'x, 'y>(l: impl View<'x>, r: impl View<'y>) -> bool {
+    match (l.kind(), r.kind()) {
+        (Kind::Array(n), Kind::Array(m)) => {
+            n == m && l.elements().zip(r.elements()).all(|(x, y)| equal(x, y))
         }
-        (Value::Object(a), Value::Object(b)) => {
-            a.len() == b.len()
-                && a.iter()
-                    .all(|(k, v)| b.get(k).is_some_and(|w| json_equal(v, w)))
+        (Kind::Object(n), Kind::Object(m)) => {
+            n == m
+                && l.entries()
+                    .all(|(k, v)| r.get(k).is_some_and(|w| equal(v, w)))
         }
-        _ => l == r,
+        (a, b) => match (a.as_f64(), b.as_f64()) {
+            (Some(x), Some(y)) => x == y,
+            _ => a == b,
+        },
     }
 }
