@@ -6,9 +6,9 @@ mod interpreter;
 mod parser;
 mod value;
 
-pub use functions::go_sprint;
+pub use functions::{go_sprint, write_go_sprint};
 pub use parser::Ast;
-pub use value::{NULL, Root, Scope, Slot, Val, is_truthy, json_equal, number};
+pub use value::{NULL, Root, Scope, Slot, Val, is_truthy, json_equal, number, view_equal};
 
 use serde_json::Value;
 use std::borrow::Cow;

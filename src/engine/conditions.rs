@@ -1,7 +1,11 @@
 //! Condition operators (§3.9) for deny, preconditions and exception
-//! conditions. Keys and values arrive with variables already substituted.
+//! conditions. Keys and values arrive with variables already substituted,
+//! as JMESPath left them: borrowed from the request's document or the
+//! policy, or lists of such. A projection's result is compared where it
+//! lies, never turned into JSON just to be compared.
 
-use crate::jmespath::json_equal;
+use crate::jmespath::{Val, view_equal, write_go_sprint};
+use crate::json_doc::{Json, JsonRef, Kind, View};
 use crate::policy::conditions::Operator;
 use crate::units::semver::Version;
 use crate::units::{Duration, Quantity};
@@ -10,27 +14,120 @@ use serde_json::Value;
 use std::borrow::Cow;
 use std::cmp::Ordering;
 
-/// Go's `fmt.Sprint` of a decoded JSON value.
-pub fn sprint(v: &Value) -> String {
-    crate::jmespath::go_sprint(v)
+/// A condition's key or value: JSON in either representation, or a list
+/// that JMESPath built of borrowed elements (a flatten or a projection).
+#[derive(Clone, Copy)]
+pub enum Operand<'a> {
+    Json(JsonRef<'a>),
+    List(&'a [Val<'a>]),
 }
 
-/// [`sprint`], borrowing strings (the common case in set operators).
-fn sprint_cow(v: &Value) -> Cow<'_, str> {
-    match v {
-        Value::String(s) => Cow::Borrowed(s),
-        other => Cow::Owned(sprint(other)),
+impl<'a> Operand<'a> {
+    /// `v` as an operand; [`borrowable`] said it is one.
+    fn of(v: &'a Val<'a>) -> Operand<'a> {
+        match v {
+            Val::List(items) => Operand::List(items),
+            // A scope object never reaches here ([`evaluate_vals`] turns
+            // one into JSON first); null is only the type's completion.
+            other => Operand::Json(other.as_json_ref().unwrap_or(JsonRef::Value(&Value::Null))),
+        }
+    }
+
+    fn kind(self) -> Kind<'a> {
+        match self {
+            Operand::Json(j) => j.kind(),
+            Operand::List(items) => Kind::Array(u32::try_from(items.len()).unwrap_or(u32::MAX)),
+        }
+    }
+
+    fn as_str(self) -> Option<&'a str> {
+        self.kind().as_str()
+    }
+
+    fn as_f64(self) -> Option<f64> {
+        self.kind().as_f64()
+    }
+
+    /// The elements of an array (none for any other value).
+    fn elements(self) -> impl Iterator<Item = Operand<'a>> + 'a {
+        let (json, list) = match self {
+            Operand::Json(j) => (Some(j.elements().map(Operand::Json)), None),
+            Operand::List(items) => (None, Some(items.iter().map(Operand::of))),
+        };
+        json.into_iter().flatten().chain(list.into_iter().flatten())
     }
 }
 
-/// Evaluates `key <operator> value`.
-pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
-    evaluate_with(op, key, value, false)
+/// Whether every part of `v` is JSON or a list of such: a scope object
+/// (`request`, `@` of the context) is served field by field and has no
+/// JSON to borrow.
+fn borrowable(v: &Val) -> bool {
+    match v {
+        Val::List(items) => items.iter().all(borrowable),
+        other => other.as_json_ref().is_some(),
+    }
 }
 
-/// [`evaluate`], told whether `value` passed [`is_plain_list`]: the
-/// policy's literal lists are checked once, when compiled.
-pub fn evaluate_with(op: Operator, key: &Value, value: &Value, plain_list: bool) -> bool {
+/// Go's `fmt.Sprint` of an operand, borrowing strings (the common case in
+/// set operators).
+fn sprint(v: Operand<'_>) -> Cow<'_, str> {
+    if let Some(s) = v.as_str() {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::new();
+    write_sprint(v, &mut out);
+    Cow::Owned(out)
+}
+
+fn write_sprint(v: Operand, out: &mut String) {
+    match v {
+        Operand::Json(j) => write_go_sprint(j, out),
+        Operand::List(_) => {
+            out.push('[');
+            for (i, e) in v.elements().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                write_sprint(e, out);
+            }
+            out.push(']');
+        }
+    }
+}
+
+/// Evaluates `key <operator> value` on JSON.
+pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
+    evaluate_with(
+        op,
+        Operand::Json(key.into()),
+        Operand::Json(value.into()),
+        false,
+    )
+}
+
+/// Evaluates `key <operator> value` on substituted variables, told whether
+/// `value` passed [`is_plain_list`](crate::policy::conditions::is_plain_list):
+/// the policy's literal lists are checked once, when compiled.
+pub fn evaluate_vals(op: Operator, key: &Val, value: &Val, plain_list: bool) -> bool {
+    let owned = |v: &Val| Val::own(v.clone().into_owned());
+    let (key_json, value_json);
+    let key = if borrowable(key) {
+        key
+    } else {
+        key_json = owned(key);
+        &key_json
+    };
+    let value = if borrowable(value) {
+        value
+    } else {
+        value_json = owned(value);
+        &value_json
+    };
+    evaluate_with(op, Operand::of(key), Operand::of(value), plain_list)
+}
+
+/// [`evaluate`] on operands, told whether `value` is a plain literal list.
+pub fn evaluate_with(op: Operator, key: Operand, value: Operand, plain_list: bool) -> bool {
     use Operator::*;
     match op {
         Equals => equals(key, value),
@@ -55,61 +152,73 @@ pub fn evaluate_with(op: Operator, key: &Value, value: &Value, plain_list: bool)
 }
 
 /// Both sides as durations when at least one is a duration string (numbers are seconds).
-fn durations(key: &Value, value: &Value) -> Option<(f64, f64)> {
-    let as_dur = |v: &Value| match v {
-        Value::String(s) if s != "0" => Duration::parse(s).map(Duration::seconds),
+fn durations(key: Operand, value: Operand) -> Option<(f64, f64)> {
+    let as_dur = |v: Operand| match v.as_str() {
+        Some(s) if s != "0" => Duration::parse(s).map(Duration::seconds),
         _ => None,
     };
     let (k, v) = (as_dur(key), as_dur(value));
     if k.is_none() && v.is_none() {
         return None;
     }
-    let or_seconds = |d: Option<f64>, raw: &Value| d.or_else(|| raw.as_f64());
+    let or_seconds = |d: Option<f64>, raw: Operand| d.or_else(|| raw.as_f64());
     Some((or_seconds(k, key)?, or_seconds(v, value)?))
 }
 
-fn equals(key: &Value, value: &Value) -> bool {
-    match key {
-        Value::Bool(k) => value.as_bool() == Some(*k),
-        Value::Number(k) => {
-            let k = k.as_f64().unwrap_or(f64::NAN);
-            match value {
-                Value::Number(v) => v.as_f64() == Some(k),
-                Value::String(s) => s.parse::<f64>().ok() == Some(k),
-                _ => false,
+/// Deep equality of two operands (numbers by value).
+fn same_json(a: Operand, b: Operand) -> bool {
+    match (a, b) {
+        (Operand::Json(x), Operand::Json(y)) => view_equal(x, y),
+        // At least one side is a list: equal to an array of equal elements.
+        _ => match (a.kind(), b.kind()) {
+            (Kind::Array(n), Kind::Array(m)) => {
+                n == m && a.elements().zip(b.elements()).all(|(x, y)| same_json(x, y))
+            }
+            _ => false,
+        },
+    }
+}
+
+fn equals(key: Operand, value: Operand) -> bool {
+    match key.kind() {
+        Kind::Bool(k) => value.kind() == Kind::Bool(k),
+        number @ (Kind::I64(_) | Kind::U64(_) | Kind::F64(_)) => {
+            let k = number.as_f64().unwrap_or(f64::NAN);
+            match value.kind() {
+                Kind::Str(s) => s.parse::<f64>().ok() == Some(k),
+                other => other.as_f64() == Some(k),
             }
         }
         // A key that cannot start a number is neither a duration nor a
         // quantity; skip both parsers (most keys are plain words).
-        Value::String(k) if !starts_like_number(k) => match value {
-            Value::String(v) => wildcard::matches(v, k),
-            _ => false,
-        },
-        Value::String(k) => {
+        Kind::Str(k) if !starts_like_number(k) => {
+            value.as_str().is_some_and(|v| wildcard::matches(v, k))
+        }
+        Kind::Str(k) => {
             if let Some((a, b)) = durations(key, value) {
                 return a == b;
             }
             if let Some(kq) = Quantity::parse(k) {
-                if let Value::String(v) = value {
-                    // Quantities are exact (apimachinery's inf.Dec); a
-                    // double is not past 2^53, so plain integers are
-                    // compared by their digits (an RSA modulus is 600).
-                    if let Some(same) = same_integer(k, v) {
-                        return same;
+                match value.kind() {
+                    Kind::Str(v) => {
+                        // Quantities are exact (apimachinery's inf.Dec); a
+                        // double is not past 2^53, so plain integers are
+                        // compared by their digits (an RSA modulus is 600).
+                        if let Some(same) = same_integer(k, v) {
+                            return same;
+                        }
+                        return Quantity::parse(v).is_some_and(|vq| vq.value == kq.value);
                     }
-                    return Quantity::parse(v).is_some_and(|vq| vq.value == kq.value);
-                }
-                if let Value::Number(n) = value {
-                    return n.as_f64() == Some(kq.value);
+                    other if other.as_f64().is_some() => {
+                        return other.as_f64() == Some(kq.value);
+                    }
+                    _ => {}
                 }
             }
-            match value {
-                Value::String(v) => wildcard::matches(v, k),
-                _ => false,
-            }
+            value.as_str().is_some_and(|v| wildcard::matches(v, k))
         }
-        Value::Object(_) | Value::Array(_) => json_equal(key, value),
-        Value::Null => false,
+        Kind::Object(_) | Kind::Array(_) => same_json(key, value),
+        Kind::Null => false,
     }
 }
 
@@ -138,26 +247,23 @@ fn starts_like_number(s: &str) -> bool {
     )
 }
 
-fn numeric(key: &Value, value: &Value) -> Option<Ordering> {
+fn numeric(key: Operand, value: Operand) -> Option<Ordering> {
     if let Some((a, b)) = durations(key, value) {
         return a.partial_cmp(&b);
     }
-    let value_f64 = |v: &Value| match v {
-        Value::Number(n) => n.as_f64(),
-        Value::String(s) => s.parse::<f64>().ok(),
-        _ => None,
+    let value_f64 = |v: Operand| match v.kind() {
+        Kind::Str(s) => s.parse::<f64>().ok(),
+        other => other.as_f64(),
     };
-    match key {
-        Value::Number(k) => k.as_f64()?.partial_cmp(&value_f64(value)?),
-        Value::String(k) => {
+    match key.kind() {
+        Kind::Str(k) => {
             if let Ok(kf) = k.parse::<f64>() {
                 return kf.partial_cmp(&value_f64(value)?);
             }
             if let Some(kq) = Quantity::parse(k) {
-                let vq = match value {
-                    Value::String(v) => Quantity::parse(v)?.value,
-                    Value::Number(n) => n.as_f64()?,
-                    _ => return None,
+                let vq = match value.kind() {
+                    Kind::Str(v) => Quantity::parse(v)?.value,
+                    other => other.as_f64()?,
                 };
                 return kq.value.partial_cmp(&vq);
             }
@@ -165,7 +271,7 @@ fn numeric(key: &Value, value: &Value) -> Option<Ordering> {
             let vv = Version::parse(value.as_str()?)?;
             Some(kv.cmp(&vv))
         }
-        _ => None,
+        other => other.as_f64()?.partial_cmp(&value_f64(value)?),
     }
 }
 
@@ -196,51 +302,85 @@ fn split_range(range: &str) -> Option<(&str, &str)> {
     .then_some((lo, hi))
 }
 
-/// `values` with every non-string printed as [`sprint`] does, so that a
-/// list is printed once rather than once per comparison; borrowed when it
-/// holds only strings, as lists in conditions nearly always do.
-fn as_strings(values: &[Value]) -> Cow<'_, [Value]> {
-    if values.iter().all(Value::is_string) {
-        Cow::Borrowed(values)
-    } else {
-        Cow::Owned(
-            values
+/// The members of one side of a set operator as strings, every
+/// non-string printed as [`sprint`] does. A list of strings, as lists in
+/// conditions nearly always are, is read where it lies, by a loop per
+/// representation; any other is printed once rather than once per
+/// comparison.
+enum Strings<'a> {
+    One(Cow<'a, str>),
+    Values(&'a [Value]),
+    Doc(Json<'a>),
+    List(&'a [Val<'a>]),
+    Printed(Vec<Cow<'a, str>>),
+}
+
+impl<'a> Strings<'a> {
+    fn of_list(list: Operand<'a>) -> Strings<'a> {
+        let all_strings = match list {
+            Operand::Json(JsonRef::Value(Value::Array(items))) => {
+                if items.iter().all(Value::is_string) {
+                    return Strings::Values(items);
+                }
+                false
+            }
+            Operand::Json(JsonRef::Doc(j)) => j.elements().all(|e| e.as_str().is_some()),
+            _ => list.elements().all(|e| e.as_str().is_some()),
+        };
+        match list {
+            Operand::Json(JsonRef::Doc(j)) if all_strings => Strings::Doc(j),
+            Operand::List(items) if all_strings => Strings::List(items),
+            _ => Strings::Printed(list.elements().map(sprint).collect()),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        match self {
+            Strings::One(_) => false,
+            Strings::Values(items) => items.is_empty(),
+            Strings::Doc(j) => j.kind() == Kind::Array(0),
+            Strings::List(items) => items.is_empty(),
+            Strings::Printed(all) => all.is_empty(),
+        }
+    }
+
+    /// Whether `f` holds for any member.
+    fn any(&self, mut f: impl FnMut(&str) -> bool) -> bool {
+        match self {
+            Strings::One(s) => f(s),
+            Strings::Values(items) => items.iter().any(|v| v.as_str().is_some_and(&mut f)),
+            Strings::Doc(j) => j.elements().any(|e| e.as_str().is_some_and(&mut f)),
+            Strings::List(items) => items
                 .iter()
-                .map(|v| Value::String(sprint_cow(v).into_owned()))
-                .collect(),
-        )
+                .any(|v| v.as_json_ref().and_then(View::as_str).is_some_and(&mut f)),
+            Strings::Printed(all) => all.iter().any(|s| f(s)),
+        }
+    }
+
+    fn all(&self, mut f: impl FnMut(&str) -> bool) -> bool {
+        !self.any(|s| !f(s))
     }
 }
 
-/// The strings of a list made by [`as_strings`].
-fn strs(values: &[Value]) -> impl Iterator<Item = &str> {
-    values.iter().filter_map(Value::as_str)
-}
-
-fn set_op(key: &Value, value: &Value, op: SetOp, plain_list: bool) -> bool {
+fn set_op(key: Operand, value: Operand, op: SetOp, plain_list: bool) -> bool {
     // Both sides are compared as strings where they lie rather than
     // collected first: a condition runs per rule and per foreach element.
-    let keys = match key {
-        Value::Array(a) => as_strings(a),
-        Value::String(_) | Value::Number(_) | Value::Bool(_) => {
-            as_strings(std::slice::from_ref(key))
-        }
-        _ => return false,
+    let keys = match key.kind() {
+        Kind::Array(_) => Strings::of_list(key),
+        Kind::Null | Kind::Object(_) => return false,
+        _ => Strings::One(sprint(key)),
     };
-    let decide = |contained: &dyn Fn(&str) -> bool| {
-        let mut keys = strs(&keys);
-        match op {
-            SetOp::AnyIn => keys.any(contained),
-            SetOp::AllIn => keys.all(contained),
-            SetOp::AnyNotIn => keys.any(|k| !contained(k)),
-            SetOp::AllNotIn => !keys.any(contained),
-        }
+    let decide = |contained: &dyn Fn(&str) -> bool| match op {
+        SetOp::AnyIn => keys.any(contained),
+        SetOp::AllIn => keys.all(contained),
+        SetOp::AnyNotIn => keys.any(|k| !contained(k)),
+        SetOp::AllNotIn => !keys.any(contained),
     };
     // Either side may be the wildcard pattern; most hold none, so plain
     // equality decides without the matcher.
-    let in_list = |values: &[Value], k: &str, plain: bool| {
+    let in_list = |values: &Strings, k: &str, plain: bool| {
         let k_wild = wildcard::has_wildcard(k);
-        strs(values).any(|v| {
+        values.any(|v| {
             if k_wild || (!plain && wildcard::has_wildcard(v)) {
                 wildcard::matches(k, v) || wildcard::matches(v, k)
             } else {
@@ -252,15 +392,15 @@ fn set_op(key: &Value, value: &Value, op: SetOp, plain_list: bool) -> bool {
         // Decided without looking at the values.
         return decide(&|_| false);
     }
-    match value {
-        Value::Array(a) => {
-            let values = as_strings(a);
+    match value.kind() {
+        Kind::Array(_) => {
+            let values = Strings::of_list(value);
             decide(&|k| in_list(&values, k, plain_list))
         }
-        Value::String(s) => {
+        Kind::Str(s) => {
             // A string value is a range `a-b`, a JSON array (e.g. from a
             // ConfigMap), or else a single-element list.
-            if split_range(s).is_some() && strs(&keys).all(|k| Quantity::parse(k).is_some()) {
+            if split_range(s).is_some() && keys.all(|k| Quantity::parse(k).is_some()) {
                 return decide(&|k| in_range(k, s).unwrap_or(false));
             }
             let parsed = if s.trim_start().starts_with('[') {
@@ -268,7 +408,14 @@ fn set_op(key: &Value, value: &Value, op: SetOp, plain_list: bool) -> bool {
             } else {
                 None
             };
-            let values = as_strings(parsed.as_deref().unwrap_or(std::slice::from_ref(value)));
+            let values = match &parsed {
+                Some(list) => Strings::Printed(
+                    list.iter()
+                        .map(|v| sprint(Operand::Json(v.into())))
+                        .collect(),
+                ),
+                None => Strings::One(Cow::Borrowed(s)),
+            };
             decide(&|k| in_list(&values, k, false))
         }
         _ => false,
@@ -276,14 +423,14 @@ fn set_op(key: &Value, value: &Value, op: SetOp, plain_list: bool) -> bool {
 }
 
 /// The deprecated In / NotIn: membership of a scalar key (or all keys of a list).
-fn in_op(key: &Value, value: &Value, negate: bool) -> bool {
+fn in_op(key: Operand, value: Operand, negate: bool) -> bool {
     let member = |k: &str| -> Option<bool> {
-        match value {
-            Value::Array(a) => Some(a.iter().any(|v| {
+        match value.kind() {
+            Kind::Array(_) => Some(value.elements().any(|v| {
                 let v = sprint(v);
                 wildcard::matches(&v, k) || wildcard::matches(k, &v)
             })),
-            Value::String(s) => {
+            Kind::Str(s) => {
                 if wildcard::matches(s, k) {
                     return Some(true);
                 }
@@ -293,14 +440,14 @@ fn in_op(key: &Value, value: &Value, negate: bool) -> bool {
             _ => None,
         }
     };
-    let result = match key {
-        Value::String(_) | Value::Number(_) | Value::Bool(_) => member(&sprint(key)),
-        Value::Array(a) => a
-            .iter()
+    let result = match key.kind() {
+        Kind::Null | Kind::Object(_) => None,
+        Kind::Array(_) => key
+            .elements()
             .map(|k| member(&sprint(k)))
             .collect::<Option<Vec<bool>>>()
             .map(|v| v.iter().all(|b| *b)),
-        _ => None,
+        _ => member(&sprint(key)),
     };
     match result {
         Some(found) => found != negate,
@@ -311,6 +458,7 @@ fn in_op(key: &Value, value: &Value, negate: bool) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::json_doc::Doc;
     use crate::policy::conditions::is_plain_list;
     use Operator::*;
     use serde_json::json;
@@ -382,11 +530,69 @@ mod tests {
             // must give the same answer through the shortcut.
             if is_plain_list(&value) {
                 assert_eq!(
-                    evaluate_with(op, &key, &value, true),
+                    evaluate_vals(op, &Val::Ref(&key), &Val::Ref(&value), true),
                     want,
                     "plain list: {op:?} {key} {value}"
                 );
             }
+            // The same operands as the webhook's decoded document holds
+            // them, and arrays as the lists a JMESPath projection builds.
+            let (key_doc, value_doc) = (as_doc(&key), as_doc(&value));
+            let (key_list, value_list) = (as_list(&key), as_list(&value));
+            for (form, k, v) in [
+                (
+                    "document",
+                    Val::Doc(key_doc.root()),
+                    Val::Doc(value_doc.root()),
+                ),
+                ("list", key_list.clone(), value_list.clone()),
+                ("document key", Val::Doc(key_doc.root()), value_list),
+                ("list key", key_list, Val::Doc(value_doc.root())),
+            ] {
+                assert_eq!(
+                    evaluate_vals(op, &k, &v, false),
+                    want,
+                    "{form}: {op:?} {key} {value}"
+                );
+            }
         }
+    }
+
+    fn as_doc(v: &Value) -> Doc {
+        Doc::parse(&v.to_string()).unwrap()
+    }
+
+    /// An array as a list of borrowed elements (anything else as itself).
+    fn as_list(v: &Value) -> Val<'_> {
+        match v {
+            Value::Array(items) => Val::List(Box::new(items.iter().map(as_list).collect())),
+            other => Val::Ref(other),
+        }
+    }
+
+    #[test]
+    fn lists_of_computed_objects_compare_as_json() {
+        // A projection that returns objects (`[*].{a: a}`) builds a list of
+        // computed values: compared element by element, printed as Go does.
+        let object = json!({"a": ["x", 1]});
+        let list = Val::List(Box::new(vec![Val::own(object.clone())]));
+        assert!(evaluate_vals(
+            Equals,
+            &list,
+            &Val::own(json!([{"a": ["x", 1]}])),
+            false
+        ));
+        assert!(!evaluate_vals(
+            Equals,
+            &list,
+            &Val::own(json!([{"a": ["x", 2]}])),
+            false
+        ));
+        assert!(evaluate_vals(
+            AnyIn,
+            &list,
+            &Val::own(json!(["map[a:[x 1]]"])),
+            false
+        ));
     }
 }

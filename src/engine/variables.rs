@@ -46,14 +46,12 @@ pub struct Substituter<'c> {
 /// Rendering a compiled [`Template`]; the template itself is parsed at
 /// compile time ([`crate::policy::template`]).
 impl<'t> Substituter<'t> {
-    pub fn render(
-        &self,
-        template: &'t Template,
-    ) -> Result<std::borrow::Cow<'t, Value>, VariableError> {
-        use std::borrow::Cow;
+    /// The template's value as JMESPath gave it: borrowed from the policy
+    /// or the request where it lies (conditions compare it there).
+    pub fn render(&self, template: &'t Template) -> Result<Val<'t>, VariableError> {
         match template {
-            Template::Literal(v) => Ok(Cow::Borrowed(v)),
-            Template::Mixed(v) => self.value(v).map(Cow::Owned),
+            Template::Literal(v) => Ok(Val::Ref(v)),
+            Template::Mixed(v) => self.value(v).map(Val::own),
             Template::Whole(exprs, raw) => {
                 let (expr, delete) = exprs.as_ref();
                 let expr = if self.ctx.is_delete() {
@@ -68,9 +66,9 @@ impl<'t> Substituter<'t> {
                             .and_then(View::as_str)
                             .is_some_and(opens_variable) =>
                     {
-                        self.value(raw).map(Cow::Owned)
+                        self.value(raw).map(Val::own)
                     }
-                    Ok(v) => Ok(v.into_cow()),
+                    Ok(v) => Ok(v),
                     Err(source) => Err(VariableError::Resolve {
                         variable: expr.source().trim().to_string(),
                         path: String::new(),

@@ -19,6 +19,7 @@ mod time;
 use super::JmesError;
 use super::parser::Ast;
 use super::value::{Eval, Val};
+use crate::json_doc::{Kind, View};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
@@ -97,32 +98,51 @@ fn str_or_num(name: &str, v: &Value) -> Result<String, JmesError> {
     }
 }
 
-/// Go's `fmt.Sprint` of a decoded JSON value (numbers are float64 in Go).
-pub fn go_sprint(v: &Value) -> String {
-    match v {
-        Value::Null => "<nil>".into(),
-        Value::Bool(b) => b.to_string(),
-        Value::Number(n) => {
-            let f = n.as_f64().unwrap_or(0.0);
-            if f.fract() == 0.0 && f.abs() < 1e21 {
-                format!("{}", f as i128)
-            } else {
-                format!("{f}")
+/// Go's `fmt.Sprint` of a decoded JSON value (numbers are float64 in Go),
+/// in either representation.
+pub fn go_sprint<'r>(v: impl View<'r>) -> String {
+    let mut out = String::new();
+    write_go_sprint(v, &mut out);
+    out
+}
+
+/// [`go_sprint`], appended to `out` (nested values print into one buffer).
+pub fn write_go_sprint<'r>(v: impl View<'r>, out: &mut String) {
+    use std::fmt::Write;
+    match v.kind() {
+        Kind::Null => out.push_str("<nil>"),
+        Kind::Bool(b) => out.push_str(if b { "true" } else { "false" }),
+        Kind::Str(s) => out.push_str(s),
+        Kind::Array(_) => {
+            out.push('[');
+            for (i, e) in v.elements().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                write_go_sprint(e, out);
             }
+            out.push(']');
         }
-        Value::String(s) => s.clone(),
-        Value::Array(a) => format!(
-            "[{}]",
-            a.iter().map(go_sprint).collect::<Vec<_>>().join(" ")
-        ),
-        Value::Object(m) => {
-            let mut keys: Vec<_> = m.keys().collect();
-            keys.sort();
-            let parts: Vec<String> = keys
-                .iter()
-                .map(|k| format!("{k}:{}", go_sprint(&m[*k])))
-                .collect();
-            format!("map[{}]", parts.join(" "))
+        // Go prints a map's keys sorted; `entries` gives them so.
+        Kind::Object(_) => {
+            out.push_str("map[");
+            for (i, (k, e)) in v.entries().enumerate() {
+                if i > 0 {
+                    out.push(' ');
+                }
+                out.push_str(k);
+                out.push(':');
+                write_go_sprint(e, out);
+            }
+            out.push(']');
+        }
+        number => {
+            let f = number.as_f64().unwrap_or(0.0);
+            let _ = if f.fract() == 0.0 && f.abs() < 1e21 {
+                write!(out, "{}", f as i128)
+            } else {
+                write!(out, "{f}")
+            };
         }
     }
 }
@@ -166,7 +186,15 @@ pub fn call<'a>(name: &str, args: &'a [Ast], cur: Val<'a>, eval: Evaluate) -> R 
         if let Ast::ExpRef(_) = a {
             return err(format!("{name}() does not take an expression reference"));
         }
-        vals.push(eval(a, cur.clone()).map_err(|e| *e)?.into_cow());
+        let v = eval(a, cur.clone()).map_err(|e| *e)?;
+        // A function that reads only the shape of a document's value
+        // answers where it lies: the value is not turned into JSON.
+        if let (Val::Doc(j), [_]) = (&v, args)
+            && let Some(result) = standard::shape_of_doc(name, *j)
+        {
+            return result;
+        }
+        vals.push(v.into_cow());
     }
     let args = Args { name, args, vals };
     match name {

@@ -68,8 +68,26 @@ fn standard_expressions() {
             "spec.containers[0].securityContext.capabilities.add",
             json!(["NET_ADMIN"]),
         ),
+        // Functions that read only a value's shape (answered on a
+        // document without turning the value into JSON).
+        ("keys(obj)", json!(["x", "y"])),
+        (
+            "spec.containers[].keys(@)[]",
+            json!(["name", "securityContext", "name"]),
+        ),
+        ("length(people)", json!(3)),
+        ("length(obj)", json!(2)),
+        ("length(empty)", json!(0)),
+        ("length(people[0].name)", json!(1)),
     ] {
         assert_eq!(run(expr, &data).unwrap(), want, "{expr}");
+        // The same on the data as the webhook holds a request's object.
+        let doc = crate::json_doc::Doc::parse(&data.to_string()).unwrap();
+        let on_doc = Expression::parse(expr)
+            .unwrap()
+            .resolve_val(Val::Doc(doc.root()))
+            .map(Val::into_owned);
+        assert_eq!(on_doc.unwrap(), want, "on a document: {expr}");
     }
 }
 

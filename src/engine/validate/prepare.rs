@@ -111,7 +111,7 @@ pub fn eval_conditions(
         let value = sub
             .render(&cond.value)
             .map_err(|e| format!("failed to substitute variables in condition value: {e}"))?;
-        let result = conditions::evaluate_with(op, &key, &value, cond.value_is_plain_list);
+        let result = conditions::evaluate_vals(op, &key, &value, cond.value_is_plain_list);
         if let Some(id) = cond.memo {
             ctx.memo_put(id, result);
         }

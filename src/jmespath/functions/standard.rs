@@ -8,6 +8,7 @@ use super::{Args, Evaluate, R, arity, err, type_name, want_arr, want_num, want_o
 use crate::jmespath::JmesError;
 use crate::jmespath::parser::Ast;
 use crate::jmespath::value::{Val, json_equal, number};
+use crate::json_doc::{Json, Kind};
 use serde_json::{Map, Value};
 use std::cmp::Ordering;
 
@@ -86,6 +87,23 @@ pub(super) fn keys(args: &Args) -> R {
             .map(|k| Value::String(k.clone()))
             .collect(),
     ))
+}
+
+/// `keys` and `length` of a decoded document's value, which read only its
+/// shape; None for other functions and for the wrong types (whose errors
+/// the JSON form words).
+pub(super) fn shape_of_doc(name: &str, j: Json) -> Option<R> {
+    match (name, j.kind()) {
+        // Sorted, as a `serde_json::Map` gives them.
+        ("keys", Kind::Object(_)) => Some(Ok(Value::Array(
+            j.entries()
+                .map(|(k, _)| Value::String(k.to_string()))
+                .collect(),
+        ))),
+        ("length", Kind::Object(n) | Kind::Array(n)) => Some(Ok(Value::from(n))),
+        ("length", Kind::Str(s)) => Some(Ok(Value::from(s.chars().count()))),
+        _ => None,
+    }
 }
 
 pub(super) fn values(args: &Args) -> R {
