@@ -2,7 +2,11 @@
 //! evaluate the 17 Pod Security Standard policies (Enforce), encode the
 //! response. A compliant and a violating Pod (`examples/reviews/`), and
 //! the same bodies against an empty policy set as the baseline measured in
-//! the same run.
+//! the same run. `pss-cel` and `pss-vpol` answer with the same controls
+//! written as `validate.cel` rules and as ValidatingPolicies; their
+//! `-value` variants decode the review's objects into `serde_json::Value`s
+//! instead of documents (what the webhook did for CEL policies before they
+//! read documents).
 //!
 //! `pss17-cold` writes 8 MiB (more than L1 and L2, less than L3) before
 //! every call, outside the timing: in the server, TLS, hyper and the
@@ -28,6 +32,33 @@ fn handler(c: &mut Criterion) {
         },
         1,
     );
+    // The CEL forms, decoding documents (as the webhook does) or not.
+    let cel_set = |documents: bool| {
+        let mut snapshot = Snapshot::new(
+            PolicySet {
+                policies: support::pss_cel_policies(),
+                ..PolicySet::default()
+            },
+            1,
+        );
+        assert!(snapshot.validate_reads_documents);
+        snapshot.validate_reads_documents = documents;
+        snapshot
+    };
+    let vpol_set = |documents: bool| {
+        let mut snapshot = Snapshot::new(
+            PolicySet {
+                validating: support::pss_validating_policies(),
+                ..PolicySet::default()
+            },
+            1,
+        );
+        assert!(snapshot.validate_reads_documents);
+        snapshot.validate_reads_documents = documents;
+        snapshot
+    };
+    let (cel, cel_value) = (cel_set(true), cel_set(false));
+    let (vpol, vpol_value) = (vpol_set(true), vpol_set(false));
     let empty = Snapshot::new(PolicySet::default(), 1);
     let route = Webhook::Validate(None);
     let mut group = c.benchmark_group("handler");
@@ -46,6 +77,18 @@ fn handler(c: &mut Criterion) {
         group.bench_function(format!("pss17/{id}"), |b| {
             b.iter(|| admit(route, black_box(&body), &pss, None, &NoResolver).unwrap())
         });
+        for (name, snapshot) in [
+            ("pss-cel", &cel),
+            ("pss-cel-value", &cel_value),
+            ("pss-vpol", &vpol),
+            ("pss-vpol-value", &vpol_value),
+        ] {
+            let outcome = admit(route, &body, snapshot, None, &NoResolver).unwrap();
+            assert_eq!(outcome.allowed, id == "compliant", "{name} {id}");
+            group.bench_function(format!("{name}/{id}"), |b| {
+                b.iter(|| admit(route, black_box(&body), snapshot, None, &NoResolver).unwrap())
+            });
+        }
         let mut junk = vec![0u64; 1 << 20]; // 8 MiB
         group.bench_function(format!("pss17-cold/{id}"), |b| {
             b.iter_batched(

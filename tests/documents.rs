@@ -11,16 +11,20 @@
 //!   DELETE, must give the same responses: every rule's name, type,
 //!   status, message and outputs (matching, preconditions, deny
 //!   conditions, JMESPath, foreach and patterns read the document where
-//!   it is).
+//!   it is);
+//! - every ValidatingPolicy likewise (the CEL evaluators read the document
+//!   in place; what they hand to the interpreter is converted).
 //!
 //! The counts are floors from the runs that introduced each test.
 
 use corpus::kind;
 use gavel::context::NoResolver;
+use gavel::engine::cel::{CelRequest, evaluate_validating_policy};
 use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate};
 use gavel::json_doc::{Doc, Document};
 use gavel::pattern::CompiledPattern;
 use gavel::policy::CompiledPolicy;
+use gavel::policy::cel_policy::CompiledValidatingPolicy;
 use gavel::policy::load::{LoadedDocument, classify};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -213,4 +217,87 @@ fn the_engine_reads_documents_as_it_reads_values() {
     );
     assert!(rules >= MIN_RULE_RESPONSES, "{rules} rule responses");
     assert!(failures >= MIN_RULE_FAILURES, "{failures} failures");
+}
+
+const MIN_VALIDATING_POLICIES: usize = 103;
+const MIN_VALIDATING_EVALUATIONS: usize = 5052;
+const MIN_VALIDATING_FAILURES: usize = 1490;
+
+#[test]
+fn validating_policies_read_documents_as_they_read_values() {
+    let mut by_dir: BTreeMap<PathBuf, (Vec<CompiledValidatingPolicy>, Vec<Value>)> =
+        BTreeMap::new();
+    for (dir, docs) in corpus::documents_by_folder() {
+        let entry = by_dir.entry(dir.clone()).or_default();
+        for doc in docs {
+            match kind(&doc) {
+                "ValidatingPolicy" | "NamespacedValidatingPolicy" => {
+                    if let Ok(LoadedDocument::ValidatingPolicy(p)) = classify("corpus", 0, doc)
+                        && let Ok(compiled) = CompiledValidatingPolicy::compile(&p)
+                    {
+                        entry.0.push(compiled);
+                    }
+                }
+                "" | "Test" | "PolicyException" | "ClusterPolicy" | "Policy" => {}
+                k if k.ends_with("Policy") || k.ends_with("PolicyException") => {}
+                _ => entry.1.push(doc),
+            }
+        }
+    }
+    let (mut policies, mut evaluations, mut failures) = (0, 0, 0);
+    let mut differences = Vec::new();
+    for (dir, (dir_policies, _)) in &by_dir {
+        if dir_policies.is_empty() {
+            continue;
+        }
+        policies += dir_policies.len();
+        let resources: Vec<&Value> = by_dir
+            .iter()
+            .filter(|(d, _)| d.starts_with(dir))
+            .flat_map(|(_, (_, r))| r.iter())
+            .collect();
+        for resource in resources {
+            for operation in ["CREATE", "UPDATE", "DELETE"] {
+                let on_values = Request::offline(resource, operation, Default::default(), None);
+                let on_docs = as_documents(&on_values);
+                let run = |req: &Request| {
+                    let input = CelRequest::of(req);
+                    dir_policies
+                        .iter()
+                        .map(|p| evaluate_validating_policy(p, req, &input, &NoResolver))
+                        .collect::<Vec<_>>()
+                };
+                let (want, got) = (run(&on_values), run(&on_docs));
+                evaluations += dir_policies.len();
+                failures += want
+                    .iter()
+                    .flat_map(|p| &p.rules)
+                    .filter(|r| r.status == RuleStatus::Fail)
+                    .count();
+                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                if want != got {
+                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                    differences.push(format!(
+                        "{} {operation} {name}:\n--- values\n{want}\n--- documents\n{got}",
+                        dir.display()
+                    ));
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{policies} ValidatingPolicies, {evaluations} policy evaluations, {failures} failures"
+    );
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences[..differences.len().min(3)].join("\n")
+    );
+    assert!(policies >= MIN_VALIDATING_POLICIES, "{policies} policies");
+    assert!(
+        evaluations >= MIN_VALIDATING_EVALUATIONS,
+        "{evaluations} evaluations"
+    );
+    assert!(failures >= MIN_VALIDATING_FAILURES, "{failures} failures");
 }
