@@ -17,7 +17,7 @@ use std::cmp::Ordering;
 /// A condition's key or value: JSON in either representation, or a list
 /// that JMESPath built of borrowed elements (a flatten or a projection).
 #[derive(Clone, Copy)]
-pub enum Operand<'a> {
+enum Operand<'a> {
     Json(JsonRef<'a>),
     List(&'a [Val<'a>]),
 }
@@ -127,7 +127,7 @@ pub fn evaluate_vals(op: Operator, key: &Val, value: &Val, plain_list: bool) -> 
 }
 
 /// [`evaluate`] on operands, told whether `value` is a plain literal list.
-pub fn evaluate_with(op: Operator, key: Operand, value: Operand, plain_list: bool) -> bool {
+fn evaluate_with(op: Operator, key: Operand, value: Operand, plain_list: bool) -> bool {
     use Operator::*;
     match op {
         Equals => equals(key, value),
