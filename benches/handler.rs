@@ -33,29 +33,25 @@ fn handler(c: &mut Criterion) {
         1,
     );
     // The CEL forms, decoding documents (as the webhook does) or not.
-    let cel_set = |documents: bool| {
-        let mut snapshot = Snapshot::new(
-            PolicySet {
-                policies: support::pss_cel_policies(),
-                ..PolicySet::default()
-            },
-            1,
-        );
+    let snapshot = |set: fn() -> PolicySet, documents: bool| {
+        let mut snapshot = Snapshot::new(set(), 1);
         assert!(snapshot.validate_reads_documents);
         snapshot.validate_reads_documents = documents;
         snapshot
     };
-    let vpol_set = |documents: bool| {
-        let mut snapshot = Snapshot::new(
-            PolicySet {
-                validating: support::pss_validating_policies(),
-                ..PolicySet::default()
-            },
-            1,
-        );
-        assert!(snapshot.validate_reads_documents);
-        snapshot.validate_reads_documents = documents;
-        snapshot
+    let cel_set = |documents| {
+        let set = || PolicySet {
+            policies: support::pss_cel_policies(),
+            ..PolicySet::default()
+        };
+        snapshot(set, documents)
+    };
+    let vpol_set = |documents| {
+        let set = || PolicySet {
+            validating: support::pss_validating_policies(),
+            ..PolicySet::default()
+        };
+        snapshot(set, documents)
     };
     let (cel, cel_value) = (cel_set(true), cel_set(false));
     let (vpol, vpol_value) = (vpol_set(true), vpol_set(false));

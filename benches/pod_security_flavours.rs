@@ -62,35 +62,6 @@ fn documents(folder: &str) -> Vec<LoadedDocument> {
     out
 }
 
-fn classic(folder: &str) -> Vec<CompiledPolicy> {
-    let policies: Vec<CompiledPolicy> = documents(folder)
-        .into_iter()
-        .filter_map(|d| match d {
-            LoadedDocument::Policy(mut p) => {
-                p.spec.validation_failure_action = Some("Enforce".into());
-                Some(CompiledPolicy::compile(&p).unwrap())
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(policies.len(), COMMON.len());
-    policies
-}
-
-fn validating() -> Vec<CompiledValidatingPolicy> {
-    let policies: Vec<CompiledValidatingPolicy> = documents("pod-security-vpol")
-        .into_iter()
-        .filter_map(|d| match d {
-            LoadedDocument::ValidatingPolicy(p) => {
-                Some(CompiledValidatingPolicy::compile(&p).unwrap())
-            }
-            _ => None,
-        })
-        .collect();
-    assert_eq!(policies.len(), COMMON.len());
-    policies
-}
-
 /// The Pod of `file` as a request: its object a `serde_json::Value`, or
 /// (`as_document`) decoded from its JSON text as the webhook decodes it.
 fn pod(file: &str, as_document: bool) -> Request {
@@ -118,9 +89,14 @@ fn run_validating(policies: &[CompiledValidatingPolicy], req: &Request) -> usize
 }
 
 fn bench(c: &mut Criterion) {
-    let pattern = classic("pod-security");
-    let cel = classic("pod-security-cel");
-    let vpol = validating();
+    // The 16 controls all three forms have.
+    let pattern: Vec<CompiledPolicy> = support::pss_policies()
+        .into_iter()
+        .filter(|p| p.qualified_name() != "restrict-apparmor-profiles")
+        .collect();
+    assert_eq!(pattern.len(), COMMON.len());
+    let cel = support::pss_cel_policies();
+    let vpol = support::pss_validating_policies();
     let env = EvalEnv {
         resolver: &NoResolver,
         exceptions: &[],

@@ -183,11 +183,9 @@ fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
                     if matches!(p.eval_direct(&direct_vars), Ok(Some(_))) {
                         answered += 1;
                     }
-                    let direct = outcome(p.eval(&direct_vars, &NoLookups));
-                    let on_document = outcome(p.eval(&doc_vars, &NoLookups));
-                    if direct != on_document && !p.source().contains("time.now") {
-                        disagreements.push(format!(
-                            "{}: {:?} on {}/{} as a document:\n  value:    {direct}\n  document: {on_document}",
+                    let case = || {
+                        format!(
+                            "{}: {:?} on {}/{}",
                             dir.display(),
                             p.source(),
                             kind(resource),
@@ -195,6 +193,14 @@ fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
                                 .pointer("/metadata/name")
                                 .and_then(Value::as_str)
                                 .unwrap_or("")
+                        )
+                    };
+                    let direct = outcome(p.eval(&direct_vars, &NoLookups));
+                    let on_document = outcome(p.eval(&doc_vars, &NoLookups));
+                    if direct != on_document && !p.source().contains("time.now") {
+                        disagreements.push(format!(
+                            "{} as a document:\n  value:    {direct}\n  document: {on_document}",
+                            case()
                         ));
                     }
                     let interpreter =
@@ -212,14 +218,8 @@ fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
                         && !hidden_argument_error
                     {
                         disagreements.push(format!(
-                            "{}: {:?} on {}/{}:\n  direct:      {direct}\n  interpreter: {interpreter}",
-                            dir.display(),
-                            p.source(),
-                            kind(resource),
-                            resource
-                                .pointer("/metadata/name")
-                                .and_then(Value::as_str)
-                                .unwrap_or("")
+                            "{}:\n  direct:      {direct}\n  interpreter: {interpreter}",
+                            case()
                         ));
                     }
                 }

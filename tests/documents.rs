@@ -20,7 +20,7 @@
 use corpus::kind;
 use gavel::context::NoResolver;
 use gavel::engine::cel::{CelRequest, evaluate_validating_policy};
-use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate};
+use gavel::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, evaluate};
 use gavel::json_doc::{Doc, Document};
 use gavel::pattern::CompiledPattern;
 use gavel::policy::CompiledPolicy;
@@ -141,163 +141,149 @@ fn as_documents(req: &Request) -> Request {
     }
 }
 
-#[test]
-fn the_engine_reads_documents_as_it_reads_values() {
-    let mut by_dir: BTreeMap<PathBuf, (Vec<CompiledPolicy>, Vec<Value>)> = BTreeMap::new();
+/// Policies of `kinds` compiled by `compile`, and every other document
+/// but tests and exceptions as a resource, by folder.
+fn by_folder<P>(
+    kinds: &[&str],
+    compile: impl Fn(Value) -> Option<P>,
+) -> BTreeMap<PathBuf, (Vec<P>, Vec<Value>)> {
+    let mut by_dir: BTreeMap<PathBuf, (Vec<P>, Vec<Value>)> = BTreeMap::new();
     for (dir, docs) in corpus::documents_by_folder() {
-        let entry = by_dir.entry(dir.clone()).or_default();
+        let entry = by_dir.entry(dir).or_default();
         for doc in docs {
-            match kind(&doc) {
-                "ClusterPolicy" | "Policy" => {
-                    if let Ok(LoadedDocument::Policy(p)) = classify("corpus", 0, doc)
-                        && let Ok(compiled) = CompiledPolicy::compile(&p)
-                    {
-                        entry.0.push(compiled);
-                    }
-                }
-                "" | "Test" | "PolicyException" => {}
-                _ => entry.1.push(doc),
+            if kinds.contains(&kind(&doc)) {
+                entry.0.extend(compile(doc));
+            } else if !matches!(kind(&doc), "" | "Test" | "PolicyException") {
+                entry.1.push(doc);
             }
         }
     }
+    by_dir
+}
+
+#[derive(Default)]
+struct Tally {
+    policies: usize,
+    evaluations: usize,
+    rules: usize,
+    failures: usize,
+    differences: Vec<String>,
+}
+
+/// Runs each folder's policies on every resource of the folder and below,
+/// as CREATE, UPDATE and DELETE, once on values and once on documents, and
+/// records where the responses differ.
+fn compare_forms<P>(
+    by_dir: &BTreeMap<PathBuf, (Vec<P>, Vec<Value>)>,
+    run: impl for<'p> Fn(&'p [P], &Request) -> Vec<PolicyResponse<'p>>,
+) -> Tally {
+    let mut tally = Tally::default();
+    for (dir, (dir_policies, _)) in by_dir {
+        if dir_policies.is_empty() {
+            continue;
+        }
+        tally.policies += dir_policies.len();
+        let resources: Vec<&Value> = by_dir
+            .iter()
+            .filter(|(d, _)| d.starts_with(dir))
+            .flat_map(|(_, (_, r))| r.iter())
+            .collect();
+        for resource in resources {
+            for operation in ["CREATE", "UPDATE", "DELETE"] {
+                let on_values = Request::offline(resource, operation, Default::default(), None);
+                let on_docs = as_documents(&on_values);
+                let want = run(dir_policies, &on_values);
+                let got = run(dir_policies, &on_docs);
+                tally.evaluations += dir_policies.len();
+                for r in want.iter().flat_map(|p| &p.rules) {
+                    tally.rules += 1;
+                    tally.failures += usize::from(r.status == RuleStatus::Fail);
+                }
+                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                if want != got {
+                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                    tally.differences.push(format!(
+                        "{} {operation} {name}:\n--- values\n{want}\n--- documents\n{got}",
+                        dir.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        tally.differences.is_empty(),
+        "{} differences:\n{}",
+        tally.differences.len(),
+        tally.differences[..tally.differences.len().min(3)].join("\n")
+    );
+    tally
+}
+
+#[test]
+fn the_engine_reads_documents_as_it_reads_values() {
+    let by_dir = by_folder(&["ClusterPolicy", "Policy"], |doc| {
+        match classify("corpus", 0, doc) {
+            Ok(LoadedDocument::Policy(p)) => CompiledPolicy::compile(&p).ok(),
+            _ => None,
+        }
+    });
     let env = EvalEnv {
         resolver: &NoResolver,
         exceptions: &[],
         rule_values: &(),
     };
-    let (mut policies, mut evaluations, mut rules, mut failures) = (0, 0, 0, 0);
-    let mut differences = Vec::new();
-    for (dir, (dir_policies, _)) in &by_dir {
-        if dir_policies.is_empty() {
-            continue;
-        }
-        policies += dir_policies.len();
-        // A policy's resources are those of its folder and below.
-        let resources: Vec<&Value> = by_dir
-            .iter()
-            .filter(|(d, _)| d.starts_with(dir))
-            .flat_map(|(_, (_, r))| r.iter())
-            .collect();
-        for resource in resources {
-            for operation in ["CREATE", "UPDATE", "DELETE"] {
-                let on_values = Request::offline(resource, operation, Default::default(), None);
-                let on_docs = as_documents(&on_values);
-                let want = evaluate(dir_policies, &on_values, &env);
-                let got = evaluate(dir_policies, &on_docs, &env);
-                evaluations += dir_policies.len();
-                for r in want.iter().flat_map(|p| &p.rules) {
-                    rules += 1;
-                    failures += usize::from(r.status == RuleStatus::Fail);
-                }
-                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
-                if want != got {
-                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
-                    differences.push(format!(
-                        "{} {operation} {name}:\n--- values\n{want}\n--- documents\n{got}",
-                        dir.display()
-                    ));
-                }
-            }
-        }
-    }
+    let t = compare_forms(&by_dir, |policies, req| evaluate(policies, req, &env));
     eprintln!(
-        "{policies} policies, {evaluations} policy evaluations, {rules} rule responses, \
-         {failures} failures"
+        "{} policies, {} policy evaluations, {} rule responses, {} failures",
+        t.policies, t.evaluations, t.rules, t.failures
     );
+    assert!(t.policies >= MIN_POLICIES, "{} policies", t.policies);
     assert!(
-        differences.is_empty(),
-        "{} differences:\n{}",
-        differences.len(),
-        differences[..differences.len().min(3)].join("\n")
+        t.evaluations >= MIN_POLICY_EVALUATIONS,
+        "{} evaluations",
+        t.evaluations
     );
-    assert!(policies >= MIN_POLICIES, "{policies} policies");
-    assert!(
-        evaluations >= MIN_POLICY_EVALUATIONS,
-        "{evaluations} evaluations"
-    );
-    assert!(rules >= MIN_RULE_RESPONSES, "{rules} rule responses");
-    assert!(failures >= MIN_RULE_FAILURES, "{failures} failures");
+    assert!(t.rules >= MIN_RULE_RESPONSES, "{} rule responses", t.rules);
+    assert!(t.failures >= MIN_RULE_FAILURES, "{} failures", t.failures);
 }
 
 const MIN_VALIDATING_POLICIES: usize = 103;
-const MIN_VALIDATING_EVALUATIONS: usize = 5052;
-const MIN_VALIDATING_FAILURES: usize = 1490;
+const MIN_VALIDATING_EVALUATIONS: usize = 5061;
+const MIN_VALIDATING_FAILURES: usize = 1492;
 
 #[test]
 fn validating_policies_read_documents_as_they_read_values() {
-    let mut by_dir: BTreeMap<PathBuf, (Vec<CompiledValidatingPolicy>, Vec<Value>)> =
-        BTreeMap::new();
-    for (dir, docs) in corpus::documents_by_folder() {
-        let entry = by_dir.entry(dir.clone()).or_default();
-        for doc in docs {
-            match kind(&doc) {
-                "ValidatingPolicy" | "NamespacedValidatingPolicy" => {
-                    if let Ok(LoadedDocument::ValidatingPolicy(p)) = classify("corpus", 0, doc)
-                        && let Ok(compiled) = CompiledValidatingPolicy::compile(&p)
-                    {
-                        entry.0.push(compiled);
-                    }
-                }
-                "" | "Test" | "PolicyException" | "ClusterPolicy" | "Policy" => {}
-                k if k.ends_with("Policy") || k.ends_with("PolicyException") => {}
-                _ => entry.1.push(doc),
-            }
-        }
-    }
-    let (mut policies, mut evaluations, mut failures) = (0, 0, 0);
-    let mut differences = Vec::new();
-    for (dir, (dir_policies, _)) in &by_dir {
-        if dir_policies.is_empty() {
-            continue;
-        }
-        policies += dir_policies.len();
-        let resources: Vec<&Value> = by_dir
+    let by_dir = by_folder(
+        &["ValidatingPolicy", "NamespacedValidatingPolicy"],
+        |doc| match classify("corpus", 0, doc) {
+            Ok(LoadedDocument::ValidatingPolicy(p)) => CompiledValidatingPolicy::compile(&p).ok(),
+            _ => None,
+        },
+    );
+    let t = compare_forms(&by_dir, |policies, req| {
+        let input = CelRequest::of(req);
+        policies
             .iter()
-            .filter(|(d, _)| d.starts_with(dir))
-            .flat_map(|(_, (_, r))| r.iter())
-            .collect();
-        for resource in resources {
-            for operation in ["CREATE", "UPDATE", "DELETE"] {
-                let on_values = Request::offline(resource, operation, Default::default(), None);
-                let on_docs = as_documents(&on_values);
-                let run = |req: &Request| {
-                    let input = CelRequest::of(req);
-                    dir_policies
-                        .iter()
-                        .map(|p| evaluate_validating_policy(p, req, &input, &NoResolver))
-                        .collect::<Vec<_>>()
-                };
-                let (want, got) = (run(&on_values), run(&on_docs));
-                evaluations += dir_policies.len();
-                failures += want
-                    .iter()
-                    .flat_map(|p| &p.rules)
-                    .filter(|r| r.status == RuleStatus::Fail)
-                    .count();
-                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
-                if want != got {
-                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
-                    differences.push(format!(
-                        "{} {operation} {name}:\n--- values\n{want}\n--- documents\n{got}",
-                        dir.display()
-                    ));
-                }
-            }
-        }
-    }
+            .map(|p| evaluate_validating_policy(p, req, &input, &NoResolver))
+            .collect()
+    });
     eprintln!(
-        "{policies} ValidatingPolicies, {evaluations} policy evaluations, {failures} failures"
+        "{} ValidatingPolicies, {} policy evaluations, {} failures",
+        t.policies, t.evaluations, t.failures
     );
     assert!(
-        differences.is_empty(),
-        "{} differences:\n{}",
-        differences.len(),
-        differences[..differences.len().min(3)].join("\n")
+        t.policies >= MIN_VALIDATING_POLICIES,
+        "{} policies",
+        t.policies
     );
-    assert!(policies >= MIN_VALIDATING_POLICIES, "{policies} policies");
     assert!(
-        evaluations >= MIN_VALIDATING_EVALUATIONS,
-        "{evaluations} evaluations"
+        t.evaluations >= MIN_VALIDATING_EVALUATIONS,
+        "{} evaluations",
+        t.evaluations
     );
-    assert!(failures >= MIN_VALIDATING_FAILURES, "{failures} failures");
+    assert!(
+        t.failures >= MIN_VALIDATING_FAILURES,
+        "{} failures",
+        t.failures
+    );
 }
