@@ -3,10 +3,7 @@
 //! response. A compliant and a violating Pod (`examples/reviews/`), and
 //! the same bodies against an empty policy set as the baseline measured in
 //! the same run. `pss-cel` and `pss-vpol` answer with the same controls
-//! written as `validate.cel` rules and as ValidatingPolicies; their
-//! `-value` variants decode the review's objects into `serde_json::Value`s
-//! instead of documents (what the webhook did for CEL policies before they
-//! read documents).
+//! written as `validate.cel` rules and as ValidatingPolicies.
 //!
 //! `pss17-cold` writes 8 MiB (more than L1 and L2, less than L3) before
 //! every call, outside the timing: in the server, TLS, hyper and the
@@ -32,29 +29,20 @@ fn handler(c: &mut Criterion) {
         },
         1,
     );
-    // The CEL forms, decoding documents (as the webhook does) or not.
-    let snapshot = |set: fn() -> PolicySet, documents: bool| {
-        let mut snapshot = Snapshot::new(set(), 1);
-        assert!(snapshot.validate_reads_documents);
-        snapshot.validate_reads_documents = documents;
-        snapshot
-    };
-    let cel_set = |documents| {
-        let set = || PolicySet {
+    let cel = Snapshot::new(
+        PolicySet {
             policies: support::pss_cel_policies(),
             ..PolicySet::default()
-        };
-        snapshot(set, documents)
-    };
-    let vpol_set = |documents| {
-        let set = || PolicySet {
+        },
+        1,
+    );
+    let vpol = Snapshot::new(
+        PolicySet {
             validating: support::pss_validating_policies(),
             ..PolicySet::default()
-        };
-        snapshot(set, documents)
-    };
-    let (cel, cel_value) = (cel_set(true), cel_set(false));
-    let (vpol, vpol_value) = (vpol_set(true), vpol_set(false));
+        },
+        1,
+    );
     let empty = Snapshot::new(PolicySet::default(), 1);
     let route = Webhook::Validate(None);
     let mut group = c.benchmark_group("handler");
@@ -73,12 +61,7 @@ fn handler(c: &mut Criterion) {
         group.bench_function(format!("pss17/{id}"), |b| {
             b.iter(|| admit(route, black_box(&body), &pss, None, &NoResolver).unwrap())
         });
-        for (name, snapshot) in [
-            ("pss-cel", &cel),
-            ("pss-cel-value", &cel_value),
-            ("pss-vpol", &vpol),
-            ("pss-vpol-value", &vpol_value),
-        ] {
+        for (name, snapshot) in [("pss-cel", &cel), ("pss-vpol", &vpol)] {
             let outcome = admit(route, &body, snapshot, None, &NoResolver).unwrap();
             assert_eq!(outcome.allowed, id == "compliant", "{name} {id}");
             group.bench_function(format!("{name}/{id}"), |b| {

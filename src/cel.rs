@@ -348,9 +348,9 @@ impl<'a> Activation<'a> {
         Ok(())
     }
 
-    /// Binds `name` to JSON in either representation, read in place.
-    pub fn set_json(&mut self, name: &'static str, value: impl Into<crate::json_doc::JsonRef<'a>>) {
-        self.bind(Cow::Borrowed(name), Val::from_view(value.into()));
+    /// Binds `name` to JSON, read in place.
+    pub fn set_json(&mut self, name: &'static str, value: &'a serde_json::Value) {
+        self.bind(Cow::Borrowed(name), Val::from_json(value));
     }
 
     fn bind(&mut self, name: Cow<'static, str>, value: Val<'a>) {

@@ -169,7 +169,7 @@ fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
                 let direct_vars = bind_variables(&base, &variables, &NoLookups);
                 let interpreted_vars = bind_variables(&base, &interpreted, &NoLookups);
                 // The same request as the webhook holds it: the object a
-                // document decoded from its JSON text, read in place.
+                // document decoded from its JSON text.
                 let text = serde_json::to_string(resource).unwrap();
                 let doc_req = Request {
                     object: Document::from_doc(Doc::parse(&text).unwrap()),

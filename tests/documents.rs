@@ -12,8 +12,8 @@
 //!   status, message and outputs (matching, preconditions, deny
 //!   conditions, JMESPath, foreach and patterns read the document where
 //!   it is);
-//! - every ValidatingPolicy likewise (the CEL evaluators read the document
-//!   in place; what they hand to the interpreter is converted).
+//! - every ValidatingPolicy likewise (CEL reads the `Value` a document
+//!   converts to, once per request).
 //!
 //! The counts are floors from the runs that introduced each test.
 

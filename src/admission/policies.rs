@@ -104,10 +104,10 @@ pub struct Snapshot {
     /// need their namespace's labels; looked up only then.
     pub needs_namespace_labels: bool,
     /// The validate routes decode a review's objects into documents: every
-    /// policy they evaluate reads them so (`CompiledPolicy::reads_documents`;
-    /// ValidatingPolicies do), and none leaves background work. Otherwise a
-    /// `serde_json::Value`, which mutation, generate and image verification
-    /// read, is decoded directly rather than made from a document.
+    /// policy they evaluate reads them so (`CompiledPolicy::reads_documents`),
+    /// and none leaves background work. Otherwise a `serde_json::Value`,
+    /// which the CEL evaluators and mutation read, is decoded directly
+    /// rather than made from a document.
     pub validate_reads_documents: bool,
 }
 
@@ -156,7 +156,8 @@ impl Snapshot {
                 .chain(generating.iter().map(|p| &p.scope))
                 .chain(image_validating.iter().map(|p| &p.scope))
                 .any(|s| s.match_constraints.namespace_selector.is_some());
-        let validate_reads_documents = generating.is_empty()
+        let validate_reads_documents = validating.is_empty()
+            && generating.is_empty()
             && image_validating.is_empty()
             && background[0].is_empty()
             && validate[0].iter().all(|&i| policies[i].reads_documents());
@@ -507,8 +508,8 @@ mod tests {
     const GOOD: &str = "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata:\n  name: p\nspec:\n  rules:\n  - name: r\n    match:\n      any:\n      - resources:\n          kinds: [Pod]\n    validate:\n      pattern:\n        metadata:\n          name: \"?*\"\n";
 
     /// The validate routes decode documents only when every policy they
-    /// evaluate reads them: a pattern or validate.cel policy does, a
-    /// podSecurity rule (which reads a `serde_json::Value`) does not.
+    /// evaluate reads them: a pattern policy does, a validate.cel or
+    /// podSecurity rule (which read a `serde_json::Value`) does not.
     #[test]
     fn validate_routes_decode_documents_only_for_policies_that_read_them() {
         let snapshot_of = |texts: &[&str]| {
@@ -542,9 +543,8 @@ mod tests {
         assert_ne!(pss, GOOD);
         assert!(snapshot_of(&[]).validate_reads_documents);
         assert!(snapshot_of(&[GOOD]).validate_reads_documents);
-        assert!(snapshot_of(&[GOOD, &cel]).validate_reads_documents);
+        assert!(!snapshot_of(&[GOOD, &cel]).validate_reads_documents);
         assert!(!snapshot_of(&[&pss]).validate_reads_documents);
-        assert!(!snapshot_of(&[&cel, &pss]).validate_reads_documents);
     }
 
     #[test]

@@ -1,26 +1,28 @@
 //! JSON ↔ CEL values. JSON integers are CEL `int` (as the API server
 //! types integer fields), other numbers `double`.
 
-use crate::json_doc::{Kind, View};
 use kube_cel::cel::Value;
 use kube_cel::cel::objects::{Key, Map, OptionalValue};
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// JSON in either representation as the cel crate's interpreter holds it.
-pub fn json_to_cel<'r>(v: impl View<'r>) -> Value {
-    match v.kind() {
-        Kind::Null => Value::Null,
-        Kind::Bool(b) => Value::Bool(b),
-        Kind::I64(i) => Value::Int(i),
-        Kind::U64(u) => Value::UInt(u),
-        Kind::F64(f) => Value::Float(f),
-        Kind::Str(s) => Value::String(Arc::new(s.to_string())),
-        Kind::Array(_) => Value::List(Arc::new(v.elements().map(json_to_cel).collect())),
-        Kind::Object(_) => {
-            let map: HashMap<Key, Value> = v
-                .entries()
-                .map(|(k, v)| (Key::String(Arc::new(k.to_string())), json_to_cel(v)))
+pub fn json_to_cel(v: &serde_json::Value) -> Value {
+    match v {
+        serde_json::Value::Null => Value::Null,
+        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
+            (Some(i), _) => Value::Int(i),
+            (None, Some(u)) => Value::UInt(u),
+            _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
+        },
+        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
+        serde_json::Value::Array(items) => {
+            Value::List(Arc::new(items.iter().map(json_to_cel).collect()))
+        }
+        serde_json::Value::Object(m) => {
+            let map: HashMap<Key, Value> = m
+                .iter()
+                .map(|(k, v)| (Key::String(Arc::new(k.clone())), json_to_cel(v)))
                 .collect();
             Value::Map(Map { map: Arc::new(map) })
         }

@@ -29,10 +29,9 @@ use crate::cel::{
     RequestValues,
 };
 use crate::context::{ApiCallRequest, Resolver};
-use crate::json_doc::View as _;
-use crate::json_doc::{Document, JsonRef};
+use crate::json_doc::Document;
 use crate::kinds::{Gvk, Gvr};
-use crate::matching::{selector_matches, selector_matches_by};
+use crate::matching::selector_matches;
 use crate::policy::cel_policy::{
     Bindings, CompiledBinding, CompiledValidatingPolicy, EvaluationMode, MatchConstraints,
     PodTemplate, PolicyScope, ResourceRule,
@@ -96,14 +95,6 @@ impl<'r> Source<'r> {
             Source::Document(d) => d.value(),
         }
     }
-
-    /// The object as it is held: a decoded document is read in place.
-    fn json(self) -> JsonRef<'r> {
-        match self {
-            Source::Value(v) => JsonRef::Value(v),
-            Source::Document(d) => d.json(),
-        }
-    }
 }
 
 impl Bound<'_> {
@@ -111,13 +102,6 @@ impl Bound<'_> {
         match self {
             Bound::Borrowed(s) => s.value(),
             Bound::Owned(v) => v,
-        }
-    }
-
-    fn json(&self) -> JsonRef<'_> {
-        match self {
-            Bound::Borrowed(s) => s.json(),
-            Bound::Owned(v) => JsonRef::Value(v),
         }
     }
 }
@@ -146,16 +130,16 @@ impl<'r> SharedValues<'r> {
 impl<'r> direct::Bindings<'r> for SharedValues<'r> {
     fn ident(&self, name: &str) -> Option<Val<'r>> {
         match name {
-            "object" => Some(Val::from_view(self.object.json())),
-            "oldObject" => Some(Val::from_view(self.old_object.json())),
+            "object" => Some(Val::from_json(self.object.value())),
+            "oldObject" => Some(Val::from_json(self.old_object.value())),
             _ => None,
         }
     }
 
     fn known(&self, index: usize) -> Option<Val<'r>> {
         match index {
-            direct::OBJECT => Some(Val::from_view(self.object.json())),
-            direct::OLD_OBJECT => Some(Val::from_view(self.old_object.json())),
+            direct::OBJECT => Some(Val::from_json(self.object.value())),
+            direct::OLD_OBJECT => Some(Val::from_json(self.old_object.value())),
             _ => None,
         }
     }
@@ -200,8 +184,8 @@ static NULL: Value = Value::Null;
 /// come from `rest` when read.
 fn bind_request<'s>(
     cache: &'s InterpreterCache,
-    object: impl Into<JsonRef<'s>>,
-    old_object: impl Into<JsonRef<'s>>,
+    object: &'s Value,
+    old_object: &'s Value,
     rest: &'s dyn LazyBindings,
 ) -> Activation<'s> {
     let mut vars = Activation::root(cache);
@@ -324,8 +308,8 @@ impl<'r> CelRequest<'r> {
     pub fn activation(&self) -> Activation<'_> {
         let mut vars = bind_request(
             &self.cache,
-            self.object.json(),
-            self.old_object.json(),
+            self.object.value(),
+            self.old_object.value(),
             self,
         );
         if let Some(shared) = &self.shared {
@@ -1108,12 +1092,12 @@ fn select<'s>(scope: &'s PolicyScope, req: &Request, input: &CelRequest) -> Opti
 
 /// The namespaceSelector and objectSelector of `m` accept the request.
 fn selectors_match(m: &MatchConstraints, req: &Request) -> bool {
-    selectors_accept(m, req, req.resource().json())
+    selectors_accept(m, req, req.resource().value())
 }
 
 /// The namespaceSelector of `m` accepts the request's namespace, and its
 /// objectSelector `object`.
-fn selectors_accept(m: &MatchConstraints, req: &Request, object: JsonRef) -> bool {
+fn selectors_accept(m: &MatchConstraints, req: &Request, object: &Value) -> bool {
     if let Some(sel) = &m.namespace_selector
         && !req.namespace().is_empty()
         && !selector_matches(sel, req.namespace_labels.as_ref())
@@ -1122,10 +1106,9 @@ fn selectors_accept(m: &MatchConstraints, req: &Request, object: JsonRef) -> boo
     }
     if let Some(sel) = &m.object_selector {
         let labels = object
-            .get("metadata")
-            .and_then(|meta| meta.get("labels"))
-            .filter(|labels| labels.is_object());
-        if !selector_matches_by(sel, |k| labels?.get(k)?.as_str()) {
+            .pointer("/metadata/labels")
+            .and_then(Value::as_object);
+        if !selector_matches(sel, labels) {
             return false;
         }
     }
@@ -1163,7 +1146,7 @@ pub fn constraints_select(
         ),
     };
     let m = &scope.match_constraints;
-    target.covered_by_constraints(m) && selectors_accept(m, req, JsonRef::Value(object))
+    target.covered_by_constraints(m) && selectors_accept(m, req, object)
 }
 
 /// Whether `constraints` select an object that exists (a mutate-existing

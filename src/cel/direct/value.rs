@@ -1,12 +1,10 @@
 //! The values the direct evaluator works on: JSON borrowed from the
-//! request as it is (a `serde_json::Value` or a decoded document), and
-//! values an expression builds.
+//! request as it is, and values an expression builds.
 //!
 //! A field selection on a JSON object gives a view of the child (no copy);
 //! only what an expression constructs (list and map literals, string
 //! concatenation, `map()`) is allocated.
 
-use crate::json_doc::{Json as DocJson, JsonRef, Kind, View};
 use kube_cel::cel::Value as CelValue;
 use kube_cel::cel::objects::{Key, Map, OptionalValue};
 use serde_json::Value as Json;
@@ -58,16 +56,12 @@ pub enum Str<'a> {
 #[derive(Debug, Clone)]
 pub enum List<'a> {
     Json(&'a [Json]),
-    /// An array of a decoded document.
-    Doc(DocJson<'a>),
     Owned(Arc<Vec<Val<'a>>>),
 }
 
 #[derive(Debug, Clone)]
 pub enum MapVal<'a> {
     Json(&'a serde_json::Map<String, Json>),
-    /// An object of a decoded document.
-    Doc(DocJson<'a>),
     /// Entries in insertion order; keys are strings, ints, uints or bools.
     /// Maps built by expressions are small, so lookups are linear.
     Owned(Arc<Vec<(Val<'a>, Val<'a>)>>),
@@ -97,28 +91,6 @@ impl<'a> Val<'a> {
             Json::String(s) => Val::Str(Str::Borrowed(s)),
             Json::Array(items) => Val::List(List::Json(items)),
             Json::Object(m) => Val::Map(MapVal::Json(m)),
-        }
-    }
-
-    /// A decoded document's value, typed as [`Val::from_json`] types JSON.
-    pub fn from_doc(j: DocJson<'a>) -> Val<'a> {
-        match j.kind() {
-            Kind::Null => Val::Null,
-            Kind::Bool(b) => Val::Bool(b),
-            Kind::I64(i) => Val::Int(i),
-            Kind::U64(u) => Val::Uint(u),
-            Kind::F64(f) => Val::Double(f),
-            Kind::Str(s) => Val::Str(Str::Borrowed(s)),
-            Kind::Array(_) => Val::List(List::Doc(j)),
-            Kind::Object(_) => Val::Map(MapVal::Doc(j)),
-        }
-    }
-
-    /// JSON in either representation.
-    pub fn from_view(j: JsonRef<'a>) -> Val<'a> {
-        match j {
-            JsonRef::Value(v) => Val::from_json(v),
-            JsonRef::Doc(j) => Val::from_doc(j),
         }
     }
 
@@ -181,7 +153,6 @@ impl<'a> Val<'a> {
             Val::List(List::Json(items)) => CelValue::List(Arc::new(
                 items.iter().map(crate::cel::values::json_to_cel).collect(),
             )),
-            Val::List(List::Doc(j)) => crate::cel::values::json_to_cel(*j),
             Val::List(List::Owned(items)) => {
                 CelValue::List(Arc::new(items.iter().map(Val::to_cel).collect()))
             }
@@ -197,7 +168,6 @@ impl<'a> Val<'a> {
                     .collect();
                 CelValue::Map(Map { map: Arc::new(map) })
             }
-            Val::Map(MapVal::Doc(j)) => crate::cel::values::json_to_cel(*j),
             Val::Map(MapVal::Owned(entries)) => {
                 let map: HashMap<Key, CelValue> = entries
                     .iter()
@@ -255,14 +225,6 @@ impl<'a> Val<'a> {
     }
 }
 
-/// The length of a document's array or object.
-fn doc_len(j: DocJson) -> usize {
-    match j.kind() {
-        Kind::Array(n) | Kind::Object(n) => n as usize,
-        _ => 0,
-    }
-}
-
 fn key_of(v: &Val) -> Option<Key> {
     Some(match v {
         Val::Str(s) => Key::String(Arc::new(s.as_str().to_string())),
@@ -281,7 +243,6 @@ impl<'a> List<'a> {
     pub fn len(&self) -> usize {
         match self {
             List::Json(items) => items.len(),
-            List::Doc(j) => doc_len(*j),
             List::Owned(items) => items.len(),
         }
     }
@@ -289,36 +250,26 @@ impl<'a> List<'a> {
     pub fn get(&self, i: usize) -> Option<Val<'a>> {
         match self {
             List::Json(items) => items.get(i).map(Val::from_json),
-            List::Doc(j) => j.at(i).map(Val::from_doc),
             List::Owned(items) => items.get(i).cloned(),
         }
     }
 
     pub fn iter(&self) -> ListIter<'_, 'a> {
-        match self {
-            // A document's elements are reached by walking, not by index.
-            List::Doc(j) => ListIter::Doc(j.elements()),
-            list => ListIter::Indexed { list, at: 0 },
-        }
+        ListIter { list: self, at: 0 }
     }
 }
 
-pub enum ListIter<'l, 'a> {
-    Indexed { list: &'l List<'a>, at: usize },
-    Doc(crate::json_doc::Elements<'a>),
+pub struct ListIter<'l, 'a> {
+    list: &'l List<'a>,
+    at: usize,
 }
 
 impl<'a> Iterator for ListIter<'_, 'a> {
     type Item = Val<'a>;
     fn next(&mut self) -> Option<Val<'a>> {
-        match self {
-            ListIter::Indexed { list, at } => {
-                let v = list.get(*at)?;
-                *at += 1;
-                Some(v)
-            }
-            ListIter::Doc(elements) => elements.next().map(Val::from_doc),
-        }
+        let v = self.list.get(self.at)?;
+        self.at += 1;
+        Some(v)
     }
 }
 
@@ -330,7 +281,6 @@ impl<'a> MapVal<'a> {
     pub fn len(&self) -> usize {
         match self {
             MapVal::Json(m) => m.len(),
-            MapVal::Doc(j) => doc_len(*j),
             MapVal::Owned(e) => e.len(),
         }
     }
@@ -339,7 +289,6 @@ impl<'a> MapVal<'a> {
     pub fn get_str(&self, key: &str) -> Option<Val<'a>> {
         match self {
             MapVal::Json(m) => crate::json_map::get(m, key).map(Val::from_json),
-            MapVal::Doc(j) => j.get(key).map(Val::from_doc),
             MapVal::Owned(e) => e
                 .iter()
                 .find(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key))
@@ -351,7 +300,6 @@ impl<'a> MapVal<'a> {
     pub fn contains_str(&self, key: &str) -> bool {
         match self {
             MapVal::Json(m) => crate::json_map::get(m, key).is_some(),
-            MapVal::Doc(j) => j.get(key).is_some(),
             MapVal::Owned(e) => e
                 .iter()
                 .any(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key)),
@@ -363,7 +311,7 @@ impl<'a> MapVal<'a> {
         match key {
             Val::Str(s) => Ok(self.get_str(s.as_str())),
             Val::Int(_) | Val::Uint(_) | Val::Bool(_) => Ok(match self {
-                MapVal::Json(_) | MapVal::Doc(_) => None,
+                MapVal::Json(_) => None,
                 MapVal::Owned(e) => e
                     .iter()
                     .find(|(k, _)| equals(k, key) == Some(true))
@@ -379,11 +327,6 @@ impl<'a> MapVal<'a> {
     pub fn keys(&self) -> Vec<Val<'a>> {
         match self {
             MapVal::Json(m) => m.keys().map(|k| Val::Str(Str::Borrowed(k))).collect(),
-            // Sorted, as a `serde_json::Map` gives them.
-            MapVal::Doc(j) => j
-                .entries()
-                .map(|(k, _)| Val::Str(Str::Borrowed(k)))
-                .collect(),
             MapVal::Owned(e) => e.iter().map(|(k, _)| k.clone()).collect(),
         }
     }
@@ -393,10 +336,6 @@ impl<'a> MapVal<'a> {
             MapVal::Json(m) => m
                 .iter()
                 .map(|(k, v)| (Val::Str(Str::Borrowed(k)), Val::from_json(v)))
-                .collect(),
-            MapVal::Doc(j) => j
-                .entries()
-                .map(|(k, v)| (Val::Str(Str::Borrowed(k)), Val::from_doc(v)))
                 .collect(),
             MapVal::Owned(e) => e.as_ref().clone(),
         }
