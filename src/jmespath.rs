@@ -8,7 +8,7 @@ mod value;
 
 pub use functions::{go_sprint, write_go_sprint};
 pub use parser::Ast;
-pub use value::{NULL, Root, Scope, Slot, Val, is_truthy, json_equal, number, view_equal};
+pub use value::{NULL, Root, Scope, Slot, Val, deep_equal, is_truthy, json_equal, number};
 
 use serde_json::Value;
 use std::borrow::Cow;

@@ -4,7 +4,7 @@
 //! policy, or lists of such. A projection's result is compared where it
 //! lies, never turned into JSON just to be compared.
 
-use crate::jmespath::{Val, view_equal, write_go_sprint};
+use crate::jmespath::{Val, deep_equal, go_sprint};
 use crate::json_doc::{Json, JsonRef, Kind, View};
 use crate::policy::conditions::Operator;
 use crate::units::semver::Version;
@@ -33,6 +33,14 @@ impl<'a> Operand<'a> {
         }
     }
 
+    fn as_f64(self) -> Option<f64> {
+        self.kind().as_f64()
+    }
+}
+
+/// An operand is read as JSON: a list is an array of its elements, so the
+/// shared printing and equality serve it.
+impl<'a> View<'a> for Operand<'a> {
     fn kind(self) -> Kind<'a> {
         match self {
             Operand::Json(j) => j.kind(),
@@ -40,21 +48,44 @@ impl<'a> Operand<'a> {
         }
     }
 
-    fn as_str(self) -> Option<&'a str> {
-        self.kind().as_str()
+    fn get(self, key: &str) -> Option<Operand<'a>> {
+        match self {
+            Operand::Json(j) => j.get(key).map(Operand::Json),
+            Operand::List(_) => None,
+        }
     }
 
-    fn as_f64(self) -> Option<f64> {
-        self.kind().as_f64()
-    }
-
-    /// The elements of an array (none for any other value).
     fn elements(self) -> impl Iterator<Item = Operand<'a>> + 'a {
         let (json, list) = match self {
             Operand::Json(j) => (Some(j.elements().map(Operand::Json)), None),
             Operand::List(items) => (None, Some(items.iter().map(Operand::of))),
         };
         json.into_iter().flatten().chain(list.into_iter().flatten())
+    }
+
+    fn keys(self) -> impl Iterator<Item = &'a str> + 'a {
+        self.entries().map(|(k, _)| k)
+    }
+
+    fn entries(self) -> impl Iterator<Item = (&'a str, Operand<'a>)> + 'a {
+        let json = match self {
+            Operand::Json(j) => Some(j.entries().map(|(k, v)| (k, Operand::Json(v)))),
+            Operand::List(_) => None,
+        };
+        json.into_iter().flatten()
+    }
+
+    fn at(self, index: usize) -> Option<Operand<'a>> {
+        self.elements().nth(index)
+    }
+
+    fn to_cow(self) -> Cow<'a, Value> {
+        match self {
+            Operand::Json(j) => j.to_cow(),
+            Operand::List(_) => Cow::Owned(Value::Array(
+                self.elements().map(|e| e.to_cow().into_owned()).collect(),
+            )),
+        }
     }
 }
 
@@ -71,27 +102,9 @@ fn borrowable(v: &Val) -> bool {
 /// Go's `fmt.Sprint` of an operand, borrowing strings (the common case in
 /// set operators).
 fn sprint(v: Operand<'_>) -> Cow<'_, str> {
-    if let Some(s) = v.as_str() {
-        return Cow::Borrowed(s);
-    }
-    let mut out = String::new();
-    write_sprint(v, &mut out);
-    Cow::Owned(out)
-}
-
-fn write_sprint(v: Operand, out: &mut String) {
-    match v {
-        Operand::Json(j) => write_go_sprint(j, out),
-        Operand::List(_) => {
-            out.push('[');
-            for (i, e) in v.elements().enumerate() {
-                if i > 0 {
-                    out.push(' ');
-                }
-                write_sprint(e, out);
-            }
-            out.push(']');
-        }
+    match v.as_str() {
+        Some(s) => Cow::Borrowed(s),
+        None => Cow::Owned(go_sprint(v)),
     }
 }
 
@@ -109,21 +122,15 @@ pub fn evaluate(op: Operator, key: &Value, value: &Value) -> bool {
 /// `value` passed [`is_plain_list`](crate::policy::conditions::is_plain_list):
 /// the policy's literal lists are checked once, when compiled.
 pub fn evaluate_vals(op: Operator, key: &Val, value: &Val, plain_list: bool) -> bool {
-    let owned = |v: &Val| Val::own(v.clone().into_owned());
-    let (key_json, value_json);
-    let key = if borrowable(key) {
-        key
-    } else {
-        key_json = owned(key);
-        &key_json
-    };
-    let value = if borrowable(value) {
-        value
-    } else {
-        value_json = owned(value);
-        &value_json
-    };
-    evaluate_with(op, Operand::of(key), Operand::of(value), plain_list)
+    let (key_json, value_json) = (as_json(key), as_json(value));
+    let key = Operand::of(key_json.as_ref().unwrap_or(key));
+    let value = Operand::of(value_json.as_ref().unwrap_or(value));
+    evaluate_with(op, key, value, plain_list)
+}
+
+/// `v` as JSON when it is not [`borrowable`] as it is.
+fn as_json(v: &Val) -> Option<Val<'static>> {
+    (!borrowable(v)).then(|| Val::own(v.clone().into_owned()))
 }
 
 /// [`evaluate`] on operands, told whether `value` is a plain literal list.
@@ -165,20 +172,6 @@ fn durations(key: Operand, value: Operand) -> Option<(f64, f64)> {
     Some((or_seconds(k, key)?, or_seconds(v, value)?))
 }
 
-/// Deep equality of two operands (numbers by value).
-fn same_json(a: Operand, b: Operand) -> bool {
-    match (a, b) {
-        (Operand::Json(x), Operand::Json(y)) => view_equal(x, y),
-        // At least one side is a list: equal to an array of equal elements.
-        _ => match (a.kind(), b.kind()) {
-            (Kind::Array(n), Kind::Array(m)) => {
-                n == m && a.elements().zip(b.elements()).all(|(x, y)| same_json(x, y))
-            }
-            _ => false,
-        },
-    }
-}
-
 fn equals(key: Operand, value: Operand) -> bool {
     match key.kind() {
         Kind::Bool(k) => value.kind() == Kind::Bool(k),
@@ -217,7 +210,7 @@ fn equals(key: Operand, value: Operand) -> bool {
             }
             value.as_str().is_some_and(|v| wildcard::matches(v, k))
         }
-        Kind::Object(_) | Kind::Array(_) => same_json(key, value),
+        Kind::Object(_) | Kind::Array(_) => deep_equal(key, value),
         Kind::Null => false,
     }
 }
@@ -316,18 +309,19 @@ enum Strings<'a> {
 }
 
 impl<'a> Strings<'a> {
+    /// The members of `list`, an array.
     fn of_list(list: Operand<'a>) -> Strings<'a> {
         let all_strings = match list {
+            // A policy's literal list: the common case, checked directly.
             Operand::Json(JsonRef::Value(Value::Array(items))) => {
-                if items.iter().all(Value::is_string) {
-                    return Strings::Values(items);
-                }
-                false
+                items.iter().all(Value::is_string)
             }
-            Operand::Json(JsonRef::Doc(j)) => j.elements().all(|e| e.as_str().is_some()),
             _ => list.elements().all(|e| e.as_str().is_some()),
         };
         match list {
+            Operand::Json(JsonRef::Value(Value::Array(items))) if all_strings => {
+                Strings::Values(items)
+            }
             Operand::Json(JsonRef::Doc(j)) if all_strings => Strings::Doc(j),
             Operand::List(items) if all_strings => Strings::List(items),
             _ => Strings::Printed(list.elements().map(sprint).collect()),

@@ -330,25 +330,29 @@ pub fn number(f: f64) -> Value {
 pub fn view_equal(l: JsonRef, r: JsonRef) -> bool {
     match (l, r) {
         // Two `Value`s: the walk without a representation check per step.
-        (JsonRef::Value(a), JsonRef::Value(b)) => equal(a, b),
-        _ => equal(l, r),
+        (JsonRef::Value(a), JsonRef::Value(b)) => deep_equal(a, b),
+        _ => deep_equal(l, r),
     }
 }
 
 /// Deep equality with numbers compared by value (1 == 1.0), as Go's float64 decoding does.
 pub fn json_equal(l: &Value, r: &Value) -> bool {
-    equal(l, r)
+    deep_equal(l, r)
 }
 
-fn equal<'x, 'y>(l: impl View<'x>, r: impl View<'y>) -> bool {
+/// [`json_equal`] on any two views.
+pub fn deep_equal<'x, 'y>(l: impl View<'x>, r: impl View<'y>) -> bool {
     match (l.kind(), r.kind()) {
         (Kind::Array(n), Kind::Array(m)) => {
-            n == m && l.elements().zip(r.elements()).all(|(x, y)| equal(x, y))
+            n == m
+                && l.elements()
+                    .zip(r.elements())
+                    .all(|(x, y)| deep_equal(x, y))
         }
         (Kind::Object(n), Kind::Object(m)) => {
             n == m
                 && l.entries()
-                    .all(|(k, v)| r.get(k).is_some_and(|w| equal(v, w)))
+                    .all(|(k, v)| r.get(k).is_some_and(|w| deep_equal(v, w)))
         }
         (a, b) => match (a.as_f64(), b.as_f64()) {
             (Some(x), Some(y)) => x == y,

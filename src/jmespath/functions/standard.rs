@@ -8,7 +8,7 @@ use super::{Args, Evaluate, R, arity, err, type_name, want_arr, want_num, want_o
 use crate::jmespath::JmesError;
 use crate::jmespath::parser::Ast;
 use crate::jmespath::value::{Val, json_equal, number};
-use crate::json_doc::{Json, Kind};
+use crate::json_doc::{Json, Kind, View};
 use serde_json::{Map, Value};
 use std::cmp::Ordering;
 
@@ -81,27 +81,36 @@ pub(super) fn join(args: &Args) -> R {
 
 pub(super) fn keys(args: &Args) -> R {
     args.check(1)?;
-    Ok(Value::Array(
-        want_obj(args.name, args.v(0))?
-            .keys()
-            .map(|k| Value::String(k.clone()))
+    want_obj(args.name, args.v(0))?;
+    Ok(keys_of(args.v(0)))
+}
+
+/// The keys of an object (none for any other value), sorted as a
+/// `serde_json::Map` holds them.
+fn keys_of<'r>(v: impl View<'r>) -> Value {
+    Value::Array(
+        v.entries()
+            .map(|(k, _)| Value::String(k.to_string()))
             .collect(),
-    ))
+    )
+}
+
+/// `length()` of a string (in characters), an array or an object.
+fn length_of<'r>(v: impl View<'r>) -> Option<usize> {
+    match v.kind() {
+        Kind::Str(s) => Some(s.chars().count()),
+        Kind::Array(n) | Kind::Object(n) => Some(n as usize),
+        _ => None,
+    }
 }
 
 /// `keys` and `length` of a decoded document's value, which read only its
 /// shape; None for other functions and for the wrong types (whose errors
 /// the JSON form words).
 pub(super) fn shape_of_doc(name: &str, j: Json) -> Option<R> {
-    match (name, j.kind()) {
-        // Sorted, as a `serde_json::Map` gives them.
-        ("keys", Kind::Object(_)) => Some(Ok(Value::Array(
-            j.entries()
-                .map(|(k, _)| Value::String(k.to_string()))
-                .collect(),
-        ))),
-        ("length", Kind::Object(n) | Kind::Array(n)) => Some(Ok(Value::from(n))),
-        ("length", Kind::Str(s)) => Some(Ok(Value::from(s.chars().count()))),
+    match name {
+        "keys" if j.is_object() => Some(Ok(keys_of(j))),
+        "length" => length_of(j).map(|len| Ok(Value::from(len))),
         _ => None,
     }
 }
@@ -115,18 +124,13 @@ pub(super) fn values(args: &Args) -> R {
 
 pub(super) fn length(args: &Args) -> R {
     args.check(1)?;
-    let len = match args.v(0) {
-        Value::String(s) => s.chars().count(),
-        Value::Array(a) => a.len(),
-        Value::Object(o) => o.len(),
-        other => {
-            return err(format!(
-                "invalid type for length(): got {}",
-                type_name(other)
-            ));
-        }
-    };
-    Ok(Value::from(len))
+    match length_of(args.v(0)) {
+        Some(len) => Ok(Value::from(len)),
+        None => err(format!(
+            "invalid type for length(): got {}",
+            type_name(args.v(0))
+        )),
+    }
 }
 
 pub(super) fn max_or_min(args: &Args) -> R {
