@@ -24,6 +24,7 @@
 set -euo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$repo/k6/wait-until-serving.sh"
 out="$repo/target/pgo/gavel"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,7 +39,6 @@ done
 cache="${GAVEL_PGO_CACHE:-$HOME/.cache/gavel-pgo}"
 profiles="$cache/profiles"
 mkdir -p "$cache"
-rm -rf "$profiles"
 
 sysroot="$(rustc --print sysroot)"
 host="$(rustc -vV | sed -n 's/^host: //p')"
@@ -77,10 +77,7 @@ for set in "${sets[@]}"; do
   "$cache/generate/release/gavel" serve --listen "127.0.0.1:$port" --policies "$set" \
     --ca-out "$work/ca.pem" --log-level warn >/dev/null 2>&1 &
   pid=$!
-  for _ in $(seq 50); do
-    curl -sk -o /dev/null -X POST "https://127.0.0.1:$port/" && break
-    sleep 0.2
-  done
+  wait_until_serving "$port"
   for route in validate mutate; do
     rps=$(wrk -t1 -c16 -d6s -s "$repo/k6/wrk-review.lua" "https://127.0.0.1:$port/$route" \
       | awk '/Requests\/sec/ {print $2}')

@@ -12,6 +12,7 @@
 # baseline_server).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source k6/wait-until-serving.sh
 [ $# -ge 2 ] || { echo "usage: k6/compare.sh A_BINARY B_BINARY [seconds] [rounds] [connections]" >&2; exit 2; }
 A_BIN=$1 B_BIN=$2
 SECONDS_PER_ROUND=${3:-5}
@@ -36,12 +37,7 @@ done
 "$B_BIN" serve --listen "127.0.0.1:${PORTS[1]}" --policies examples/policies/pod-security \
   --ca-out "$work/b.pem" --log-level warn &
 "$BASELINE" --listen "127.0.0.1:${PORTS[2]}" 2>/dev/null &
-for port in "${PORTS[@]}"; do
-  for _ in $(seq 50); do
-    curl -sk -o /dev/null -X POST "https://127.0.0.1:$port/" && break
-    sleep 0.2
-  done
-done
+wait_until_serving "${PORTS[@]}"
 export REVIEWS="${REVIEWS:-$PWD/examples/reviews/pod-compliant.json:$PWD/examples/reviews/pod-violating.json}"
 rps() {
   wrk -t1 -c"$CONNECTIONS" -d"${SECONDS_PER_ROUND}s" -s k6/wrk-review.lua "$1" \

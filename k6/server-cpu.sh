@@ -15,6 +15,7 @@
 # (Debian: apt-get install wrk linux-perf) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source k6/wait-until-serving.sh
 ROUNDS=${1:-2}
 shift || true
 BINARIES=("$@")
@@ -37,10 +38,7 @@ measure() {
   shift
   "$@" >/dev/null 2>&1 &
   local pid=$!
-  for _ in $(seq 50); do
-    curl -sk -o /dev/null -X POST "https://127.0.0.1:$PORT/" && break
-    sleep 0.2
-  done
+  wait_until_serving "$PORT"
   kill -0 "$pid" 2>/dev/null || { echo "$name exited at start" >&2; exit 1; }
   wrk -t1 -c32 -d$((WINDOW + 4))s -s k6/wrk-review.lua "https://127.0.0.1:$PORT/validate" >"$work/wrk.txt" &
   local load=$!

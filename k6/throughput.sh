@@ -14,6 +14,7 @@
 # (Debian: apt-get install wrk) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source k6/wait-until-serving.sh
 SECONDS_PER_ROUND=${1:-10}
 ROUNDS=${2:-3}
 CONNECTIONS=${3:-32}
@@ -41,14 +42,7 @@ mkdir "$work/no-policies"
 pids+=($!)
 ./target/release/examples/baseline_server --listen "127.0.0.1:$BASE_PORT" 2>/dev/null &
 pids+=($!)
-for port in "$GAVEL_PORT" "$BASE_PORT" "$EMPTY_PORT"; do
-  for _ in $(seq 50); do
-    curl -sk -o /dev/null "https://127.0.0.1:$port/health/liveness" && break
-    # The baseline has no health route; any HTTPS answer means it is up.
-    curl -sk -o /dev/null -X POST "https://127.0.0.1:$port/" && break
-    sleep 0.2
-  done
-done
+wait_until_serving "$GAVEL_PORT" "$BASE_PORT" "$EMPTY_PORT"
 for pid in "${pids[@]}"; do
   kill -0 "$pid" 2>/dev/null || { echo "a server exited at start" >&2; exit 1; }
 done
