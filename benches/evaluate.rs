@@ -6,13 +6,18 @@
 //! JSON text; `pss17-value` holds it as a `serde_json::Value`, as offline
 //! runs do.
 //!
+//! `pss17` evaluates with the set's plan built once, as the server's
+//! snapshot does (`engine::plan`); `pss17-unplanned` without it, rule by
+//! rule.
+//!
 //! Policies come from `../shared/conformance/kyverno-policies/pod-security/`;
 //! Pods from `benches/data/`. The `single` group evaluates each policy on
 //! its own, to show which of the 17 the time goes to.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
-use gavel::engine::{EvalEnv, Request, evaluate};
+use gavel::engine::plan::Plan;
+use gavel::engine::{EvalEnv, Request, evaluate, evaluate_planned};
 use gavel::json_doc::{Doc, Document};
 use gavel::policy::load::parse_yaml_documents;
 use serde_json::Value;
@@ -47,7 +52,13 @@ fn value_request(object: Value) -> Request {
 }
 
 fn bench(c: &mut Criterion) {
-    let policies = pss_policies();
+    let mut policies = pss_policies();
+    let plan = Plan::build(&mut policies);
+    assert_eq!(
+        plan.planned_patterns(),
+        48,
+        "the PSS patterns the plan decides"
+    );
     let env = EvalEnv {
         resolver: &NoResolver,
         exceptions: &[],
@@ -70,7 +81,23 @@ fn bench(c: &mut Criterion) {
             .filter(|r| r.status == gavel::engine::RuleStatus::Fail)
             .count();
         assert_eq!(fails > 0, *id == "violating", "{id}: {fails} failing rules");
+        // The plan changes the work, not the answers.
+        let planned = evaluate_planned(Some(&plan), &policies, req, &env);
+        let unplanned = evaluate(&policies, req, &env);
+        for (a, b) in planned.iter().zip(&unplanned) {
+            assert_eq!(a.rules, b.rules, "{id}: {}", a.policy);
+        }
         group.bench_function(format!("pss17/{id}"), |b| {
+            b.iter(|| {
+                evaluate_planned(
+                    Some(black_box(&plan)),
+                    black_box(&policies),
+                    black_box(req),
+                    &env,
+                )
+            })
+        });
+        group.bench_function(format!("pss17-unplanned/{id}"), |b| {
             b.iter(|| evaluate(black_box(&policies), black_box(req), &env))
         });
         group.bench_function(format!("empty/{id}"), |b| {

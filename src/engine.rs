@@ -11,6 +11,7 @@ pub mod generate;
 pub mod images;
 pub mod json_context;
 pub mod mutate;
+pub mod plan;
 pub mod pod_security;
 pub mod validate;
 pub mod variables;
@@ -279,7 +280,20 @@ pub fn evaluate<'p>(
     req: &Request,
     env: &EvalEnv,
 ) -> Vec<PolicyResponse<'p>> {
-    let ctx = req.json_context(policies.iter().any(|p| p.uses_images));
+    evaluate_planned(None, policies, req, env)
+}
+
+/// [`evaluate`] with the set's [`plan::Plan`], built once for `policies`.
+pub fn evaluate_planned<'p>(
+    plan: Option<&plan::Plan>,
+    policies: &'p [CompiledPolicy],
+    req: &Request,
+    env: &EvalEnv,
+) -> Vec<PolicyResponse<'p>> {
+    let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
+    if let Some(plan) = plan {
+        ctx.attach_plan(plan, req);
+    }
     let input = req.match_input();
     policies
         .iter()

@@ -8,6 +8,7 @@
 
 pub mod overlay;
 mod scalar;
+pub mod set;
 
 pub use scalar::Scalar;
 

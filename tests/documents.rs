@@ -21,7 +21,7 @@ use corpus::kind;
 use gavel::context::NoResolver;
 use gavel::engine::cel::{CelRequest, evaluate_validating_policy};
 use gavel::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, evaluate};
-use gavel::json_doc::{Doc, Document};
+use gavel::json_doc::Doc;
 use gavel::pattern::CompiledPattern;
 use gavel::policy::CompiledPolicy;
 use gavel::policy::cel_policy::CompiledValidatingPolicy;
@@ -35,23 +35,6 @@ mod corpus;
 const MIN_PATTERNS: usize = 152;
 const MIN_PATTERN_EVALUATIONS: usize = 1882;
 const MIN_PATTERN_FAILURES: usize = 1236;
-
-/// Every validate pattern under a policy's rules.
-fn collect(v: &Value, out: &mut Vec<Value>) {
-    match v {
-        Value::Object(m) => {
-            for (k, child) in m {
-                match (k.as_str(), child) {
-                    ("pattern", p) => out.push(p.clone()),
-                    ("anyPattern", Value::Array(items)) => out.extend(items.iter().cloned()),
-                    _ => collect(child, out),
-                }
-            }
-        }
-        Value::Array(items) => items.iter().for_each(|i| collect(i, out)),
-        _ => {}
-    }
-}
 
 fn outcome(r: Result<(), Box<gavel::pattern::PatternError>>) -> String {
     match r {
@@ -68,7 +51,7 @@ fn patterns_read_documents_as_they_read_values() {
             let entry = by_dir.entry(dir.clone()).or_default();
             match kind(&doc) {
                 "ClusterPolicy" | "Policy" => {
-                    collect(doc.get("spec").unwrap_or(&Value::Null), &mut entry.0)
+                    corpus::collect_patterns(doc.get("spec").unwrap_or(&Value::Null), &mut entry.0)
                 }
                 "" | "Test" | "PolicyException" => {}
                 _ => entry.1.push(doc),
@@ -128,19 +111,6 @@ const MIN_POLICY_EVALUATIONS: usize = 10_557;
 const MIN_RULE_RESPONSES: usize = 9_370;
 const MIN_RULE_FAILURES: usize = 3_150;
 
-/// The same request with its objects as decoded documents.
-fn as_documents(req: &Request) -> Request {
-    let decode = |d: &Document| {
-        let text = serde_json::to_string(d.value()).unwrap();
-        Document::from_doc(Doc::parse(&text).unwrap())
-    };
-    Request {
-        object: decode(&req.object),
-        old_object: decode(&req.old_object),
-        ..req.clone()
-    }
-}
-
 /// Policies of `kinds` compiled by `compile`, and every other document
 /// but tests and exceptions as a resource, by folder.
 fn by_folder<P>(
@@ -191,7 +161,7 @@ fn compare_forms<P>(
         for resource in resources {
             for operation in ["CREATE", "UPDATE", "DELETE"] {
                 let on_values = Request::offline(resource, operation, Default::default(), None);
-                let on_docs = as_documents(&on_values);
+                let on_docs = corpus::as_documents(&on_values);
                 let want = run(dir_policies, &on_values);
                 let got = run(dir_policies, &on_docs);
                 tally.evaluations += dir_policies.len();

@@ -200,7 +200,8 @@ pub fn admit_reporting(
                 .iter()
                 .map(|&i| (&snapshot.policies[i], &snapshot.denial_heads[i]))
                 .collect();
-            let ctx = req.json_context(policies.iter().any(|(p, _)| p.uses_images));
+            let mut ctx = req.json_context(policies.iter().any(|(p, _)| p.uses_images));
+            ctx.attach_plan(&snapshot.plan, req);
             let input = req.match_input();
             let cells = snapshot.rule_table.resource(
                 &req.object_kind.kind,

@@ -11,6 +11,7 @@
 
 use super::rule_table::{RuleMetrics, RuleTable};
 use super::verdict::DenialHeads;
+use crate::engine::plan::Plan;
 use crate::policy::cel_policy::{
     CelCompileError, CompiledCelException, CompiledGeneratingPolicy, CompiledImageValidatingPolicy,
     CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope, attach_exceptions_to,
@@ -109,13 +110,15 @@ pub struct Snapshot {
     /// which the CEL evaluators and mutation read, is decoded directly
     /// rather than made from a document.
     pub validate_reads_documents: bool,
+    /// What the classic policies share per request (`engine::plan`).
+    pub plan: Plan,
 }
 
 impl Snapshot {
     pub fn new(mut set: PolicySet, generation: u64) -> Snapshot {
         set.attach_cel_exceptions();
         let PolicySet {
-            policies,
+            mut policies,
             exceptions,
             validating,
             mutating,
@@ -161,7 +164,12 @@ impl Snapshot {
             && image_validating.is_empty()
             && background[0].is_empty()
             && validate[0].iter().all(|&i| policies[i].reads_documents());
+        // One plan for all the classic policies: a route's request walks
+        // the patterns of policies on other routes too, which costs less
+        // than a plan per route would save for the sets seen (one route).
+        let plan = Plan::build(&mut policies);
         Snapshot {
+            plan,
             needs_namespace_labels,
             validate_reads_documents,
             rule_table: Arc::new(

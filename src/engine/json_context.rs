@@ -9,6 +9,7 @@
 
 use super::Request;
 use super::cel::CelRequest;
+use super::plan::{Plan, PlanForRequest};
 use crate::jmespath::{Root, Scope, Val};
 use crate::json_doc::JsonRef;
 use crate::kinds::{Gvk, Gvr};
@@ -31,6 +32,8 @@ pub struct JsonContext<'p> {
     /// `request` was set here or in a scope above, so it may no longer be
     /// the request the memo describes.
     request_replaced: bool,
+    /// At a request's root: the policy set's plan, when the caller has one.
+    plan: Option<PlanForRequest<'p>>,
 }
 
 /// Memoised conditions per request; past this many, the rest are evaluated
@@ -54,6 +57,7 @@ impl<'p> JsonContext<'p> {
             delete: req.operation == "DELETE",
             memo: Some(RefCell::new(Vec::new())),
             request_replaced: false,
+            plan: None,
         };
         ctx.set("serviceAccountName", Value::String(sa_name.to_string()));
         ctx.set(
@@ -86,6 +90,7 @@ impl<'p> JsonContext<'p> {
             delete,
             memo: None,
             request_replaced: false,
+            plan: None,
         }
     }
 
@@ -98,6 +103,22 @@ impl<'p> JsonContext<'p> {
             delete: self.delete,
             memo: None,
             request_replaced: self.request_replaced,
+            plan: None,
+        }
+    }
+
+    /// Lets the rules evaluated in this request's context use `plan`,
+    /// the plan of the policy set they belong to.
+    pub fn attach_plan(&mut self, plan: &'p Plan, req: &'p Request) {
+        self.plan = Some(PlanForRequest::new(plan, &req.object));
+    }
+
+    /// The plan attached to this request's context, if any.
+    pub fn plan(&self) -> Option<&PlanForRequest<'p>> {
+        match (&self.plan, self.parent) {
+            (Some(plan), _) => Some(plan),
+            (None, Some(parent)) => parent.plan(),
+            (None, None) => None,
         }
     }
 

@@ -1,6 +1,11 @@
 //! The policy corpora the differential tests read: `../shared/conformance`
-//! and `examples/`, as parsed YAML documents grouped by folder.
+//! and `examples/`, as parsed YAML documents grouped by folder, and what
+//! those tests share about them. Each test compiles this module on its own
+//! and uses only part of it.
+#![allow(dead_code)]
 
+use gavel::engine::Request;
+use gavel::json_doc::{Doc, Document};
 use gavel::policy::load::parse_yaml_documents;
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -46,4 +51,36 @@ pub fn documents_by_folder() -> BTreeMap<PathBuf, Vec<Value>> {
 /// A document's `kind`, or "".
 pub fn kind(doc: &Value) -> &str {
     doc.get("kind").and_then(Value::as_str).unwrap_or("")
+}
+
+/// Every validate pattern under a policy's rules (`pattern`, each of
+/// `anyPattern`, foreach patterns), appended to `out`.
+pub fn collect_patterns(v: &Value, out: &mut Vec<Value>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                match (k.as_str(), child) {
+                    ("pattern", p) => out.push(p.clone()),
+                    ("anyPattern", Value::Array(items)) => out.extend(items.iter().cloned()),
+                    _ => collect_patterns(child, out),
+                }
+            }
+        }
+        Value::Array(items) => items.iter().for_each(|i| collect_patterns(i, out)),
+        _ => {}
+    }
+}
+
+/// The same request with its objects as decoded documents (as the
+/// webhook holds them).
+pub fn as_documents(req: &Request) -> Request {
+    let decode = |d: &Document| {
+        let text = serde_json::to_string(d.value()).unwrap();
+        Document::from_doc(Doc::parse(&text).unwrap())
+    };
+    Request {
+        object: decode(&req.object),
+        old_object: decode(&req.old_object),
+        ..req.clone()
+    }
 }

@@ -43,6 +43,11 @@ impl<'p> RuleValidator<'_, 'p> {
                 if ctx.is_delete() && element.is_none() {
                     return None;
                 }
+                if element.is_none()
+                    && let Some(pass) = self.planned(check, req, ctx)
+                {
+                    return Some(pass);
+                }
                 let resource = element.unwrap_or(req.object.json());
                 let resp = self.patterns(check, resource, ctx);
                 if element.is_none()
@@ -139,6 +144,60 @@ impl<'p> RuleValidator<'_, 'p> {
         }
     }
 
+    /// The response of a rule's pattern, or of its anyPattern, as the
+    /// policy set's plan (`crate::engine::plan`) decided it for the
+    /// request's object: a pass, or a pattern's failure at the path the
+    /// plan found. `None` when the plan does not decide: the check is then
+    /// evaluated on its own.
+    fn planned(
+        &self,
+        check: &ValidateCheck,
+        req: &Request,
+        ctx: &JsonContext,
+    ) -> Option<RuleResponse<'p>> {
+        let plan = ctx.plan()?;
+        match check {
+            ValidateCheck::Pattern(p) => {
+                if plan.passes(p, &req.object)? {
+                    return Some(self.respond(RuleStatus::Pass, self.pass));
+                }
+                // allowExistingViolations evaluates the old object too.
+                if req.operation == "UPDATE" && self.v.allow_existing_violations {
+                    return None;
+                }
+                let path = plan.failure_path(p, &req.object)?;
+                Some(self.respond(RuleStatus::Fail, self.error_message(ctx, "", &path)))
+            }
+            // The first alternative that passes answers, as in `patterns`;
+            // one the plan does not decide, or none passing (whose message
+            // lists each failure), leaves it to `patterns`.
+            ValidateCheck::AnyPattern(alternatives) => {
+                for (i, p) in alternatives.iter().enumerate() {
+                    if plan.passes(p, &req.object)? {
+                        return Some(self.any_pattern_passed(i));
+                    }
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn any_pattern_passed(&self, index: usize) -> RuleResponse<'p> {
+        let index = IndexText::new(index);
+        self.respond(
+            RuleStatus::Pass,
+            [
+                "validation rule '",
+                self.rule,
+                "' anyPattern[",
+                index.as_str(),
+                "] passed.",
+            ]
+            .concat(),
+        )
+    }
+
     pub(super) fn patterns(
         &self,
         check: &ValidateCheck,
@@ -188,19 +247,7 @@ impl<'p> RuleValidator<'_, 'p> {
                     };
                     let index = IndexText::new(i);
                     let e = match result {
-                        Ok(()) => {
-                            return self.respond(
-                                RuleStatus::Pass,
-                                [
-                                    "validation rule '",
-                                    self.rule,
-                                    "' anyPattern[",
-                                    index.as_str(),
-                                    "] passed.",
-                                ]
-                                .concat(),
-                            );
-                        }
+                        Ok(()) => return self.any_pattern_passed(i),
                         Err(e) => e,
                     };
                     let (list, what, detail) = if e.kind == ErrorKind::Skip {

@@ -19,12 +19,29 @@ use serde_json::Value;
 pub struct Pattern {
     pub value: Value,
     pub compiled: Option<CompiledPattern>,
+    /// Where the plan of the policy set this rule was last planned in
+    /// (`crate::engine::plan`) decides the pattern, if it does.
+    pub plan_slot: Option<PlanSlot>,
+}
+
+/// A pattern's place in a plan: the plan's id, its group of merged
+/// patterns and its number there. A slot of another plan than the one
+/// evaluating is ignored, so a policy moved between sets is never misread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlanSlot {
+    pub plan: u64,
+    pub group: u32,
+    pub index: u32,
 }
 
 impl Pattern {
     fn new(value: Value) -> Pattern {
         let compiled = (!template::has_variables(&value)).then(|| CompiledPattern::compile(&value));
-        Pattern { value, compiled }
+        Pattern {
+            value,
+            compiled,
+            plan_slot: None,
+        }
     }
 }
 

@@ -1,0 +1,134 @@
+//! The plan of a policy set: what is compiled once per set (a server's
+//! snapshot, a benchmark's policies) so that a request shares work across
+//! its rules rather than repeating it per rule.
+//!
+//! Today it holds the validate patterns of the set merged into one
+//! [`PatternSet`]: a request's object is walked once for all of them, on
+//! the first pattern rule that needs it, and each pattern rule reads its
+//! verdict: `pass`, or the path its own walk would fail at, which goes
+//! straight into the rule's message. Patterns the set cannot decide are
+//! evaluated on their own, as before.
+
+use crate::json_doc::{Document, JsonRef};
+use crate::pattern::set::{Passing, PatternSet};
+use crate::policy::compile::{Pattern, PlanSlot, ValidateRule};
+use crate::policy::{CompiledPolicy, RuleBody, ValidateCheck};
+use std::cell::OnceCell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Plans get distinct ids, so that a pattern's slot names the plan it was
+/// numbered in.
+static NEXT_PLAN: AtomicU64 = AtomicU64::new(1);
+
+/// Ids start at 1: 0 is the empty plan's, which no pattern's slot names.
+#[derive(Debug, Default)]
+pub struct Plan {
+    id: u64,
+    /// The patterns merged per kinds a rule matches: a request walks the
+    /// group of each rule it evaluates, so the patterns of rules for other
+    /// kinds (a Pod policy's autogen rules) cost it nothing.
+    groups: Vec<PatternSet>,
+}
+
+impl Plan {
+    /// Plans `policies`: numbers their top-level validate patterns (and
+    /// anyPattern alternatives) in merged [`PatternSet`]s, one per list of
+    /// kinds their rules match, and records each one's slot in the
+    /// pattern. Patterns a set cannot decide, or that hold variables, get
+    /// no slot.
+    pub fn build(policies: &mut [CompiledPolicy]) -> Plan {
+        let id = NEXT_PLAN.fetch_add(1, Ordering::Relaxed);
+        let mut kinds_of_group: Vec<Option<Vec<String>>> = Vec::new();
+        let mut groups: Vec<PatternSet> = Vec::new();
+        for policy in policies {
+            for rule in &mut policy.rules {
+                let RuleBody::Validate(ValidateRule { check, .. }) = &mut rule.body else {
+                    continue;
+                };
+                let patterns: &mut [Pattern] = match check {
+                    ValidateCheck::Pattern(p) => std::slice::from_mut(p),
+                    ValidateCheck::AnyPattern(alternatives) => alternatives,
+                    _ => continue,
+                };
+                let mut kinds = rule.kinds.clone();
+                if let Some(k) = &mut kinds {
+                    k.sort();
+                }
+                let group = match kinds_of_group.iter().position(|g| *g == kinds) {
+                    Some(g) => g,
+                    None => {
+                        kinds_of_group.push(kinds);
+                        groups.push(PatternSet::new());
+                        groups.len() - 1
+                    }
+                };
+                for p in patterns {
+                    p.plan_slot =
+                        p.compiled
+                            .as_ref()
+                            .and_then(|c| groups[group].add(c))
+                            .map(|index| PlanSlot {
+                                plan: id,
+                                group: group as u32,
+                                index,
+                            });
+                }
+            }
+        }
+        Plan { id, groups }
+    }
+
+    /// The number of patterns the plan decides.
+    pub fn planned_patterns(&self) -> u32 {
+        self.groups.iter().map(PatternSet::len).sum()
+    }
+}
+
+/// A plan in use for one request: the object its patterns read and, per
+/// group, their verdicts, found on first use.
+pub struct PlanForRequest<'p> {
+    plan: &'p Plan,
+    object: &'p Document,
+    passing: Box<[OnceCell<Passing>]>,
+}
+
+impl<'p> PlanForRequest<'p> {
+    pub fn new(plan: &'p Plan, object: &'p Document) -> PlanForRequest<'p> {
+        PlanForRequest {
+            plan,
+            object,
+            passing: plan.groups.iter().map(|_| OnceCell::new()).collect(),
+        }
+    }
+
+    /// What the plan says of pattern `p` applied to `object`: whether it
+    /// passes; `None` when `p` is not in this plan or `object` is not the
+    /// one the plan walks.
+    pub fn passes(&self, p: &Pattern, object: &Document) -> Option<bool> {
+        let (_, passing, index) = self.decided(p, object)?;
+        Some(passing.passes(index))
+    }
+
+    /// Where pattern `p` applied to `object` fails: the path its own walk
+    /// reports, `None` when it passes or the plan does not decide it.
+    pub fn failure_path(&self, p: &Pattern, object: &Document) -> Option<String> {
+        let (set, passing, index) = self.decided(p, object)?;
+        set.failure_path(passing, index)
+    }
+
+    /// The merged patterns that decide `p`, their verdicts on the object
+    /// (found on first use) and `p`'s number among them.
+    fn decided(&self, p: &Pattern, object: &Document) -> Option<(&'p PatternSet, &Passing, u32)> {
+        let slot = p.plan_slot.filter(|s| s.plan == self.plan.id)?;
+        if !std::ptr::eq(object, self.object) {
+            return None;
+        }
+        let group = slot.group as usize;
+        let set = &self.plan.groups[group];
+        let passing = self.passing[group].get_or_init(|| match self.object.json() {
+            JsonRef::Value(v) => set.passing(v),
+            JsonRef::Doc(d) => set.passing(d),
+        });
+        Some((set, passing, slot.index))
+    }
+}

@@ -1,0 +1,628 @@
+//! Many validate patterns decided in one walk of a resource.
+//!
+//! Evaluated one by one, the patterns of a policy set read the same paths
+//! again and again: 17 Pod Security policies look up `spec`, its
+//! containers and their `securityContext` once per pattern. A
+//! [`PatternSet`] merges the patterns into one tree of paths, walks the
+//! resource once along it, and answers for each pattern whether it
+//! passes and, when it fails, the path at which its own walk would stop
+//! (each key keeps each pattern's place in that pattern's order of
+//! evaluation, so the failure it meets first is the one kept).
+//!
+//! Only patterns whose outcome is a plain conjunction of checks join a
+//! set: exact keys, plain, equality `=()` and negation `X()` anchors,
+//! arrays of one map or of scalars, scalars. Conditional, global and
+//! existence anchors, wildcard keys and positional or empty arrays make a
+//! pattern's result depend on more than "every check holds" (skips,
+//! alternatives), so such patterns are left to [`CompiledPattern`]. Within
+//! the subset every check the set makes is one [`CompiledPattern::validate`]
+//! makes, on the same value, with the same answer (`tests` below, on
+//! random patterns and resources, and `tests/plan.rs`, on every pattern and
+//! resource of the corpora, hold both to agreement).
+
+use super::{
+    Anchor, AnchorBody, ArrayNode, CompiledPattern, IndexText, Key, MapNode, Node, PlainBody,
+    Scalar, bare,
+};
+use crate::json_doc::{Kind, View};
+use serde_json::Value;
+
+/// Patterns merged into one tree of paths; see the module's documentation.
+#[derive(Debug, Default)]
+pub struct PatternSet {
+    root: PathNode,
+    len: u32,
+    /// Every key of the tree with each pattern's place for it, numbered
+    /// for the steps of a failure's path.
+    keys: Vec<KeyInfo>,
+}
+
+/// A key of the tree: its text, and each pattern's place for it in its
+/// map's order of evaluation (anchored keys by their text, then plain keys
+/// in Kyverno's order), which tells which failure a pattern's own walk
+/// meets first.
+#[derive(Debug)]
+struct KeyInfo {
+    key: String,
+    /// (pattern, ordinal), by pattern: patterns are added in order.
+    ordinals: Vec<(u32, u32)>,
+}
+
+impl KeyInfo {
+    fn ordinal(&self, pattern: u32) -> u32 {
+        self.ordinals
+            .binary_search_by_key(&pattern, |(p, _)| *p)
+            .map_or(u32::MAX, |i| self.ordinals[i].1)
+    }
+}
+
+/// The checks of every pattern at one path of the resource.
+#[derive(Debug, Default)]
+struct PathNode {
+    /// Patterns with a map here: the value must be an object.
+    objects: Vec<u32>,
+    /// Patterns with an array of maps here: the value must be an array,
+    /// each element satisfying `elements`.
+    arrays: Vec<u32>,
+    elements: Option<Box<PathNode>>,
+    /// Scalar patterns: an array's every element matches, or the value does.
+    scalars: Vec<(u32, Scalar)>,
+    /// Arrays of one scalar: the value must be an array whose every
+    /// element matches.
+    array_scalars: Vec<(u32, Scalar)>,
+    keys: Vec<KeyChecks>,
+}
+
+/// The checks of every pattern on one key of an object.
+#[derive(Debug)]
+struct KeyChecks {
+    key: String,
+    /// Its number in `PatternSet::keys`.
+    info: u32,
+    /// Fail when the key is missing: plain keys whose pattern is a map, an
+    /// array, or a scalar that does not match null (a missing key is
+    /// validated as null).
+    required: Vec<u32>,
+    /// `key: "*"`: fail when the key is missing or null.
+    required_not_null: Vec<u32>,
+    /// `X(key)`: fail when the key is present, whatever its value.
+    negated: Vec<u32>,
+    /// The checks on the key's value when present (plain keys and `=()`).
+    value: PathNode,
+}
+
+/// Which patterns of a [`PatternSet`] a resource passes, and where each
+/// failing one fails first.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Passing {
+    /// One bit per pattern, set when it fails.
+    failed: Vec<u64>,
+    /// The first failure of each failing pattern, in its own walk's order.
+    first_failures: Vec<FirstFailure>,
+    /// The steps from the root to each first failure, one after another.
+    steps: Vec<Step>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct FirstFailure {
+    pattern: u32,
+    /// Its steps in `Passing::steps`.
+    steps: std::ops::Range<usize>,
+    /// The key whose check failed (see [`Walk::fail`]), by its number.
+    key: Option<u32>,
+    key_in_path: bool,
+}
+
+impl Passing {
+    pub fn passes(&self, pattern: u32) -> bool {
+        let (word, bit) = ((pattern / 64) as usize, pattern % 64);
+        self.failed.get(word).is_some_and(|w| w & (1 << bit) == 0)
+    }
+}
+
+/// One step from the root: a key (by its number), or an array's element.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Step {
+    Key(u32),
+    Index(usize),
+}
+
+/// Where the walk is, and what it found.
+struct Walk<'s> {
+    set: &'s PatternSet,
+    steps: Vec<Step>,
+    out: Passing,
+}
+
+impl<'s> Walk<'s> {
+    /// Records that `pattern` fails here. `key` is the key whose check
+    /// failed, which ranks the failure; `key_in_path` whether the
+    /// pattern's own walk names it in the path (a negation, a missing map)
+    /// or stops at the map holding it (`key: "*"`). The failure first in
+    /// the pattern's own order is kept: the one its walk reports.
+    #[cold]
+    fn fail(&mut self, pattern: u32, key: Option<u32>, key_in_path: bool) {
+        self.out.failed[(pattern / 64) as usize] |= 1 << (pattern % 64);
+        let keys = &self.set.keys;
+        let rank = |s: Step| match s {
+            Step::Key(k) => keys[k as usize].ordinal(pattern),
+            Step::Index(i) => i as u32,
+        };
+        let here = self.steps.iter().copied().chain(key.map(Step::Key));
+        let known = self
+            .out
+            .first_failures
+            .iter()
+            .position(|f| f.pattern == pattern);
+        if let Some(i) = known {
+            let f = &self.out.first_failures[i];
+            let before = self.out.steps[f.steps.clone()]
+                .iter()
+                .copied()
+                .chain(f.key.map(Step::Key));
+            // Prefixes come first, as a map's own check precedes its keys'.
+            if before.map(rank).le(here.map(rank)) {
+                return;
+            }
+        }
+        if self.out.first_failures.is_empty() {
+            // Room for a typical request's failures at once, rather than
+            // growing a step at a time.
+            self.out.first_failures.reserve(16);
+            self.out.steps.reserve(64);
+        }
+        let start = self.out.steps.len();
+        self.out.steps.extend_from_slice(&self.steps);
+        let record = FirstFailure {
+            pattern,
+            steps: start..self.out.steps.len(),
+            key,
+            key_in_path,
+        };
+        match known {
+            Some(i) => self.out.first_failures[i] = record,
+            None => self.out.first_failures.push(record),
+        }
+    }
+
+    fn fail_all(&mut self, patterns: &[u32], key: Option<u32>, key_in_path: bool) {
+        for p in patterns {
+            self.fail(*p, key, key_in_path);
+        }
+    }
+}
+
+impl PatternSet {
+    pub fn new() -> PatternSet {
+        PatternSet::default()
+    }
+
+    /// The number of patterns in the set.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Adds `pattern`, returning its number in the set; `None` when its
+    /// outcome is more than a conjunction of checks (see the module's
+    /// documentation) and it must be evaluated on its own.
+    pub fn add(&mut self, pattern: &CompiledPattern) -> Option<u32> {
+        if !conjunctive(&pattern.root) {
+            return None;
+        }
+        let id = self.len;
+        self.len += 1;
+        merge(&mut self.root, &mut self.keys, &pattern.root, id);
+        Some(id)
+    }
+
+    /// Walks `resource` once and tells which patterns it passes.
+    pub fn passing<'r>(&self, resource: impl View<'r>) -> Passing {
+        let mut walk = Walk {
+            set: self,
+            steps: Vec::with_capacity(8),
+            out: Passing {
+                failed: vec![0; (self.len as usize).div_ceil(64)],
+                first_failures: Vec::new(),
+                steps: Vec::new(),
+            },
+        };
+        walk_node(&self.root, resource, &mut walk);
+        walk.out
+    }
+
+    /// The path at which a failing pattern's own walk stops
+    /// ([`super::PatternError`]'s `path`, `/spec/containers/0/`), as
+    /// `passing` found it; `None` when it passes. Worded here, on demand:
+    /// only failing rules ask.
+    pub fn failure_path(&self, passing: &Passing, pattern: u32) -> Option<String> {
+        let f = passing
+            .first_failures
+            .iter()
+            .find(|f| f.pattern == pattern)?;
+        let steps = &passing.steps[f.steps.clone()];
+        let key = f
+            .key
+            .filter(|_| f.key_in_path)
+            .map(|k| &self.keys[k as usize]);
+        let digits = |i: usize| IndexText::new(i).as_str().len();
+        let len = 1
+            + steps
+                .iter()
+                .map(|s| match s {
+                    Step::Key(k) => self.keys[*k as usize].key.len() + 1,
+                    Step::Index(i) => digits(*i) + 1,
+                })
+                .sum::<usize>()
+            + key.map_or(0, |k| k.key.len() + 1);
+        let mut path = String::with_capacity(len);
+        path.push('/');
+        for s in steps {
+            match s {
+                Step::Key(k) => path.push_str(&self.keys[*k as usize].key),
+                Step::Index(i) => path.push_str(IndexText::new(*i).as_str()),
+            }
+            path.push('/');
+        }
+        if let Some(k) = key {
+            path.push_str(&k.key);
+            path.push('/');
+        }
+        Some(path)
+    }
+}
+
+/// Whether the pattern's outcome is "every check holds" (no skips, no
+/// alternatives, no positions), each check with one place in its order.
+fn conjunctive(node: &Node) -> bool {
+    match node {
+        Node::Scalar(_) => true,
+        Node::Array(a) => match &**a {
+            ArrayNode::OfMaps(m) => conjunctive(m),
+            ArrayNode::OfScalar(_) => true,
+            ArrayNode::Empty | ArrayNode::Positional(_) => false,
+        },
+        Node::Map(m) => {
+            let MapNode { anchored, plain } = &**m;
+            let mut keys: Vec<&str> = anchored
+                .iter()
+                .map(|(_, k, _)| k)
+                .chain(plain.iter().map(|(k, _)| k))
+                .map(|k| match k {
+                    Key::Exact(k) | Key::Wildcard(k) => bare(k),
+                })
+                .collect();
+            keys.sort_unstable();
+            // A key given twice (`a` and `=(a)`) would merge two places in
+            // the order into one.
+            let distinct = keys.windows(2).all(|w| w[0] != w[1]);
+            distinct
+                && anchored.iter().all(|(anchor, key, body)| {
+                    matches!(key, Key::Exact(_))
+                        && match (anchor, body) {
+                            (Anchor::Equality, AnchorBody::Node(n)) => conjunctive(n),
+                            (Anchor::Negation, AnchorBody::Node(_)) => true,
+                            _ => false,
+                        }
+                })
+                && plain.iter().all(|(key, body)| {
+                    matches!(key, Key::Exact(_))
+                        && match body {
+                            PlainBody::Required => true,
+                            PlainBody::Node(n) => conjunctive(n),
+                        }
+                })
+        }
+    }
+}
+
+fn merge(at: &mut PathNode, keys: &mut Vec<KeyInfo>, node: &Node, id: u32) {
+    match node {
+        Node::Scalar(s) => at.scalars.push((id, s.clone())),
+        Node::Array(a) => match &**a {
+            ArrayNode::OfMaps(m) => {
+                at.arrays.push(id);
+                merge(at.elements.get_or_insert_default(), keys, m, id);
+            }
+            ArrayNode::OfScalar(s) => at.array_scalars.push((id, s.clone())),
+            ArrayNode::Empty | ArrayNode::Positional(_) => {
+                unreachable!("not conjunctive: left out by PatternSet::add")
+            }
+        },
+        Node::Map(m) => {
+            at.objects.push(id);
+            // Ordinals in the order `pattern::map` evaluates the entries.
+            let mut ordinal = 0;
+            for (anchor, key, body) in &m.anchored {
+                let (Key::Exact(k), AnchorBody::Node(n)) = (key, body) else {
+                    unreachable!("not conjunctive: left out by PatternSet::add")
+                };
+                let checks = key_checks(at, keys, k, id, ordinal);
+                ordinal += 1;
+                match anchor {
+                    Anchor::Equality => merge(&mut checks.value, keys, n, id),
+                    Anchor::Negation => checks.negated.push(id),
+                    _ => unreachable!("not conjunctive: left out by PatternSet::add"),
+                }
+            }
+            for (key, body) in &m.plain {
+                let Key::Exact(k) = key else {
+                    unreachable!("not conjunctive: left out by PatternSet::add")
+                };
+                let checks = key_checks(at, keys, k, id, ordinal);
+                ordinal += 1;
+                match body {
+                    PlainBody::Required => checks.required_not_null.push(id),
+                    PlainBody::Node(n) => {
+                        // A missing key is validated as null: maps and arrays
+                        // fail on it, a scalar as it matches null.
+                        let missing_fails = match n {
+                            Node::Scalar(s) => !s.matches(&Value::Null),
+                            _ => true,
+                        };
+                        if missing_fails {
+                            checks.required.push(id);
+                        }
+                        merge(&mut checks.value, keys, n, id);
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn key_checks<'a>(
+    at: &'a mut PathNode,
+    keys: &mut Vec<KeyInfo>,
+    key: &str,
+    id: u32,
+    ordinal: u32,
+) -> &'a mut KeyChecks {
+    let index = match at.keys.iter().position(|k| k.key == key) {
+        Some(i) => i,
+        None => {
+            keys.push(KeyInfo {
+                key: key.to_string(),
+                ordinals: Vec::new(),
+            });
+            at.keys.push(KeyChecks {
+                key: key.to_string(),
+                info: (keys.len() - 1) as u32,
+                required: Vec::new(),
+                required_not_null: Vec::new(),
+                negated: Vec::new(),
+                value: PathNode::default(),
+            });
+            at.keys.len() - 1
+        }
+    };
+    let checks = &mut at.keys[index];
+    keys[checks.info as usize].ordinals.push((id, ordinal));
+    checks
+}
+
+fn walk_node<'s, 'r, V: View<'r>>(node: &'s PathNode, value: V, walk: &mut Walk<'s>) {
+    for (id, s) in &node.scalars {
+        let holds = match value.kind() {
+            Kind::Array(_) => value.elements().all(|e| s.matches(e)),
+            _ => s.matches(value),
+        };
+        if !holds {
+            walk.fail(*id, None, false);
+        }
+    }
+    match value.kind() {
+        Kind::Object(_) => {
+            walk.fail_all(&node.arrays, None, false);
+            for (id, _) in &node.array_scalars {
+                walk.fail(*id, None, false);
+            }
+            for checks in &node.keys {
+                match value.get(&checks.key) {
+                    Some(v) => {
+                        if !checks.negated.is_empty() {
+                            walk.fail_all(&checks.negated, Some(checks.info), true);
+                        }
+                        if v.is_null() && !checks.required_not_null.is_empty() {
+                            walk.fail_all(&checks.required_not_null, Some(checks.info), false);
+                        }
+                        walk.steps.push(Step::Key(checks.info));
+                        walk_node(&checks.value, v, walk);
+                        walk.steps.pop();
+                    }
+                    None => {
+                        if !checks.required.is_empty() {
+                            walk.fail_all(&checks.required, Some(checks.info), true);
+                        }
+                        if !checks.required_not_null.is_empty() {
+                            walk.fail_all(&checks.required_not_null, Some(checks.info), false);
+                        }
+                    }
+                }
+            }
+        }
+        Kind::Array(_) => {
+            walk.fail_all(&node.objects, None, false);
+            for (id, s) in &node.array_scalars {
+                if !value.elements().all(|e| s.matches(e)) {
+                    walk.fail(*id, None, false);
+                }
+            }
+            if let Some(elements) = &node.elements {
+                for (i, e) in value.elements().enumerate() {
+                    walk.steps.push(Step::Index(i));
+                    walk_node(elements, e, walk);
+                    walk.steps.pop();
+                }
+            }
+        }
+        _ => {
+            walk.fail_all(&node.objects, None, false);
+            walk.fail_all(&node.arrays, None, false);
+            for (id, _) in &node.array_scalars {
+                walk.fail(*id, None, false);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::json_doc::Doc;
+    use serde_json::{Map, json};
+
+    /// A small deterministic generator (no dependency for a test).
+    struct Gen(u64);
+
+    impl Gen {
+        fn next(&mut self, n: u64) -> u64 {
+            self.0 = self
+                .0
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (self.0 >> 33) % n
+        }
+
+        fn key(&mut self) -> &'static str {
+            ["a", "b", "c", "spec", "x"][self.next(5) as usize]
+        }
+
+        fn scalar(&mut self) -> Value {
+            match self.next(9) {
+                0 => json!("*"),
+                1 => json!("?*"),
+                2 => json!("null"),
+                3 => json!(null),
+                4 => json!(true),
+                5 => json!(3),
+                6 => json!(">2"),
+                7 => json!("v1 | v2"),
+                _ => json!(""),
+            }
+        }
+
+        fn value(&mut self, depth: u32) -> Value {
+            match self.next(if depth == 0 { 6 } else { 9 }) {
+                0 => json!(null),
+                1 => json!(true),
+                2 => json!(3),
+                3 => json!("v1"),
+                4 => json!(""),
+                5 => json!(false),
+                6 | 7 => {
+                    let mut m = Map::new();
+                    for _ in 0..self.next(4) {
+                        m.insert(self.key().to_string(), self.value(depth - 1));
+                    }
+                    Value::Object(m)
+                }
+                _ => Value::Array((0..self.next(3)).map(|_| self.value(depth - 1)).collect()),
+            }
+        }
+
+        fn pattern(&mut self, depth: u32) -> Value {
+            match self.next(if depth == 0 { 1 } else { 6 }) {
+                0 | 1 => self.scalar(),
+                2 | 3 | 4 => {
+                    let mut m = Map::new();
+                    for _ in 0..1 + self.next(3) {
+                        let key = self.key();
+                        let key = match self.next(8) {
+                            0 | 1 => format!("=({key})"),
+                            2 => format!("X({key})"),
+                            // Outside the subset: left to the pattern's own walk.
+                            3 if self.next(4) == 0 => format!("({key})"),
+                            _ => key.to_string(),
+                        };
+                        m.insert(key, self.pattern(depth - 1));
+                    }
+                    Value::Object(m)
+                }
+                _ => match self.next(4) {
+                    0 => json!([self.scalar()]),
+                    _ => json!([self.pattern(depth - 1)]),
+                },
+            }
+        }
+    }
+
+    #[test]
+    fn agrees_with_each_pattern_alone() {
+        let mut g = Gen(7);
+        let (mut joined, mut passed, mut failed) = (0, 0, 0);
+        for _ in 0..300 {
+            let patterns: Vec<CompiledPattern> = (0..6)
+                .map(|_| CompiledPattern::compile(&g.pattern(3)))
+                .collect();
+            let mut set = PatternSet::new();
+            let ids: Vec<Option<u32>> = patterns.iter().map(|p| set.add(p)).collect();
+            joined += ids.iter().flatten().count();
+            for _ in 0..20 {
+                let resource = g.value(4);
+                let doc = Doc::parse(&resource.to_string()).unwrap();
+                let on_value = set.passing(&resource);
+                let on_doc = set.passing(doc.root());
+                assert_eq!(on_value, on_doc);
+                for (p, id) in patterns.iter().zip(&ids) {
+                    let Some(id) = id else { continue };
+                    let alone = p.validate(&resource);
+                    let passes = alone.is_ok();
+                    assert_eq!(on_value.passes(*id), passes, "pattern {p:?} on {resource}");
+                    // Where it fails, the set names the path the pattern's
+                    // own walk stops at.
+                    assert_eq!(
+                        set.failure_path(&on_value, *id).as_deref(),
+                        alone.as_ref().err().map(|e| e.path.as_str()),
+                        "pattern {p:?} on {resource}"
+                    );
+                    if passes {
+                        passed += 1;
+                    } else {
+                        failed += 1;
+                    }
+                }
+            }
+        }
+        // The generator reaches both sides of the subset.
+        assert!(joined > 600 && joined < 1800, "{joined} of 1800 joined");
+        // ... and both outcomes.
+        assert!(
+            passed > 1000 && failed > 1000,
+            "{passed} passed, {failed} failed"
+        );
+        eprintln!("{joined} joined; {passed} passed, {failed} failed");
+    }
+
+    #[test]
+    fn leaves_out_what_is_not_a_conjunction() {
+        let mut set = PatternSet::new();
+        for pattern in [
+            json!({"(a)": 1, "b": 2}),
+            json!({"<(a)": 1}),
+            json!({"^(a)": [{"b": 1}]}),
+            json!({"a": []}),
+            json!({"a": [[1], [2]]}),
+            json!({"metadata": {"labels": {"app*": "x"}}}),
+        ] {
+            assert_eq!(
+                set.add(&CompiledPattern::compile(&pattern)),
+                None,
+                "{pattern}"
+            );
+        }
+        assert!(set.is_empty());
+        let id = set
+            .add(&CompiledPattern::compile(
+                &json!({"=(a)": {"X(b)": 1}, "c": "*"}),
+            ))
+            .unwrap();
+        assert!(set.passing(&json!({"c": 1})).passes(id));
+        assert!(!set.passing(&json!({"c": null})).passes(id));
+        assert!(!set.passing(&json!({"a": {"b": null}, "c": 1})).passes(id));
+        assert!(set.passing(&json!({"a": {"d": 0}, "c": 1})).passes(id));
+    }
+}

@@ -1,0 +1,221 @@
+//! A policy set's plan (`engine::plan`) changes the work, not the answers,
+//! over the policy corpora (`../shared/conformance`, `examples/`):
+//!
+//! - every validate pattern of the corpora merged into one `PatternSet`
+//!   (the most sharing of paths any set sees) says "passes" of a resource
+//!   exactly when the pattern's own walk passes it, and names the path
+//!   that walk fails at otherwise, for every pattern and every resource of
+//!   the corpora, on values and on documents;
+//! - every classic policy, evaluated by the engine with its folder's plan
+//!   and without one, as CREATE, UPDATE and DELETE, on values and on
+//!   documents, gives the same responses (every rule's name, type, status,
+//!   message and outputs).
+//!
+//! The counts are floors from the run that introduced the test.
+
+use corpus::kind;
+use gavel::context::NoResolver;
+use gavel::engine::plan::Plan;
+use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate, evaluate_planned};
+use gavel::json_doc::Doc;
+use gavel::pattern::CompiledPattern;
+use gavel::pattern::set::PatternSet;
+use gavel::policy::compile::ValidateRule;
+use gavel::policy::load::{LoadedDocument, classify};
+use gavel::policy::{CompiledPolicy, RuleBody, ValidateCheck};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+mod corpus;
+
+const MIN_PATTERNS: usize = 152;
+const MIN_PLANNED_PATTERNS: usize = 137;
+const MIN_PLANNED_PASSES: usize = 218_410;
+const MIN_PLANNED_FAILURES: usize = 497_278;
+
+fn is_resource(doc: &Value) -> bool {
+    !matches!(
+        kind(doc),
+        "" | "Test" | "PolicyException" | "ClusterPolicy" | "Policy"
+    )
+}
+
+#[test]
+fn one_set_of_every_corpus_pattern_agrees_with_each_pattern_alone() {
+    let docs: Vec<Value> = corpus::documents_by_folder()
+        .into_values()
+        .flatten()
+        .collect();
+    let mut raw = Vec::new();
+    for doc in &docs {
+        if matches!(kind(doc), "ClusterPolicy" | "Policy") {
+            corpus::collect_patterns(doc.get("spec").unwrap_or(&Value::Null), &mut raw);
+        }
+    }
+    let patterns: Vec<CompiledPattern> = raw.iter().map(CompiledPattern::compile).collect();
+    let mut set = PatternSet::new();
+    let ids: Vec<Option<u32>> = patterns.iter().map(|p| set.add(p)).collect();
+    let resources: Vec<&Value> = docs.iter().filter(|d| is_resource(d)).collect();
+    let (mut passes, mut failures) = (0, 0);
+    let mut differences = Vec::new();
+    for resource in &resources {
+        let doc = Doc::parse(&serde_json::to_string(resource).unwrap()).unwrap();
+        let on_value = set.passing(*resource);
+        let on_doc = set.passing(doc.root());
+        assert_eq!(on_value, on_doc, "{resource}");
+        for ((p, id), text) in patterns.iter().zip(&ids).zip(&raw) {
+            let Some(id) = id else { continue };
+            let alone = p.validate(*resource);
+            if alone.is_ok() {
+                passes += 1;
+            } else {
+                failures += 1;
+            }
+            let alone = alone.as_ref().err().map(|e| e.path.as_str());
+            let merged = set.failure_path(&on_value, *id);
+            let merged = merged.as_deref();
+            if on_value.passes(*id) != alone.is_none() || merged != alone {
+                let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                differences.push(format!(
+                    "{text} on {name}: alone fails at {alone:?}, in the set at {merged:?}"
+                ));
+            }
+        }
+    }
+    let planned = ids.iter().flatten().count();
+    eprintln!(
+        "{} patterns, {planned} in the set, {} resources: {passes} passes, {failures} failures",
+        patterns.len(),
+        resources.len()
+    );
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences[..differences.len().min(10)].join("\n")
+    );
+    assert!(
+        patterns.len() >= MIN_PATTERNS,
+        "{} patterns",
+        patterns.len()
+    );
+    assert!(planned >= MIN_PLANNED_PATTERNS, "{planned} in the set");
+    assert!(passes >= MIN_PLANNED_PASSES, "{passes} passes");
+    assert!(failures >= MIN_PLANNED_FAILURES, "{failures} failures");
+}
+
+const MIN_POLICIES: usize = 376;
+const MIN_POLICY_EVALUATIONS: usize = 10_557;
+const MIN_RULE_RESPONSES: usize = 9_370;
+const MIN_PLANNED_RULE_PASSES: usize = 3_544;
+const MIN_PLANNED_RULE_FAILURES: usize = 1_036;
+
+#[test]
+fn the_engine_answers_alike_with_and_without_its_plan() {
+    let mut by_dir: BTreeMap<PathBuf, (Vec<CompiledPolicy>, Vec<Value>)> = BTreeMap::new();
+    for (dir, docs) in corpus::documents_by_folder() {
+        let entry = by_dir.entry(dir).or_default();
+        for doc in docs {
+            if matches!(kind(&doc), "ClusterPolicy" | "Policy") {
+                if let Ok(LoadedDocument::Policy(p)) = classify("corpus", 0, doc) {
+                    entry.0.extend(CompiledPolicy::compile(&p).ok());
+                }
+            } else if is_resource(&doc) {
+                entry.1.push(doc);
+            }
+        }
+    }
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let (mut policies, mut evaluations, mut rules) = (0, 0, 0);
+    let (mut pattern_passes, mut pattern_failures) = (0, 0);
+    let mut differences = Vec::new();
+    let dirs: Vec<PathBuf> = by_dir.keys().cloned().collect();
+    for dir in &dirs {
+        let resources: Vec<Value> = by_dir
+            .iter()
+            .filter(|(d, _)| d.starts_with(dir))
+            .flat_map(|(_, (_, r))| r.iter().cloned())
+            .collect();
+        let dir_policies = &mut by_dir.get_mut(dir).unwrap().0;
+        if dir_policies.is_empty() {
+            continue;
+        }
+        policies += dir_policies.len();
+        let plan = Plan::build(dir_policies);
+        let dir_policies = &*dir_policies;
+        // The rules whose pattern (or an anyPattern alternative) the plan decides.
+        let planned: std::collections::BTreeSet<(&str, &str)> = dir_policies
+            .iter()
+            .flat_map(|p| p.rules.iter().map(move |r| (p, r)))
+            .filter(|(_, r)| match &r.body {
+                RuleBody::Validate(ValidateRule {
+                    check: ValidateCheck::Pattern(p),
+                    ..
+                }) => p.plan_slot.is_some(),
+                RuleBody::Validate(ValidateRule {
+                    check: ValidateCheck::AnyPattern(ps),
+                    ..
+                }) => ps.iter().any(|p| p.plan_slot.is_some()),
+                _ => false,
+            })
+            .map(|(p, r)| (p.qualified_name(), r.name.as_str()))
+            .collect();
+        for resource in &resources {
+            for operation in ["CREATE", "UPDATE", "DELETE"] {
+                let on_values = Request::offline(resource, operation, Default::default(), None);
+                let on_docs = corpus::as_documents(&on_values);
+                for req in [&on_values, &on_docs] {
+                    let want = evaluate(dir_policies, req, &env);
+                    let got = evaluate_planned(Some(&plan), dir_policies, req, &env);
+                    evaluations += dir_policies.len();
+                    for p in &want {
+                        for r in &p.rules {
+                            rules += 1;
+                            if planned.contains(&(p.policy, r.name)) {
+                                pattern_passes += usize::from(r.status == RuleStatus::Pass);
+                                pattern_failures += usize::from(r.status == RuleStatus::Fail);
+                            }
+                        }
+                    }
+                    let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                    if want != got {
+                        let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                        differences.push(format!(
+                            "{} {operation} {name}:\n--- without\n{want}\n--- with the plan\n{got}",
+                            dir.display()
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{policies} policies, {evaluations} policy evaluations, {rules} rule responses, \
+         {pattern_passes} passes and {pattern_failures} failures of planned patterns"
+    );
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences[..differences.len().min(3)].join("\n")
+    );
+    assert!(policies >= MIN_POLICIES, "{policies} policies");
+    assert!(
+        evaluations >= 2 * MIN_POLICY_EVALUATIONS,
+        "{evaluations} evaluations"
+    );
+    assert!(rules >= 2 * MIN_RULE_RESPONSES, "{rules} rule responses");
+    assert!(
+        pattern_passes >= MIN_PLANNED_RULE_PASSES,
+        "{pattern_passes} passes"
+    );
+    assert!(
+        pattern_failures >= MIN_PLANNED_RULE_FAILURES,
+        "{pattern_failures} failures"
+    );
+}
