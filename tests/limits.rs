@@ -264,9 +264,18 @@ fn header_size_is_one_limit_on_both_protocols() {
     };
     let sent = |bytes: usize| curl_post(&server, "--http1.1", &compliant, &["-H", &header(bytes)]);
     assert_eq!(sent(60_000), (200, "1.1".into()));
-    for bytes in [70_000, 200_000, 1_000_000] {
+    for bytes in [70_000, 200_000] {
         assert_eq!(sent(bytes), (431, "1.1".into()), "{bytes} bytes");
     }
+    // Far over the limit the server answers 431 and closes while curl is
+    // still sending: the kernel may then reset the connection before curl
+    // reads the answer (seen once in a local run: no status). Either way the
+    // request is refused, and the server goes on (below).
+    let far = sent(1_000_000);
+    assert!(
+        far == (431, "1.1".into()) || far == (0, "0".into()),
+        "1000000 bytes: {far:?}"
+    );
     // And the server goes on, on both.
     for (protocol, version) in [("--http2", "2"), ("--http1.1", "1.1")] {
         assert_eq!(

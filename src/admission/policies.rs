@@ -164,9 +164,9 @@ impl Snapshot {
             && image_validating.is_empty()
             && background[0].is_empty()
             && validate[0].iter().all(|&i| policies[i].reads_documents());
-        // One plan for all the classic policies: a route's request walks
-        // the patterns of policies on other routes too, which costs less
-        // than a plan per route would save for the sets seen (one route).
+        // One plan for all the classic policies: a route's request also
+        // walks the patterns of policies on other routes that share a group
+        // of kinds with its own (sets seen so far use one route).
         let plan = Plan::build(&mut policies);
         Snapshot {
             plan,

@@ -2,9 +2,10 @@
 //! snapshot, a benchmark's policies) so that a request shares work across
 //! its rules rather than repeating it per rule.
 //!
-//! Today it holds the validate patterns of the set merged into one
-//! [`PatternSet`]: a request's object is walked once for all of them, on
-//! the first pattern rule that needs it, and each pattern rule reads its
+//! Today it holds the validate patterns of the set merged into
+//! [`PatternSet`]s, one per list of kinds their rules match: a request's
+//! object is walked once for a group, on the first pattern rule of the
+//! group that needs it, and each pattern rule reads its
 //! verdict: `pass`, or the path its own walk would fail at, which goes
 //! straight into the rule's message. Patterns the set cannot decide are
 //! evaluated on their own, as before.
