@@ -90,7 +90,9 @@ impl Plan {
 pub struct PlanForRequest<'p> {
     plan: &'p Plan,
     object: &'p Document,
-    passing: Box<[OnceCell<Passing>]>,
+    /// One cell per group, made when a planned pattern is first read: a
+    /// request that evaluates none allocates nothing.
+    passing: OnceCell<Box<[OnceCell<Passing>]>>,
 }
 
 impl<'p> PlanForRequest<'p> {
@@ -98,7 +100,7 @@ impl<'p> PlanForRequest<'p> {
         PlanForRequest {
             plan,
             object,
-            passing: plan.groups.iter().map(|_| OnceCell::new()).collect(),
+            passing: OnceCell::new(),
         }
     }
 
@@ -126,7 +128,10 @@ impl<'p> PlanForRequest<'p> {
         }
         let group = slot.group as usize;
         let set = &self.plan.groups[group];
-        let passing = self.passing[group].get_or_init(|| match self.object.json() {
+        let groups = self
+            .passing
+            .get_or_init(|| self.plan.groups.iter().map(|_| OnceCell::new()).collect());
+        let passing = groups[group].get_or_init(|| match self.object.json() {
             JsonRef::Value(v) => set.passing(v),
             JsonRef::Doc(d) => set.passing(d),
         });

@@ -76,8 +76,7 @@ struct PathNode {
 /// The checks of every pattern on one key of an object.
 #[derive(Debug)]
 struct KeyChecks {
-    key: String,
-    /// Its number in `PatternSet::keys`.
+    /// Its number in `PatternSet::keys`, which holds its text.
     info: u32,
     /// Fail when the key is missing: plain keys whose pattern is a map, an
     /// array, or a scalar that does not match null (a missing key is
@@ -95,7 +94,9 @@ struct KeyChecks {
 /// failing one fails first.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Passing {
-    /// One bit per pattern, set when it fails.
+    /// One bit per pattern, set when it fails: what `first_failures` says,
+    /// kept apart so that a rule's verdict is one load, not a scan of the
+    /// failures (0.4k instructions of a violating Pod's 77k).
     failed: Vec<u64>,
     /// The first failure of each failing pattern, in its own walk's order.
     first_failures: Vec<FirstFailure>,
@@ -381,7 +382,11 @@ fn key_checks<'a>(
     id: u32,
     ordinal: u32,
 ) -> &'a mut KeyChecks {
-    let index = match at.keys.iter().position(|k| k.key == key) {
+    let index = match at
+        .keys
+        .iter()
+        .position(|k| keys[k.info as usize].key == key)
+    {
         Some(i) => i,
         None => {
             keys.push(KeyInfo {
@@ -389,7 +394,6 @@ fn key_checks<'a>(
                 ordinals: Vec::new(),
             });
             at.keys.push(KeyChecks {
-                key: key.to_string(),
                 info: (keys.len() - 1) as u32,
                 required: Vec::new(),
                 required_not_null: Vec::new(),
@@ -421,7 +425,7 @@ fn walk_node<'s, 'r, V: View<'r>>(node: &'s PathNode, value: V, walk: &mut Walk<
                 walk.fail(*id, None, false);
             }
             for checks in &node.keys {
-                match value.get(&checks.key) {
+                match value.get(&walk.set.keys[checks.info as usize].key) {
                     Some(v) => {
                         if !checks.negated.is_empty() {
                             walk.fail_all(&checks.negated, Some(checks.info), true);
