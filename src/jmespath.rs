@@ -5,6 +5,7 @@ mod functions;
 mod interpreter;
 mod parser;
 mod value;
+mod walk;
 
 pub use functions::{go_sprint, write_go_sprint};
 pub use parser::Ast;
@@ -28,14 +29,42 @@ pub enum JmesError {
 pub struct Expression {
     source: String,
     ast: Ast,
+    /// The expression as a direct walk of the JSON, when it has one of the
+    /// shapes [`walk`] compiles.
+    walk: Option<walk::Walk>,
 }
 
 impl Expression {
     pub fn parse(source: &str) -> Result<Expression, JmesError> {
+        let ast = parser::parse(source)?;
         Ok(Expression {
             source: source.to_string(),
-            ast: parser::parse(source)?,
+            walk: walk::Walk::compile(&ast),
+            ast,
         })
+    }
+
+    /// Whether the expression is evaluated as a compiled walk.
+    pub fn is_walk(&self) -> bool {
+        self.walk.is_some()
+    }
+
+    /// The same expression evaluated by the interpreter alone: the
+    /// reference the differential tests compare walks with.
+    pub fn interpreted(&self) -> Expression {
+        Expression {
+            walk: None,
+            ..self.clone()
+        }
+    }
+
+    fn eval<'a>(&'a self, root: Val<'a>) -> Result<Val<'a>, JmesError> {
+        if let Some(walk) = &self.walk
+            && let Some(v) = walk.eval(root.clone())
+        {
+            return Ok(v);
+        }
+        interpreter::eval(&self.ast, root).map_err(|e| *e)
     }
 
     pub fn source(&self) -> &str {
@@ -49,9 +78,7 @@ impl Expression {
 
     /// Evaluates with plain JMESPath semantics: missing keys give null.
     pub fn search<'a>(&'a self, data: &'a Value) -> Result<Cow<'a, Value>, JmesError> {
-        interpreter::eval(&self.ast, Val::Ref(data))
-            .map(Val::into_cow)
-            .map_err(|e| *e)
+        self.eval(Val::Ref(data)).map(Val::into_cow)
     }
 
     /// Evaluates as Kyverno resolves a `{{ }}` variable: a plain path through
@@ -63,7 +90,7 @@ impl Expression {
     /// [`Expression::resolve`] over any input, keeping the result lazy
     /// (borrowed parts stay borrowed).
     pub fn resolve_val<'a>(&'a self, root: Val<'a>) -> Result<Val<'a>, JmesError> {
-        let v = interpreter::eval(&self.ast, root.clone()).map_err(|e| *e)?;
+        let v = self.eval(root.clone())?;
         if v.is_null()
             && let Some(key) = interpreter::missing_key(&self.ast, root)
         {

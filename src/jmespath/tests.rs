@@ -286,3 +286,107 @@ fn flatten_then_project_in_one_pass_matches_the_two_steps() {
         }
     }
 }
+
+/// A small deterministic generator (no dependency for a test).
+struct Gen(u64);
+
+impl Gen {
+    fn next(&mut self, n: u64) -> u64 {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (self.0 >> 33) % n
+    }
+
+    /// A value of keys `a`, `b`, `c`, with arrays, nested arrays, nulls
+    /// and scalars at any depth.
+    fn value(&mut self, depth: u32) -> Value {
+        let leaf = depth == 0 || self.next(4) == 0;
+        match if leaf { 3 + self.next(4) } else { self.next(3) } {
+            0 | 1 => {
+                let mut m = serde_json::Map::new();
+                for k in ["a", "b", "c"] {
+                    if self.next(3) != 0 {
+                        m.insert(k.into(), self.value(depth - 1));
+                    }
+                }
+                Value::Object(m)
+            }
+            2 => Value::Array((0..self.next(4)).map(|_| self.value(depth - 1)).collect()),
+            3 => Value::Null,
+            4 => json!("s"),
+            5 => json!(""),
+            _ => json!(1),
+        }
+    }
+}
+
+/// Every compiled shape against the interpreter on random documents, as
+/// `Value`s and as decoded documents, with the root a scope (as the policy
+/// engine's context is) and plain JSON.
+#[test]
+fn walks_agree_with_the_interpreter() {
+    let walked = [
+        "a[]",
+        "a[*]",
+        "a[].b",
+        "a[*].b.c",
+        "a.b[]",
+        "a.b[].c[]",
+        "a[].b[].c",
+        "a[][]",
+        "a[].b[][]",
+        "a.[b, c][]",
+        "a.[b, c.a][].a",
+        "a.[b, c][].b[]",
+        "a.[b][*].c",
+        "a.b.[a, b, c][].c.a[] || `[]`",
+        "a[].b || 'none'",
+        "a[*].c || `{\"x\": 1}`",
+    ];
+    let interpreted = [
+        "a.b",
+        "a[*].b[*]",
+        "a[0].b[]",
+        "[a, b][]",
+        "a[?b].c",
+        "a[].b || c",
+    ];
+    for e in walked {
+        assert!(Expression::parse(e).unwrap().is_walk(), "{e} is walked");
+    }
+    for e in interpreted {
+        assert!(
+            !Expression::parse(e).unwrap().is_walk(),
+            "{e} is interpreted"
+        );
+    }
+    let mut g = Gen(7);
+    let mut lists = 0;
+    for _ in 0..5_000 {
+        let data = g.value(5);
+        let text = data.to_string();
+        let doc = crate::json_doc::Doc::parse(&text).unwrap();
+        let mut scope = Scope::new(None, 1);
+        scope.set("a", Slot::Doc(doc.root().get("a").unwrap_or(doc.root())));
+        for source in walked {
+            let walk = Expression::parse(source).unwrap();
+            let reference = walk.interpreted();
+            let want = reference.resolve_val(Val::Ref(&data)).map(Val::into_owned);
+            let got = walk.resolve_val(Val::Ref(&data)).map(Val::into_owned);
+            assert_eq!(got, want, "{source} on {text}");
+            let got = walk.resolve_val(Val::Doc(doc.root())).map(Val::into_owned);
+            assert_eq!(got, want, "{source} on the document {text}");
+            if doc.root().get("a").is_some() {
+                let want = reference
+                    .resolve_val(Val::Scope(&scope))
+                    .map(Val::into_owned);
+                let got = walk.resolve_val(Val::Scope(&scope)).map(Val::into_owned);
+                assert_eq!(got, want, "{source} in a scope, {text}");
+            }
+            lists += want.is_ok_and(|v| v.as_array().is_some_and(|a| !a.is_empty())) as usize;
+        }
+    }
+    assert!(lists > 3_000, "{lists} non-empty lists");
+}

@@ -1,0 +1,245 @@
+//! Projection paths compiled into direct walks of the JSON.
+//!
+//! Policies read lists through a few shapes of projection far more than
+//! anything else: `request.object.spec.[ephemeralContainers,
+//! initContainers, containers][]`, `...[].securityContext.capabilities.add[]`,
+//! `element.ports[].hostPort || []`. The interpreter evaluates them node by
+//! node, building a list of [`Val`]s at every projection and flattening it
+//! into the next; a [`Walk`] visits the same values of the document once,
+//! streaming each projection's elements into the one that consumes it, so
+//! only the result list is built.
+//!
+//! Only the shapes whose value cannot fail are compiled (plain key paths,
+//! one multi-select list of key paths, list and flatten projections whose
+//! right-hand side is a key path, and `|| literal` around them); anything
+//! else, and a root that is not JSON, stays with the interpreter. The
+//! differential tests (`tests.rs`, `tests/jmespath_walk.rs`) hold the two
+//! to the same values.
+
+use super::parser::Ast;
+use super::value::{Val, null};
+use crate::json_doc::{Json, View};
+use serde_json::Value;
+
+/// A compiled projection: its value is the interpreter's for the
+/// expression it was compiled from.
+#[derive(Debug, Clone)]
+pub struct Walk {
+    body: Projection,
+    /// `body || literal`: the literal when the body's value is falsy.
+    otherwise: Option<Value>,
+}
+
+/// A key path, then optionally a multi-select list of key paths
+/// (`a.b.[c, d.e]`), whose value is a list of the selected values, nulls
+/// kept.
+#[derive(Debug, Clone)]
+struct Single {
+    keys: Vec<String>,
+    select: Option<Vec<Vec<String>>>,
+}
+
+/// What a projection walks the elements of.
+#[derive(Debug, Clone)]
+enum Source {
+    Single(Single),
+    /// The elements another projection yields (`a[].b[]`: the inner
+    /// projection's results, flattened).
+    Projection(Box<Projection>),
+}
+
+/// `source[*].rhs` or, flattened, `source[].rhs`: `rhs` (a key path, or
+/// the element itself when `None`) of each element, nulls dropped.
+#[derive(Debug, Clone)]
+struct Projection {
+    source: Source,
+    flatten: bool,
+    rhs: Option<Vec<String>>,
+}
+
+impl Walk {
+    /// The walk for `ast`, when it has one of the compiled shapes.
+    pub(super) fn compile(ast: &Ast) -> Option<Walk> {
+        let (body, otherwise) = match ast {
+            Ast::Or(left, right) => match &**right {
+                Ast::Literal(v) => (&**left, Some(v.clone())),
+                _ => return None,
+            },
+            other => (other, None),
+        };
+        Some(Walk {
+            body: projection(body)?,
+            otherwise,
+        })
+    }
+
+    /// The expression's value on `root`, or `None` when the root's keys do
+    /// not lead to JSON (a lazily served object, a computed list) and the
+    /// interpreter must evaluate it.
+    pub(super) fn eval<'a>(&'a self, root: Val<'a>) -> Option<Val<'a>> {
+        let keys = &self.body.innermost().keys;
+        let mut cur = root;
+        let mut skip = 0;
+        // The first keys are looked up through the scope (`request`,
+        // `element`), as the interpreter does, until they reach JSON.
+        let value = loop {
+            match cur {
+                Val::Ref(v) => break self.run(v, skip),
+                Val::Doc(j) => break self.run(j, skip),
+                other if skip < keys.len() => {
+                    cur = other.field(&keys[skip]);
+                    skip += 1;
+                }
+                _ => return None,
+            }
+        };
+        Some(match &self.otherwise {
+            Some(literal) if !value.truthy() => Val::Ref(literal),
+            _ => value,
+        })
+    }
+
+    fn run<'a, V: Node<'a>>(&'a self, start: V, skip: usize) -> Val<'a> {
+        let mut out = Vec::new();
+        if project(&self.body, start, skip, &mut |v: V| out.push(v.val())) {
+            Val::list(out)
+        } else {
+            null()
+        }
+    }
+}
+
+/// A JSON value of either representation, turned into a [`Val`].
+trait Node<'a>: View<'a> {
+    fn val(self) -> Val<'a>;
+}
+
+impl<'a> Node<'a> for &'a Value {
+    fn val(self) -> Val<'a> {
+        Val::Ref(self)
+    }
+}
+
+impl<'a> Node<'a> for Json<'a> {
+    fn val(self) -> Val<'a> {
+        Val::Doc(self)
+    }
+}
+
+impl Projection {
+    /// The key path the walk starts from.
+    fn innermost(&self) -> &Single {
+        match &self.source {
+            Source::Single(s) => s,
+            Source::Projection(p) => p.innermost(),
+        }
+    }
+}
+
+/// The value at `keys` under `v`; `None` for null (a missing key, or a
+/// step through something that is not an object).
+fn path<'a, V: View<'a>>(mut v: V, keys: &[String]) -> Option<V> {
+    for k in keys {
+        v = v.get(k)?;
+    }
+    Some(v)
+}
+
+/// Calls `emit` with each value projection `p` yields on `v` (the walk's
+/// start, past its first `skip` keys); false when the projection's value
+/// is null rather than a list (its source is not a list).
+fn project<'a, V: View<'a>>(p: &'a Projection, v: V, skip: usize, emit: &mut dyn FnMut(V)) -> bool {
+    let mut apply = |item: V| {
+        let value = match &p.rhs {
+            None => Some(item),
+            Some(keys) => path(item, keys),
+        };
+        if let Some(value) = value.filter(|v| !v.is_null()) {
+            emit(value);
+        }
+    };
+    // One element of the source: spliced when flattening an array.
+    let mut take = |item: V| {
+        if p.flatten && item.is_array() {
+            item.elements().for_each(&mut apply);
+        } else {
+            apply(item);
+        }
+    };
+    match &p.source {
+        Source::Projection(inner) => project(inner, v, skip, &mut take),
+        Source::Single(single) => {
+            let Some(v) = path(v, &single.keys[skip..]) else {
+                return false;
+            };
+            match &single.select {
+                None if v.is_array() => {
+                    v.elements().for_each(take);
+                    true
+                }
+                None => false,
+                // A multi-select list of null is null.
+                Some(_) if v.is_null() => false,
+                Some(paths) => {
+                    // The list's null items yield nothing: a null element
+                    // is dropped, and so is any key path of it.
+                    paths.iter().filter_map(|keys| path(v, keys)).for_each(take);
+                    true
+                }
+            }
+        }
+    }
+}
+
+/// `ast` as a projection of a compiled shape.
+fn projection(ast: &Ast) -> Option<Projection> {
+    let Ast::Projection(left, right) = ast else {
+        return None;
+    };
+    let rhs = match &**right {
+        Ast::Identity | Ast::Current => None,
+        other => Some(keys_of(other)?),
+    };
+    Some(match &**left {
+        Ast::Flatten(inner) => Projection {
+            source: match projection(inner) {
+                Some(p) => Source::Projection(Box::new(p)),
+                None => Source::Single(single(inner)?),
+            },
+            flatten: true,
+            rhs,
+        },
+        other => Projection {
+            source: Source::Single(single(other)?),
+            flatten: false,
+            rhs,
+        },
+    })
+}
+
+fn single(ast: &Ast) -> Option<Single> {
+    match ast {
+        Ast::Subexpression(left, right) => {
+            let keys = keys_of(left)?;
+            let Ast::MultiSelectList(items) = &**right else {
+                return None;
+            };
+            Some(Single {
+                keys,
+                select: Some(items.iter().map(keys_of).collect::<Option<_>>()?),
+            })
+        }
+        other => Some(Single {
+            keys: keys_of(other)?,
+            select: None,
+        }),
+    }
+}
+
+fn keys_of(ast: &Ast) -> Option<Vec<String>> {
+    match ast {
+        Ast::Field(k) => Some(vec![k.clone()]),
+        Ast::FieldPath(keys) => Some(keys.clone()),
+        _ => None,
+    }
+}
