@@ -353,11 +353,6 @@ impl<'a> Activation<'a> {
         self.bind(Cow::Borrowed(name), Val::from_json(value));
     }
 
-    /// Binds `name` to JSON of either representation, read in place.
-    pub fn set_json_ref(&mut self, name: &'static str, value: crate::json_doc::JsonRef<'a>) {
-        self.bind(Cow::Borrowed(name), Val::from_json_ref(value));
-    }
-
     fn bind(&mut self, name: Cow<'static, str>, value: Val<'a>) {
         if let Some(i) = direct::known_root(&name) {
             self.known[i] = Some(value);

@@ -12,9 +12,8 @@
 //!   status, message and outputs (matching, preconditions, deny
 //!   conditions, JMESPath, foreach and patterns read the document where
 //!   it is);
-//! - every ValidatingPolicy likewise (CEL reads the document in place,
-//!   and a `Value` as it is: the two evaluations of every expression on
-//!   every resource differ only in what they read).
+//! - every ValidatingPolicy likewise (CEL reads the `Value` a document
+//!   converts to, once per request).
 //!
 //! The counts are floors from the runs that introduced each test.
 

@@ -29,7 +29,7 @@ use crate::cel::{
     RequestValues,
 };
 use crate::context::{ApiCallRequest, Resolver};
-use crate::json_doc::{Document, JsonRef};
+use crate::json_doc::Document;
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::selector_matches;
 use crate::policy::cel_policy::{
@@ -73,10 +73,9 @@ pub struct CelRequest<'r> {
     selections: RefCell<Vec<(Arc<str>, Selection)>>,
 }
 
-/// An object bound as a CEL variable: borrowed in either form (the direct
-/// evaluator reads a request's decoded [`Document`] in place; it becomes a
-/// `Value` only for what still reads one: a Pod controller's template view,
-/// the interpreter's copy of an expression it evaluates), or owned.
+/// An object bound as a CEL variable: borrowed in either form (a request's
+/// [`Document`] becomes a `Value` only when a CEL expression reads it, so a
+/// request no CEL rule touches never converts), or owned.
 #[derive(Debug)]
 enum Bound<'r> {
     Borrowed(Source<'r>),
@@ -96,14 +95,6 @@ impl<'r> Source<'r> {
             Source::Document(d) => d.value(),
         }
     }
-
-    /// The object as it is held: a decoded document is read in place.
-    fn json(self) -> JsonRef<'r> {
-        match self {
-            Source::Value(v) => JsonRef::Value(v),
-            Source::Document(d) => d.json(),
-        }
-    }
 }
 
 impl Bound<'_> {
@@ -111,13 +102,6 @@ impl Bound<'_> {
         match self {
             Bound::Borrowed(s) => s.value(),
             Bound::Owned(v) => v,
-        }
-    }
-
-    fn json(&self) -> JsonRef<'_> {
-        match self {
-            Bound::Borrowed(s) => s.json(),
-            Bound::Owned(v) => JsonRef::Value(v),
         }
     }
 }
@@ -146,16 +130,16 @@ impl<'r> SharedValues<'r> {
 impl<'r> direct::Bindings<'r> for SharedValues<'r> {
     fn ident(&self, name: &str) -> Option<Val<'r>> {
         match name {
-            "object" => Some(Val::from_json_ref(self.object.json())),
-            "oldObject" => Some(Val::from_json_ref(self.old_object.json())),
+            "object" => Some(Val::from_json(self.object.value())),
+            "oldObject" => Some(Val::from_json(self.old_object.value())),
             _ => None,
         }
     }
 
     fn known(&self, index: usize) -> Option<Val<'r>> {
         match index {
-            direct::OBJECT => Some(Val::from_json_ref(self.object.json())),
-            direct::OLD_OBJECT => Some(Val::from_json_ref(self.old_object.json())),
+            direct::OBJECT => Some(Val::from_json(self.object.value())),
+            direct::OLD_OBJECT => Some(Val::from_json(self.old_object.value())),
             _ => None,
         }
     }
@@ -200,13 +184,13 @@ static NULL: Value = Value::Null;
 /// come from `rest` when read.
 fn bind_request<'s>(
     cache: &'s InterpreterCache,
-    object: JsonRef<'s>,
-    old_object: JsonRef<'s>,
+    object: &'s Value,
+    old_object: &'s Value,
     rest: &'s dyn LazyBindings,
 ) -> Activation<'s> {
     let mut vars = Activation::root(cache);
-    vars.set_json_ref("object", object);
-    vars.set_json_ref("oldObject", old_object);
+    vars.set_json("object", object);
+    vars.set_json("oldObject", old_object);
     vars.set_lazy(rest);
     vars.set_json("params", &NULL);
     vars.start_variables();
@@ -324,8 +308,8 @@ impl<'r> CelRequest<'r> {
     pub fn activation(&self) -> Activation<'_> {
         let mut vars = bind_request(
             &self.cache,
-            self.object.json(),
-            self.old_object.json(),
+            self.object.value(),
+            self.old_object.value(),
             self,
         );
         if let Some(shared) = &self.shared {
@@ -370,12 +354,7 @@ impl<'r> CelRequest<'r> {
                 cache: InterpreterCache::default(),
             })
         });
-        bind_request(
-            &view.cache,
-            JsonRef::Value(&view.object),
-            JsonRef::Value(&view.old_object),
-            self,
-        )
+        bind_request(&view.cache, &view.object, &view.old_object, self)
     }
 }
 
@@ -1282,12 +1261,7 @@ pub fn evaluate_validating_policy_on_json<'p>(
         return response;
     }
     let cache = InterpreterCache::default();
-    let vars = bind_request(
-        &cache,
-        JsonRef::Value(payload),
-        JsonRef::Value(&NULL),
-        &NoRequest,
-    );
+    let vars = bind_request(&cache, payload, &NULL, &NoRequest);
     let lookups = ResolverLookups(resolver);
     response
         .rules

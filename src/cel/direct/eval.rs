@@ -400,13 +400,6 @@ impl<'a> Evaluator<'_, 'a> {
                     }
                 }
             }
-            Val::List(List::Doc(j)) => {
-                for item in j.elements() {
-                    if visit(self, Val::from_doc(item))? {
-                        break;
-                    }
-                }
-            }
             Val::List(List::Owned(items)) => {
                 for item in items.iter() {
                     if visit(self, item.clone())? {
@@ -450,13 +443,6 @@ impl<'a> Evaluator<'_, 'a> {
             Val::List(List::Json(items)) => {
                 for item in items.iter() {
                     if !step(self, Val::from_json(item))? {
-                        break;
-                    }
-                }
-            }
-            Val::List(List::Doc(j)) => {
-                for item in j.elements() {
-                    if !step(self, Val::from_doc(item))? {
                         break;
                     }
                 }

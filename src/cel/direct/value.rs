@@ -5,7 +5,6 @@
 //! only what an expression constructs (list and map literals, string
 //! concatenation, `map()`) is allocated.
 
-use crate::json_doc::{Elements, Json as Doc, JsonRef, Kind};
 use kube_cel::cel::Value as CelValue;
 use kube_cel::cel::objects::{Key, Map, OptionalValue};
 use serde_json::Value as Json;
@@ -57,16 +56,12 @@ pub enum Str<'a> {
 #[derive(Debug, Clone)]
 pub enum List<'a> {
     Json(&'a [Json]),
-    /// An array of a decoded document (a request's object), read in place.
-    Doc(Doc<'a>),
     Owned(Arc<Vec<Val<'a>>>),
 }
 
 #[derive(Debug, Clone)]
 pub enum MapVal<'a> {
     Json(&'a serde_json::Map<String, Json>),
-    /// An object of a decoded document (a request's object), read in place.
-    Doc(Doc<'a>),
     /// Entries in insertion order; keys are strings, ints, uints or bools.
     /// Maps built by expressions are small, so lookups are linear.
     Owned(Arc<Vec<(Val<'a>, Val<'a>)>>),
@@ -96,30 +91,6 @@ impl<'a> Val<'a> {
             Json::String(s) => Val::Str(Str::Borrowed(s)),
             Json::Array(items) => Val::List(List::Json(items)),
             Json::Object(m) => Val::Map(MapVal::Json(m)),
-        }
-    }
-
-    /// A value of a decoded document: its numbers typed as
-    /// [`Val::from_json`] types them, its strings, arrays and objects
-    /// borrowed.
-    pub fn from_doc(j: Doc<'a>) -> Val<'a> {
-        match j.kind() {
-            Kind::Null => Val::Null,
-            Kind::Bool(b) => Val::Bool(b),
-            Kind::I64(i) => Val::Int(i),
-            Kind::U64(u) => Val::Uint(u),
-            Kind::F64(f) => Val::Double(f),
-            Kind::Str(s) => Val::Str(Str::Borrowed(s)),
-            Kind::Array(_) => Val::List(List::Doc(j)),
-            Kind::Object(_) => Val::Map(MapVal::Doc(j)),
-        }
-    }
-
-    /// JSON of either representation.
-    pub fn from_json_ref(j: JsonRef<'a>) -> Val<'a> {
-        match j {
-            JsonRef::Value(v) => Val::from_json(v),
-            JsonRef::Doc(j) => Val::from_doc(j),
         }
     }
 
@@ -182,9 +153,6 @@ impl<'a> Val<'a> {
             Val::List(List::Json(items)) => CelValue::List(Arc::new(
                 items.iter().map(crate::cel::values::json_to_cel).collect(),
             )),
-            Val::List(List::Doc(j)) => CelValue::List(Arc::new(
-                j.elements().map(|e| Val::from_doc(e).to_cel()).collect(),
-            )),
             Val::List(List::Owned(items)) => {
                 CelValue::List(Arc::new(items.iter().map(Val::to_cel).collect()))
             }
@@ -195,18 +163,6 @@ impl<'a> Val<'a> {
                         (
                             Key::String(Arc::new(k.clone())),
                             crate::cel::values::json_to_cel(v),
-                        )
-                    })
-                    .collect();
-                CelValue::Map(Map { map: Arc::new(map) })
-            }
-            Val::Map(MapVal::Doc(j)) => {
-                let map: HashMap<Key, CelValue> = j
-                    .entries()
-                    .map(|(k, v)| {
-                        (
-                            Key::String(Arc::new(k.to_string())),
-                            Val::from_doc(v).to_cel(),
                         )
                     })
                     .collect();
@@ -287,10 +243,6 @@ impl<'a> List<'a> {
     pub fn len(&self) -> usize {
         match self {
             List::Json(items) => items.len(),
-            List::Doc(j) => match j.kind() {
-                Kind::Array(len) => len as usize,
-                _ => 0,
-            },
             List::Owned(items) => items.len(),
         }
     }
@@ -298,37 +250,26 @@ impl<'a> List<'a> {
     pub fn get(&self, i: usize) -> Option<Val<'a>> {
         match self {
             List::Json(items) => items.get(i).map(Val::from_json),
-            // A document's array is walked to its element (its nodes are
-            // laid out in order); iteration does not come through here.
-            List::Doc(j) => j.elements().nth(i).map(Val::from_doc),
             List::Owned(items) => items.get(i).cloned(),
         }
     }
 
     pub fn iter(&self) -> ListIter<'_, 'a> {
-        match self {
-            List::Doc(j) => ListIter::Doc(j.elements()),
-            list => ListIter::Indexed { list, at: 0 },
-        }
+        ListIter { list: self, at: 0 }
     }
 }
 
-pub enum ListIter<'l, 'a> {
-    Indexed { list: &'l List<'a>, at: usize },
-    Doc(Elements<'a>),
+pub struct ListIter<'l, 'a> {
+    list: &'l List<'a>,
+    at: usize,
 }
 
 impl<'a> Iterator for ListIter<'_, 'a> {
     type Item = Val<'a>;
     fn next(&mut self) -> Option<Val<'a>> {
-        match self {
-            ListIter::Indexed { list, at } => {
-                let v = list.get(*at)?;
-                *at += 1;
-                Some(v)
-            }
-            ListIter::Doc(elements) => elements.next().map(Val::from_doc),
-        }
+        let v = self.list.get(self.at)?;
+        self.at += 1;
+        Some(v)
     }
 }
 
@@ -340,10 +281,6 @@ impl<'a> MapVal<'a> {
     pub fn len(&self) -> usize {
         match self {
             MapVal::Json(m) => m.len(),
-            MapVal::Doc(j) => match j.kind() {
-                Kind::Object(len) => len as usize,
-                _ => 0,
-            },
             MapVal::Owned(e) => e.len(),
         }
     }
@@ -352,7 +289,6 @@ impl<'a> MapVal<'a> {
     pub fn get_str(&self, key: &str) -> Option<Val<'a>> {
         match self {
             MapVal::Json(m) => crate::json_map::get(m, key).map(Val::from_json),
-            MapVal::Doc(j) => j.get(key).map(Val::from_doc),
             MapVal::Owned(e) => e
                 .iter()
                 .find(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key))
@@ -364,7 +300,6 @@ impl<'a> MapVal<'a> {
     pub fn contains_str(&self, key: &str) -> bool {
         match self {
             MapVal::Json(m) => crate::json_map::get(m, key).is_some(),
-            MapVal::Doc(j) => j.get(key).is_some(),
             MapVal::Owned(e) => e
                 .iter()
                 .any(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key)),
@@ -376,7 +311,7 @@ impl<'a> MapVal<'a> {
         match key {
             Val::Str(s) => Ok(self.get_str(s.as_str())),
             Val::Int(_) | Val::Uint(_) | Val::Bool(_) => Ok(match self {
-                MapVal::Json(_) | MapVal::Doc(_) => None,
+                MapVal::Json(_) => None,
                 MapVal::Owned(e) => e
                     .iter()
                     .find(|(k, _)| equals(k, key) == Some(true))
@@ -392,11 +327,6 @@ impl<'a> MapVal<'a> {
     pub fn keys(&self) -> Vec<Val<'a>> {
         match self {
             MapVal::Json(m) => m.keys().map(|k| Val::Str(Str::Borrowed(k))).collect(),
-            // In key order, as a `serde_json::Map` holds them.
-            MapVal::Doc(j) => j
-                .entries()
-                .map(|(k, _)| Val::Str(Str::Borrowed(k)))
-                .collect(),
             MapVal::Owned(e) => e.iter().map(|(k, _)| k.clone()).collect(),
         }
     }
@@ -406,10 +336,6 @@ impl<'a> MapVal<'a> {
             MapVal::Json(m) => m
                 .iter()
                 .map(|(k, v)| (Val::Str(Str::Borrowed(k)), Val::from_json(v)))
-                .collect(),
-            MapVal::Doc(j) => j
-                .entries()
-                .map(|(k, v)| (Val::Str(Str::Borrowed(k)), Val::from_doc(v)))
                 .collect(),
             MapVal::Owned(e) => e.as_ref().clone(),
         }

@@ -19,7 +19,6 @@ use crate::cel::values::cel_to_json;
 use crate::cel::{Activation, InterpreterCache, Lookups};
 use crate::context::Resolver;
 use crate::engine::{PolicyResponse, RuleResponse, RuleStatus};
-use crate::json_doc::JsonRef;
 use crate::pattern::go_json_type;
 use crate::policy::cel_policy::{CompiledValidatingPolicy, EvaluationMode};
 use base64::Engine as _;
@@ -44,12 +43,7 @@ pub fn evaluate_authorization_policy<'p>(
         _ => return response,
     };
     let cache = InterpreterCache::default();
-    let vars = bind_request(
-        &cache,
-        JsonRef::Value(request),
-        JsonRef::Value(&NULL),
-        &NoRequest,
-    );
+    let vars = bind_request(&cache, request, &NULL, &NoRequest);
     let lookups = ResolverLookups(resolver);
     let (status, message) = match authorize(policy, expected, &vars, &lookups) {
         Ok(Some(answer)) => decision(policy.mode, &answer),
