@@ -49,3 +49,6 @@ pub mod server;
 pub mod text;
 pub mod units;
 pub mod wildcard;
+
+#[cfg(test)]
+mod test_random;

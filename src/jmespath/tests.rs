@@ -287,33 +287,24 @@ fn flatten_then_project_in_one_pass_matches_the_two_steps() {
     }
 }
 
-/// A small deterministic generator (no dependency for a test).
-struct Gen(u64);
+use crate::test_random::Gen;
 
 impl Gen {
-    fn next(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n
-    }
-
     /// A value of keys `a`, `b`, `c`, with arrays, nested arrays, nulls
     /// and scalars at any depth.
-    fn value(&mut self, depth: u32) -> Value {
+    fn nested(&mut self, depth: u32) -> Value {
         let leaf = depth == 0 || self.next(4) == 0;
         match if leaf { 3 + self.next(4) } else { self.next(3) } {
             0 | 1 => {
                 let mut m = serde_json::Map::new();
                 for k in ["a", "b", "c"] {
                     if self.next(3) != 0 {
-                        m.insert(k.into(), self.value(depth - 1));
+                        m.insert(k.into(), self.nested(depth - 1));
                     }
                 }
                 Value::Object(m)
             }
-            2 => Value::Array((0..self.next(4)).map(|_| self.value(depth - 1)).collect()),
+            2 => Value::Array((0..self.next(4)).map(|_| self.nested(depth - 1)).collect()),
             3 => Value::Null,
             4 => json!("s"),
             5 => json!(""),
@@ -365,7 +356,7 @@ fn walks_agree_with_the_interpreter() {
     let mut g = Gen(7);
     let mut lists = 0;
     for _ in 0..5_000 {
-        let data = g.value(5);
+        let data = g.nested(5);
         let text = data.to_string();
         let doc = crate::json_doc::Doc::parse(&text).unwrap();
         let mut scope = Scope::new(None, 1);

@@ -479,18 +479,9 @@ mod tests {
     use crate::json_doc::Doc;
     use serde_json::{Map, json};
 
-    /// A small deterministic generator (no dependency for a test).
-    struct Gen(u64);
+    use crate::test_random::Gen;
 
     impl Gen {
-        fn next(&mut self, n: u64) -> u64 {
-            self.0 = self
-                .0
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (self.0 >> 33) % n
-        }
-
         fn key(&mut self) -> &'static str {
             ["a", "b", "c", "spec", "x"][self.next(5) as usize]
         }
@@ -531,7 +522,7 @@ mod tests {
         fn pattern(&mut self, depth: u32) -> Value {
             match self.next(if depth == 0 { 1 } else { 6 }) {
                 0 | 1 => self.scalar(),
-                2 | 3 | 4 => {
+                2..=4 => {
                     let mut m = Map::new();
                     for _ in 0..1 + self.next(3) {
                         let key = self.key();
