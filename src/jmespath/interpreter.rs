@@ -7,40 +7,16 @@ use super::JmesError;
 use super::functions;
 use super::parser::{Ast, Cmp};
 use super::value::{Eval, NULL, Val, boolean, null, view_equal};
+use super::walk::path;
 use crate::json_doc::{Json, JsonRef, Kind, View};
 use serde_json::Value;
 use std::cmp::Ordering;
-
-/// The value at `keys` under `v`, or null.
-fn field_path<'a>(mut v: &'a Value, keys: &[String]) -> &'a Value {
-    for k in keys {
-        v = match v {
-            Value::Object(m) => match crate::json_map::get(m, k) {
-                Some(x) => x,
-                None => return &NULL,
-            },
-            _ => return &NULL,
-        };
-    }
-    v
-}
 
 fn array_len(j: Json) -> usize {
     match j.kind() {
         Kind::Array(len) => len as usize,
         _ => 0,
     }
-}
-
-/// [`field_path`] in a decoded document.
-fn doc_field_path<'a>(mut j: Json<'a>, keys: &[String]) -> Val<'a> {
-    for k in keys {
-        j = match j.get(k) {
-            Some(x) => x,
-            None => return null(),
-        };
-    }
-    Val::Doc(j)
 }
 
 /// Evaluates `ast` against `cur`.
@@ -54,8 +30,8 @@ pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
                 // Borrowed JSON from here on: walk the values, not a Val
                 // per step.
                 match cur {
-                    Val::Ref(v) => return Ok(Val::Ref(field_path(v, &keys[i..]))),
-                    Val::Doc(j) => return Ok(doc_field_path(j, &keys[i..])),
+                    Val::Ref(v) => return Ok(Val::Ref(path(v, &keys[i..]).unwrap_or(&NULL))),
+                    Val::Doc(j) => return Ok(path(j, &keys[i..]).map_or_else(null, Val::Doc)),
                     _ => {}
                 }
                 cur = cur.field(k);

@@ -12,9 +12,10 @@
 //! Only the shapes whose value cannot fail are compiled (plain key paths,
 //! one multi-select list of key paths, list and flatten projections whose
 //! right-hand side is a key path, and `|| literal` around them); anything
-//! else, and a root that is not JSON, stays with the interpreter. The
-//! differential tests (`tests.rs`, `tests/jmespath_walk.rs`) hold the two
-//! to the same values.
+//! else, and a root that is not JSON, stays with the interpreter.
+//! `tests.rs` (`walks_agree_with_the_interpreter`) holds the two to the
+//! same values on random documents; the corpus tests run the walks
+//! wherever policies use these shapes.
 
 use super::parser::Ast;
 use super::value::{Val, null};
@@ -137,8 +138,9 @@ impl Projection {
 }
 
 /// The value at `keys` under `v`; `None` for null (a missing key, or a
-/// step through something that is not an object).
-fn path<'a, V: View<'a>>(mut v: V, keys: &[String]) -> Option<V> {
+/// step through something that is not an object). The interpreter's key
+/// paths walk JSON with it too.
+pub(super) fn path<'a, V: View<'a>>(mut v: V, keys: &[String]) -> Option<V> {
     for k in keys {
         v = v.get(k)?;
     }
