@@ -11,6 +11,7 @@ pub use functions::{go_sprint, write_go_sprint};
 pub use parser::Ast;
 pub use value::{NULL, Root, Scope, Slot, Val, deep_equal, is_truthy, json_equal, number};
 
+use crate::json_doc::JsonRef;
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -65,6 +66,22 @@ impl Expression {
             return Ok(v);
         }
         interpreter::eval(&self.ast, root).map_err(|e| *e)
+    }
+
+    /// Whether the expression is a compiled walk whose first key is `name`,
+    /// so that [`Expression::eval_bound`] evaluates it.
+    pub fn walks_from(&self, name: &str) -> bool {
+        self.walk.as_ref().is_some_and(|w| w.starts_at(name))
+    }
+
+    /// The value of a walk that starts at root field `name`, with that
+    /// field bound to `value` (a foreach's `element`), read without a
+    /// scope; `None` unless [`Expression::walks_from`] `name`. The value is
+    /// what evaluating on a root whose `name` is `value` gives; a null
+    /// value may be the interpreter's missing-key error there, which the
+    /// caller decides with [`Expression::resolve_val`].
+    pub fn eval_bound<'a>(&'a self, name: &str, value: JsonRef<'a>) -> Option<Val<'a>> {
+        self.walk.as_ref()?.eval_bound(name, value)
     }
 
     pub fn source(&self) -> &str {

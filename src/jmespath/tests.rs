@@ -289,30 +289,6 @@ fn flatten_then_project_in_one_pass_matches_the_two_steps() {
 
 use crate::test_random::Gen;
 
-impl Gen {
-    /// A value of keys `a`, `b`, `c`, with arrays, nested arrays, nulls
-    /// and scalars at any depth.
-    fn nested(&mut self, depth: u32) -> Value {
-        let leaf = depth == 0 || self.next(4) == 0;
-        match if leaf { 3 + self.next(4) } else { self.next(3) } {
-            0 | 1 => {
-                let mut m = serde_json::Map::new();
-                for k in ["a", "b", "c"] {
-                    if self.next(3) != 0 {
-                        m.insert(k.into(), self.nested(depth - 1));
-                    }
-                }
-                Value::Object(m)
-            }
-            2 => Value::Array((0..self.next(4)).map(|_| self.nested(depth - 1)).collect()),
-            3 => Value::Null,
-            4 => json!("s"),
-            5 => json!(""),
-            _ => json!(1),
-        }
-    }
-}
-
 /// Every compiled shape against the interpreter on random documents, as
 /// `Value`s and as decoded documents, with the root a scope (as the policy
 /// engine's context is) and plain JSON.
@@ -335,6 +311,9 @@ fn walks_agree_with_the_interpreter() {
         "a.b.[a, b, c][].c.a[] || `[]`",
         "a[].b || 'none'",
         "a[*].c || `{\"x\": 1}`",
+        "a.b[*].c",
+        "a.c[*] || 'none'",
+        "a.b.[a, c][*].b",
     ];
     let interpreted = [
         "a.b",

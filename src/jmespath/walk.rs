@@ -19,7 +19,7 @@
 
 use super::parser::Ast;
 use super::value::{Val, null};
-use crate::json_doc::{Json, View};
+use crate::json_doc::{Json, JsonRef, View};
 use serde_json::Value;
 
 /// A compiled projection: its value is the interpreter's for the
@@ -100,6 +100,28 @@ impl Walk {
         })
     }
 
+    /// The expression's value when its first key names `value` (a foreach
+    /// scope's `element`), evaluated on `value` without the scope; `None`
+    /// when the walk starts at another key.
+    pub(super) fn eval_bound<'a>(&'a self, name: &str, value: JsonRef<'a>) -> Option<Val<'a>> {
+        if !self.starts_at(name) {
+            return None;
+        }
+        let value = match value {
+            JsonRef::Value(v) => self.run(v, 1),
+            JsonRef::Doc(j) => self.run(j, 1),
+        };
+        Some(match &self.otherwise {
+            Some(literal) if !value.truthy() => Val::Ref(literal),
+            _ => value,
+        })
+    }
+
+    /// Whether the walk's first key is `name`.
+    pub(super) fn starts_at(&self, name: &str) -> bool {
+        self.body.innermost().keys.first().map(String::as_str) == Some(name)
+    }
+
     fn run<'a, V: Node<'a>>(&'a self, start: V, skip: usize) -> Val<'a> {
         let mut out = Vec::new();
         if project(&self.body, start, skip, &mut |v: V| out.push(v.val())) {
@@ -133,6 +155,13 @@ impl Projection {
         match &self.source {
             Source::Single(s) => s,
             Source::Projection(p) => p.innermost(),
+        }
+    }
+
+    fn innermost_mut(&mut self) -> &mut Single {
+        match &mut self.source {
+            Source::Single(s) => s,
+            Source::Projection(p) => p.innermost_mut(),
         }
     }
 }
@@ -195,8 +224,18 @@ fn project<'a, V: View<'a>>(p: &'a Projection, v: V, skip: usize, emit: &mut dyn
 
 /// `ast` as a projection of a compiled shape.
 fn projection(ast: &Ast) -> Option<Projection> {
-    let Ast::Projection(left, right) = ast else {
-        return None;
+    let (left, right) = match ast {
+        Ast::Projection(left, right) => (left, right),
+        // `a.b[*].c` parses as `a` then the projection `b[*].c`: the
+        // projection's path starts with `a`.
+        Ast::Subexpression(path, inner) => {
+            let keys = keys_of(path)?;
+            let mut p = projection(inner)?;
+            let start = &mut p.innermost_mut().keys;
+            start.splice(0..0, keys);
+            return Some(p);
+        }
+        _ => return None,
     };
     let rhs = match &**right {
         Ast::Identity | Ast::Current => None,

@@ -100,6 +100,23 @@ pub struct Conditions {
 }
 
 impl Conditions {
+    /// Whether every condition compares literals and compiled walks from a
+    /// foreach's `element` (`{{ element.a.b[] || `[]` }}`) with a known
+    /// operator: a foreach then decides them on each element directly,
+    /// with no scope built for it.
+    pub fn read_only_element(&self) -> bool {
+        let operand = |t: &Template| match t {
+            Template::Literal(_) => true,
+            Template::Whole(exprs, _) => exprs.0.walks_from("element"),
+            Template::Mixed(_) => false,
+        };
+        [&self.any, &self.all]
+            .into_iter()
+            .flatten()
+            .flatten()
+            .all(|c| c.operator.is_ok() && operand(&c.key) && operand(&c.value))
+    }
+
     pub fn parse(v: &Value) -> Result<Conditions, String> {
         let list = |v: &Value| -> Result<Vec<Condition>, String> {
             let Value::Array(items) = v else {

@@ -54,6 +54,11 @@ pub struct ForEach {
     pub context: Vec<ContextEntry>,
     pub preconditions: Option<Conditions>,
     pub check: ValidateCheck,
+    /// The check is deny conditions that read only the element (see
+    /// [`Conditions::read_only_element`]) and nothing is loaded or checked
+    /// before them: each element is decided without a scope, and only one
+    /// they deny takes the scoped path, which words the response.
+    pub deny_on_element: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -284,7 +289,11 @@ fn compile_check(
                     )));
                 }
             };
+            let deny_on_element = preconditions.is_none()
+                && f.context.is_empty()
+                && matches!(&check, ValidateCheck::Deny(c) if c.read_only_element());
             out.push(ForEach {
+                deny_on_element,
                 list: f.list.clone(),
                 list_expr: (!f.list.contains("{{"))
                     .then(|| Expression::parse(&f.list).ok())
