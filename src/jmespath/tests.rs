@@ -314,6 +314,12 @@ fn walks_agree_with_the_interpreter() {
         "a.b[*].c",
         "a.c[*] || 'none'",
         "a.b.[a, c][*].b",
+        "a[].keys(@)[]",
+        "a[*].keys(@)",
+        "a.[b, c][].keys(@)",
+        "a.b[].keys(@)[] || ''",
+        "a[].keys(@)[].b",
+        "a[].keys(@)[].keys(@)",
     ];
     let interpreted = [
         "a.b",

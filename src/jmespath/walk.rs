@@ -49,13 +49,35 @@ enum Source {
     Projection(Box<Projection>),
 }
 
-/// `source[*].rhs` or, flattened, `source[].rhs`: `rhs` (a key path, or
-/// the element itself when `None`) of each element, nulls dropped.
+/// `source[*].rhs` or, flattened, `source[].rhs`: `rhs` of each element,
+/// nulls dropped.
 #[derive(Debug, Clone)]
 struct Projection {
     source: Source,
     flatten: bool,
-    rhs: Option<Vec<String>>,
+    rhs: Rhs,
+}
+
+/// What a projection takes of each element.
+#[derive(Debug, Clone)]
+enum Rhs {
+    /// The element itself (`a[]`, `a[*]`).
+    Element,
+    /// A key path of it (`a[].b.c`).
+    Path(Vec<String>),
+    /// `keys(@)`, the list of its keys (`volumes[].keys(@)[]`). Of
+    /// anything but an object it is the interpreter's type error: the walk
+    /// then hands the expression back.
+    Keys,
+}
+
+/// One value a projection yields: JSON, a key (`keys(@)` flattened), or
+/// the keys of an object as one list (`keys(@)` not flattened yet).
+#[derive(Clone, Copy)]
+enum Item<'a, V> {
+    Node(V),
+    Key(&'a str),
+    Keys(V),
 }
 
 impl Walk {
@@ -75,8 +97,9 @@ impl Walk {
     }
 
     /// The expression's value on `root`, or `None` when the root's keys do
-    /// not lead to JSON (a lazily served object, a computed list) and the
-    /// interpreter must evaluate it.
+    /// not lead to JSON (a lazily served object, a computed list) or the
+    /// value is an error (`keys(@)` of a non-object), and the interpreter
+    /// must evaluate it.
     pub(super) fn eval<'a>(&'a self, root: Val<'a>) -> Option<Val<'a>> {
         let keys = &self.body.innermost().keys;
         let mut cur = root;
@@ -85,8 +108,8 @@ impl Walk {
         // `element`), as the interpreter does, until they reach JSON.
         let value = loop {
             match cur {
-                Val::Ref(v) => break self.run(v, skip),
-                Val::Doc(j) => break self.run(j, skip),
+                Val::Ref(v) => break self.run(v, skip)?,
+                Val::Doc(j) => break self.run(j, skip)?,
                 other if skip < keys.len() => {
                     cur = other.field(&keys[skip]);
                     skip += 1;
@@ -102,14 +125,14 @@ impl Walk {
 
     /// The expression's value when its first key names `value` (a foreach
     /// scope's `element`), evaluated on `value` without the scope; `None`
-    /// when the walk starts at another key.
+    /// when the walk starts at another key or its value is an error.
     pub(super) fn eval_bound<'a>(&'a self, name: &str, value: JsonRef<'a>) -> Option<Val<'a>> {
         if !self.starts_at(name) {
             return None;
         }
         let value = match value {
-            JsonRef::Value(v) => self.run(v, 1),
-            JsonRef::Doc(j) => self.run(j, 1),
+            JsonRef::Value(v) => self.run(v, 1)?,
+            JsonRef::Doc(j) => self.run(j, 1)?,
         };
         Some(match &self.otherwise {
             Some(literal) if !value.truthy() => Val::Ref(literal),
@@ -122,14 +145,22 @@ impl Walk {
         self.body.innermost().keys.first().map(String::as_str) == Some(name)
     }
 
-    fn run<'a, V: Node<'a>>(&'a self, start: V, skip: usize) -> Val<'a> {
+    fn run<'a, V: Node<'a>>(&'a self, start: V, skip: usize) -> Option<Val<'a>> {
         let mut out = Vec::new();
-        if project(&self.body, start, skip, &mut |v: V| out.push(v.val())) {
-            Val::list(out)
-        } else {
-            null()
-        }
+        let listed = project(&self.body, start, skip, &mut |item: Item<'a, V>| {
+            out.push(match item {
+                Item::Node(v) => v.val(),
+                Item::Key(k) => key(k),
+                Item::Keys(v) => Val::list(v.entries().map(|(k, _)| key(k)).collect()),
+            })
+        })?;
+        Some(if listed { Val::list(out) } else { null() })
     }
+}
+
+/// A key as the interpreter's `keys()` gives it.
+fn key<'a>(k: &str) -> Val<'a> {
+    Val::own(Value::String(k.to_string()))
 }
 
 /// A JSON value of either representation, turned into a [`Val`].
@@ -178,48 +209,71 @@ pub(super) fn path<'a, V: View<'a>>(mut v: V, keys: &[String]) -> Option<V> {
 
 /// Calls `emit` with each value projection `p` yields on `v` (the walk's
 /// start, past its first `skip` keys); false when the projection's value
-/// is null rather than a list (its source is not a list).
-fn project<'a, V: View<'a>>(p: &'a Projection, v: V, skip: usize, emit: &mut dyn FnMut(V)) -> bool {
-    let mut apply = |item: V| {
-        let value = match &p.rhs {
-            None => Some(item),
-            Some(keys) => path(item, keys),
+/// is null rather than a list (its source is not a list); `None` when it
+/// is an error (`keys(@)` of something that is not an object).
+fn project<'a, V: View<'a>>(
+    p: &'a Projection,
+    v: V,
+    skip: usize,
+    emit: &mut dyn FnMut(Item<'a, V>),
+) -> Option<bool> {
+    let mut failed = false;
+    let mut missing_item = false;
+    let mut apply = |item: Item<'a, V>| {
+        let value = match (&p.rhs, item) {
+            (Rhs::Element, Item::Node(v)) => (!v.is_null()).then_some(item),
+            (Rhs::Element, _) => Some(item),
+            (Rhs::Path(keys), Item::Node(v)) => {
+                path(v, keys).filter(|v| !v.is_null()).map(Item::Node)
+            }
+            // A key of a string or of a list is null.
+            (Rhs::Path(_), _) => None,
+            (Rhs::Keys, Item::Node(v)) if v.is_object() => Some(Item::Keys(v)),
+            (Rhs::Keys, _) => {
+                failed = true;
+                None
+            }
         };
-        if let Some(value) = value.filter(|v| !v.is_null()) {
+        if let Some(value) = value {
             emit(value);
         }
     };
     // One element of the source: spliced when flattening an array.
-    let mut take = |item: V| {
-        if p.flatten && item.is_array() {
-            item.elements().for_each(&mut apply);
-        } else {
-            apply(item);
+    let mut take = |item: Item<'a, V>| match item {
+        Item::Node(v) if p.flatten && v.is_array() => {
+            v.elements().for_each(|e| apply(Item::Node(e)));
         }
+        Item::Keys(v) if p.flatten => v.entries().for_each(|(k, _)| apply(Item::Key(k))),
+        other => apply(other),
     };
-    match &p.source {
-        Source::Projection(inner) => project(inner, v, skip, &mut take),
-        Source::Single(single) => {
-            let Some(v) = path(v, &single.keys[skip..]) else {
-                return false;
-            };
-            match &single.select {
+    let listed = match &p.source {
+        Source::Projection(inner) => project(inner, v, skip, &mut take)?,
+        Source::Single(single) => match path(v, &single.keys[skip..]) {
+            None => false,
+            Some(v) => match &single.select {
                 None if v.is_array() => {
-                    v.elements().for_each(take);
+                    v.elements().for_each(|e| take(Item::Node(e)));
                     true
                 }
                 None => false,
                 // A multi-select list of null is null.
                 Some(_) if v.is_null() => false,
                 Some(paths) => {
-                    // The list's null items yield nothing: a null element
-                    // is dropped, and so is any key path of it.
-                    paths.iter().filter_map(|keys| path(v, keys)).for_each(take);
+                    for keys in paths {
+                        match path(v, keys) {
+                            Some(e) => take(Item::Node(e)),
+                            // A missing item is null: dropped, and so is
+                            // any key path of it, but its `keys(@)` is
+                            // the interpreter's error.
+                            None => missing_item |= matches!(p.rhs, Rhs::Keys),
+                        }
+                    }
                     true
                 }
-            }
-        }
-    }
+            },
+        },
+    };
+    (!failed && !missing_item).then_some(listed)
 }
 
 /// `ast` as a projection of a compiled shape.
@@ -238,8 +292,13 @@ fn projection(ast: &Ast) -> Option<Projection> {
         _ => return None,
     };
     let rhs = match &**right {
-        Ast::Identity | Ast::Current => None,
-        other => Some(keys_of(other)?),
+        Ast::Identity | Ast::Current => Rhs::Element,
+        Ast::Function(name, args)
+            if name == "keys" && matches!(args.as_slice(), [Ast::Identity | Ast::Current]) =>
+        {
+            Rhs::Keys
+        }
+        other => Rhs::Path(keys_of(other)?),
     };
     Some(match &**left {
         Ast::Flatten(inner) => Projection {
