@@ -1,4 +1,5 @@
-//! A policy set's plan (`engine::plan`) changes the work, not the answers,
+//! A policy set's plan (`engine::plan`), and the engine's direct paths,
+//! change the work, not the answers,
 //! over the policy corpora (`../shared/conformance`, `examples/`):
 //!
 //! - every validate pattern of the corpora merged into one `PatternSet`
@@ -9,7 +10,10 @@
 //! - every classic policy, evaluated by the engine with its folder's plan
 //!   and without one, as CREATE, UPDATE and DELETE, on values and on
 //!   documents, gives the same responses (every rule's name, type, status,
-//!   message and outputs).
+//!   message and outputs);
+//! - the foreach deny conditions compiled to be decided on each element
+//!   directly (`ForEach::deny_on_element`) give the scoped path's
+//!   responses, over the same corpora.
 //!
 //! The counts are floors from the run that introduced the test.
 
@@ -20,7 +24,7 @@ use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate, evaluate_planned};
 use gavel::json_doc::Doc;
 use gavel::pattern::CompiledPattern;
 use gavel::pattern::set::PatternSet;
-use gavel::policy::compile::ValidateRule;
+use gavel::policy::compile::{ForEach, ValidateRule};
 use gavel::policy::load::{LoadedDocument, classify};
 use gavel::policy::{CompiledPolicy, RuleBody, ValidateCheck};
 use serde_json::Value;
@@ -219,3 +223,106 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
         "{pattern_failures} failures"
     );
 }
+
+/// The foreach deny conditions a policy compiles to be decided on each
+/// element directly (`ForEach::deny_on_element`) clear and deny the
+/// elements the scoped path clears and denies, with the same responses:
+/// every classic policy of the corpora, evaluated with those foreach
+/// entries decided directly and with all of them on the scoped path, on
+/// its folder's resources as CREATE, UPDATE and DELETE, on values and on
+/// documents.
+#[test]
+fn foreach_deny_decided_on_the_element_answers_as_the_scoped_path() {
+    fn scoped(list: &mut [ForEach]) -> usize {
+        let mut n = 0;
+        for fe in list {
+            n += usize::from(fe.deny_on_element);
+            fe.deny_on_element = false;
+            if let ValidateCheck::Foreach(inner) = &mut fe.check {
+                n += scoped(inner);
+            }
+        }
+        n
+    }
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let (mut direct_entries, mut responses, mut failures) = (0, 0, 0);
+    let mut differences = Vec::new();
+    let folders = corpus::documents_by_folder();
+    for (dir, docs) in &folders {
+        let mut direct = Vec::new();
+        for doc in docs {
+            if matches!(kind(doc), "ClusterPolicy" | "Policy")
+                && let Ok(LoadedDocument::Policy(p)) = classify("corpus", 0, doc.clone())
+            {
+                direct.extend(CompiledPolicy::compile(&p).ok());
+            }
+        }
+        let mut on_scopes = direct.clone();
+        let mut entries = 0;
+        for policy in &mut on_scopes {
+            for rule in &mut policy.rules {
+                if let RuleBody::Validate(ValidateRule {
+                    check: ValidateCheck::Foreach(list),
+                    ..
+                }) = &mut rule.body
+                {
+                    entries += scoped(list);
+                }
+            }
+        }
+        if entries == 0 {
+            continue;
+        }
+        direct_entries += entries;
+        // A folder's resources and its tests' (in folders below it).
+        let resources = folders
+            .iter()
+            .filter(|(d, _)| d.starts_with(dir))
+            .flat_map(|(_, docs)| docs.iter().filter(|d| is_resource(d)));
+        for resource in resources {
+            for operation in ["CREATE", "UPDATE", "DELETE"] {
+                let on_values = Request::offline(resource, operation, Default::default(), None);
+                let on_docs = corpus::as_documents(&on_values);
+                for req in [&on_values, &on_docs] {
+                    let want = evaluate(&on_scopes, req, &env);
+                    let got = evaluate(&direct, req, &env);
+                    for r in want.iter().flat_map(|p| &p.rules) {
+                        responses += 1;
+                        failures += usize::from(r.status == RuleStatus::Fail);
+                    }
+                    let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                    if want != got {
+                        let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                        differences.push(format!(
+                            "{operation} {name}:\n--- scoped\n{want}\n--- direct\n{got}"
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    eprintln!(
+        "{direct_entries} foreach entries decided directly; {responses} rule responses, {failures} failures"
+    );
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences[..differences.len().min(3)].join("\n")
+    );
+    assert!(
+        direct_entries >= MIN_DIRECT_FOREACH,
+        "{direct_entries} entries"
+    );
+    assert!(
+        failures >= MIN_DIRECT_FOREACH_FAILURES,
+        "{failures} failures"
+    );
+}
+
+const MIN_DIRECT_FOREACH: usize = 15;
+const MIN_DIRECT_FOREACH_FAILURES: usize = 520;

@@ -288,6 +288,15 @@ impl<'p> RuleValidator<'_, 'p> {
         }
     }
 
+    /// The message of a rule whose deny conditions hold.
+    fn denial(&self, ctx: &JsonContext) -> String {
+        match self.message(ctx) {
+            Ok(Some(m)) if !m.is_empty() => m.into_owned(),
+            Ok(_) => ["validation error: rule ", self.rule, " failed"].concat(),
+            Err(e) => e,
+        }
+    }
+
     fn error_message(&self, ctx: &JsonContext, detail: &str, path: &str) -> String {
         let msg = match self.message(ctx) {
             Ok(Some(m)) => m,

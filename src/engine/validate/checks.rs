@@ -30,14 +30,7 @@ impl<'p> RuleValidator<'_, 'p> {
                     format!("failed to check deny conditions: {e}"),
                 ),
                 Ok((false, _)) => self.respond(RuleStatus::Pass, self.pass),
-                Ok((true, _)) => {
-                    let msg = match self.message(ctx) {
-                        Ok(Some(m)) if !m.is_empty() => m.into_owned(),
-                        Ok(_) => ["validation error: rule ", self.rule, " failed"].concat(),
-                        Err(e) => e,
-                    };
-                    self.respond(RuleStatus::Fail, msg)
-                }
+                Ok((true, _)) => self.respond(RuleStatus::Fail, self.denial(ctx)),
             }),
             ValidateCheck::Pattern(_) | ValidateCheck::AnyPattern(_) => {
                 if ctx.is_delete() && element.is_none() {

@@ -100,16 +100,26 @@ impl<'p> RuleValidator<'_, 'p> {
             if item.is_null() {
                 continue;
             }
-            // An element the deny conditions clear passes as the scoped
-            // path would pass it (a deny check that holds no further
-            // steps); any other outcome is left to that path.
+            // An element the deny conditions decide is answered as the
+            // scoped path would answer it (a deny check with no steps
+            // before it): cleared, it passes; denied, the rule fails with
+            // its message, when that reads no variables. Anything else is
+            // left to that path.
             if let Some(conds) = direct
                 && let Some(element) = item.as_json_ref()
                 && (fe.element_scope != Some(true) || element.is_object())
-                && denies_element(conds, element) == Some(false)
             {
-                applied += 1;
-                continue;
+                match denies_element(conds, element) {
+                    Some(false) => {
+                        applied += 1;
+                        continue;
+                    }
+                    Some(true) if !self.v.message_has_variables => {
+                        let message = [FOREACH_FAILURE, &self.denial(ctx)].concat();
+                        return (self.respond(RuleStatus::Fail, message), applied);
+                    }
+                    _ => {}
+                }
             }
             let mut scope = ctx.child();
             let item = match item {
