@@ -93,12 +93,7 @@ fn one_set_of_every_corpus_pattern_agrees_with_each_pattern_alone() {
         patterns.len(),
         resources.len()
     );
-    assert!(
-        differences.is_empty(),
-        "{} differences:\n{}",
-        differences.len(),
-        differences[..differences.len().min(10)].join("\n")
-    );
+    assert_none(&differences, 10);
     assert!(
         patterns.len() >= MIN_PATTERNS,
         "{} patterns",
@@ -202,12 +197,7 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
         "{policies} policies, {evaluations} policy evaluations, {rules} rule responses, \
          {pattern_passes} passes and {pattern_failures} failures of planned patterns"
     );
-    assert!(
-        differences.is_empty(),
-        "{} differences:\n{}",
-        differences.len(),
-        differences[..differences.len().min(3)].join("\n")
-    );
+    assert_none(&differences, 3);
     assert!(policies >= MIN_POLICIES, "{policies} policies");
     assert!(
         evaluations >= 2 * MIN_POLICY_EVALUATIONS,
@@ -308,12 +298,7 @@ fn foreach_deny_decided_on_the_element_answers_as_the_scoped_path() {
     eprintln!(
         "{direct_entries} foreach entries decided directly; {responses} rule responses, {failures} failures"
     );
-    assert!(
-        differences.is_empty(),
-        "{} differences:\n{}",
-        differences.len(),
-        differences[..differences.len().min(3)].join("\n")
-    );
+    assert_none(&differences, 3);
     assert!(
         direct_entries >= MIN_DIRECT_FOREACH,
         "{direct_entries} entries"
@@ -326,3 +311,13 @@ fn foreach_deny_decided_on_the_element_answers_as_the_scoped_path() {
 
 const MIN_DIRECT_FOREACH: usize = 15;
 const MIN_DIRECT_FOREACH_FAILURES: usize = 520;
+
+/// Fails with the first `shown` of `differences` and their count, if any.
+fn assert_none(differences: &[String], shown: usize) {
+    assert!(
+        differences.is_empty(),
+        "{} differences:\n{}",
+        differences.len(),
+        differences[..differences.len().min(shown)].join("\n")
+    );
+}

@@ -3,6 +3,7 @@
 //! holding `element` and `elementIndex` (and `element<N>` when the policy
 //! reads them), nesting foreach within foreach.
 
+use super::prepare::combine;
 use super::{FOREACH_FAILURE, RuleValidator, eval_conditions};
 use crate::engine::conditions;
 use crate::engine::context_loader;
@@ -229,8 +230,8 @@ impl<'p> RuleValidator<'_, 'p> {
 }
 
 /// Whether deny `conds` hold for a foreach `element`, evaluated on it
-/// directly as [`eval_conditions`] evaluates them in the element's scope
-/// (`any`, then `all`); the foreach compiled them as reading only the
+/// directly and [`combine`]d as [`eval_conditions`] combines them in the
+/// element's scope; the foreach compiled them as reading only the
 /// element ([`Conditions::read_only_element`]). `None` when an operand's
 /// value needs the scoped path: null (which may be a missing key's error
 /// there) or a string that itself holds variables.
@@ -246,25 +247,7 @@ fn denies_element(conds: &Conditions, element: JsonRef) -> Option<bool> {
             c.value_is_plain_list,
         ))
     };
-    let mut any_failed = false;
-    if let Some(any) = &conds.any {
-        let mut matched = false;
-        for c in any {
-            if holds(c)? {
-                matched = true;
-                break;
-            }
-        }
-        any_failed = !matched && !any.is_empty();
-    }
-    if let Some(all) = &conds.all {
-        for c in all {
-            if !holds(c)? {
-                return Some(false);
-            }
-        }
-    }
-    Some(!any_failed)
+    combine(conds, |c| holds(c).ok_or(()), |_| {}).ok()
 }
 
 /// A condition's key or value for [`denies_element`].
@@ -316,10 +299,10 @@ mod tests {
             .iter()
             .map(|c| Conditions::parse(c).unwrap())
             .collect();
-        for (c, text) in direct.iter().zip(["0", "1", "2", "3", "4"]) {
+        for (n, c) in direct.iter().enumerate() {
             assert!(
                 c.read_only_element(),
-                "conditions {text} read only the element"
+                "conditions {n} read only the element"
             );
         }
         for c in &scoped {

@@ -8,6 +8,7 @@ use crate::engine::context_loader;
 use crate::engine::json_context::JsonContext;
 use crate::engine::variables::Substituter;
 use crate::engine::{EvalEnv, Request, RuleResponse, RuleStatus, conditions};
+use crate::policy::conditions::Condition;
 use crate::policy::{CompiledException, CompiledPolicy, CompiledRule, Conditions, ExprCache};
 
 /// The PolicyExceptions that cover this rule and match the request.
@@ -100,7 +101,7 @@ pub fn eval_conditions(
     exprs: &ExprCache,
 ) -> Result<(bool, String), String> {
     let sub = Substituter { ctx, exprs };
-    let one = |cond: &crate::policy::Condition| -> Result<bool, String> {
+    let one = |cond: &Condition| -> Result<bool, String> {
         if let Some(hit) = cond.memo.and_then(|id| ctx.memo_get(id)) {
             return Ok(hit);
         }
@@ -118,37 +119,49 @@ pub fn eval_conditions(
         Ok(result)
     };
     let mut messages = String::new();
+    let holds = combine(c, one, |cond| {
+        if let Some(m) = &cond.message {
+            messages.push_str("; ");
+            messages.push_str(m);
+        }
+    })?;
+    if holds {
+        return Ok((true, String::new()));
+    }
+    Ok((false, messages))
+}
+
+/// `{any, all}` conditions combined as Kyverno combines them: `any` holds
+/// when one of its conditions holds (or it has none), and every `all`
+/// condition must hold. `unmet` is told of each condition found false on
+/// the way. kyverno-compat: `all` is evaluated even when `any` already
+/// failed, so an error there is still the rule's error.
+pub(in crate::engine) fn combine<E>(
+    c: &Conditions,
+    mut holds: impl FnMut(&Condition) -> Result<bool, E>,
+    mut unmet: impl FnMut(&Condition),
+) -> Result<bool, E> {
     let mut any_failed = false;
     if let Some(any) = &c.any {
         let mut matched = false;
         for cond in any {
-            if one(cond)? {
+            if holds(cond)? {
                 matched = true;
                 break;
-            } else if let Some(m) = &cond.message {
-                messages.push_str("; ");
-                messages.push_str(m);
             }
+            unmet(cond);
         }
         any_failed = !matched && !any.is_empty();
     }
-    // kyverno-compat: `all` is evaluated even when `any` already failed,
-    // so an error there is still the rule's error.
     if let Some(all) = &c.all {
         for cond in all {
-            if !one(cond)? {
-                if let Some(m) = &cond.message {
-                    messages.push_str("; ");
-                    messages.push_str(m);
-                }
-                return Ok((false, messages));
+            if !holds(cond)? {
+                unmet(cond);
+                return Ok(false);
             }
         }
     }
-    if any_failed {
-        return Ok((false, messages));
-    }
-    Ok((true, String::new()))
+    Ok(!any_failed)
 }
 
 #[cfg(test)]
