@@ -29,7 +29,7 @@ use gavel::policy::load::{LoadedDocument, classify};
 use gavel::policy::{CompiledPolicy, RuleBody, ValidateCheck};
 use serde_json::Value;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 mod corpus;
 
@@ -112,19 +112,7 @@ const MIN_PLANNED_RULE_FAILURES: usize = 1_036;
 
 #[test]
 fn the_engine_answers_alike_with_and_without_its_plan() {
-    let mut by_dir: BTreeMap<PathBuf, (Vec<CompiledPolicy>, Vec<Value>)> = BTreeMap::new();
-    for (dir, docs) in corpus::documents_by_folder() {
-        let entry = by_dir.entry(dir).or_default();
-        for doc in docs {
-            if matches!(kind(&doc), "ClusterPolicy" | "Policy") {
-                if let Ok(LoadedDocument::Policy(p)) = classify("corpus", 0, doc) {
-                    entry.0.extend(CompiledPolicy::compile(&p).ok());
-                }
-            } else if is_resource(&doc) {
-                entry.1.push(doc);
-            }
-        }
-    }
+    let folders = corpus::documents_by_folder();
     let env = EvalEnv {
         resolver: &NoResolver,
         exceptions: &[],
@@ -133,20 +121,14 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
     let (mut policies, mut evaluations, mut rules) = (0, 0, 0);
     let (mut pattern_passes, mut pattern_failures) = (0, 0);
     let mut differences = Vec::new();
-    let dirs: Vec<PathBuf> = by_dir.keys().cloned().collect();
-    for dir in &dirs {
-        let resources: Vec<Value> = by_dir
-            .iter()
-            .filter(|(d, _)| d.starts_with(dir))
-            .flat_map(|(_, (_, r))| r.iter().cloned())
-            .collect();
-        let dir_policies = &mut by_dir.get_mut(dir).unwrap().0;
+    for (dir, docs) in &folders {
+        let mut dir_policies = compiled_policies(docs);
         if dir_policies.is_empty() {
             continue;
         }
         policies += dir_policies.len();
-        let plan = Plan::build(dir_policies);
-        let dir_policies = &*dir_policies;
+        let plan = Plan::build(&mut dir_policies);
+        let dir_policies = &dir_policies;
         // The rules whose pattern (or an anyPattern alternative) the plan decides.
         let planned: std::collections::BTreeSet<(&str, &str)> = dir_policies
             .iter()
@@ -164,33 +146,29 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
             })
             .map(|(p, r)| (p.qualified_name(), r.name.as_str()))
             .collect();
-        for resource in &resources {
-            for operation in ["CREATE", "UPDATE", "DELETE"] {
-                let on_values = Request::offline(resource, operation, Default::default(), None);
-                let on_docs = corpus::as_documents(&on_values);
-                for req in [&on_values, &on_docs] {
-                    let want = evaluate(dir_policies, req, &env);
-                    let got = evaluate_planned(Some(&plan), dir_policies, req, &env);
-                    evaluations += dir_policies.len();
-                    for p in &want {
-                        for r in &p.rules {
-                            rules += 1;
-                            if planned.contains(&(p.policy, r.name)) {
-                                pattern_passes += usize::from(r.status == RuleStatus::Pass);
-                                pattern_failures += usize::from(r.status == RuleStatus::Fail);
-                            }
+        for resource in resources_under(&folders, dir) {
+            each_request(resource, |operation, req| {
+                let want = evaluate(dir_policies, req, &env);
+                let got = evaluate_planned(Some(&plan), dir_policies, req, &env);
+                evaluations += dir_policies.len();
+                for p in &want {
+                    for r in &p.rules {
+                        rules += 1;
+                        if planned.contains(&(p.policy, r.name)) {
+                            pattern_passes += usize::from(r.status == RuleStatus::Pass);
+                            pattern_failures += usize::from(r.status == RuleStatus::Fail);
                         }
                     }
-                    let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
-                    if want != got {
-                        let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
-                        differences.push(format!(
-                            "{} {operation} {name}:\n--- without\n{want}\n--- with the plan\n{got}",
-                            dir.display()
-                        ));
-                    }
                 }
-            }
+                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                if want != got {
+                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                    differences.push(format!(
+                        "{} {operation} {name}:\n--- without\n{want}\n--- with the plan\n{got}",
+                        dir.display()
+                    ));
+                }
+            });
         }
     }
     eprintln!(
@@ -243,14 +221,7 @@ fn foreach_deny_decided_on_the_element_answers_as_the_scoped_path() {
     let mut differences = Vec::new();
     let folders = corpus::documents_by_folder();
     for (dir, docs) in &folders {
-        let mut direct = Vec::new();
-        for doc in docs {
-            if matches!(kind(doc), "ClusterPolicy" | "Policy")
-                && let Ok(LoadedDocument::Policy(p)) = classify("corpus", 0, doc.clone())
-            {
-                direct.extend(CompiledPolicy::compile(&p).ok());
-            }
-        }
+        let direct = compiled_policies(docs);
         let mut on_scopes = direct.clone();
         let mut entries = 0;
         for policy in &mut on_scopes {
@@ -268,31 +239,22 @@ fn foreach_deny_decided_on_the_element_answers_as_the_scoped_path() {
             continue;
         }
         direct_entries += entries;
-        // A folder's resources and its tests' (in folders below it).
-        let resources = folders
-            .iter()
-            .filter(|(d, _)| d.starts_with(dir))
-            .flat_map(|(_, docs)| docs.iter().filter(|d| is_resource(d)));
-        for resource in resources {
-            for operation in ["CREATE", "UPDATE", "DELETE"] {
-                let on_values = Request::offline(resource, operation, Default::default(), None);
-                let on_docs = corpus::as_documents(&on_values);
-                for req in [&on_values, &on_docs] {
-                    let want = evaluate(&on_scopes, req, &env);
-                    let got = evaluate(&direct, req, &env);
-                    for r in want.iter().flat_map(|p| &p.rules) {
-                        responses += 1;
-                        failures += usize::from(r.status == RuleStatus::Fail);
-                    }
-                    let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
-                    if want != got {
-                        let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
-                        differences.push(format!(
-                            "{operation} {name}:\n--- scoped\n{want}\n--- direct\n{got}"
-                        ));
-                    }
+        for resource in resources_under(&folders, dir) {
+            each_request(resource, |operation, req| {
+                let want = evaluate(&on_scopes, req, &env);
+                let got = evaluate(&direct, req, &env);
+                for r in want.iter().flat_map(|p| &p.rules) {
+                    responses += 1;
+                    failures += usize::from(r.status == RuleStatus::Fail);
                 }
-            }
+                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                if want != got {
+                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                    differences.push(format!(
+                        "{operation} {name}:\n--- scoped\n{want}\n--- direct\n{got}"
+                    ));
+                }
+            });
         }
     }
     eprintln!(
@@ -320,4 +282,37 @@ fn assert_none(differences: &[String], shown: usize) {
         differences.len(),
         differences[..differences.len().min(shown)].join("\n")
     );
+}
+
+/// The classic policies among a folder's documents, compiled.
+fn compiled_policies(docs: &[Value]) -> Vec<CompiledPolicy> {
+    docs.iter()
+        .filter(|doc| matches!(kind(doc), "ClusterPolicy" | "Policy"))
+        .filter_map(|doc| match classify("corpus", 0, doc.clone()) {
+            Ok(LoadedDocument::Policy(p)) => CompiledPolicy::compile(&p).ok(),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The resources of folder `dir` and of its tests (in folders below it).
+fn resources_under<'a>(
+    folders: &'a BTreeMap<PathBuf, Vec<Value>>,
+    dir: &'a Path,
+) -> impl Iterator<Item = &'a Value> {
+    folders
+        .iter()
+        .filter(move |(d, _)| d.starts_with(dir))
+        .flat_map(|(_, docs)| docs.iter().filter(|d| is_resource(d)))
+}
+
+/// Calls `f` with `resource` as a CREATE, UPDATE and DELETE request, each
+/// held as values and as documents.
+fn each_request(resource: &Value, mut f: impl FnMut(&str, &Request)) {
+    for operation in ["CREATE", "UPDATE", "DELETE"] {
+        let on_values = Request::offline(resource, operation, Default::default(), None);
+        let on_docs = corpus::as_documents(&on_values);
+        f(operation, &on_values);
+        f(operation, &on_docs);
+    }
 }

@@ -5,9 +5,8 @@
 
 use super::json_context::JsonContext;
 use crate::jmespath::{JmesError, Val};
-use crate::json_doc::View;
 use crate::policy::ExprCache;
-use crate::policy::template::{Template, first_token, opens_variable};
+use crate::policy::template::{Template, first_token, holds_variables, opens_variable};
 use serde_json::Value;
 use std::fmt::Write;
 
@@ -61,13 +60,7 @@ impl<'t> Substituter<'t> {
                 };
                 match expr.resolve_val(self.ctx.root()) {
                     // A string result may itself hold variables: substitute it fully.
-                    Ok(v)
-                        if v.as_json_ref()
-                            .and_then(View::as_str)
-                            .is_some_and(opens_variable) =>
-                    {
-                        self.value(raw).map(Val::own)
-                    }
+                    Ok(v) if holds_variables(&v) => self.value(raw).map(Val::own),
                     Ok(v) => Ok(v),
                     Err(source) => Err(VariableError::Resolve {
                         variable: expr.source().trim().to_string(),

@@ -106,21 +106,17 @@ impl Walk {
         let mut skip = 0;
         // The first keys are looked up through the scope (`request`,
         // `element`), as the interpreter does, until they reach JSON.
-        let value = loop {
+        loop {
             match cur {
-                Val::Ref(v) => break self.run(v, skip)?,
-                Val::Doc(j) => break self.run(j, skip)?,
+                Val::Ref(v) => return self.value_from(v, skip),
+                Val::Doc(j) => return self.value_from(j, skip),
                 other if skip < keys.len() => {
                     cur = other.field(&keys[skip]);
                     skip += 1;
                 }
                 _ => return None,
             }
-        };
-        Some(match &self.otherwise {
-            Some(literal) if !value.truthy() => Val::Ref(literal),
-            _ => value,
-        })
+        }
     }
 
     /// The expression's value when its first key names `value` (a foreach
@@ -130,10 +126,16 @@ impl Walk {
         if !self.starts_at(name) {
             return None;
         }
-        let value = match value {
-            JsonRef::Value(v) => self.run(v, 1)?,
-            JsonRef::Doc(j) => self.run(j, 1)?,
-        };
+        match value {
+            JsonRef::Value(v) => self.value_from(v, 1),
+            JsonRef::Doc(j) => self.value_from(j, 1),
+        }
+    }
+
+    /// The value walked from `start` (past the first `skip` keys), with
+    /// `|| literal` applied; `None` when the walk's value is an error.
+    fn value_from<'a, V: Node<'a>>(&'a self, start: V, skip: usize) -> Option<Val<'a>> {
+        let value = self.run(start, skip)?;
         Some(match &self.otherwise {
             Some(literal) if !value.truthy() => Val::Ref(literal),
             _ => value,

@@ -2,7 +2,8 @@
 //! the tokens Kyverno's variable regex finds, and a [`Template`] that
 //! evaluation renders ([`crate::engine::variables`]) without parsing again.
 
-use crate::jmespath::Expression;
+use crate::jmespath::{Expression, Val};
+use crate::json_doc::View;
 use serde_json::Value;
 
 /// A `{{ }}` token found in a string: byte range and inner expression.
@@ -67,6 +68,14 @@ pub fn expressions_in(s: &str) -> Vec<String> {
 /// Whether `s` holds `{{`. Faster than `str::contains` for a two-byte
 /// needle, which builds a searcher first: this runs on every rendered
 /// string.
+/// Whether a [`Template::Whole`]'s value is a string that itself holds
+/// variables: rendering then substitutes the template's text fully.
+pub fn holds_variables(v: &Val) -> bool {
+    v.as_json_ref()
+        .and_then(View::as_str)
+        .is_some_and(opens_variable)
+}
+
 pub fn opens_variable(s: &str) -> bool {
     s.as_bytes().windows(2).any(|w| w == b"{{")
 }

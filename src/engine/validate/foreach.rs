@@ -14,7 +14,7 @@ use crate::jmespath::Val;
 use crate::json_doc::{JsonRef, View};
 use crate::policy::compile::ForEach;
 use crate::policy::conditions::{Condition, Conditions};
-use crate::policy::template::{Template, opens_variable};
+use crate::policy::template::{Template, holds_variables};
 use crate::policy::{ExprCache, ValidateCheck};
 use serde_json::Value;
 
@@ -256,11 +256,7 @@ fn element_operand<'a>(t: &'a Template, element: JsonRef<'a>) -> Option<Val<'a>>
         Template::Literal(v) => Some(Val::Ref(v)),
         Template::Whole(exprs, _) => {
             let v = exprs.0.eval_bound("element", element)?;
-            let holds_variables = v
-                .as_json_ref()
-                .and_then(View::as_str)
-                .is_some_and(opens_variable);
-            (!v.is_null() && !holds_variables).then_some(v)
+            (!v.is_null() && !holds_variables(&v)).then_some(v)
         }
         Template::Mixed(_) => None,
     }
