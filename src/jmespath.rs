@@ -10,6 +10,7 @@ mod walk;
 pub use functions::{go_sprint, write_go_sprint};
 pub use parser::Ast;
 pub use value::{NULL, Root, Scope, Slot, Val, deep_equal, is_truthy, json_equal, number};
+pub use walk::Streamed;
 
 use crate::json_doc::JsonRef;
 use serde_json::Value;
@@ -82,6 +83,44 @@ impl Expression {
     /// caller decides with [`Expression::resolve_val`].
     pub fn eval_bound<'a>(&'a self, name: &str, value: JsonRef<'a>) -> Option<Val<'a>> {
         self.walk.as_ref()?.eval_bound(name, value)
+    }
+
+    /// The value of a compiled walk on `root`, each string of it given to
+    /// `each` rather than a list built; see [`Streamed`] for how it ended.
+    /// `None` when the value must be evaluated instead: the expression is
+    /// not a walk, or its value is anything but a list of strings, an
+    /// empty list or its `|| literal` (whatever `each` was given is then
+    /// void).
+    pub fn stream_strings<'a>(
+        &'a self,
+        root: Val<'a>,
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        self.walk.as_ref()?.stream(root, each)
+    }
+
+    /// [`Expression::stream_strings`] with the walk's first key, `name`,
+    /// bound to `value` (a foreach's `element`), without a scope.
+    pub fn stream_strings_bound<'a>(
+        &'a self,
+        name: &str,
+        value: JsonRef<'a>,
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        self.walk.as_ref()?.stream_bound(name, value, each)
+    }
+
+    /// The value of a compiled walk on `root`, each member of it given to
+    /// `each` rather than a list built: the number of members. `None`
+    /// when the value must be evaluated instead: the expression is not a
+    /// walk, or its value is anything but a list of JSON values (whatever
+    /// `each` was given is then void).
+    pub fn stream_list<'a>(
+        &'a self,
+        root: Val<'a>,
+        each: &mut dyn FnMut(JsonRef<'a>),
+    ) -> Option<usize> {
+        self.walk.as_ref()?.stream_nodes(root, each)
     }
 
     pub fn source(&self) -> &str {

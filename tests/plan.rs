@@ -13,7 +13,10 @@
 //!   message and outputs);
 //! - the foreach deny conditions compiled to be decided on each element
 //!   directly (`ForEach::deny_on_element`) give the scoped path's
-//!   responses, over the same corpora.
+//!   responses, over the same corpora;
+//! - the set-operator conditions between a walk and a literal, decided as
+//!   the walk streams (`Condition::streamed`), give the responses they
+//!   give rendered, over the same corpora.
 //!
 //! The counts are floors from the run that introduced the test.
 
@@ -26,7 +29,7 @@ use gavel::pattern::CompiledPattern;
 use gavel::pattern::set::PatternSet;
 use gavel::policy::compile::{ForEach, ValidateRule};
 use gavel::policy::load::{LoadedDocument, classify};
-use gavel::policy::{CompiledPolicy, RuleBody, ValidateCheck};
+use gavel::policy::{CompiledPolicy, Conditions, RuleBody, ValidateCheck};
 use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -270,6 +273,91 @@ fn foreach_deny_decided_on_the_element_answers_as_the_scoped_path() {
         "{failures} failures"
     );
 }
+
+/// Every set-operator condition of the corpora's classic policies that
+/// evaluation decides as its walk streams (`Condition::streamed`) gives
+/// the responses it gives with its key and value rendered: each policy
+/// evaluated both ways on its folder's resources as CREATE, UPDATE and
+/// DELETE, on values and on documents. The foreach entries decided on the
+/// element stay on, so their streamed conditions are compared too.
+#[test]
+fn streamed_conditions_answer_as_rendered_ones() {
+    fn rendered(c: &mut Conditions) -> usize {
+        let mut n = 0;
+        for c in [&mut c.any, &mut c.all].into_iter().flatten().flatten() {
+            n += usize::from(c.streamed.take().is_some());
+        }
+        n
+    }
+    fn rendered_check(check: &mut ValidateCheck) -> usize {
+        match check {
+            ValidateCheck::Deny(c) => rendered(c),
+            ValidateCheck::Foreach(list) => list
+                .iter_mut()
+                .map(|fe| {
+                    fe.preconditions.as_mut().map_or(0, rendered) + rendered_check(&mut fe.check)
+                })
+                .sum(),
+            _ => 0,
+        }
+    }
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let (mut streamed_conditions, mut responses, mut failures) = (0, 0, 0);
+    let mut differences = Vec::new();
+    let folders = corpus::documents_by_folder();
+    for (dir, docs) in &folders {
+        let streamed = compiled_policies(docs);
+        let mut on_render = streamed.clone();
+        let mut conditions = 0;
+        for policy in &mut on_render {
+            for rule in &mut policy.rules {
+                if let Ok(Some(pre)) = &mut rule.preconditions {
+                    conditions += rendered(pre);
+                }
+                if let RuleBody::Validate(v) = &mut rule.body {
+                    conditions += rendered_check(&mut v.check);
+                }
+            }
+        }
+        if conditions == 0 {
+            continue;
+        }
+        streamed_conditions += conditions;
+        for resource in resources_under(&folders, dir) {
+            each_request(resource, |operation, req| {
+                let want = evaluate(&on_render, req, &env);
+                let got = evaluate(&streamed, req, &env);
+                for r in want.iter().flat_map(|p| &p.rules) {
+                    responses += 1;
+                    failures += usize::from(r.status == RuleStatus::Fail);
+                }
+                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                if want != got {
+                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                    differences.push(format!(
+                        "{operation} {name}:\n--- rendered\n{want}\n--- streamed\n{got}"
+                    ));
+                }
+            });
+        }
+    }
+    eprintln!(
+        "{streamed_conditions} conditions streamed; {responses} rule responses, {failures} failures"
+    );
+    assert_none(&differences, 3);
+    assert!(
+        streamed_conditions >= MIN_STREAMED_CONDITIONS,
+        "{streamed_conditions} conditions"
+    );
+    assert!(failures >= MIN_STREAMED_FAILURES, "{failures} failures");
+}
+
+const MIN_STREAMED_CONDITIONS: usize = 43;
+const MIN_STREAMED_FAILURES: usize = 1_000;
 
 const MIN_DIRECT_FOREACH: usize = 15;
 const MIN_DIRECT_FOREACH_FAILURES: usize = 520;

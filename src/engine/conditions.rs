@@ -4,7 +4,7 @@
 //! policy, or lists of such. A projection's result is compared where it
 //! lies, never turned into JSON just to be compared.
 
-use crate::jmespath::{Val, deep_equal, go_sprint};
+use crate::jmespath::{Streamed, Val, deep_equal, go_sprint};
 use crate::json_doc::{Json, JsonRef, Kind, View};
 use crate::policy::conditions::Operator;
 use crate::units::semver::Version;
@@ -277,6 +277,127 @@ enum SetOp {
     AllNotIn,
 }
 
+impl SetOp {
+    fn of(op: Operator) -> Option<SetOp> {
+        Some(match op {
+            Operator::AnyIn => SetOp::AnyIn,
+            Operator::AllIn => SetOp::AllIn,
+            Operator::AnyNotIn => SetOp::AnyNotIn,
+            Operator::AllNotIn => SetOp::AllNotIn,
+            _ => return None,
+        })
+    }
+
+    /// The operator's verdict, told whether some key is in the values and
+    /// whether some key is not (both false: there are no keys).
+    fn decide(self, some_in: bool, some_out: bool) -> bool {
+        match self {
+            SetOp::AnyIn => some_in,
+            SetOp::AllIn => !some_out,
+            SetOp::AnyNotIn => some_out,
+            SetOp::AllNotIn => !some_in,
+        }
+    }
+}
+
+/// A set operator between a compiled walk and a literal, decided as the
+/// walk gives its strings one by one ([`Expression::stream_strings`]):
+/// no list is built and no member copied. `literal` is the other side:
+/// the values when the walk gives the keys (`walk_is_key`), else the
+/// keys. `stream` runs the walk, calling its argument with each string.
+/// The verdict is [`evaluate_vals`]' on the walk's value; `None` when
+/// that needs the value built (a literal that is not strings, a walk
+/// that [`Streamed`] does not describe).
+///
+/// [`Expression::stream_strings`]: crate::jmespath::Expression::stream_strings
+pub fn set_op_streamed<'a>(
+    op: Operator,
+    walk_is_key: bool,
+    literal: &'a Value,
+    plain_list: bool,
+    stream: impl FnOnce(&mut dyn FnMut(&str)) -> Option<Streamed<'a>>,
+) -> Option<bool> {
+    let set = SetOp::of(op)?;
+    let (mut some_in, mut some_out) = (false, false);
+    let ended = if walk_is_key {
+        // The values: a literal list of strings (a string is a range or
+        // a list in JSON text, left to `set_op`).
+        let Value::Array(items) = literal else {
+            return None;
+        };
+        if !items.iter().all(Value::is_string) {
+            return None;
+        }
+        let values = Strings::Values(items);
+        stream(&mut |k| {
+            if some_in && some_out {
+                return;
+            }
+            if in_list(&values, k, plain_list) {
+                some_in = true;
+            } else {
+                some_out = true;
+            }
+        })?
+    } else {
+        // The keys: a literal string, or list of strings; each is found
+        // or not among the walk's strings. A template value is never a
+        // plain list.
+        let keys = match literal {
+            Value::String(_) => std::slice::from_ref(literal),
+            Value::Array(items) if items.len() <= 64 && items.iter().all(Value::is_string) => items,
+            _ => return None,
+        };
+        let mut found = 0u64;
+        let ended = stream(&mut |v| {
+            for (i, k) in keys.iter().enumerate() {
+                let k = k.as_str().unwrap_or_default();
+                if found & (1 << i) == 0 && in_list(&Strings::One(Cow::Borrowed(v)), k, false) {
+                    found |= 1 << i;
+                }
+            }
+        })?;
+        let all = if keys.len() == 64 {
+            u64::MAX
+        } else {
+            (1u64 << keys.len()) - 1
+        };
+        some_in = found != 0;
+        some_out = found != all;
+        ended
+    };
+    Some(match ended {
+        // An empty list: no keys, or no values (nothing was found).
+        Streamed::Strings | Streamed::Empty => set.decide(some_in, some_out),
+        Streamed::Otherwise(other) => {
+            let (key, value) = if walk_is_key {
+                (other, literal)
+            } else {
+                (literal, other)
+            };
+            evaluate_with(
+                op,
+                Operand::Json(key.into()),
+                Operand::Json(value.into()),
+                plain_list && walk_is_key,
+            )
+        }
+    })
+}
+
+/// Whether key `k` is among `values`: either side may be a wildcard
+/// pattern; told that `values` holds none (`plain`), only `k` is checked.
+fn in_list(values: &Strings, k: &str, plain: bool) -> bool {
+    let k_wild = wildcard::has_wildcard(k);
+    values.any(|v| {
+        if k_wild || (!plain && wildcard::has_wildcard(v)) {
+            wildcard::matches(k, v) || wildcard::matches(v, k)
+        } else {
+            k == v
+        }
+    })
+}
+
 /// Range values `a-b` (inclusive) used with the set operators.
 fn in_range(key: &str, range: &str) -> Option<bool> {
     let re_part = |s: &str| Quantity::parse(s).map(|q| q.value);
@@ -371,17 +492,7 @@ fn set_op(key: Operand, value: Operand, op: SetOp, plain_list: bool) -> bool {
         SetOp::AllNotIn => !keys.any(contained),
     };
     // Either side may be the wildcard pattern; most hold none, so plain
-    // equality decides without the matcher.
-    let in_list = |values: &Strings, k: &str, plain: bool| {
-        let k_wild = wildcard::has_wildcard(k);
-        values.any(|v| {
-            if k_wild || (!plain && wildcard::has_wildcard(v)) {
-                wildcard::matches(k, v) || wildcard::matches(v, k)
-            } else {
-                k == v
-            }
-        })
-    };
+    // equality decides without the matcher (`in_list`).
     if keys.is_empty() {
         // Decided without looking at the values.
         return decide(&|_| false);

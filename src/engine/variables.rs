@@ -52,12 +52,9 @@ impl<'t> Substituter<'t> {
             Template::Literal(v) => Ok(Val::Ref(v)),
             Template::Mixed(v) => self.value(v).map(Val::own),
             Template::Whole(exprs, raw) => {
-                let (expr, delete) = exprs.as_ref();
-                let expr = if self.ctx.is_delete() {
-                    delete.as_ref().unwrap_or(expr)
-                } else {
-                    expr
-                };
+                let expr = template
+                    .expression(self.ctx.is_delete())
+                    .unwrap_or(&exprs.0);
                 match expr.resolve_val(self.ctx.root()) {
                     // A string result may itself hold variables: substitute it fully.
                     Ok(v) if holds_variables(&v) => self.value(raw).map(Val::own),

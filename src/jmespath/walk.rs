@@ -101,6 +101,15 @@ impl Walk {
     /// value is an error (`keys(@)` of a non-object), and the interpreter
     /// must evaluate it.
     pub(super) fn eval<'a>(&'a self, root: Val<'a>) -> Option<Val<'a>> {
+        match self.json_start(root)? {
+            (JsonRef::Value(v), skip) => self.value_from(v, skip),
+            (JsonRef::Doc(j), skip) => self.value_from(j, skip),
+        }
+    }
+
+    /// Where the walk reaches JSON from `root`, and how many of its first
+    /// keys it took to get there; `None` when they do not lead to JSON.
+    fn json_start<'a>(&'a self, root: Val<'a>) -> Option<(JsonRef<'a>, usize)> {
         let keys = &self.body.innermost().keys;
         let mut cur = root;
         let mut skip = 0;
@@ -108,14 +117,123 @@ impl Walk {
         // `element`), as the interpreter does, until they reach JSON.
         loop {
             match cur {
-                Val::Ref(v) => return self.value_from(v, skip),
-                Val::Doc(j) => return self.value_from(j, skip),
+                Val::Ref(v) => return Some((JsonRef::Value(v), skip)),
+                Val::Doc(j) => return Some((JsonRef::Doc(j), skip)),
                 other if skip < keys.len() => {
                     cur = other.field(&keys[skip]);
                     skip += 1;
                 }
                 _ => return None,
             }
+        }
+    }
+
+    /// The walk's value on `root` given to `each` string by string rather
+    /// than built: how the value ended, or `None` when it is not a list
+    /// of strings, an empty list or the `|| literal` (a member that is not
+    /// a string, a null that may be the interpreter's missing-key error,
+    /// an error) or the root's keys do not lead to JSON. `each` may have
+    /// been called before `None` is known: the caller then starts over.
+    pub(super) fn stream<'a>(
+        &'a self,
+        root: Val<'a>,
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        match self.json_start(root)? {
+            (JsonRef::Value(v), skip) => self.stream_from(v, skip, each),
+            (JsonRef::Doc(j), skip) => self.stream_from(j, skip, each),
+        }
+    }
+
+    /// [`Walk::stream`] with the walk's first key bound to `value`, as
+    /// [`Walk::eval_bound`] evaluates.
+    pub(super) fn stream_bound<'a>(
+        &'a self,
+        name: &str,
+        value: JsonRef<'a>,
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        if !self.starts_at(name) {
+            return None;
+        }
+        match value {
+            JsonRef::Value(v) => self.stream_from(v, 1, each),
+            JsonRef::Doc(j) => self.stream_from(j, 1, each),
+        }
+    }
+
+    /// The walk's value on `root` given to `each` member by member, each
+    /// JSON, rather than built: the number of members; `None` when the
+    /// value is anything but a list of JSON values (a list of keys, the
+    /// `|| literal`, a null that may be the interpreter's missing-key
+    /// error, an error) or the root's keys do not lead to JSON. `each`
+    /// may have been called before `None` is known.
+    pub(super) fn stream_nodes<'a>(
+        &'a self,
+        root: Val<'a>,
+        each: &mut dyn FnMut(JsonRef<'a>),
+    ) -> Option<usize> {
+        match self.json_start(root)? {
+            (JsonRef::Value(v), skip) => self.nodes_from(v, skip, each),
+            (JsonRef::Doc(j), skip) => self.nodes_from(j, skip, each),
+        }
+    }
+
+    fn nodes_from<'a, V: Node<'a>>(
+        &'a self,
+        start: V,
+        skip: usize,
+        each: &mut dyn FnMut(JsonRef<'a>),
+    ) -> Option<usize> {
+        let (mut members, mut other) = (0, false);
+        let listed = project(
+            &self.body,
+            start,
+            skip,
+            &mut |item: Item<'a, V>| match item {
+                Item::Node(v) => {
+                    members += 1;
+                    each(v.json());
+                }
+                Item::Key(_) | Item::Keys(_) => other = true,
+            },
+        )?;
+        // An empty list is falsy: the literal would replace it.
+        let literal = members == 0 && self.otherwise.is_some();
+        (listed && !other && !literal).then_some(members)
+    }
+
+    fn stream_from<'a, V: Node<'a>>(
+        &'a self,
+        start: V,
+        skip: usize,
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        let (mut strings, mut other) = (false, false);
+        let listed = project(&self.body, start, skip, &mut |item: Item<'a, V>| {
+            let member = match item {
+                Item::Node(v) => v.as_str(),
+                Item::Key(k) => Some(k),
+                Item::Keys(_) => None,
+            };
+            match member {
+                Some(s) => {
+                    strings = true;
+                    each(s);
+                }
+                None => other = true,
+            }
+        })?;
+        if other {
+            return None;
+        }
+        // A list with members is truthy: the literal only replaces an
+        // empty list or a null.
+        match (strings, &self.otherwise, listed) {
+            (true, _, _) => Some(Streamed::Strings),
+            (false, Some(literal), _) => Some(Streamed::Otherwise(literal)),
+            (false, None, true) => Some(Streamed::Empty),
+            (false, None, false) => None,
         }
     }
 
@@ -160,6 +278,17 @@ impl Walk {
     }
 }
 
+/// How a streamed walk's value ended ([`Walk::stream`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Streamed<'a> {
+    /// A list of strings, each given to the caller.
+    Strings,
+    /// An empty list.
+    Empty,
+    /// `|| literal` replaced an empty list or a null: the value is the literal.
+    Otherwise(&'a Value),
+}
+
 /// A key as the interpreter's `keys()` gives it.
 fn key<'a>(k: &str) -> Val<'a> {
     Val::own(Value::String(k.to_string()))
@@ -168,17 +297,26 @@ fn key<'a>(k: &str) -> Val<'a> {
 /// A JSON value of either representation, turned into a [`Val`].
 trait Node<'a>: View<'a> {
     fn val(self) -> Val<'a>;
+    fn json(self) -> JsonRef<'a>;
 }
 
 impl<'a> Node<'a> for &'a Value {
     fn val(self) -> Val<'a> {
         Val::Ref(self)
     }
+
+    fn json(self) -> JsonRef<'a> {
+        JsonRef::Value(self)
+    }
 }
 
 impl<'a> Node<'a> for Json<'a> {
     fn val(self) -> Val<'a> {
         Val::Doc(self)
+    }
+
+    fn json(self) -> JsonRef<'a> {
+        JsonRef::Doc(self)
     }
 }
 

@@ -4,6 +4,7 @@
 //! plain list, a condition that reads only `request`) worked out here.
 
 use super::template::Template;
+use crate::jmespath::Expression;
 use crate::wildcard;
 use serde_json::Value;
 
@@ -40,6 +41,15 @@ pub enum Operator {
 }
 
 impl Operator {
+    /// AnyIn, AllIn, AnyNotIn and AllNotIn: a list of keys against a list
+    /// of values.
+    pub fn is_set(self) -> bool {
+        matches!(
+            self,
+            Operator::AnyIn | Operator::AllIn | Operator::AnyNotIn | Operator::AllNotIn
+        )
+    }
+
     fn parse(s: &str) -> Option<Operator> {
         use Operator::*;
         Some(match s.to_ascii_lowercase().as_str() {
@@ -74,10 +84,23 @@ pub struct Condition {
     /// operators compare its entries plainly without scanning them.
     pub value_is_plain_list: bool,
     pub message: Option<String>,
+    /// Set when the condition is a set operator between a compiled walk
+    /// (`{{ request.object.spec.volumes[].keys(@)[] || '' }}`) and a
+    /// literal: which side is the walk. Evaluation then decides it as the
+    /// walk gives its strings, building no list
+    /// (`engine::conditions::set_op_streamed`).
+    pub streamed: Option<WalkSide>,
     /// Set when the condition reads only `request`: its result is then
     /// memoised per request under this id, which every condition of the
     /// same text shares (most policies repeat the same precondition).
     pub memo: Option<u32>,
+}
+
+/// The side of a condition that is a compiled walk ([`Condition::streamed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkSide {
+    Key,
+    Value,
 }
 
 /// The memo id of a condition's text. Ids live as long as the process:
@@ -172,6 +195,13 @@ impl Condition {
         let value_is_plain_list = matches!(&value, Template::Literal(v) if is_plain_list(v));
         let key = Template::new(m.get("key").cloned().unwrap_or(Value::Null));
         let operator = Operator::parse(op).ok_or_else(|| format!("unknown operator {op:?}"));
+        let is_walk = |t: &Template| t.expression(false).is_some_and(Expression::is_walk);
+        let is_literal = |t: &Template| matches!(t, Template::Literal(_));
+        let streamed = match operator {
+            Ok(op) if op.is_set() && is_walk(&key) && is_literal(&value) => Some(WalkSide::Key),
+            Ok(op) if op.is_set() && is_literal(&key) && is_walk(&value) => Some(WalkSide::Value),
+            _ => None,
+        };
         let memo = match operator {
             Ok(op) if key.reads_only_request() && value.reads_only_request() => {
                 Some(condition_memo_id(key.raw(), op, value.raw()))
@@ -184,6 +214,7 @@ impl Condition {
             value,
             value_is_plain_list,
             message: m.get("message").and_then(Value::as_str).map(str::to_string),
+            streamed,
             memo,
         })
     }

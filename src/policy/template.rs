@@ -65,9 +65,6 @@ pub fn expressions_in(s: &str) -> Vec<String> {
     out
 }
 
-/// Whether `s` holds `{{`. Faster than `str::contains` for a two-byte
-/// needle, which builds a searcher first: this runs on every rendered
-/// string.
 /// Whether a [`Template::Whole`]'s value is a string that itself holds
 /// variables: rendering then substitutes the template's text fully.
 pub fn holds_variables(v: &Val) -> bool {
@@ -76,6 +73,9 @@ pub fn holds_variables(v: &Val) -> bool {
         .is_some_and(opens_variable)
 }
 
+/// Whether `s` holds `{{`. Faster than `str::contains` for a two-byte
+/// needle, which builds a searcher first: this runs on every rendered
+/// string.
 pub fn opens_variable(s: &str) -> bool {
     s.as_bytes().windows(2).any(|w| w == b"{{")
 }
@@ -126,6 +126,19 @@ impl Template {
             return Template::Whole(Box::new((e, delete)), v);
         }
         Template::Mixed(v)
+    }
+
+    /// The expression a [`Template::Whole`] evaluates: its DELETE form
+    /// on a DELETE request, when it has one.
+    pub fn expression(&self, delete: bool) -> Option<&Expression> {
+        let Template::Whole(exprs, _) = self else {
+            return None;
+        };
+        let (expr, on_delete) = exprs.as_ref();
+        Some(match on_delete {
+            Some(d) if delete => d,
+            _ => expr,
+        })
     }
 
     /// Whether rendering reads nothing of the context but `request`: the

@@ -3,7 +3,7 @@
 //! holding `element` and `elementIndex` (and `element<N>` when the policy
 //! reads them), nesting foreach within foreach.
 
-use super::prepare::combine;
+use super::prepare::{combine, decide_streamed};
 use super::{FOREACH_FAILURE, RuleValidator, eval_conditions};
 use crate::engine::conditions;
 use crate::engine::context_loader;
@@ -48,6 +48,13 @@ impl<'p> RuleValidator<'_, 'p> {
         let mut applied = 0;
         let mut list_error = None;
         for fe in list {
+            if let Some((resp, count)) = self.decided_as_streamed(fe, ctx) {
+                if resp.status != RuleStatus::Pass {
+                    return Some(resp);
+                }
+                applied += count;
+                continue;
+            }
             let items = foreach_list(&fe.list, fe.list_expr.as_ref(), ctx, self.exprs);
             // As Kyverno's validateForEach: a list that fails to evaluate
             // skips its entry; an unknown key quietly, any other error is
@@ -81,6 +88,55 @@ impl<'p> RuleValidator<'_, 'p> {
                 .map(|e| self.respond(RuleStatus::Error, format!("failed to evaluate list: {e}")));
         }
         Some(self.respond(RuleStatus::Pass, "rule passed"))
+    }
+
+    /// An entry whose elements the deny conditions decide directly
+    /// ([`ForEach::deny_on_element`]), decided as its list's walk gives
+    /// the elements, with no list built: the response and the number of
+    /// elements applied, as [`Self::elements`] gives them on the built
+    /// list. `None` when an element or the list needs that path (an
+    /// element the conditions do not decide, a denial whose message reads
+    /// variables, a list that is not a walk's list of JSON values).
+    fn decided_as_streamed(
+        &self,
+        fe: &ForEach,
+        ctx: &JsonContext,
+    ) -> Option<(RuleResponse<'p>, usize)> {
+        let ValidateCheck::Deny(conds) = &fe.check else {
+            return None;
+        };
+        if !fe.deny_on_element || ctx.is_delete() {
+            return None;
+        }
+        let (mut cleared, mut denied, mut undecided) = (0, false, false);
+        // Elements after the first denial are not decided: the built list
+        // stops there too. The walk still runs to its end, since an error
+        // further on is the list's error.
+        fe.list_expr
+            .as_ref()?
+            .stream_list(ctx.root(), &mut |element| {
+                if denied || undecided {
+                    return;
+                }
+                if fe.element_scope == Some(true) && !element.is_object() {
+                    undecided = true;
+                    return;
+                }
+                match denies_element(conds, element) {
+                    Some(false) => cleared += 1,
+                    Some(true) => denied = true,
+                    None => undecided = true,
+                }
+            })?;
+        if undecided || (denied && self.v.message_has_variables) {
+            return None;
+        }
+        Some(if denied {
+            let message = [FOREACH_FAILURE, &self.denial(ctx)].concat();
+            (self.respond(RuleStatus::Fail, message), cleared)
+        } else {
+            (self.respond(RuleStatus::Pass, ""), cleared)
+        })
     }
 
     /// Runs the foreach body once per element, each in its own scope that
@@ -237,6 +293,13 @@ impl<'p> RuleValidator<'_, 'p> {
 /// there) or a string that itself holds variables.
 fn denies_element(conds: &Conditions, element: JsonRef) -> Option<bool> {
     let holds = |c: &Condition| -> Option<bool> {
+        let streamed = decide_streamed(c, |t, each| {
+            t.expression(false)?
+                .stream_strings_bound("element", element, each)
+        });
+        if streamed.is_some() {
+            return streamed;
+        }
         let key = element_operand(&c.key, element)?;
         let value = element_operand(&c.value, element)?;
         let op = *c.operator.as_ref().ok()?;
