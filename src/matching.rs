@@ -131,6 +131,14 @@ impl KindSelector {
         })
     }
 
+    /// The kind this selector names when it matches exactly the requests
+    /// of that kind without a subresource, whatever their group and
+    /// version (`Pod`, not `apps/v1/Deployment`, `Pod/exec` or `*`).
+    fn plain_kind(&self) -> Option<&str> {
+        (self.group.any && self.version.any && !self.kind.wildcard && self.subresource.is_none())
+            .then_some(self.kind.as_str())
+    }
+
     pub fn matches(&self, group: &str, version: &str, kind: &str, subresource: &str) -> bool {
         // The kind is the most selective part: check it first.
         self.kind.matches(kind)
@@ -379,6 +387,20 @@ impl CompiledFilter {
         }
     }
 
+    /// The kinds of a filter that checks only plain kinds
+    /// ([`KindSelector::plain_kind`]).
+    fn plain_kinds(&self) -> Option<Vec<&str>> {
+        if self.shape != FilterShape::KindsOnly {
+            return None;
+        }
+        let resources = self.resources.as_ref()?;
+        resources
+            .kinds
+            .iter()
+            .map(KindSelector::plain_kind)
+            .collect()
+    }
+
     fn has_user_info(&self) -> bool {
         !(self.subjects.is_empty() && self.roles.is_empty() && self.cluster_roles.is_empty())
     }
@@ -474,8 +496,28 @@ impl CompiledMatch {
         })
     }
 
-    fn is_empty(&self) -> bool {
+    /// An empty block: as `exclude`, it excludes nothing.
+    pub fn is_empty(&self) -> bool {
         self.any.is_empty() && self.all.is_empty() && self.legacy.is_none()
+    }
+
+    /// The kinds this block matches when it checks nothing but plain kinds
+    /// (`kinds: [Pod]`): of the requests without a subresource, it
+    /// matches exactly those of these kinds, so the kind alone decides.
+    /// `None` for any other block.
+    pub fn plain_kinds(&self) -> Option<Vec<&str>> {
+        if !self.any.is_empty() {
+            let mut kinds = Vec::new();
+            for f in &self.any {
+                kinds.extend(f.plain_kinds()?);
+            }
+            return Some(kinds);
+        }
+        match self.all.as_slice() {
+            [only] => only.plain_kinds(),
+            [] => self.legacy.as_ref()?.plain_kinds(),
+            _ => None,
+        }
     }
 
     /// Match semantics: any = one filter matches, all = every filter matches.

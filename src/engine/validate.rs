@@ -17,13 +17,14 @@ pub(super) use foreach::foreach_list;
 pub(super) use prepare::before_body;
 pub use prepare::eval_conditions;
 pub(in crate::engine) use prepare::{applicable_exceptions, prepare_rule};
+use prepare::{check_preconditions, load_rule_context, sets_context};
 pub use verify_images::{FoundImage, extract_images, verify_policy, verify_policy_with};
 
 use super::json_context::JsonContext;
 use super::variables::Substituter;
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::matching::MatchInput;
-use crate::policy::compile::{PolicyScope, ValidateRule};
+use crate::policy::compile::{Candidate, PolicyScope, ValidateRule};
 use crate::policy::types::PodSecurityExclude;
 use crate::policy::{CompiledPolicy, CompiledRule, ExprCache, RuleBody, ValidateCheck};
 use serde_json::Value;
@@ -106,21 +107,21 @@ pub fn evaluate_policy_observed<'p>(
             rules: Vec::new(),
         };
     }
-    let candidates = policy
-        .rule_kinds
-        .candidates(input.kind_hash, policy.rules.len());
+    let candidates = policy.rule_kinds.candidates(input, policy.rules.len());
     // Sized once: most policies answer a request with one rule.
     let mut rules = Vec::with_capacity(candidates.len());
-    for index in candidates {
-        // The index already left out rules of other kinds; on a hash
-        // collision the match below decides.
+    for Candidate { index, matched } in candidates {
+        // The index already left out rules of other kinds, and matched
+        // those its kind alone matches; on a hash collision, and for any
+        // other rule, the match below decides.
         let rule = &policy.rules[index];
-        if !rule.match_resources.matches(input)
-            || rule.exclude.as_ref().is_some_and(|e| e.excludes(input))
+        if !matched
+            && (!rule.match_resources.matches(input)
+                || rule.exclude.as_ref().is_some_and(|e| e.excludes(input)))
         {
             continue;
         }
-        let response = evaluate_rule(policy, rule, req, &mut ctx.child(), env);
+        let response = evaluate_rule(policy, rule, req, ctx, env);
         if let Some(r) = response {
             if let Some(t) = timer.as_mut() {
                 t.lap(index);
@@ -138,11 +139,14 @@ pub fn evaluate_policy_observed<'p>(
     }
 }
 
+/// One rule's response in the request's context `ctx`; a rule that sets
+/// variables (context entries, injected values) sets them in a scope of
+/// its own.
 fn evaluate_rule<'p>(
     policy: &'p CompiledPolicy,
     rule: &'p CompiledRule,
     req: &Request,
-    ctx: &mut JsonContext,
+    ctx: &JsonContext,
     env: &EvalEnv,
 ) -> Option<RuleResponse<'p>> {
     let name = rule.name.as_str();
@@ -153,13 +157,13 @@ fn evaluate_rule<'p>(
         // Kyverno's validation phase of verifyImages: digests and
         // `required` (its verification phase is `verify_policy`'s).
         RuleBody::VerifyImages(v) => {
-            return verify_images::validate_images(policy, rule, v, req, ctx, env);
+            return verify_images::validate_images(policy, rule, v, req, &mut ctx.child(), env);
         }
         RuleBody::Validate(ValidateRule {
             check: ValidateCheck::Manifests(manifests),
             ..
         }) => {
-            return manifests::verify_rule(policy, rule, manifests, req, ctx, env);
+            return manifests::verify_rule(policy, rule, manifests, req, &mut ctx.child(), env);
         }
         RuleBody::Validate(_) => {}
     }
@@ -191,7 +195,17 @@ fn evaluate_rule<'p>(
     let RuleBody::Validate(v) = &rule.body else {
         return None;
     };
-    if let Some(stop) = prepare_rule(rule, ctx, exprs, env) {
+    let mut scope = None;
+    let ctx = if sets_context(rule, env) {
+        let scope = scope.insert(ctx.child());
+        if let Some(stop) = load_rule_context(rule, scope, exprs, env) {
+            return Some(stop);
+        }
+        &*scope
+    } else {
+        ctx
+    };
+    if let Some(stop) = check_preconditions(rule, ctx, exprs) {
         return Some(stop);
     }
     let mut rv = RuleValidator {

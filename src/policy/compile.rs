@@ -14,7 +14,7 @@ mod validation;
 
 pub use exception::CompiledException;
 pub use expr_cache::{ExprCache, InvalidVariable};
-pub use rule_kinds::{Candidates, RuleKinds};
+pub use rule_kinds::{Candidate, Candidates, RuleKinds};
 pub use validation::{ForEach, Pattern, PlanSlot, ValidateCheck, ValidateRule};
 
 use super::ReportMeta;

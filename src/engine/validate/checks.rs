@@ -20,7 +20,7 @@ impl<'p> RuleValidator<'_, 'p> {
         &mut self,
         check: &ValidateCheck,
         req: &Request,
-        ctx: &mut JsonContext,
+        ctx: &JsonContext,
         element: Option<JsonRef>,
     ) -> Option<RuleResponse<'p>> {
         match check {

@@ -65,6 +65,27 @@ pub(in crate::engine) fn prepare_rule<'p>(
     exprs: &ExprCache,
     env: &EvalEnv,
 ) -> Option<RuleResponse<'p>> {
+    if let Some(stop) = load_rule_context(rule, ctx, exprs, env) {
+        return Some(stop);
+    }
+    check_preconditions(rule, ctx, exprs)
+}
+
+/// Whether [`load_rule_context`] sets anything: the rule has context
+/// entries or injected values. A rule that sets nothing is evaluated in
+/// the request's context itself, with no scope of its own.
+pub(in crate::engine) fn sets_context(rule: &CompiledRule, env: &EvalEnv) -> bool {
+    !rule.context.is_empty() || env.rule_values.for_rule(&rule.name).is_some()
+}
+
+/// The first steps of [`prepare_rule`]: the injected rule values and the
+/// context entries, set in the rule's scope `ctx`.
+pub(in crate::engine) fn load_rule_context<'p>(
+    rule: &'p CompiledRule,
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    env: &EvalEnv,
+) -> Option<RuleResponse<'p>> {
     let name = rule.name.as_str();
     if let Some(values) = env.rule_values.for_rule(name) {
         for (k, val) in values {
@@ -74,6 +95,16 @@ pub(in crate::engine) fn prepare_rule<'p>(
     if let Err(e) = context_loader::load(&rule.context, ctx, exprs, env.resolver) {
         return Some(RuleResponse::new(name, RuleStatus::Error, e));
     }
+    None
+}
+
+/// The last step of [`prepare_rule`]: the rule's preconditions.
+pub(in crate::engine) fn check_preconditions<'p>(
+    rule: &'p CompiledRule,
+    ctx: &JsonContext,
+    exprs: &ExprCache,
+) -> Option<RuleResponse<'p>> {
+    let name = rule.name.as_str();
     match &rule.preconditions {
         Err(e) => Some(RuleResponse::new(
             name,

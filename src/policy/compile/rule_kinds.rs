@@ -1,20 +1,38 @@
 //! The rule-kind index of a compiled policy: which of its rules can match
-//! a kind, so that a request walks only its candidate rules.
+//! a kind, so that a request walks only its candidate rules, and which of
+//! those the kind alone matches, so that their match is not checked.
 
 use super::CompiledRule;
-use crate::kinds::kind_hash;
+use crate::matching::MatchInput;
+use crate::text;
 
 /// The rules that can match a kind, as bit masks over the first 64 rules
 /// kept apart from the (large) rules: a request skips the rules of other
 /// kinds, typically the autogen rules of a Pod policy, without reading
-/// them. A hash match is only a candidate; the rule's kinds still decide.
+/// them. A hash match is only a candidate; the rule's kinds still decide,
+/// unless the kind's name is the request's and the rule is one the kind
+/// alone matches.
 #[derive(Debug, Clone, Default)]
 pub struct RuleKinds {
     /// Rules without a kinds list (any kind).
     any: u64,
-    by_kind: Box<[(u64, u64)]>,
+    by_kind: Box<[KindRules]>,
     /// More than 64 rules: no index, every rule is a candidate.
     unindexed: bool,
+}
+
+/// The rules of one kind name.
+#[derive(Debug, Clone)]
+struct KindRules {
+    hash: u64,
+    kind: Box<str>,
+    /// The rules whose kinds list names the kind.
+    rules: u64,
+    /// Those whose `match` checks only plain kinds
+    /// ([`crate::matching::CompiledMatch::plain_kinds`]), this one among
+    /// them, and that exclude nothing: a request of the kind without a
+    /// subresource is matched by them, with nothing else to check.
+    matched: u64,
 }
 
 impl RuleKinds {
@@ -26,19 +44,35 @@ impl RuleKinds {
             };
         }
         let mut any = 0;
-        let mut by_kind: Vec<(u64, u64)> = Vec::new();
+        let mut by_kind: Vec<KindRules> = Vec::new();
         for (i, rule) in rules.iter().enumerate() {
             let bit = 1u64 << i;
-            match &rule.kinds {
-                None => any |= bit,
-                Some(kinds) => {
-                    for k in kinds {
-                        let h = kind_hash(k);
-                        match by_kind.iter_mut().find(|(x, _)| *x == h) {
-                            Some((_, mask)) => *mask |= bit,
-                            None => by_kind.push((h, bit)),
-                        }
+            let Some(kinds) = &rule.kinds else {
+                any |= bit;
+                continue;
+            };
+            let excludes_nothing = rule.exclude.as_ref().is_none_or(|e| e.is_empty());
+            let plain = rule
+                .match_resources
+                .plain_kinds()
+                .filter(|_| excludes_nothing)
+                .unwrap_or_default();
+            for k in kinds {
+                let entry = match by_kind.iter().position(|e| *e.kind == **k) {
+                    Some(at) => &mut by_kind[at],
+                    None => {
+                        by_kind.push(KindRules {
+                            hash: crate::kinds::kind_hash(k),
+                            kind: k.as_str().into(),
+                            rules: 0,
+                            matched: 0,
+                        });
+                        by_kind.last_mut().expect("just pushed")
                     }
+                };
+                entry.rules |= bit;
+                if plain.contains(&k.as_str()) {
+                    entry.matched |= bit;
                 }
             }
         }
@@ -49,45 +83,64 @@ impl RuleKinds {
         }
     }
 
-    /// The candidate rules for a kind with hash `hash`, in order.
-    pub fn candidates(&self, hash: u64, rule_count: usize) -> Candidates {
+    /// The candidate rules for the request `input`, in order.
+    pub fn candidates(&self, input: &MatchInput, rule_count: usize) -> Candidates {
         if self.unindexed {
             return Candidates {
                 mask: 0,
+                matched: 0,
                 unindexed: 0..rule_count,
             };
         }
-        let mask = self
-            .by_kind
-            .iter()
-            .filter(|(h, _)| *h == hash)
-            .fold(self.any, |m, (_, mask)| m | mask);
+        let (mut mask, mut matched) = (self.any, 0);
+        for k in self.by_kind.iter().filter(|k| k.hash == input.kind_hash) {
+            mask |= k.rules;
+            if input.subresource.is_empty() && text::same(&k.kind, input.kind) {
+                matched |= k.matched;
+            }
+        }
         Candidates {
             mask,
+            matched,
             unindexed: 0..0,
         }
     }
 }
 
-/// Indexes of candidate rules, in order; its exact length lets a policy's
-/// response be allocated once.
+/// Indexes of candidate rules, in order, each told whether the kind alone
+/// matched it; its exact length lets a policy's response be allocated once.
 #[derive(Debug, Clone)]
 pub struct Candidates {
     mask: u64,
+    matched: u64,
     /// Every rule, when the policy has too many to index.
     unindexed: std::ops::Range<usize>,
 }
 
-impl Iterator for Candidates {
-    type Item = usize;
+/// A candidate rule: its index, and whether the request matched it by its
+/// kind alone (its `match` and `exclude` need no check).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Candidate {
+    pub index: usize,
+    pub matched: bool,
+}
 
-    fn next(&mut self) -> Option<usize> {
+impl Iterator for Candidates {
+    type Item = Candidate;
+
+    fn next(&mut self) -> Option<Candidate> {
         if self.mask == 0 {
-            return self.unindexed.next();
+            return self.unindexed.next().map(|index| Candidate {
+                index,
+                matched: false,
+            });
         }
-        let i = self.mask.trailing_zeros() as usize;
+        let index = self.mask.trailing_zeros() as usize;
         self.mask &= self.mask - 1;
-        Some(i)
+        Some(Candidate {
+            index,
+            matched: self.matched & (1 << index) != 0,
+        })
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {
@@ -105,7 +158,10 @@ mod tests {
     use crate::policy::load::{LoadedDocument, load_policy_text};
 
     /// A Pod rule's autogen rules are not candidates for a Pod; a rule
-    /// without kinds is a candidate for every kind; order is kept.
+    /// without kinds is a candidate for every kind; order is kept. The
+    /// rules matched by the kind alone are those that check only plain
+    /// kinds and exclude nothing, for a request without a subresource;
+    /// each of them matches such a request of its kinds.
     #[test]
     fn candidates_by_kind() {
         let yaml = "apiVersion: kyverno.io/v1
@@ -122,6 +178,19 @@ spec:
   - name: services
     match: {any: [{resources: {kinds: [Service, Pod]}}]}
     validate: {pattern: {metadata: {name: '?*'}}}
+  - name: pods-in-one-namespace
+    match: {any: [{resources: {kinds: [Pod], namespaces: [web]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+  - name: pods-but-some
+    match: {all: [{resources: {kinds: [Pod]}}]}
+    exclude: {any: [{resources: {names: [web]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+  - name: versioned-pods
+    match: {resources: {kinds: [v1/Pod]}}
+    validate: {pattern: {metadata: {name: '?*'}}}
+  - name: legacy-pods
+    match: {resources: {kinds: [Pod]}}
+    validate: {pattern: {metadata: {name: '?*'}}}
 ";
         let LoadedDocument::Policy(doc) = load_policy_text("p.yaml", yaml)
             .unwrap()
@@ -132,19 +201,61 @@ spec:
             panic!("not a policy");
         };
         let p = CompiledPolicy::compile(&doc).unwrap();
-        let names = |kind: &str| -> Vec<&str> {
+        let user = Default::default();
+        let input = |kind: &'static str, subresource: &'static str| MatchInput {
+            group: "",
+            version: "v1",
+            kind,
+            kind_hash: crate::kinds::kind_hash(kind),
+            subresource,
+            operation: "CREATE",
+            name: "web",
+            generate_name: "",
+            namespace: "default",
+            labels: None,
+            annotations: None,
+            namespace_labels: None,
+            user: &user,
+        };
+        // (rule, matched by kind) of each candidate.
+        let names = |kind: &'static str, subresource: &'static str| -> Vec<(&str, bool)> {
+            let input = input(kind, subresource);
             p.rule_kinds
-                .candidates(kind_hash(kind), p.rules.len())
-                .map(|i| p.rules[i].name.as_str())
+                .candidates(&input, p.rules.len())
+                .map(|c| {
+                    let rule = &p.rules[c.index];
+                    if c.matched {
+                        assert!(rule.selects(&input), "{} selects {kind}", rule.name);
+                    }
+                    (rule.name.as_str(), c.matched)
+                })
                 .collect()
         };
-        assert_eq!(names("Pod"), ["pods", "anything", "services"]);
-        assert_eq!(names("Service"), ["anything", "services"]);
-        assert_eq!(names("ConfigMap"), ["anything"]);
+        assert_eq!(
+            names("Pod", ""),
+            [
+                ("pods", true),
+                ("anything", false),
+                ("services", true),
+                ("pods-in-one-namespace", false),
+                ("pods-but-some", false),
+                ("versioned-pods", false),
+                ("legacy-pods", true),
+            ]
+        );
+        let on_pods = names("Pod", "exec");
+        assert_eq!(on_pods.len(), 7);
+        assert!(on_pods.iter().all(|(_, matched)| !matched), "{on_pods:?}");
+        assert_eq!(
+            names("Service", ""),
+            [("anything", false), ("services", true)]
+        );
+        assert_eq!(names("ConfigMap", ""), [("anything", false)]);
         // Every rule is a candidate for some kind.
         let all: std::collections::BTreeSet<&str> = ["Pod", "Service", "ConfigMap"]
             .iter()
-            .flat_map(|k| names(k))
+            .flat_map(|k| names(k, ""))
+            .map(|(name, _)| name)
             .collect();
         assert_eq!(all.len(), p.rules.len());
     }
