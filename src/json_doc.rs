@@ -326,7 +326,10 @@ impl<'d> Json<'d> {
             .find(|k| {
                 k.print == print
                     && k.len as usize == want.len()
-                    && &text[k.start as usize..(k.start + k.len) as usize] == want
+                    && crate::text::same_of_one_length(
+                        &text[k.start as usize..(k.start + k.len) as usize],
+                        want,
+                    )
             })
             .map(|k| Json {
                 doc: self.doc,

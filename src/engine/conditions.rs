@@ -393,7 +393,7 @@ fn in_list(values: &Strings, k: &str, plain: bool) -> bool {
         if k_wild || (!plain && wildcard::has_wildcard(v)) {
             wildcard::matches(k, v) || wildcard::matches(v, k)
         } else {
-            k == v
+            crate::text::same(k, v)
         }
     })
 }

@@ -110,7 +110,7 @@ impl<'p> JsonContext<'p> {
     /// Lets the rules evaluated in this request's context use `plan`,
     /// the plan of the policy set they belong to.
     pub fn attach_plan(&mut self, plan: &'p Plan, req: &'p Request) {
-        self.plan = Some(PlanForRequest::new(plan, &req.object));
+        self.plan = Some(PlanForRequest::new(plan, req));
     }
 
     /// The plan attached to this request's context, if any.

@@ -9,12 +9,18 @@
 //! verdict: `pass`, or the path its own walk would fail at, which goes
 //! straight into the rule's message. Patterns the set cannot decide are
 //! evaluated on their own, as before.
+//!
+//! It also holds, per kind name the set's rules list, each policy's
+//! candidate rules for that kind ([`crate::policy::compile::RuleKinds::for_kind`]): a request
+//! finds its kind once, not once per policy.
 
+use super::Request;
 use crate::json_doc::{Document, JsonRef};
 use crate::pattern::set::{Passing, PatternSet};
-use crate::policy::compile::{Pattern, PlanSlot, ValidateRule};
+use crate::policy::compile::{Candidates, Pattern, PlanSlot, PolicySlot, ValidateRule};
 use crate::policy::{CompiledPolicy, RuleBody, ValidateCheck};
 use std::cell::OnceCell;
+use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Plans get distinct ids, so that a pattern's slot names the plan it was
@@ -29,7 +35,18 @@ pub struct Plan {
     /// group of each rule it evaluates, so the patterns of rules for other
     /// kinds (a Pod policy's autogen rules) cost it nothing.
     groups: Vec<PatternSet>,
+    /// Per kind name some rule lists, each policy's candidate rules and
+    /// those the kind alone matches ([`crate::policy::compile::RuleKinds::for_kind`]), by the
+    /// policy's [`PolicySlot`] index; `None` for a policy with too many
+    /// rules to index.
+    kinds: BTreeMap<Box<str>, Box<[KindMasks]>>,
+    /// The same for every other kind: the rules that list no kinds.
+    other_kinds: Box<[KindMasks]>,
 }
+
+/// A policy's candidate rules for a kind, and those the kind alone
+/// matches, as masks ([`crate::policy::compile::RuleKinds::for_kind`]).
+type KindMasks = Option<(u64, u64)>;
 
 impl Plan {
     /// Plans `policies`: numbers their top-level validate patterns (and
@@ -41,7 +58,7 @@ impl Plan {
         let id = NEXT_PLAN.fetch_add(1, Ordering::Relaxed);
         let mut kinds_of_group: Vec<Option<Vec<String>>> = Vec::new();
         let mut groups: Vec<PatternSet> = Vec::new();
-        for policy in policies {
+        for policy in policies.iter_mut() {
             for rule in &mut policy.rules {
                 let RuleBody::Validate(ValidateRule { check, .. }) = &mut rule.body else {
                     continue;
@@ -76,7 +93,28 @@ impl Plan {
                 }
             }
         }
-        Plan { id, groups }
+        let mut kinds = BTreeMap::new();
+        for policy in policies.iter() {
+            for kind in policy.rule_kinds.kinds() {
+                if !kinds.contains_key(kind) {
+                    let masks = policies.iter().map(|p| p.rule_kinds.for_kind(kind));
+                    kinds.insert(kind.into(), masks.collect());
+                }
+            }
+        }
+        // No rule names the empty kind: its masks are the kindless rules'.
+        let other_kinds = policies.iter().map(|p| p.rule_kinds.for_kind("")).collect();
+        for (index, policy) in policies.iter_mut().enumerate() {
+            policy.plan_slot = u32::try_from(index)
+                .ok()
+                .map(|index| PolicySlot { plan: id, index });
+        }
+        Plan {
+            id,
+            groups,
+            kinds,
+            other_kinds,
+        }
     }
 
     /// The number of patterns the plan decides.
@@ -90,18 +128,43 @@ impl Plan {
 pub struct PlanForRequest<'p> {
     plan: &'p Plan,
     object: &'p Document,
+    /// The request's kind, and each policy's masks for it.
+    kind: &'p str,
+    kind_masks: &'p [KindMasks],
+    /// Whether the request is for a subresource, which no rule is matched
+    /// for by its kind alone.
+    subresource: bool,
     /// One cell per group, made when a planned pattern is first read: a
     /// request that evaluates none allocates nothing.
     passing: OnceCell<Box<[OnceCell<Passing>]>>,
 }
 
 impl<'p> PlanForRequest<'p> {
-    pub fn new(plan: &'p Plan, object: &'p Document) -> PlanForRequest<'p> {
+    pub fn new(plan: &'p Plan, req: &'p Request) -> PlanForRequest<'p> {
+        let kind = req.gvk.kind.as_str();
         PlanForRequest {
             plan,
-            object,
+            object: &req.object,
+            kind,
+            kind_masks: plan.kinds.get(kind).unwrap_or(&plan.other_kinds),
+            subresource: !req.subresource.is_empty(),
             passing: OnceCell::new(),
         }
+    }
+
+    /// The candidate rules of `policy` for a request of `kind`, as
+    /// [`crate::policy::compile::RuleKinds::candidates`] gives them; `None` when the plan did not
+    /// number the policy or `kind` is not the request's.
+    pub fn candidates(&self, policy: &CompiledPolicy, kind: &str) -> Option<Candidates> {
+        let slot = policy.plan_slot.filter(|s| s.plan == self.plan.id)?;
+        if !std::ptr::eq(kind, self.kind) {
+            return None;
+        }
+        let (mask, matched) = (*self.kind_masks.get(slot.index as usize)?)?;
+        Some(Candidates::of_masks(
+            mask,
+            if self.subresource { 0 } else { matched },
+        ))
     }
 
     /// What the plan says of pattern `p` applied to `object`: whether it

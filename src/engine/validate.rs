@@ -107,7 +107,11 @@ pub fn evaluate_policy_observed<'p>(
             rules: Vec::new(),
         };
     }
-    let candidates = policy.rule_kinds.candidates(input, policy.rules.len());
+    // The plan found the request's kind once for every policy.
+    let candidates = match ctx.plan().and_then(|p| p.candidates(policy, input.kind)) {
+        Some(c) => c,
+        None => policy.rule_kinds.candidates(input, policy.rules.len()),
+    };
     // Sized once: most policies answer a request with one rule.
     let mut rules = Vec::with_capacity(candidates.len());
     for Candidate { index, matched } in candidates {
@@ -167,7 +171,12 @@ fn evaluate_rule<'p>(
         }
         RuleBody::Validate(_) => {}
     }
-    let applicable = applicable_exceptions(policy, name, req, ctx, env);
+    // Most sets hold no PolicyExceptions: no call for them.
+    let applicable = if env.exceptions.is_empty() {
+        Vec::new()
+    } else {
+        applicable_exceptions(policy, name, req, ctx, env)
+    };
     let is_pod_security = matches!(&rule.body, RuleBody::Validate(v) if matches!(v.check, ValidateCheck::PodSecurity(_)));
     // Exceptions with podSecurity controls exempt those controls of a
     // podSecurity rule; any other matching exception skips the rule.

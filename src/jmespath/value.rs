@@ -4,6 +4,7 @@
 
 use super::JmesError;
 use crate::json_doc::{Json, JsonRef, Kind, View};
+use crate::text::same;
 use serde_json::Value;
 use std::borrow::Cow;
 
@@ -267,19 +268,19 @@ impl<'p> Scope<'p> {
 
     /// A value that is plain JSON (not the lazy object) by name.
     pub fn get(&self, name: &str) -> Option<JsonRef<'_>> {
-        match self.vars.iter().rev().find(|(k, _)| k == name) {
+        match self.vars.iter().rev().find(|(k, _)| same(k, name)) {
             Some((_, slot)) => Some(slot.get()),
-            None if self.lazy.as_ref().is_some_and(|(k, _)| *k == name) => None,
+            None if self.lazy.as_ref().is_some_and(|(k, _)| same(k, name)) => None,
             None => self.parent.and_then(|p| p.get(name)),
         }
     }
 
     pub fn field(&self, name: &str) -> Option<Val<'_>> {
-        if let Some((_, slot)) = self.vars.iter().rev().find(|(k, _)| k == name) {
+        if let Some((_, slot)) = self.vars.iter().rev().find(|(k, _)| same(k, name)) {
             return Some(slot.val());
         }
         if let Some((k, r)) = &self.lazy
-            && *k == name
+            && same(k, name)
         {
             return Some(Val::Lazy(r));
         }

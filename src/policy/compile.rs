@@ -137,6 +137,14 @@ pub enum PolicyScope {
     Namespaced,
 }
 
+/// A policy's number in a plan: `plan` is the plan's id, so that a
+/// policy copied into another set is not read by this plan's number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicySlot {
+    pub plan: u64,
+    pub index: u32,
+}
+
 /// An immutable, ready-to-evaluate policy.
 #[derive(Debug, Clone)]
 pub struct CompiledPolicy {
@@ -162,6 +170,9 @@ pub struct CompiledPolicy {
     pub rules: Vec<CompiledRule>,
     /// Which rules can match a kind, apart from the rules themselves.
     pub rule_kinds: RuleKinds,
+    /// Where the policy set's plan (`engine::plan`) numbered this policy,
+    /// when it did: the plan then holds its candidate rules per kind.
+    pub plan_slot: Option<PolicySlot>,
     pub exprs: Arc<ExprCache>,
     /// Whether any rule reads the `images` builtin variable, which costs a
     /// parse of every container image to provide.
@@ -362,6 +373,7 @@ impl CompiledPolicy {
             webhook_timeout_seconds: spec.webhook_timeout_seconds,
             apply_one: spec.apply_rules.as_deref() == Some("One"),
             rule_kinds: RuleKinds::of(&rules),
+            plan_slot: None,
             rules,
             exprs: Arc::new(exprs),
             uses_images,

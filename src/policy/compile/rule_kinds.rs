@@ -83,6 +83,27 @@ impl RuleKinds {
         }
     }
 
+    /// The candidate rules for requests of kind `kind` (by name, not
+    /// hash) and those of them the kind alone matches (for a request
+    /// without a subresource), as masks; `None` when the policy has too
+    /// many rules to index. A policy set's plan holds these per kind.
+    pub fn for_kind(&self, kind: &str) -> Option<(u64, u64)> {
+        if self.unindexed {
+            return None;
+        }
+        let mut masks = (self.any, 0);
+        for k in self.by_kind.iter().filter(|k| *k.kind == *kind) {
+            masks.0 |= k.rules;
+            masks.1 |= k.matched;
+        }
+        Some(masks)
+    }
+
+    /// The kind names the rules list.
+    pub fn kinds(&self) -> impl Iterator<Item = &str> {
+        self.by_kind.iter().map(|k| &*k.kind)
+    }
+
     /// The candidate rules for the request `input`, in order.
     pub fn candidates(&self, input: &MatchInput, rule_count: usize) -> Candidates {
         if self.unindexed {
@@ -115,6 +136,18 @@ pub struct Candidates {
     matched: u64,
     /// Every rule, when the policy has too many to index.
     unindexed: std::ops::Range<usize>,
+}
+
+impl Candidates {
+    /// The rules of `mask`, those of `matched` matched by the kind alone
+    /// ([`RuleKinds::for_kind`]).
+    pub fn of_masks(mask: u64, matched: u64) -> Candidates {
+        Candidates {
+            mask,
+            matched,
+            unindexed: 0..0,
+        }
+    }
 }
 
 /// A candidate rule: its index, and whether the request matched it by its
