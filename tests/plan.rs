@@ -215,55 +215,27 @@ fn foreach_deny_decided_on_the_element_answers_as_the_scoped_path() {
         }
         n
     }
-    let env = EvalEnv {
-        resolver: &NoResolver,
-        exceptions: &[],
-        rule_values: &(),
-    };
-    let (mut direct_entries, mut responses, mut failures) = (0, 0, 0);
-    let mut differences = Vec::new();
-    let folders = corpus::documents_by_folder();
-    for (dir, docs) in &folders {
-        let direct = compiled_policies(docs);
-        let mut on_scopes = direct.clone();
-        let mut entries = 0;
-        for policy in &mut on_scopes {
-            for rule in &mut policy.rules {
-                if let RuleBody::Validate(ValidateRule {
-                    check: ValidateCheck::Foreach(list),
-                    ..
-                }) = &mut rule.body
-                {
-                    entries += scoped(list);
+    let (direct_entries, responses, failures) = answers_alike(
+        |policies| {
+            let mut entries = 0;
+            for policy in policies {
+                for rule in &mut policy.rules {
+                    if let RuleBody::Validate(ValidateRule {
+                        check: ValidateCheck::Foreach(list),
+                        ..
+                    }) = &mut rule.body
+                    {
+                        entries += scoped(list);
+                    }
                 }
             }
-        }
-        if entries == 0 {
-            continue;
-        }
-        direct_entries += entries;
-        for resource in resources_under(&folders, dir) {
-            each_request(resource, |operation, req| {
-                let want = evaluate(&on_scopes, req, &env);
-                let got = evaluate(&direct, req, &env);
-                for r in want.iter().flat_map(|p| &p.rules) {
-                    responses += 1;
-                    failures += usize::from(r.status == RuleStatus::Fail);
-                }
-                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
-                if want != got {
-                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
-                    differences.push(format!(
-                        "{operation} {name}:\n--- scoped\n{want}\n--- direct\n{got}"
-                    ));
-                }
-            });
-        }
-    }
+            entries
+        },
+        ("scoped", "direct"),
+    );
     eprintln!(
         "{direct_entries} foreach entries decided directly; {responses} rule responses, {failures} failures"
     );
-    assert_none(&differences, 3);
     assert!(
         direct_entries >= MIN_DIRECT_FOREACH,
         "{direct_entries} entries"
@@ -301,54 +273,26 @@ fn streamed_conditions_answer_as_rendered_ones() {
             _ => 0,
         }
     }
-    let env = EvalEnv {
-        resolver: &NoResolver,
-        exceptions: &[],
-        rule_values: &(),
-    };
-    let (mut streamed_conditions, mut responses, mut failures) = (0, 0, 0);
-    let mut differences = Vec::new();
-    let folders = corpus::documents_by_folder();
-    for (dir, docs) in &folders {
-        let streamed = compiled_policies(docs);
-        let mut on_render = streamed.clone();
-        let mut conditions = 0;
-        for policy in &mut on_render {
-            for rule in &mut policy.rules {
-                if let Ok(Some(pre)) = &mut rule.preconditions {
-                    conditions += rendered(pre);
-                }
-                if let RuleBody::Validate(v) = &mut rule.body {
-                    conditions += rendered_check(&mut v.check);
+    let (streamed_conditions, responses, failures) = answers_alike(
+        |policies| {
+            let mut conditions = 0;
+            for policy in policies {
+                for rule in &mut policy.rules {
+                    if let Ok(Some(pre)) = &mut rule.preconditions {
+                        conditions += rendered(pre);
+                    }
+                    if let RuleBody::Validate(v) = &mut rule.body {
+                        conditions += rendered_check(&mut v.check);
+                    }
                 }
             }
-        }
-        if conditions == 0 {
-            continue;
-        }
-        streamed_conditions += conditions;
-        for resource in resources_under(&folders, dir) {
-            each_request(resource, |operation, req| {
-                let want = evaluate(&on_render, req, &env);
-                let got = evaluate(&streamed, req, &env);
-                for r in want.iter().flat_map(|p| &p.rules) {
-                    responses += 1;
-                    failures += usize::from(r.status == RuleStatus::Fail);
-                }
-                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
-                if want != got {
-                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
-                    differences.push(format!(
-                        "{operation} {name}:\n--- rendered\n{want}\n--- streamed\n{got}"
-                    ));
-                }
-            });
-        }
-    }
+            conditions
+        },
+        ("rendered", "streamed"),
+    );
     eprintln!(
         "{streamed_conditions} conditions streamed; {responses} rule responses, {failures} failures"
     );
-    assert_none(&differences, 3);
     assert!(
         streamed_conditions >= MIN_STREAMED_CONDITIONS,
         "{streamed_conditions} conditions"
@@ -361,6 +305,56 @@ const MIN_STREAMED_FAILURES: usize = 1_000;
 
 const MIN_DIRECT_FOREACH: usize = 15;
 const MIN_DIRECT_FOREACH_FAILURES: usize = 520;
+
+/// Each corpus folder's classic policies as compiled, against a reference
+/// copy that `change` makes of them (turning a direct path off) and
+/// tells how many places it changed: where it changed any, both copies
+/// evaluated on the folder's resources, six requests each, must give the
+/// same responses. `sides` name the reference and the compiled copy in
+/// the differences shown. Returns the places changed, the rule responses
+/// compared and how many of them are failures.
+fn answers_alike(
+    change: impl Fn(&mut [CompiledPolicy]) -> usize,
+    sides: (&str, &str),
+) -> (usize, usize, usize) {
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let (mut changed, mut responses, mut failures) = (0, 0, 0);
+    let mut differences = Vec::new();
+    let folders = corpus::documents_by_folder();
+    for (dir, docs) in &folders {
+        let compiled = compiled_policies(docs);
+        let mut reference = compiled.clone();
+        let places = change(&mut reference);
+        if places == 0 {
+            continue;
+        }
+        changed += places;
+        for resource in resources_under(&folders, dir) {
+            each_request(resource, |operation, req| {
+                let want = evaluate(&reference, req, &env);
+                let got = evaluate(&compiled, req, &env);
+                for r in want.iter().flat_map(|p| &p.rules) {
+                    responses += 1;
+                    failures += usize::from(r.status == RuleStatus::Fail);
+                }
+                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+                if want != got {
+                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+                    differences.push(format!(
+                        "{operation} {name}:\n--- {}\n{want}\n--- {}\n{got}",
+                        sides.0, sides.1
+                    ));
+                }
+            });
+        }
+    }
+    assert_none(&differences, 3);
+    (changed, responses, failures)
+}
 
 /// Fails with the first `shown` of `differences` and their count, if any.
 fn assert_none(differences: &[String], shown: usize) {
