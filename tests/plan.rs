@@ -163,14 +163,13 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
                         }
                     }
                 }
-                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
-                if want != got {
-                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
-                    differences.push(format!(
-                        "{} {operation} {name}:\n--- without\n{want}\n--- with the plan\n{got}",
-                        dir.display()
-                    ));
-                }
+                let heading = format!("{} {operation}", dir.display());
+                differences.extend(difference(
+                    &heading,
+                    resource,
+                    ("without", &want),
+                    ("with the plan", &got),
+                ));
             });
         }
     }
@@ -341,19 +340,31 @@ fn answers_alike(
                     responses += 1;
                     failures += usize::from(r.status == RuleStatus::Fail);
                 }
-                let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
-                if want != got {
-                    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
-                    differences.push(format!(
-                        "{operation} {name}:\n--- {}\n{want}\n--- {}\n{got}",
-                        sides.0, sides.1
-                    ));
-                }
+                differences.extend(difference(
+                    operation,
+                    resource,
+                    (sides.0, &want),
+                    (sides.1, &got),
+                ));
             });
         }
     }
     assert_none(&differences, 3);
     (changed, responses, failures)
+}
+
+/// Two evaluations of `resource` side by side (`{:#?}` of each, under
+/// its label), when they differ, for [`assert_none`].
+fn difference(
+    heading: &str,
+    resource: &Value,
+    (want_label, want): (&str, &dyn std::fmt::Debug),
+    (got_label, got): (&str, &dyn std::fmt::Debug),
+) -> Option<String> {
+    let (want, got) = (format!("{want:#?}"), format!("{got:#?}"));
+    let name = resource.pointer("/metadata/name").unwrap_or(&Value::Null);
+    (want != got)
+        .then(|| format!("{heading} {name}:\n--- {want_label}\n{want}\n--- {got_label}\n{got}"))
 }
 
 /// Fails with the first `shown` of `differences` and their count, if any.

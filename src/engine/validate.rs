@@ -116,8 +116,8 @@ pub fn evaluate_policy_observed<'p>(
     let mut rules = Vec::with_capacity(candidates.len());
     for Candidate { index, matched } in candidates {
         // The index already left out rules of other kinds, and matched
-        // those its kind alone matches; on a hash collision, and for any
-        // other rule, the match below decides.
+        // those its kind alone matches; for any other rule the match below
+        // decides.
         let rule = &policy.rules[index];
         if !matched
             && (!rule.match_resources.matches(input)

@@ -101,10 +101,17 @@ impl Walk {
     /// value is an error (`keys(@)` of a non-object), and the interpreter
     /// must evaluate it.
     pub(super) fn eval<'a>(&'a self, root: Val<'a>) -> Option<Val<'a>> {
-        match self.json_start(root)? {
-            (JsonRef::Value(v), skip) => self.value_from(v, skip),
-            (JsonRef::Doc(j), skip) => self.value_from(j, skip),
+        let (start, skip) = self.json_start(root)?;
+        match start {
+            JsonRef::Value(v) => self.value_from(v, skip),
+            JsonRef::Doc(j) => self.value_from(j, skip),
         }
+    }
+
+    /// Where the walk starts when its first key, `name`, is bound to
+    /// `value` (a foreach scope's `element`): `value`, past that key.
+    fn bound_start<'a>(&self, name: &str, value: JsonRef<'a>) -> Option<(JsonRef<'a>, usize)> {
+        self.starts_at(name).then_some((value, 1))
     }
 
     /// Where the walk reaches JSON from `root`, and how many of its first
@@ -139,10 +146,7 @@ impl Walk {
         root: Val<'a>,
         each: &mut dyn FnMut(&str),
     ) -> Option<Streamed<'a>> {
-        match self.json_start(root)? {
-            (JsonRef::Value(v), skip) => self.stream_from(v, skip, each),
-            (JsonRef::Doc(j), skip) => self.stream_from(j, skip, each),
-        }
+        self.stream_at(self.json_start(root)?, each)
     }
 
     /// [`Walk::stream`] with the walk's first key bound to `value`, as
@@ -153,12 +157,17 @@ impl Walk {
         value: JsonRef<'a>,
         each: &mut dyn FnMut(&str),
     ) -> Option<Streamed<'a>> {
-        if !self.starts_at(name) {
-            return None;
-        }
-        match value {
-            JsonRef::Value(v) => self.stream_from(v, 1, each),
-            JsonRef::Doc(j) => self.stream_from(j, 1, each),
+        self.stream_at(self.bound_start(name, value)?, each)
+    }
+
+    fn stream_at<'a>(
+        &'a self,
+        (start, skip): (JsonRef<'a>, usize),
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        match start {
+            JsonRef::Value(v) => self.stream_from(v, skip, each),
+            JsonRef::Doc(j) => self.stream_from(j, skip, each),
         }
     }
 
@@ -173,9 +182,10 @@ impl Walk {
         root: Val<'a>,
         each: &mut dyn FnMut(JsonRef<'a>),
     ) -> Option<usize> {
-        match self.json_start(root)? {
-            (JsonRef::Value(v), skip) => self.nodes_from(v, skip, each),
-            (JsonRef::Doc(j), skip) => self.nodes_from(j, skip, each),
+        let (start, skip) = self.json_start(root)?;
+        match start {
+            JsonRef::Value(v) => self.nodes_from(v, skip, each),
+            JsonRef::Doc(j) => self.nodes_from(j, skip, each),
         }
     }
 
@@ -241,12 +251,10 @@ impl Walk {
     /// scope's `element`), evaluated on `value` without the scope; `None`
     /// when the walk starts at another key or its value is an error.
     pub(super) fn eval_bound<'a>(&'a self, name: &str, value: JsonRef<'a>) -> Option<Val<'a>> {
-        if !self.starts_at(name) {
-            return None;
-        }
-        match value {
-            JsonRef::Value(v) => self.value_from(v, 1),
-            JsonRef::Doc(j) => self.value_from(j, 1),
+        let (start, skip) = self.bound_start(name, value)?;
+        match start {
+            JsonRef::Value(v) => self.value_from(v, skip),
+            JsonRef::Doc(j) => self.value_from(j, skip),
         }
     }
 

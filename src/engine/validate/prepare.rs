@@ -143,19 +143,18 @@ pub fn eval_conditions(
         let streamed = decide_streamed(cond, |t, each| {
             t.expression(delete)?.stream_strings(ctx.root(), each)
         });
-        if let Some(result) = streamed {
-            if let Some(id) = cond.memo {
-                ctx.memo_put(id, result);
+        let result = match streamed {
+            Some(result) => result,
+            None => {
+                let key = sub
+                    .render(&cond.key)
+                    .map_err(|e| format!("failed to substitute variables in condition key: {e}"))?;
+                let value = sub.render(&cond.value).map_err(|e| {
+                    format!("failed to substitute variables in condition value: {e}")
+                })?;
+                conditions::evaluate_vals(op, &key, &value, cond.value_is_plain_list)
             }
-            return Ok(result);
-        }
-        let key = sub
-            .render(&cond.key)
-            .map_err(|e| format!("failed to substitute variables in condition key: {e}"))?;
-        let value = sub
-            .render(&cond.value)
-            .map_err(|e| format!("failed to substitute variables in condition value: {e}"))?;
-        let result = conditions::evaluate_vals(op, &key, &value, cond.value_is_plain_list);
+        };
         if let Some(id) = cond.memo {
             ctx.memo_put(id, result);
         }

@@ -9,9 +9,8 @@ use crate::text;
 /// The rules that can match a kind, as bit masks over the first 64 rules
 /// kept apart from the (large) rules: a request skips the rules of other
 /// kinds, typically the autogen rules of a Pod policy, without reading
-/// them. A hash match is only a candidate; the rule's kinds still decide,
-/// unless the kind's name is the request's and the rule is one the kind
-/// alone matches.
+/// them. A candidate's match still decides, unless the rule is one the
+/// kind alone matches.
 #[derive(Debug, Clone, Default)]
 pub struct RuleKinds {
     /// Rules without a kinds list (any kind).
@@ -83,20 +82,12 @@ impl RuleKinds {
         }
     }
 
-    /// The candidate rules for requests of kind `kind` (by name, not
-    /// hash) and those of them the kind alone matches (for a request
-    /// without a subresource), as masks; `None` when the policy has too
-    /// many rules to index. A policy set's plan holds these per kind.
+    /// The candidate rules for requests of kind `kind` and those of them
+    /// the kind alone matches (for a request without a subresource), as
+    /// masks; `None` when the policy has too many rules to index. A
+    /// policy set's plan holds these per kind.
     pub fn for_kind(&self, kind: &str) -> Option<(u64, u64)> {
-        if self.unindexed {
-            return None;
-        }
-        let mut masks = (self.any, 0);
-        for k in self.by_kind.iter().filter(|k| *k.kind == *kind) {
-            masks.0 |= k.rules;
-            masks.1 |= k.matched;
-        }
-        Some(masks)
+        (!self.unindexed).then(|| self.masks(kind, crate::kinds::kind_hash(kind)))
     }
 
     /// The kind names the rules list.
@@ -113,18 +104,28 @@ impl RuleKinds {
                 unindexed: 0..rule_count,
             };
         }
-        let (mut mask, mut matched) = (self.any, 0);
-        for k in self.by_kind.iter().filter(|k| k.hash == input.kind_hash) {
-            mask |= k.rules;
-            if input.subresource.is_empty() && text::same(&k.kind, input.kind) {
-                matched |= k.matched;
-            }
+        let (mask, matched) = self.masks(input.kind, input.kind_hash);
+        let matched = if input.subresource.is_empty() {
+            matched
+        } else {
+            0
+        };
+        Candidates::of_masks(mask, matched)
+    }
+
+    /// [`RuleKinds::for_kind`] of a kind and its hash, which rules out
+    /// most entries before their names are compared.
+    fn masks(&self, kind: &str, hash: u64) -> (u64, u64) {
+        let mut masks = (self.any, 0);
+        for k in self
+            .by_kind
+            .iter()
+            .filter(|k| k.hash == hash && text::same(&k.kind, kind))
+        {
+            masks.0 |= k.rules;
+            masks.1 |= k.matched;
         }
-        Candidates {
-            mask,
-            matched,
-            unindexed: 0..0,
-        }
+        masks
     }
 }
 
