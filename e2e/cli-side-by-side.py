@@ -9,7 +9,7 @@
 `kyverno-cli-corpus.md` and `cli-corpus-rounds.json`: the kyverno-test.yaml
 files Kyverno's developers wrote for every policy kind and test field.
 Kyverno's summaries also go to tests/kyverno_cli_corpus.json, which
-`cargo test --test kyverno_cli_corpus` holds gavel to (its floor, the
+`cargo test --test integration -- kyverno_cli_corpus::` holds gavel to (its floor, the
 number of directories that agree, only goes up).
 
 Kyverno's CLI (kubectl-kyverno, built from its module by

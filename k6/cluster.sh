@@ -39,6 +39,6 @@ out=$(cd "$out" && pwd)
 write_environment "$out/environment.json" "${GAVEL_SCALE_NODES:-1000}"
 
 GAVEL_SCALE_OUT="$out" K6="$venv/bin/k6" \
-  cargo test --release --test scale -- --ignored --nocapture scale_run
+  cargo test --release --test integration -- --ignored --nocapture scale::scale_run
 "$venv/bin/python" k6/scale-report.py "$out"
 echo "report: $out/README.md"

@@ -26,6 +26,6 @@ out=${GAVEL_REPORTS_OUT:-perf-results/$version/reports-scan}
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
 write_environment "$out/environment.json" 1
-GAVEL_REPORTS_OUT="$out" cargo test --release --test reports_scale -- --ignored --nocapture reports_scan_at_scale
+GAVEL_REPORTS_OUT="$out" cargo test --release --test integration -- --ignored --nocapture reports_scale::reports_scan_at_scale
 "$venv/bin/python" k6/reports-report.py "$out"
 echo "report: $out/README.md"

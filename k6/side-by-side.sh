@@ -52,5 +52,5 @@ out=$(cd "$out" && pwd)
 write_environment "$out/environment.json" "${GAVEL_SBS_NODES:-1000}" kyverno="$KYVERNO_VERSION" policies="$policies"
 
 GAVEL_SBS_OUT="$out" K6="$venv/bin/k6" \
-  cargo test --release --test side_by_side -- --ignored --nocapture side_by_side >&2
+  cargo test --release --test integration -- --ignored --nocapture side_by_side::side_by_side >&2
 "$venv/bin/python" k6/side-by-side-report.py "$out"

@@ -6,7 +6,7 @@
 //! watches objects appear, change and disappear in the API server as
 //! Kyverno's documentation says they do.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -35,6 +35,7 @@ rbac:
 
 #[test]
 fn generate_on_a_real_control_plane() {
+    let _heavy = support::heavy();
     let dir = temp_dir("background");
     let cluster = RealCluster::start(&dir.join("cluster"), 2);
     install_kyverno_crds(&cluster);

@@ -21,7 +21,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-mod corpus;
+use crate::corpus;
 
 /// Floors, from the run that introduced the direct evaluator.
 const MIN_EXPRESSIONS: usize = 598;

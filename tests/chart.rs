@@ -6,7 +6,7 @@
 //! only flags `gavel serve` knows.
 //! The strategic-merge table generated from those schemas is checked too.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

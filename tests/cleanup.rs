@@ -8,7 +8,7 @@
 //! killed in the middle of a run leaves the rest to the next one, and no
 //! object is deleted twice.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -35,6 +35,7 @@ rbac:
 
 #[test]
 fn cleanup_on_a_real_control_plane() {
+    let _heavy = support::heavy();
     let dir = temp_dir("cleanup");
     let cluster = RealCluster::start(&dir.join("cluster"), 1);
     install_kyverno_crds(&cluster);

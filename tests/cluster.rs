@@ -1,6 +1,6 @@
 //! Cluster mode against the Kubernetes API test server in `tests/support/`.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::path::Path;
@@ -1195,7 +1195,7 @@ fn kubectl_speaks_to_test_server() {
 /// about 1 KiB of data and 10,000 Namespaces, synced through the test
 /// server. Prints gavel's RSS against the raw JSON size of the cached
 /// objects, and the time to sync. Run with
-/// `cargo test --release --test cluster stores_at_scale -- --ignored --nocapture`.
+/// `cargo test --release --test integration -- --ignored --nocapture cluster::stores_at_scale`.
 #[test]
 #[ignore]
 fn stores_at_scale() {

@@ -7,7 +7,7 @@
 //! apply` runs, and every difference from Kyverno's recorded answer must be
 //! explained in docs/compatibility.md, as in the full 10,000-pair run.
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -30,7 +30,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-mod corpus;
+use crate::corpus;
 
 const MIN_PATTERNS: usize = 152;
 const MIN_PATTERN_EVALUATIONS: usize = 1882;

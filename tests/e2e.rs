@@ -10,7 +10,7 @@
 //! about half a minute of the machine's two cores); each step says what it
 //! proves and what it measured.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::process::Command;
@@ -34,6 +34,7 @@ const LEASES: [&str; 6] = [
 
 #[test]
 fn gavel_on_a_real_control_plane() {
+    let _heavy = support::heavy();
     let dir = temp_dir("e2e");
     let cluster = RealCluster::start(&dir.join("cluster"), 10);
     install_kyverno_crds(&cluster);

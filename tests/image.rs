@@ -4,7 +4,7 @@
 //! binary in it serves admission reviews as the image's user, with the
 //! layer's files alone (a chroot into the unpacked layer).
 
-mod support;
+use crate::support;
 
 use serde_json::Value;
 use std::path::{Path, PathBuf};

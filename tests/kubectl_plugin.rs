@@ -2,7 +2,7 @@
 //! the real kubectl's plugin mechanism (an executable named
 //! `kubectl-gavel` on PATH), and shell completions from `gavel completion`.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use support::gavel::{examples, temp_dir};

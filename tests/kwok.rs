@@ -2,7 +2,7 @@
 //! valid Kubernetes 1.33 objects (kubernetes-validate, strict), and there
 //! are as many as asked for.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 

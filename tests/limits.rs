@@ -7,7 +7,7 @@
 //! HTTP/2 is spoken here frame by frame, since no client library lets a
 //! test stall in the middle of a frame.
 
-mod support;
+use crate::support;
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::TcpStream;

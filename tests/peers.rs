@@ -5,8 +5,7 @@
 //! the documented Gatekeeper/PSS differences of
 //! `../shared/peers/gatekeeper-psp/README.md`. Anything else fails.
 
-#[path = "support/gatekeeper.rs"]
-mod gatekeeper;
+use crate::support::gatekeeper;
 
 use gatekeeper::{Constraint, controls, kyverno_pods, review, shared};
 use gavel::context::NoResolver;

@@ -34,7 +34,7 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-mod corpus;
+use crate::corpus;
 
 const MIN_PATTERNS: usize = 152;
 const MIN_PLANNED_PATTERNS: usize = 137;

@@ -12,7 +12,7 @@
 //! `k6/reports-report.py` turns it into the report and plots.
 //! GAVEL_REPORTS_RESOURCES sets N.
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -62,6 +62,7 @@ fn minus(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> Value
 #[test]
 #[ignore = "a benchmark of several minutes on the real control plane: run k6/reports-scan.sh"]
 fn reports_scan_at_scale() {
+    let _heavy = support::heavy();
     let out =
         std::path::PathBuf::from(std::env::var("GAVEL_REPORTS_OUT").expect("GAVEL_REPORTS_OUT"));
     let n: usize = std::env::var("GAVEL_REPORTS_RESOURCES")

@@ -19,7 +19,7 @@
 //! ("100/1000 200/5000 500/10000": VUs/Pods), GAVEL_SCALE_REPLICAS ("0 1 3":
 //! non-decreasing, 0 is the no-webhook baseline).
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -39,6 +39,7 @@ const GAVEL_SERIES: [&str; 2] = [
 #[test]
 #[ignore = "a benchmark of 10-20 minutes on the real control plane: run k6/cluster.sh"]
 fn scale_run() {
+    let _heavy = support::heavy();
     let config = Config::from_env();
     let dir = temp_dir("scale");
     let cluster = RealCluster::start(&dir.join("cluster"), config.nodes);

@@ -1,7 +1,7 @@
 //! `gavel serve` end to end: the real binary over real TLS, driven by the
 //! real `curl` client with the generated CA.
 
-mod support;
+use crate::support;
 
 use std::process::Command;
 use std::time::{Duration, Instant};

@@ -23,7 +23,7 @@
 //! ClusterPolicies; `validatingpolicy`: the policy library's 16 Pod Security
 //! ValidatingPolicies from ../shared/conformance, switched from Audit to Deny).
 
-mod support;
+use crate::support;
 
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -44,6 +44,7 @@ const ENGINE_SERIES: [&str; 2] = [
 #[test]
 #[ignore = "a benchmark on the real control plane: run k6/side-by-side.sh"]
 fn side_by_side() {
+    let _heavy = support::heavy();
     assert!(
         kyverno::built(),
         "Kyverno is not built: run e2e/cluster.sh build kyverno"

@@ -1,7 +1,6 @@
 //! The policy corpora the differential tests read: `../shared/conformance`
 //! and `examples/`, as parsed YAML documents grouped by folder, and what
-//! those tests share about them. Each test compiles this module on its own
-//! and uses only part of it.
+//! those tests share about them. Each test module uses only part of it.
 #![allow(dead_code)]
 
 use gavel::engine::Request;
