@@ -220,6 +220,7 @@ fn evaluate_rule<'p>(
     let mut rv = RuleValidator {
         rule: name,
         pass: &rule.pass_message,
+        any_pattern_pass: &rule.any_pattern_pass_messages,
         v,
         exprs,
         nesting: 0,
@@ -272,6 +273,8 @@ struct RuleValidator<'a, 'p> {
     /// The rule's name and pass message, which responses borrow.
     rule: &'p str,
     pass: &'p str,
+    /// The message of each anyPattern alternative that passes, by index.
+    any_pattern_pass: &'p [String],
     v: &'a ValidateRule,
     exprs: &'a ExprCache,
     nesting: usize,

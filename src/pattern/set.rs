@@ -143,26 +143,27 @@ impl<'s> Walk<'s> {
     /// the pattern's own order is kept: the one its walk reports.
     #[cold]
     fn fail(&mut self, pattern: u32, key: Option<u32>, key_in_path: bool) {
-        self.out.failed[(pattern / 64) as usize] |= 1 << (pattern % 64);
-        let keys = &self.set.keys;
-        let rank = |s: Step| match s {
-            Step::Key(k) => keys[k as usize].ordinal(pattern),
-            Step::Index(i) => i as u32,
+        let (word, bit) = ((pattern / 64) as usize, 1 << (pattern % 64));
+        // A pattern's first failure is recorded as it is; only a later one
+        // (the same alternative failing on another container) is ranked
+        // against the one held.
+        let known = match self.out.failed[word] & bit {
+            0 => None,
+            _ => self
+                .out
+                .first_failures
+                .iter()
+                .position(|f| f.pattern == pattern),
         };
-        let here = self.steps.iter().copied().chain(key.map(Step::Key));
-        let known = self
-            .out
-            .first_failures
-            .iter()
-            .position(|f| f.pattern == pattern);
+        self.out.failed[word] |= bit;
         if let Some(i) = known {
             let f = &self.out.first_failures[i];
             let before = self.out.steps[f.steps.clone()]
                 .iter()
                 .copied()
                 .chain(f.key.map(Step::Key));
-            // Prefixes come first, as a map's own check precedes its keys'.
-            if before.map(rank).le(here.map(rank)) {
+            let here = self.steps.iter().copied().chain(key.map(Step::Key));
+            if self.set.comes_first(pattern, before, here) {
                 return;
             }
         }
@@ -273,6 +274,36 @@ impl PatternSet {
             path.push('/');
         }
         Some(path)
+    }
+}
+
+impl PatternSet {
+    /// Whether `pattern`'s own walk meets the failure at path `a` no later
+    /// than the one at `b`: their steps compared by their places in the
+    /// pattern's order, as a list (a prefix comes first, as a map's own
+    /// check precedes its keys'). Steps the two share rank alike and are
+    /// passed over without looking their places up.
+    fn comes_first(
+        &self,
+        pattern: u32,
+        mut a: impl Iterator<Item = Step>,
+        mut b: impl Iterator<Item = Step>,
+    ) -> bool {
+        let rank = |s: Step| match s {
+            Step::Key(k) => self.keys[k as usize].ordinal(pattern),
+            Step::Index(i) => i as u32,
+        };
+        loop {
+            match (a.next(), b.next()) {
+                (None, _) => return true,
+                (Some(_), None) => return false,
+                (Some(x), Some(y)) if x == y => {}
+                (Some(x), Some(y)) => match rank(x).cmp(&rank(y)) {
+                    std::cmp::Ordering::Equal => {}
+                    order => return order.is_lt(),
+                },
+            }
+        }
     }
 }
 

@@ -76,6 +76,11 @@ pub struct CompiledRule {
     /// podSecurity rules, as Kyverno's handlers word them), built once here
     /// rather than for every passing request.
     pub pass_message: String,
+    /// "validation rule '<name>' anyPattern[<i>] passed." for each
+    /// alternative of the rule's anyPattern, built once like
+    /// `pass_message`; empty for other rules. The text names only the rule
+    /// and the index, so an anyPattern in a foreach reads it too.
+    pub any_pattern_pass_messages: Box<[String]>,
     /// Kinds the rule can match at all (from `match`); a cheap first filter.
     pub kinds: Option<Vec<String>>,
     pub match_resources: CompiledMatch,
@@ -439,6 +444,7 @@ fn compile_rule(
         kinds: match_resources.possible_kinds(),
         name: rule.name.clone(),
         pass_message: pass_message(&rule.name, &body),
+        any_pattern_pass_messages: any_pattern_pass_messages(&rule.name, &body),
         match_resources,
         exclude,
         context: rule.context.clone(),
@@ -462,6 +468,19 @@ fn pass_message(rule: &str, body: &RuleBody) -> String {
             format!("Validation rule '{rule}' passed.")
         }
         _ => format!("validation rule '{rule}' passed."),
+    }
+}
+
+/// [`CompiledRule::any_pattern_pass_messages`].
+fn any_pattern_pass_messages(rule: &str, body: &RuleBody) -> Box<[String]> {
+    match body {
+        RuleBody::Validate(ValidateRule {
+            check: ValidateCheck::AnyPattern(alternatives),
+            ..
+        }) => (0..alternatives.len())
+            .map(|i| format!("validation rule '{rule}' anyPattern[{i}] passed."))
+            .collect(),
+        _ => Box::default(),
     }
 }
 

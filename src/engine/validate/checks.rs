@@ -177,6 +177,9 @@ impl<'p> RuleValidator<'_, 'p> {
     }
 
     fn any_pattern_passed(&self, index: usize) -> RuleResponse<'p> {
+        if let Some(message) = self.any_pattern_pass.get(index) {
+            return self.respond(RuleStatus::Pass, message.as_str());
+        }
         let index = IndexText::new(index);
         self.respond(
             RuleStatus::Pass,
