@@ -325,3 +325,53 @@ fn pattern_messages() {
         );
     }
 }
+
+/// A passing anyPattern names the alternative that passed, in Kyverno's
+/// words (worded when the rule compiles). In a foreach the elements'
+/// anyPattern answers are the entry's own, and the rule passes as Kyverno's
+/// foreach handler words it.
+#[test]
+fn any_pattern_pass_messages_name_the_alternative() {
+    let messages = |rule_body: &str| -> Vec<(RuleStatus, String)> {
+        let (policies, _) = load(&policy(rule_body));
+        let object: Value = parse_yaml_documents("r.yaml", POD).unwrap().remove(0);
+        let req = Request::offline(&object, "CREATE", Default::default(), None);
+        let env = EvalEnv {
+            resolver: &NoResolver,
+            exceptions: &[],
+            rule_values: &(),
+        };
+        evaluate(&policies, &req, &env)
+            .into_iter()
+            .flat_map(|r| r.rules)
+            .map(|r| (r.status, r.message.to_string()))
+            .collect()
+    };
+    for (alternatives, index) in [
+        (
+            "[{spec: {hostNetwork: true}}, {metadata: {labels: {app: web}}}]",
+            1,
+        ),
+        (
+            "[{metadata: {labels: {app: web}}}, {spec: {hostPID: true}}]",
+            0,
+        ),
+    ] {
+        assert_eq!(
+            messages(&format!("    validate: {{anyPattern: {alternatives}}}\n")),
+            [(
+                RuleStatus::Pass,
+                format!("validation rule 'r' anyPattern[{index}] passed.")
+            )],
+            "{alternatives}"
+        );
+    }
+    // In a foreach over the containers: the third alternative passes for
+    // each, at an index the rule's compiled list (empty) does not hold.
+    assert_eq!(
+        messages(
+            "    validate:\n      foreach:\n      - list: request.object.spec.containers\n        anyPattern: [{name: x}, {name: y}, {image: '?*'}]\n"
+        ),
+        [(RuleStatus::Pass, "rule passed".to_string())],
+    );
+}

@@ -3,12 +3,13 @@
 //!
 //! One binary rather than a binary per file because of the link: with the
 //! release profile's thin LTO each test binary re-optimises the crate graph
-//! it links, 30-170 s of a core per binary on these 2-core machines; 28 of
-//! them were 32 minutes of CI's 60 (`cargo test --release --timings` on a
-//! clean clone, 2026-11-29). libtest runs the tests two at a time either
-//! way, so only which tests share the machine changes; the tests that start
-//! a real control plane or build with the nightly toolchain take
-//! [`support::heavy`] so that two of them never overlap.
+//! it links, 30-170 s of a core per binary on these 2-core machines. The 28
+//! binaries took 32 minutes of a 58-minute CI run; as one binary the build
+//! takes 16 (`cargo test --release --timings` on a clean clone, 2026-11-29).
+//! libtest runs the tests two at a time either way, so only which tests
+//! share the machine changes; the tests that start a real control plane or
+//! build with the nightly toolchain take [`support::heavy`] so that two of
+//! them never overlap.
 //!
 //! One file's tests: `cargo test --release --test integration -- e2e::`.
 

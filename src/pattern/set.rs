@@ -275,9 +275,7 @@ impl PatternSet {
         }
         Some(path)
     }
-}
 
-impl PatternSet {
     /// Whether `pattern`'s own walk meets the failure at path `a` no later
     /// than the one at `b`: their steps compared by their places in the
     /// pattern's order, as a list (a prefix comes first, as a map's own
