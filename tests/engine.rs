@@ -23,6 +23,14 @@ fn load(text: &str) -> (Vec<CompiledPolicy>, Vec<CompiledException>) {
 }
 
 fn statuses(policy: &str, resource: &str, operation: &str) -> Vec<(String, RuleStatus)> {
+    answers(policy, resource, operation)
+        .into_iter()
+        .map(|(name, status, _)| (name, status))
+        .collect()
+}
+
+/// Each rule's name, status and message.
+fn answers(policy: &str, resource: &str, operation: &str) -> Vec<(String, RuleStatus, String)> {
     let (policies, exceptions) = load(policy);
     let object: Value = parse_yaml_documents("r.yaml", resource).unwrap().remove(0);
     let req = Request::offline(&object, operation, Default::default(), None);
@@ -34,7 +42,7 @@ fn statuses(policy: &str, resource: &str, operation: &str) -> Vec<(String, RuleS
     evaluate(&policies, &req, &env)
         .into_iter()
         .flat_map(|r| r.rules)
-        .map(|r| (r.name.to_string(), r.status))
+        .map(|r| (r.name.to_string(), r.status, r.message.to_string()))
         .collect()
 }
 
@@ -333,18 +341,9 @@ fn pattern_messages() {
 #[test]
 fn any_pattern_pass_messages_name_the_alternative() {
     let messages = |rule_body: &str| -> Vec<(RuleStatus, String)> {
-        let (policies, _) = load(&policy(rule_body));
-        let object: Value = parse_yaml_documents("r.yaml", POD).unwrap().remove(0);
-        let req = Request::offline(&object, "CREATE", Default::default(), None);
-        let env = EvalEnv {
-            resolver: &NoResolver,
-            exceptions: &[],
-            rule_values: &(),
-        };
-        evaluate(&policies, &req, &env)
+        answers(&policy(rule_body), POD, "CREATE")
             .into_iter()
-            .flat_map(|r| r.rules)
-            .map(|r| (r.status, r.message.to_string()))
+            .map(|(_, status, message)| (status, message))
             .collect()
     };
     for (alternatives, index) in [
