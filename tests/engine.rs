@@ -335,9 +335,8 @@ fn pattern_messages() {
 }
 
 /// A passing anyPattern names the alternative that passed, in Kyverno's
-/// words (worded when the rule compiles). In a foreach the elements'
-/// anyPattern answers are the entry's own, and the rule passes as Kyverno's
-/// foreach handler words it.
+/// words (worded when the rule compiles). In a foreach the rule passes as
+/// Kyverno's foreach handler words it.
 #[test]
 fn any_pattern_pass_messages_name_the_alternative() {
     let messages = |rule_body: &str| -> Vec<(RuleStatus, String)> {
@@ -366,7 +365,7 @@ fn any_pattern_pass_messages_name_the_alternative() {
         );
     }
     // In a foreach over the containers: the third alternative passes for
-    // each, at an index the rule's compiled list (empty) does not hold.
+    // each.
     assert_eq!(
         messages(
             "    validate:\n      foreach:\n      - list: request.object.spec.containers\n        anyPattern: [{name: x}, {name: y}, {image: '?*'}]\n"

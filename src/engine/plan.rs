@@ -161,10 +161,7 @@ impl<'p> PlanForRequest<'p> {
             return None;
         }
         let (mask, matched) = (*self.kind_masks.get(slot.index as usize)?)?;
-        Some(Candidates::of_masks(
-            mask,
-            if self.subresource { 0 } else { matched },
-        ))
+        Some(Candidates::of_masks(mask, matched, self.subresource))
     }
 
     /// What the plan says of pattern `p` applied to `object`: whether it

@@ -76,10 +76,10 @@ pub struct CompiledRule {
     /// podSecurity rules, as Kyverno's handlers word them), built once here
     /// rather than for every passing request.
     pub pass_message: String,
-    /// "validation rule '<name>' anyPattern[<i>] passed." for each
-    /// alternative of the rule's anyPattern, built once like
-    /// `pass_message`; empty for other rules. The text names only the rule
-    /// and the index, so an anyPattern in a foreach reads it too.
+    /// "validation rule '<name>' anyPattern[<i>] passed." for each index
+    /// of the widest anyPattern in the rule (at its top level or in a
+    /// foreach), built once like `pass_message`; empty when it has none.
+    /// The text names only the rule and the index.
     pub any_pattern_pass_messages: Box<[String]>,
     /// Kinds the rule can match at all (from `match`); a cheap first filter.
     pub kinds: Option<Vec<String>>,
@@ -473,14 +473,25 @@ fn pass_message(rule: &str, body: &RuleBody) -> String {
 
 /// [`CompiledRule::any_pattern_pass_messages`].
 fn any_pattern_pass_messages(rule: &str, body: &RuleBody) -> Box<[String]> {
-    match body {
-        RuleBody::Validate(ValidateRule {
-            check: ValidateCheck::AnyPattern(alternatives),
-            ..
-        }) => (0..alternatives.len())
-            .map(|i| format!("validation rule '{rule}' anyPattern[{i}] passed."))
-            .collect(),
-        _ => Box::default(),
+    let widest = match body {
+        RuleBody::Validate(v) => widest_any_pattern(&v.check),
+        _ => 0,
+    };
+    (0..widest)
+        .map(|i| format!("validation rule '{rule}' anyPattern[{i}] passed."))
+        .collect()
+}
+
+/// The most alternatives of an anyPattern in `check` and its foreach entries.
+fn widest_any_pattern(check: &ValidateCheck) -> usize {
+    match check {
+        ValidateCheck::AnyPattern(alternatives) => alternatives.len(),
+        ValidateCheck::Foreach(entries) => entries
+            .iter()
+            .map(|e| widest_any_pattern(&e.check))
+            .max()
+            .unwrap_or(0),
+        _ => 0,
     }
 }
 

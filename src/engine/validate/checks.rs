@@ -176,6 +176,8 @@ impl<'p> RuleValidator<'_, 'p> {
         }
     }
 
+    /// Every index of the rule's anyPatterns was worded when it compiled
+    /// (`CompiledRule::any_pattern_pass_messages`); any other is worded here.
     fn any_pattern_passed(&self, index: usize) -> RuleResponse<'p> {
         if let Some(message) = self.any_pattern_pass.get(index) {
             return self.respond(RuleStatus::Pass, message.as_str());

@@ -105,12 +105,7 @@ impl RuleKinds {
             };
         }
         let (mask, matched) = self.masks(input.kind, input.kind_hash);
-        let matched = if input.subresource.is_empty() {
-            matched
-        } else {
-            0
-        };
-        Candidates::of_masks(mask, matched)
+        Candidates::of_masks(mask, matched, !input.subresource.is_empty())
     }
 
     /// [`RuleKinds::for_kind`] of a kind and its hash, which rules out
@@ -141,11 +136,12 @@ pub struct Candidates {
 
 impl Candidates {
     /// The rules of `mask`, those of `matched` matched by the kind alone
-    /// ([`RuleKinds::for_kind`]).
-    pub fn of_masks(mask: u64, matched: u64) -> Candidates {
+    /// ([`RuleKinds::for_kind`]) unless the request names a subresource,
+    /// which a plain kind does not match.
+    pub fn of_masks(mask: u64, matched: u64, subresource: bool) -> Candidates {
         Candidates {
             mask,
-            matched,
+            matched: if subresource { 0 } else { matched },
             unindexed: 0..0,
         }
     }
