@@ -8,6 +8,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
+use gavel::engine::json_context::Builtins;
 use gavel::engine::mutate::mutate_policy;
 use gavel::engine::{EvalEnv, Request, RuleStatus};
 use gavel::policy::CompiledPolicy;
@@ -45,13 +46,13 @@ fn bench(c: &mut Criterion) {
         ("json6902-3ops", &policies[1]),
     ] {
         // Sanity: each policy changes the Pod.
-        let ctx = req.json_context(false);
+        let ctx = req.json_context(Builtins::default());
         let out = mutate_policy(policy, &req, &ctx, &env);
         assert_eq!(out.response.rules[0].status, RuleStatus::Pass, "{id}");
         assert!(out.patched.is_some_and(|p| p != pod), "{id}");
         group.bench_function(id, |b| {
             b.iter(|| {
-                let ctx = req.json_context(false);
+                let ctx = req.json_context(Builtins::default());
                 mutate_policy(black_box(policy), black_box(&req), &ctx, &env)
             })
         });

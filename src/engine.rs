@@ -21,7 +21,7 @@ use crate::json_doc::{Document, JsonRef, View};
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::{MatchInput, UserInfo};
 use crate::policy::CompiledException;
-use json_context::JsonContext;
+use json_context::{Builtins, JsonContext};
 use serde_json::{Map, Value};
 use std::borrow::Cow;
 
@@ -267,8 +267,8 @@ impl Request {
     }
 
     /// The JSON context of this request (see [`JsonContext::for_request`]).
-    pub fn json_context(&self, with_images: bool) -> JsonContext<'_> {
-        JsonContext::for_request(self, with_images)
+    pub fn json_context(&self, builtins: Builtins) -> JsonContext<'_> {
+        JsonContext::for_request(self, builtins)
     }
 }
 
@@ -290,7 +290,7 @@ pub fn evaluate_planned<'p>(
     req: &Request,
     env: &EvalEnv,
 ) -> Vec<PolicyResponse<'p>> {
-    let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
+    let mut ctx = req.json_context(Builtins::of(policies));
     if let Some(plan) = plan {
         ctx.attach_plan(plan, req);
     }

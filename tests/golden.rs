@@ -4,6 +4,7 @@
 //! resource and skips when it does not.
 
 use gavel::context::NoResolver;
+use gavel::engine::json_context::Builtins;
 use gavel::engine::mutate::mutate_policy;
 use gavel::engine::{EvalEnv, Request, RuleStatus};
 use gavel::policy::CompiledPolicy;
@@ -31,7 +32,7 @@ fn golden_mutations() {
         };
         let (resource, expected) = (&docs[1], &docs[2]);
         let req = Request::offline(resource, "CREATE", Default::default(), None);
-        let ctx = req.json_context(policy.uses_images);
+        let ctx = req.json_context(Builtins::of([&policy]));
         let env = EvalEnv {
             resolver: &NoResolver,
             exceptions: &[],

@@ -16,6 +16,7 @@ use crate::context::ClusterView;
 use crate::engine::cel::{
     CelRequest, constraints_select, evaluate_image_validating_policy, evaluate_validating_policy,
 };
+use crate::engine::json_context::Builtins;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::verify_policy_with;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, validate};
@@ -200,7 +201,7 @@ pub fn admit_reporting(
                 .iter()
                 .map(|&i| (&snapshot.policies[i], &snapshot.denial_heads[i]))
                 .collect();
-            let mut ctx = req.json_context(policies.iter().any(|(p, _)| p.uses_images));
+            let mut ctx = req.json_context(Builtins::of(policies.iter().map(|(p, _)| *p)));
             ctx.attach_plan(&snapshot.plan, req);
             let input = req.match_input();
             let cells = snapshot.rule_table.resource(
@@ -443,7 +444,7 @@ fn mutate(
         let outcome = if timed_out {
             None
         } else {
-            let ctx = req_now.json_context(policy.uses_images);
+            let ctx = req_now.json_context(Builtins::of([policy]));
             Some(mutate_policy(policy, req_now, &ctx, &env))
         };
         let elapsed = started.elapsed();
@@ -848,7 +849,7 @@ spec:
         assert_eq!(reversed.body, headed.body);
 
         let req = review::decode(&body).unwrap().request;
-        let ctx = req.json_context(false);
+        let ctx = req.json_context(Builtins::default());
         let input = req.match_input();
         let env = EvalEnv {
             resolver: &NoResolver,

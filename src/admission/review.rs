@@ -347,7 +347,9 @@ mod tests {
         let input = scale.match_input();
         assert_eq!((input.kind, input.subresource), ("Deployment", "scale"));
         // JMESPath sees the review's own fields, as Kyverno's webhook does.
-        let context = scale.json_context(false).to_value();
+        let context = scale
+            .json_context(crate::engine::json_context::Builtins::default())
+            .to_value();
         for (path, want) in [
             ("request.kind.kind", "Scale"),
             ("request.resource.resource", "deployments"),

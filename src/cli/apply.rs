@@ -11,6 +11,7 @@ use crate::engine::cel::{
     evaluate_validating_policy,
 };
 use crate::engine::generate::generate_policy;
+use crate::engine::json_context::Builtins;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::validate::verify_policy;
@@ -417,7 +418,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         let mut responses: Vec<(Source, PolicyResponse)> = Vec::new();
         for policy in policies.iter().filter(|p| p.has_mutate()) {
             let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
-            let mut ctx = req.json_context(policy.uses_images);
+            let mut ctx = req.json_context(Builtins::of([policy]));
             for (k, v) in &values.global {
                 ctx.set_path(k, v.clone());
             }
@@ -488,7 +489,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         }
         let resource = &resource;
         let req = Request::offline(resource, &operation, Default::default(), labels);
-        let mut ctx = req.json_context(policies.iter().any(|p| p.uses_images));
+        let mut ctx = req.json_context(Builtins::of(&policies));
         for (k, v) in &values.global {
             ctx.set_path(k, v.clone());
         }

@@ -24,6 +24,7 @@ use crate::cluster::events::{self, Events, Source};
 use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, api_resource};
 use crate::context::ClusterView;
 use crate::controllers::leader::while_leading;
+use crate::engine::json_context::Builtins;
 use crate::engine::json_context::JsonContext;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
 use crate::policy::CompiledPolicy;
@@ -506,7 +507,7 @@ where
         if !request.namespace().is_empty() {
             request.namespace_labels = resolver.namespace_labels(request.namespace());
         }
-        let ctx = request.json_context(policy.uses_images);
+        let ctx = request.json_context(Builtins::of([policy]));
         let env = EvalEnv {
             resolver: &resolver,
             exceptions: &snapshot.exceptions,

@@ -23,6 +23,7 @@ use crate::controllers::leader::while_leading;
 use crate::engine::cel::{
     CelRequest, evaluate_image_validating_policy, evaluate_validating_policy,
 };
+use crate::engine::json_context::Builtins;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, Request};
 use crate::kinds::{BuiltinKind, builtin_kinds, split_api_version};
@@ -447,7 +448,7 @@ async fn evaluate_page(
                 let mut results = Vec::new();
                 for &i in &policies {
                     let policy: &CompiledPolicy = &snapshot.policies[i];
-                    let ctx = req.json_context(policy.uses_images);
+                    let ctx = req.json_context(Builtins::of([policy]));
                     let env = EvalEnv {
                         resolver: &resolver,
                         exceptions: &snapshot.exceptions,

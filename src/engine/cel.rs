@@ -1378,7 +1378,7 @@ spec:
         let pod =
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "d"}});
         let req = Request::offline(&pod, "CREATE", Default::default(), None);
-        let ctx = req.json_context(false);
+        let ctx = req.json_context(crate::engine::json_context::Builtins::of([&policy]));
         let env = crate::engine::EvalEnv {
             resolver: &NoResolver,
             exceptions: &[],

@@ -13,6 +13,7 @@ use super::plan::{Plan, PlanForRequest};
 use crate::jmespath::{Root, Scope, Val};
 use crate::json_doc::JsonRef;
 use crate::kinds::{Gvk, Gvr};
+use crate::policy::CompiledPolicy;
 use serde_json::{Map, Value, json};
 use std::borrow::Cow;
 use std::cell::{OnceCell, RefCell};
@@ -40,10 +41,35 @@ pub struct JsonContext<'p> {
 /// each time (a linear scan stays cheaper than evaluating).
 const MEMO_CAPACITY: usize = 64;
 
+/// The parts of a request's context that cost work to make, made up front
+/// only for a policy set that reads them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Builtins {
+    /// The `images` variable: a parse of every container image
+    /// (`CompiledPolicy::uses_images`).
+    pub images: bool,
+    /// The request's CEL variables, shared by the set's `validate.cel`
+    /// rules (`CompiledPolicy::uses_cel`). Without them a CEL rule makes
+    /// its own, so leaving them out changes no result.
+    pub cel: bool,
+}
+
+impl Builtins {
+    /// What `policies` read.
+    pub fn of<'a>(policies: impl IntoIterator<Item = &'a CompiledPolicy>) -> Builtins {
+        policies
+            .into_iter()
+            .fold(Builtins::default(), |b, p| Builtins {
+                images: b.images || p.uses_images,
+                cel: b.cel || p.uses_cel,
+            })
+    }
+}
+
 impl<'p> JsonContext<'p> {
-    /// The context of one request: `request.*` and the builtin variables;
-    /// `images` only when a policy reads it (see `CompiledPolicy::uses_images`).
-    pub fn for_request(req: &'p Request, with_images: bool) -> JsonContext<'p> {
+    /// The context of one request: `request.*` and the builtin variables,
+    /// with `builtins` made up front.
+    pub fn for_request(req: &'p Request, builtins: Builtins) -> JsonContext<'p> {
         let (sa_namespace, sa_name) = req
             .user
             .username
@@ -53,7 +79,7 @@ impl<'p> JsonContext<'p> {
         let mut ctx = JsonContext {
             parent: None,
             scope: Scope::new(Some(("request", Box::new(RequestRoot::new(req)))), 4),
-            cel: Some(CelRequest::of(req)),
+            cel: builtins.cel.then(|| CelRequest::of(req)),
             delete: req.operation == "DELETE",
             memo: Some(RefCell::new(Vec::new())),
             request_replaced: false,
@@ -64,7 +90,8 @@ impl<'p> JsonContext<'p> {
             "serviceAccountNamespace",
             Value::String(sa_namespace.to_string()),
         );
-        if let Some(images) = with_images
+        if let Some(images) = builtins
+            .images
             .then(|| super::images::images_of(req.resource().value()))
             .flatten()
         {
@@ -412,7 +439,7 @@ mod tests {
     fn request_view_matches_the_built_object() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "ns"}});
         let req = Request::offline(&pod, "CREATE", Default::default(), None);
-        let ctx = JsonContext::for_request(&req, false);
+        let ctx = JsonContext::for_request(&req, Builtins::default());
         assert_eq!(search(&ctx, "request.object.metadata.name"), json!("p"));
         assert_eq!(search(&ctx, "request.namespace"), json!("ns"));
         assert_eq!(search(&ctx, "request.kind.kind"), json!("Pod"));
@@ -425,7 +452,7 @@ mod tests {
     fn memo_is_shared_down_the_scopes_until_request_is_replaced() {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
         let req = Request::offline(&pod, "CREATE", Default::default(), None);
-        let root = JsonContext::for_request(&req, false);
+        let root = JsonContext::for_request(&req, Builtins::default());
         root.memo_put(7, true);
         let mut child = root.child();
         assert_eq!(child.memo_get(7), Some(true));

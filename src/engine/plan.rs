@@ -6,9 +6,11 @@
 //! [`PatternSet`]s, one per list of kinds their rules match: a request's
 //! object is walked once for a group, on the first pattern rule of the
 //! group that needs it, and each pattern rule reads its
-//! verdict: `pass`, or the path its own walk would fail at, which goes
-//! straight into the rule's message. Patterns the set cannot decide are
-//! evaluated on their own, as before.
+//! verdict: `pass`, or the path its own walk would fail at, which is
+//! written straight into the rule's message ([`FailurePath`]). An
+//! anyPattern whose every alternative the set decides reads them all the
+//! same way, its failure message included. Patterns the set cannot decide
+//! are evaluated on their own, as before.
 //!
 //! It also holds, per kind name the set's rules list, each policy's
 //! candidate rules for that kind ([`crate::policy::compile::RuleKinds::for_kind`]): a request
@@ -16,7 +18,7 @@
 
 use super::Request;
 use crate::json_doc::{Document, JsonRef};
-use crate::pattern::set::{Passing, PatternSet};
+use crate::pattern::set::{FailurePath, Passing, PatternSet};
 use crate::policy::compile::{Candidates, Pattern, PlanSlot, PolicySlot, ValidateRule};
 use crate::policy::{CompiledPolicy, RuleBody, ValidateCheck};
 use std::cell::OnceCell;
@@ -174,9 +176,9 @@ impl<'p> PlanForRequest<'p> {
 
     /// Where pattern `p` applied to `object` fails: the path its own walk
     /// reports, `None` when it passes or the plan does not decide it.
-    pub fn failure_path(&self, p: &Pattern, object: &Document) -> Option<String> {
+    pub fn failure(&self, p: &Pattern, object: &Document) -> Option<FailurePath<'_>> {
         let (set, passing, index) = self.decided(p, object)?;
-        set.failure_path(passing, index)
+        set.failure(passing, index)
     }
 
     /// The merged patterns that decide `p`, their verdicts on the object

@@ -24,6 +24,7 @@ use super::json_context::JsonContext;
 use super::variables::Substituter;
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::matching::MatchInput;
+use crate::pattern::set::FailurePath;
 use crate::policy::compile::{Candidate, PolicyScope, ValidateRule};
 use crate::policy::types::PodSecurityExclude;
 use crate::policy::{CompiledPolicy, CompiledRule, ExprCache, RuleBody, ValidateCheck};
@@ -256,6 +257,16 @@ pub fn push_failure_start(out: &mut String, message: &str, rule: &str) {
 /// What comes between a failed pattern's [`push_failure_start`] and its path.
 pub const FAILED_AT_PATH: &str = " failed at path ";
 
+/// Why a pattern failed, for [`RuleValidator::error_message`].
+enum PatternFailure<'a> {
+    /// At a path its own walk found.
+    At(&'a str),
+    /// At a path the policy set's plan found, not yet worded.
+    Planned(FailurePath<'a>),
+    /// It could not be evaluated.
+    Execution(&'a str),
+}
+
 /// What a foreach puts before the message of the element that failed.
 pub const FOREACH_FAILURE: &str = "validation failure: ";
 
@@ -323,21 +334,34 @@ impl<'p> RuleValidator<'_, 'p> {
         }
     }
 
-    fn error_message(&self, ctx: &JsonContext, detail: &str, path: &str) -> String {
+    /// The message of a failed pattern: where it failed, or why it could
+    /// not be evaluated. Built in one buffer: this runs for every failing rule.
+    fn error_message(&self, ctx: &JsonContext, failure: PatternFailure) -> String {
         let msg = match self.message(ctx) {
             Ok(Some(m)) => m,
             Ok(None) => Cow::Borrowed(""),
             Err(e) => return e,
         };
-        // Built in one buffer: this runs for every failing rule.
-        let mut out = String::with_capacity(msg.len() + self.rule.len() + path.len() + 64);
+        let detail_len = match &failure {
+            PatternFailure::At(path) => path.len(),
+            PatternFailure::Planned(path) => path.len(),
+            PatternFailure::Execution(detail) => detail.len(),
+        };
+        let mut out = String::with_capacity(msg.len() + self.rule.len() + detail_len + 64);
         push_failure_start(&mut out, &msg, self.rule);
-        if path.is_empty() {
-            out.push_str(" execution error: ");
-            out.push_str(detail);
-        } else {
-            out.push_str(FAILED_AT_PATH);
-            out.push_str(path);
+        match failure {
+            PatternFailure::At(path) => {
+                out.push_str(FAILED_AT_PATH);
+                out.push_str(path);
+            }
+            PatternFailure::Planned(path) => {
+                out.push_str(FAILED_AT_PATH);
+                path.write_to(&mut out);
+            }
+            PatternFailure::Execution(detail) => {
+                out.push_str(" execution error: ");
+                out.push_str(detail);
+            }
         }
         out
     }

@@ -121,6 +121,54 @@ impl Passing {
     }
 }
 
+/// Where a failing pattern's own walk stops ([`PatternSet::failure`]).
+pub struct FailurePath<'a> {
+    keys: &'a [KeyInfo],
+    steps: &'a [Step],
+    /// The key whose check failed, when the walk names it in the path.
+    key: Option<&'a str>,
+}
+
+impl FailurePath<'_> {
+    /// The length of the path in bytes.
+    pub fn len(&self) -> usize {
+        let steps: usize = self
+            .steps
+            .iter()
+            .map(|s| match s {
+                Step::Key(k) => self.keys[*k as usize].key.len() + 1,
+                Step::Index(i) => i.checked_ilog10().map_or(1, |d| d as usize + 1) + 1,
+            })
+            .sum();
+        1 + steps + self.key.map_or(0, |k| k.len() + 1)
+    }
+
+    /// Never: a path starts at the root, `/`.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+
+    /// Appends the path, `/spec/containers/0/`, to `out`.
+    pub fn write_to(&self, out: &mut String) {
+        out.push('/');
+        for s in self.steps {
+            match s {
+                Step::Key(k) => out.push_str(&self.keys[*k as usize].key),
+                // Most indexes are one digit: no text made for them.
+                Step::Index(i) => match u8::try_from(*i) {
+                    Ok(d @ 0..=9) => out.push(char::from(b'0' + d)),
+                    _ => out.push_str(IndexText::new(*i).as_str()),
+                },
+            }
+            out.push('/');
+        }
+        if let Some(k) = self.key {
+            out.push_str(k);
+            out.push('/');
+        }
+    }
+}
+
 /// One step from the root: a key (by its number), or an array's element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
@@ -238,42 +286,29 @@ impl PatternSet {
 
     /// The path at which a failing pattern's own walk stops
     /// ([`super::PatternError`]'s `path`, `/spec/containers/0/`), as
-    /// `passing` found it; `None` when it passes. Worded here, on demand:
-    /// only failing rules ask.
+    /// `passing` found it; `None` when it passes.
     pub fn failure_path(&self, passing: &Passing, pattern: u32) -> Option<String> {
+        let failure = self.failure(passing, pattern)?;
+        let mut path = String::with_capacity(failure.len());
+        failure.write_to(&mut path);
+        Some(path)
+    }
+
+    /// [`PatternSet::failure_path`] before it is worded: only failing
+    /// rules ask, and they write it straight into their message.
+    pub fn failure<'a>(&'a self, passing: &'a Passing, pattern: u32) -> Option<FailurePath<'a>> {
         let f = passing
             .first_failures
             .iter()
             .find(|f| f.pattern == pattern)?;
-        let steps = &passing.steps[f.steps.clone()];
-        let key = f
-            .key
-            .filter(|_| f.key_in_path)
-            .map(|k| &self.keys[k as usize]);
-        let digits = |i: usize| IndexText::new(i).as_str().len();
-        let len = 1
-            + steps
-                .iter()
-                .map(|s| match s {
-                    Step::Key(k) => self.keys[*k as usize].key.len() + 1,
-                    Step::Index(i) => digits(*i) + 1,
-                })
-                .sum::<usize>()
-            + key.map_or(0, |k| k.key.len() + 1);
-        let mut path = String::with_capacity(len);
-        path.push('/');
-        for s in steps {
-            match s {
-                Step::Key(k) => path.push_str(&self.keys[*k as usize].key),
-                Step::Index(i) => path.push_str(IndexText::new(*i).as_str()),
-            }
-            path.push('/');
-        }
-        if let Some(k) = key {
-            path.push_str(&k.key);
-            path.push('/');
-        }
-        Some(path)
+        Some(FailurePath {
+            keys: &self.keys,
+            steps: &passing.steps[f.steps.clone()],
+            key: f
+                .key
+                .filter(|_| f.key_in_path)
+                .map(|k| self.keys[k as usize].key.as_str()),
+        })
     }
 
     /// Whether `pattern`'s own walk meets the failure at path `a` no later
@@ -648,5 +683,35 @@ mod tests {
         assert!(!set.passing(&json!({"c": null})).passes(id));
         assert!(!set.passing(&json!({"a": {"b": null}, "c": 1})).passes(id));
         assert!(set.passing(&json!({"a": {"d": 0}, "c": 1})).passes(id));
+    }
+
+    /// Indexes of one digit are written without their text, longer ones
+    /// with it; either way the length given ahead is the length written.
+    #[test]
+    fn failure_paths_name_indexes_of_any_width() {
+        let pattern = CompiledPattern::compile(&json!({"spec": {"containers": [{"X(a)": 1}]}}));
+        let mut set = PatternSet::new();
+        let id = set.add(&pattern).unwrap();
+        for failing in [0, 7, 10, 123] {
+            let containers: Vec<Value> = (0..=failing)
+                .map(|i| {
+                    if i == failing {
+                        json!({"a": 1})
+                    } else {
+                        json!({})
+                    }
+                })
+                .collect();
+            let resource = json!({"spec": {"containers": containers}});
+            let passing = set.passing(&resource);
+            let want = format!("/spec/containers/{failing}/a/");
+            assert_eq!(
+                pattern.validate(&resource).err().map(|e| e.path.clone()),
+                Some(want.clone())
+            );
+            let failure = set.failure(&passing, id).unwrap();
+            assert_eq!(failure.len(), want.len(), "{want}");
+            assert_eq!(set.failure_path(&passing, id), Some(want));
+        }
     }
 }

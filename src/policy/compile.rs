@@ -182,6 +182,10 @@ pub struct CompiledPolicy {
     /// Whether any rule reads the `images` builtin variable, which costs a
     /// parse of every container image to provide.
     pub uses_images: bool,
+    /// Whether any rule may evaluate CEL (`validate.cel`), which reads the
+    /// request's CEL variables: a request context makes them up front only
+    /// for a set that has such a rule.
+    pub uses_cel: bool,
     /// Whether any rule reads `element<N>` or `elementIndex<N>` (nested foreach).
     pub uses_numbered_elements: bool,
 }
@@ -311,6 +315,7 @@ impl CompiledPolicy {
         let mut exprs = ExprCache::default();
         let mut rules = Vec::new();
         let mut uses_images = false;
+        let mut uses_cel = false;
         let mut uses_numbered_elements = false;
         let declared = spec
             .rules
@@ -322,6 +327,9 @@ impl CompiledPolicy {
             let raw = serde_json::to_value(rule).unwrap_or(Value::Null);
             let text = raw.to_string();
             uses_images |= text.contains("images");
+            // Any key `cel`, wherever it sits: a false positive only costs
+            // the variables being made when no rule reads them.
+            uses_cel |= text.contains("\"cel\"");
             uses_numbered_elements |= text.match_indices("element").any(|(i, _)| {
                 text[i + 7..]
                     .trim_start_matches("Index")
@@ -382,6 +390,7 @@ impl CompiledPolicy {
             rules,
             exprs: Arc::new(exprs),
             uses_images,
+            uses_cel,
             uses_numbered_elements,
         })
     }

@@ -15,6 +15,7 @@ use crate::engine::cel::{
     evaluate_validating_policy_on_json, expression_targets, mutate_target, object_selected,
 };
 use crate::engine::generate::generate_policy;
+use crate::engine::json_context::Builtins;
 use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
@@ -592,7 +593,7 @@ fn with_policy_context<'l, R>(
 
 /// The request's JSON context with the values file's global values applied.
 fn context_for<'a>(req: &'a Request, loaded: &Loaded) -> JsonContext<'a> {
-    let mut ctx = req.json_context(loaded.policies.iter().any(|p| p.uses_images));
+    let mut ctx = req.json_context(Builtins::of(&loaded.policies));
     for (k, v) in &loaded.values.global {
         ctx.set_path(k, v.clone());
     }

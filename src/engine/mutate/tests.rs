@@ -1,4 +1,5 @@
 use super::*;
+use crate::engine::json_context::Builtins;
 use crate::engine::{EvalEnv, Request};
 use crate::matching::UserInfo;
 use crate::policy::load::{LoadedDocument, load_policy_text};
@@ -14,7 +15,7 @@ fn policy(yaml: &str) -> CompiledPolicy {
 
 fn outcome<'p>(p: &'p CompiledPolicy, resource: &Value) -> MutateOutcome<'p> {
     let req = Request::offline(resource, "CREATE", UserInfo::default(), None);
-    let ctx = req.json_context(false);
+    let ctx = req.json_context(Builtins::default());
     let env = EvalEnv {
         resolver: &crate::context::NoResolver,
         exceptions: &[],

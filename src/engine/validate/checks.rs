@@ -3,7 +3,7 @@
 //! foreach, podSecurity, CEL expressions; and the pattern and anyPattern
 //! messages Kyverno gives.
 
-use super::{RuleValidator, eval_conditions};
+use super::{PatternFailure, RuleValidator, eval_conditions};
 use crate::engine::cel::CelVerdict;
 use crate::engine::json_context::JsonContext;
 use crate::engine::variables::{Substituter, VariableError};
@@ -158,19 +158,43 @@ impl<'p> RuleValidator<'_, 'p> {
                 if req.operation == "UPDATE" && self.v.allow_existing_violations {
                     return None;
                 }
-                let path = plan.failure_path(p, &req.object)?;
-                Some(self.respond(RuleStatus::Fail, self.error_message(ctx, "", &path)))
+                let path = plan.failure(p, &req.object)?;
+                Some(self.respond(
+                    RuleStatus::Fail,
+                    self.error_message(ctx, PatternFailure::Planned(path)),
+                ))
             }
             // The first alternative that passes answers, as in `patterns`;
-            // one the plan does not decide, or none passing (whose message
-            // lists each failure), leaves it to `patterns`.
+            // when none does, the message lists each one's failure, worded
+            // as `patterns` words it. One the plan does not decide leaves
+            // it all to `patterns`.
             ValidateCheck::AnyPattern(alternatives) => {
                 for (i, p) in alternatives.iter().enumerate() {
                     if plan.passes(p, &req.object)? {
                         return Some(self.any_pattern_passed(i));
                     }
                 }
-                None
+                if req.operation == "UPDATE" && self.v.allow_existing_violations {
+                    return None;
+                }
+                let mut failures = Vec::with_capacity(alternatives.len());
+                for p in alternatives {
+                    failures.push(plan.failure(p, &req.object)?);
+                }
+                let notes: usize = failures
+                    .iter()
+                    .map(|path| self.rule.len() + path.len() + 24)
+                    .sum();
+                let message = self.any_pattern_failure(ctx, notes, |out| {
+                    for (i, path) in failures.iter().enumerate() {
+                        if i > 0 {
+                            out.push(' ');
+                        }
+                        push_alternative_note(out, self.rule, i, ALTERNATIVE_FAILED_AT_PATH);
+                        path.write_to(out);
+                    }
+                });
+                Some(self.respond(RuleStatus::Fail, message))
             }
             _ => None,
         }
@@ -194,6 +218,30 @@ impl<'p> RuleValidator<'_, 'p> {
             ]
             .concat(),
         )
+    }
+
+    /// The message of an anyPattern none of whose alternatives passed:
+    /// the rule's message, then the alternatives' notes, which `notes`
+    /// (about `notes_len` bytes) writes.
+    fn any_pattern_failure(
+        &self,
+        ctx: &JsonContext,
+        notes_len: usize,
+        notes: impl FnOnce(&mut String),
+    ) -> String {
+        let message = self.message(ctx);
+        let head = match &message {
+            Ok(Some(m)) => m,
+            _ => "",
+        };
+        let mut out = String::with_capacity(20 + head.len() + notes_len);
+        out.push_str("validation error: ");
+        if !head.is_empty() {
+            out.push_str(head);
+            out.push_str(if head.ends_with('.') { " " } else { ". " });
+        }
+        notes(&mut out);
+        out
     }
 
     pub(super) fn patterns(
@@ -222,10 +270,14 @@ impl<'p> RuleValidator<'_, 'p> {
                     Err(e) if e.kind == ErrorKind::Skip => {
                         self.respond(RuleStatus::Skip, e.into_message())
                     }
-                    Err(e) if e.path.is_empty() => {
-                        self.respond(RuleStatus::Error, self.error_message(ctx, &e.message(), ""))
-                    }
-                    Err(e) => self.respond(RuleStatus::Fail, self.error_message(ctx, "", &e.path)),
+                    Err(e) if e.path.is_empty() => self.respond(
+                        RuleStatus::Error,
+                        self.error_message(ctx, PatternFailure::Execution(&e.message())),
+                    ),
+                    Err(e) => self.respond(
+                        RuleStatus::Fail,
+                        self.error_message(ctx, PatternFailure::At(&e.path)),
+                    ),
                 }
             }
             ValidateCheck::AnyPattern(pats) => {
@@ -243,7 +295,6 @@ impl<'p> RuleValidator<'_, 'p> {
                             );
                         }
                     };
-                    let index = IndexText::new(i);
                     let e = match result {
                         Ok(()) => return self.any_pattern_passed(i),
                         Err(e) => e,
@@ -255,32 +306,24 @@ impl<'p> RuleValidator<'_, 'p> {
                     } else {
                         (
                             &mut failed,
-                            "] failed at path ",
+                            ALTERNATIVE_FAILED_AT_PATH,
                             Cow::Borrowed(e.path.as_str()),
                         )
                     };
-                    let parts = ["rule ", self.rule, "[", index.as_str(), what, &detail];
                     if list.is_empty() {
                         // Room for every alternative's note, so it grows once at most.
-                        let one: usize = parts.iter().map(|p| p.len()).sum();
+                        let one = self.rule.len() + what.len() + detail.len() + 12;
                         list.reserve((one + 1) * (pats.len() - i));
                     } else {
                         list.push(' ');
                     }
-                    for part in parts {
-                        list.push_str(part);
-                    }
+                    push_alternative_note(list, self.rule, i, what);
+                    list.push_str(&detail);
                 }
                 if failed.is_empty() && !skipped.is_empty() {
                     return self.respond(RuleStatus::Skip, skipped);
                 }
-                let msg = match self.message(ctx) {
-                    Ok(Some(m)) if !m.is_empty() => {
-                        let stop = if m.ends_with('.') { " " } else { ". " };
-                        ["validation error: ", &m, stop, &failed].concat()
-                    }
-                    _ => ["validation error: ", &failed].concat(),
-                };
+                let msg = self.any_pattern_failure(ctx, failed.len(), |out| out.push_str(&failed));
                 self.respond(RuleStatus::Fail, msg)
             }
             _ => self.respond(RuleStatus::Error, "internal: not a pattern check"),
@@ -303,4 +346,17 @@ fn check_pattern<'r>(
         (None, JsonRef::Value(v)) => Ok(pattern::validate(v, &sub.value(&p.value)?)),
         (None, JsonRef::Doc(j)) => Ok(pattern::validate(j, &sub.value(&p.value)?)),
     }
+}
+
+/// What an alternative of an anyPattern that failed at a path says before the path.
+const ALTERNATIVE_FAILED_AT_PATH: &str = "] failed at path ";
+
+/// `rule <rule>[<index>` and `what` (`] failed at path `): the start of an
+/// anyPattern alternative's note, which its detail follows.
+fn push_alternative_note(out: &mut String, rule: &str, index: usize, what: &str) {
+    out.push_str("rule ");
+    out.push_str(rule);
+    out.push('[');
+    out.push_str(IndexText::new(index).as_str());
+    out.push_str(what);
 }

@@ -7,6 +7,7 @@
 
 use super::diff::{Leaf, diff, to_json};
 use super::message::{FetchError, candidates, manifests_in_message};
+use crate::engine::json_context::Builtins;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleStatus};
 use crate::matching::UserInfo;
@@ -139,7 +140,7 @@ fn key_policy_with(options: &str, key: &KeyPair) -> CompiledPolicy {
 }
 
 fn run_as(p: &CompiledPolicy, req: &Request) -> Vec<(RuleStatus, String)> {
-    let ctx = req.json_context(false);
+    let ctx = req.json_context(Builtins::default());
     let env = EvalEnv {
         resolver: &crate::context::NoResolver,
         exceptions: &[],

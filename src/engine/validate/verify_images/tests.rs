@@ -3,6 +3,7 @@
 //! registry checks, `skipImageReferences`, and custom `imageExtractors`.
 
 use super::*;
+use crate::engine::json_context::Builtins;
 use crate::engine::validate::evaluate_policy;
 use crate::matching::UserInfo;
 use crate::policy::load::{LoadedDocument, load_policy_text};
@@ -45,7 +46,7 @@ type Phases = (Vec<(RuleStatus, String)>, Vec<(RuleStatus, String)>);
 
 fn run(p: &CompiledPolicy, resource: &Value) -> Phases {
     let req = Request::offline(resource, "CREATE", UserInfo::default(), None);
-    let ctx = req.json_context(false);
+    let ctx = req.json_context(Builtins::default());
     let env = EvalEnv {
         resolver: &crate::context::NoResolver,
         exceptions: &[],
