@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# CPU time a server spends per request under load: perf stat's task-clock
-# of the server process over a window, divided by the requests wrk got
-# answered in it. Where k6/throughput.sh gives requests/s (which the load
+# CPU time a server spends per request under load: the user and system
+# time the kernel counts for the server process over a window
+# (/proc/PID/stat), divided by the requests wrk got answered in it. Where k6/throughput.sh gives requests/s (which the load
 # generator sharing the cores bends), this gives the server's own cost per
 # request, caches as they are in a server (TLS, hyper and the kernel run
 # between two requests), for any number of gavel binaries side by side:
@@ -11,8 +11,8 @@
 # Each round measures examples/baseline_server (the same TLS + hyper stack
 # answering a fixed allowed: true), then each binary with no policies and
 # with the 17 Pod Security policies (POLICIES=DIR for another set).
-# Default binary: target/release/gavel. Needs wrk and perf
-# (Debian: apt-get install wrk linux-perf) and a release build.
+# Default binary: target/release/gavel. Needs wrk (Debian: apt-get
+# install wrk) and a release build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source k6/wait-until-serving.sh
@@ -22,9 +22,10 @@ BINARIES=("$@")
 [ ${#BINARIES[@]} -gt 0 ] || BINARIES=(target/release/gavel)
 PORT=${PORT:-19446}
 WINDOW=${WINDOW:-8}
-for tool in wrk perf; do
-  command -v "$tool" >/dev/null || { echo "$tool is missing" >&2; exit 1; }
-done
+command -v wrk >/dev/null || { echo "wrk is missing: apt-get install -y wrk" >&2; exit 1; }
+TICKS_PER_SECOND=$(getconf CLK_TCK)
+# The CPU time (user and system, in clock ticks) process $1 has used so far.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
 cargo build --release --quiet --bin gavel --example baseline_server
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -43,13 +44,16 @@ measure() {
   wrk -t1 -c32 -d$((WINDOW + 4))s -s k6/wrk-review.lua "https://127.0.0.1:$PORT/validate" >"$work/wrk.txt" &
   local load=$!
   sleep 2
-  perf stat -e task-clock -x, -o "$work/stat.txt" -p "$pid" -- sleep "$WINDOW"
+  local before after
+  before=$(cpu_ticks "$pid")
+  sleep "$WINDOW"
+  after=$(cpu_ticks "$pid")
   wait "$load"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
   ! grep -qE "non_200 [1-9]" "$work/wrk.txt" || { echo "$name: some responses were not 200" >&2; exit 1; }
   local ms rps
-  ms=$(grep task-clock "$work/stat.txt" | cut -d, -f1)
+  ms=$(((after - before) * 1000 / TICKS_PER_SECOND))
   rps=$(awk '/Requests\/sec/ {print $2}' "$work/wrk.txt")
   awk -v n="$name" -v ms="$ms" -v r="$rps" -v w="$WINDOW" \
     'BEGIN {printf "%-40s %8.0f req/s  %.2f cores  %6.1f us CPU per request\n", n, r, ms / (1000 * w), ms * 1000 / (r * w)}'
