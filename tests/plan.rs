@@ -136,35 +136,17 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
         policies += dir_policies.len();
         let plan = Plan::build(&mut dir_policies);
         let dir_policies = &dir_policies;
-        // The rules whose pattern (or an anyPattern alternative) the plan decides.
-        let planned: std::collections::BTreeSet<(&str, &str)> = dir_policies
-            .iter()
-            .flat_map(|p| p.rules.iter().map(move |r| (p, r)))
-            .filter(|(_, r)| match &r.body {
-                RuleBody::Validate(ValidateRule {
-                    check: ValidateCheck::Pattern(p),
-                    ..
-                }) => p.plan_slot.is_some(),
-                RuleBody::Validate(ValidateRule {
-                    check: ValidateCheck::AnyPattern(ps),
-                    ..
-                }) => ps.iter().any(|p| p.plan_slot.is_some()),
-                _ => false,
-            })
-            .map(|(p, r)| (p.qualified_name(), r.name.as_str()))
-            .collect();
-        let planned_any: std::collections::BTreeSet<(&str, &str)> = dir_policies
-            .iter()
-            .flat_map(|p| p.rules.iter().map(move |r| (p, r)))
-            .filter(|(_, r)| match &r.body {
-                RuleBody::Validate(ValidateRule {
-                    check: ValidateCheck::AnyPattern(ps),
-                    ..
-                }) => ps.iter().all(|p| p.plan_slot.is_some()),
-                _ => false,
-            })
-            .map(|(p, r)| (p.qualified_name(), r.name.as_str()))
-            .collect();
+        // The rules whose pattern (or an anyPattern alternative) the plan
+        // decides, and the anyPatterns it decides in full.
+        let planned = rules_whose_check(dir_policies, |check| match check {
+            ValidateCheck::Pattern(p) => p.plan_slot.is_some(),
+            ValidateCheck::AnyPattern(ps) => ps.iter().any(|p| p.plan_slot.is_some()),
+            _ => false,
+        });
+        let planned_any = rules_whose_check(dir_policies, |check| match check {
+            ValidateCheck::AnyPattern(ps) => ps.iter().all(|p| p.plan_slot.is_some()),
+            _ => false,
+        });
         for resource in resources_under(&folders, dir) {
             each_request(resource, |operation, req| {
                 let want = evaluate(dir_policies, req, &env);
@@ -399,6 +381,19 @@ fn assert_none(differences: &[String], shown: usize) {
         differences.len(),
         differences[..differences.len().min(shown)].join("\n")
     );
+}
+
+/// (policy, rule) of each validate rule of `policies` whose check `pick` picks.
+fn rules_whose_check(
+    policies: &[CompiledPolicy],
+    pick: impl Fn(&ValidateCheck) -> bool,
+) -> std::collections::BTreeSet<(&str, &str)> {
+    policies
+        .iter()
+        .flat_map(|p| p.rules.iter().map(move |r| (p, r)))
+        .filter(|(_, r)| matches!(&r.body, RuleBody::Validate(ValidateRule { check, .. }) if pick(check)))
+        .map(|(p, r)| (p.qualified_name(), r.name.as_str()))
+        .collect()
 }
 
 /// The classic policies among a folder's documents, compiled.
