@@ -256,6 +256,7 @@ fn matched_kind(object_kind: &Gvk, gvr: &Gvr, sub_resource: &str) -> Gvk {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::json_context::Builtins;
     use serde_json::json;
 
     fn review(request: serde_json::Value) -> Vec<u8> {
@@ -347,9 +348,7 @@ mod tests {
         let input = scale.match_input();
         assert_eq!((input.kind, input.subresource), ("Deployment", "scale"));
         // JMESPath sees the review's own fields, as Kyverno's webhook does.
-        let context = scale
-            .json_context(crate::engine::json_context::Builtins::default())
-            .to_value();
+        let context = scale.json_context(Builtins::default()).to_value();
         for (path, want) in [
             ("request.kind.kind", "Scale"),
             ("request.resource.resource", "deployments"),

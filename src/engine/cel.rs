@@ -1312,6 +1312,7 @@ fn validating_policy_rule<'p>(
 mod tests {
     use super::*;
     use crate::context::NoResolver;
+    use crate::engine::json_context::Builtins;
     use crate::policy::cel_policy::ValidatingPolicyDoc;
 
     const POLICY: &str = "apiVersion: policies.kyverno.io/v1alpha1
@@ -1378,7 +1379,7 @@ spec:
         let pod =
             json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "d"}});
         let req = Request::offline(&pod, "CREATE", Default::default(), None);
-        let ctx = req.json_context(crate::engine::json_context::Builtins::of([&policy]));
+        let ctx = req.json_context(Builtins::of([&policy]));
         let env = crate::engine::EvalEnv {
             resolver: &NoResolver,
             exceptions: &[],

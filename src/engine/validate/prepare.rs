@@ -238,6 +238,7 @@ pub(in crate::engine) fn combine<E>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::json_context::Builtins;
     use serde_json::json;
 
     #[test]
@@ -269,7 +270,7 @@ mod tests {
         let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
         let req = Request::offline(&pod, "CREATE", Default::default(), None);
         let exprs = ExprCache::default();
-        let root = req.json_context(crate::engine::json_context::Builtins::default());
+        let root = req.json_context(Builtins::default());
         let holds = |c: &Conditions, ctx: &JsonContext| eval_conditions(c, ctx, &exprs).unwrap().0;
         assert!(holds(&not_delete, &root));
         assert_eq!(root.memo_get(memo(&not_delete).unwrap()), Some(true));
@@ -284,6 +285,7 @@ mod tests {
 #[cfg(test)]
 mod streamed_tests {
     use super::*;
+    use crate::engine::json_context::Builtins;
     use crate::jmespath::Slot;
     use crate::json_doc::{Doc, Document, JsonRef};
     use crate::policy::conditions::Operator;
@@ -364,7 +366,7 @@ mod streamed_tests {
                 ..as_value.clone()
             };
             for req in [&as_value, &as_doc] {
-                let ctx = req.json_context(crate::engine::json_context::Builtins::default());
+                let ctx = req.json_context(Builtins::default());
                 let mut scope = ctx.child();
                 let element = req.object.json();
                 scope.set_slot(
