@@ -8,6 +8,7 @@
 
 use base64::Engine as _;
 use gavel::context::NoResolver;
+use gavel::engine::json_context::Builtins;
 use gavel::engine::validate::evaluate_policy;
 use gavel::engine::{EvalEnv, Request};
 use gavel::policy::CompiledPolicy;
@@ -52,7 +53,7 @@ fuzz_target!(init: gavel_fuzz::guard_panics(), |data: &[u8]| {
         "cosign.sigstore.dev/signature": b64(&message[..message.len().min(72)]),
     });
     let req = Request::offline(&resource, "CREATE", Default::default(), None);
-    let ctx = req.json_context(false);
+    let ctx = req.json_context(Builtins::default());
     let env = EvalEnv {
         resolver: &NoResolver,
         exceptions: &[],
