@@ -471,4 +471,66 @@ mod tests {
         plain.memo_put(7, true);
         assert_eq!(plain.memo_get(7), None);
     }
+
+    fn compiled(rule: &str) -> CompiledPolicy {
+        let yaml = format!(
+            "apiVersion: kyverno.io/v1\nkind: ClusterPolicy\nmetadata: {{name: p}}\n\
+             spec:\n  validationFailureAction: Enforce\n  rules:\n  - name: r\n    \
+             match: {{any: [{{resources: {{kinds: [Pod]}}}}]}}\n    validate:\n      {rule}\n"
+        );
+        let docs = crate::policy::load::load_policy_text("p.yaml", &yaml).unwrap();
+        let crate::policy::load::LoadedDocument::Policy(doc) = docs.into_iter().next().unwrap()
+        else {
+            panic!("not a policy")
+        };
+        CompiledPolicy::compile(&doc).unwrap()
+    }
+
+    /// A set's builtins follow what its rules read, and a CEL rule answers
+    /// the same whether the request's CEL variables were made up front.
+    #[test]
+    fn builtins_follow_what_the_rules_read() {
+        let cel = compiled("cel: {expressions: [{expression: 'object.metadata.name == \"p\"'}]}");
+        let images = compiled(
+            "deny: {conditions: {all: [{key: '{{ images }}', operator: Equals, value: x}]}}",
+        );
+        let pattern = compiled("pattern: {metadata: {name: p}}");
+        assert_eq!(
+            Builtins::of([&cel]),
+            Builtins {
+                images: false,
+                cel: true
+            }
+        );
+        assert_eq!(
+            Builtins::of([&images]),
+            Builtins {
+                images: true,
+                cel: false
+            }
+        );
+        assert_eq!(Builtins::of([&pattern]), Builtins::default());
+        assert_eq!(
+            Builtins::of([&cel, &images, &pattern]),
+            Builtins {
+                images: true,
+                cel: true
+            }
+        );
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "q"}});
+        let req = Request::offline(&pod, "CREATE", Default::default(), None);
+        let env = crate::engine::EvalEnv {
+            resolver: &crate::context::NoResolver,
+            exceptions: &[],
+            rule_values: &(),
+        };
+        let answer = |builtins| {
+            let ctx = req.json_context(builtins);
+            let response = crate::engine::validate::evaluate_policy(&cel, &req, &ctx, &env);
+            format!("{:?}", response.rules)
+        };
+        let made = answer(Builtins::of([&cel]));
+        assert!(made.contains("Fail"), "{made}");
+        assert_eq!(answer(Builtins::default()), made);
+    }
 }

@@ -315,7 +315,6 @@ impl CompiledPolicy {
         let mut exprs = ExprCache::default();
         let mut rules = Vec::new();
         let mut uses_images = false;
-        let mut uses_cel = false;
         let mut uses_numbered_elements = false;
         let declared = spec
             .rules
@@ -327,9 +326,6 @@ impl CompiledPolicy {
             let raw = serde_json::to_value(rule).unwrap_or(Value::Null);
             let text = raw.to_string();
             uses_images |= text.contains("images");
-            // Any key `cel`, wherever it sits: a false positive only costs
-            // the variables being made when no rule reads them.
-            uses_cel |= text.contains("\"cel\"");
             uses_numbered_elements |= text.match_indices("element").any(|(i, _)| {
                 text[i + 7..]
                     .trim_start_matches("Index")
@@ -387,10 +383,12 @@ impl CompiledPolicy {
             apply_one: spec.apply_rules.as_deref() == Some("One"),
             rule_kinds: RuleKinds::of(&rules),
             plan_slot: None,
+            uses_cel: rules
+                .iter()
+                .any(|r| matches!(&r.body, RuleBody::Validate(v) if v.check.evaluates_cel())),
             rules,
             exprs: Arc::new(exprs),
             uses_images,
-            uses_cel,
             uses_numbered_elements,
         })
     }

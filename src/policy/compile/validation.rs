@@ -93,6 +93,16 @@ impl ValidateCheck {
             }
         }
     }
+
+    /// Whether the check evaluates CEL expressions (`validate.cel`, at its
+    /// top level or in a foreach), which read the request's CEL variables.
+    pub fn evaluates_cel(&self) -> bool {
+        match self {
+            ValidateCheck::Cel(_) => true,
+            ValidateCheck::Foreach(list) => list.iter().any(|fe| fe.check.evaluates_cel()),
+            _ => false,
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
