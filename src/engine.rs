@@ -143,7 +143,131 @@ impl<'p> RuleResponse<'p> {
 #[derive(Debug, Clone)]
 pub struct PolicyResponse<'p> {
     pub policy: &'p str,
-    pub rules: Vec<RuleResponse<'p>>,
+    pub rules: RuleResponses<'p>,
+}
+
+/// A policy's rule responses, read as a slice. Most policies answer a
+/// request with one rule, which is then held inline: a request's
+/// responses cost no allocation per policy (the webhook evaluates every
+/// policy of its route). Not a `SmallVec`: that is invariant in its item
+/// type, and responses borrow from policies under lifetimes that shorten.
+#[derive(Clone, Default)]
+pub struct RuleResponses<'p>(Held<'p>);
+
+/// By the list held, however it is held.
+impl PartialEq for RuleResponses<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self[..] == other[..]
+    }
+}
+
+/// As the list it holds.
+impl std::fmt::Debug for RuleResponses<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Held<'p> {
+    /// None or one, as pushed.
+    Inline(Option<RuleResponse<'p>>),
+    /// Any number: from the second push on, or as made from a `Vec`.
+    Heap(Vec<RuleResponse<'p>>),
+}
+
+impl Default for Held<'_> {
+    fn default() -> Self {
+        Held::Inline(None)
+    }
+}
+
+impl<'p> RuleResponses<'p> {
+    pub fn new() -> Self {
+        RuleResponses(Held::Inline(None))
+    }
+
+    pub fn one(response: RuleResponse<'p>) -> Self {
+        RuleResponses(Held::Inline(Some(response)))
+    }
+
+    pub fn push(&mut self, response: RuleResponse<'p>) {
+        match &mut self.0 {
+            Held::Heap(all) => all.push(response),
+            Held::Inline(slot) => match slot.take() {
+                None => *slot = Some(response),
+                Some(first) => {
+                    let mut all = Vec::with_capacity(4);
+                    all.push(first);
+                    all.push(response);
+                    self.0 = Held::Heap(all);
+                }
+            },
+        }
+    }
+}
+
+impl<'p> std::ops::Deref for RuleResponses<'p> {
+    type Target = [RuleResponse<'p>];
+    fn deref(&self) -> &Self::Target {
+        match &self.0 {
+            Held::Inline(one) => one.as_slice(),
+            Held::Heap(all) => all,
+        }
+    }
+}
+
+impl std::ops::DerefMut for RuleResponses<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        match &mut self.0 {
+            Held::Inline(one) => one.as_mut_slice(),
+            Held::Heap(all) => all,
+        }
+    }
+}
+
+impl<'p> From<Vec<RuleResponse<'p>>> for RuleResponses<'p> {
+    fn from(all: Vec<RuleResponse<'p>>) -> Self {
+        RuleResponses(Held::Heap(all))
+    }
+}
+
+impl<'p> Extend<RuleResponse<'p>> for RuleResponses<'p> {
+    fn extend<I: IntoIterator<Item = RuleResponse<'p>>>(&mut self, responses: I) {
+        for r in responses {
+            self.push(r);
+        }
+    }
+}
+
+impl<'p> FromIterator<RuleResponse<'p>> for RuleResponses<'p> {
+    fn from_iter<I: IntoIterator<Item = RuleResponse<'p>>>(responses: I) -> Self {
+        let mut out = RuleResponses::new();
+        out.extend(responses);
+        out
+    }
+}
+
+impl<'p> IntoIterator for RuleResponses<'p> {
+    type Item = RuleResponse<'p>;
+    type IntoIter = std::iter::Chain<
+        std::option::IntoIter<RuleResponse<'p>>,
+        std::vec::IntoIter<RuleResponse<'p>>,
+    >;
+    fn into_iter(self) -> Self::IntoIter {
+        match self.0 {
+            Held::Inline(one) => one.into_iter().chain(Vec::new()),
+            Held::Heap(all) => None.into_iter().chain(all),
+        }
+    }
+}
+
+impl<'a, 'p> IntoIterator for &'a RuleResponses<'p> {
+    type Item = &'a RuleResponse<'p>;
+    type IntoIter = std::slice::Iter<'a, RuleResponse<'p>>;
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
 }
 
 /// One admission request (or its offline equivalent) as the engine sees it.
@@ -342,6 +466,43 @@ mod tests {
         assert_eq!(
             plain.with_resources(vec![json!(1)]).into_resources(),
             vec![json!(1)]
+        );
+    }
+
+    /// Held inline or on the heap, the responses read as one list in the
+    /// order they were pushed, however they were made.
+    #[test]
+    fn rule_responses_read_as_the_list_pushed() {
+        let names = ["a", "b", "c", "d", "e"];
+        let response = |n: &'static str| RuleResponse::new(n, RuleStatus::Pass, n);
+        for len in 0..=names.len() {
+            let mut pushed = RuleResponses::new();
+            for n in &names[..len] {
+                pushed.push(response(n));
+            }
+            let want: Vec<RuleResponse> = names[..len].iter().map(|n| response(n)).collect();
+            assert_eq!(&pushed[..], &want[..], "{len} pushed");
+            assert_eq!(pushed.len(), len);
+            assert_eq!(format!("{pushed:?}"), format!("{want:?}"));
+            let collected: RuleResponses = want.iter().cloned().collect();
+            assert_eq!(collected, pushed);
+            let from_vec = RuleResponses::from(want.clone());
+            assert_eq!(&from_vec[..], &want[..]);
+            let mut extended = RuleResponses::new();
+            extended.extend(from_vec);
+            assert_eq!(&extended[..], &want[..]);
+            assert_eq!(pushed.clone().into_iter().collect::<Vec<_>>(), want);
+            assert_eq!((&pushed).into_iter().count(), len);
+            // Written through the slice.
+            for r in pushed.iter_mut() {
+                r.status = RuleStatus::Fail;
+            }
+            assert!(pushed.iter().all(|r| r.status == RuleStatus::Fail));
+        }
+        // Equal by content, held inline or not.
+        assert_eq!(
+            RuleResponses::one(response("a")),
+            RuleResponses::from(vec![response("a")])
         );
     }
 }

@@ -186,6 +186,8 @@ pub fn admit_reporting(
         };
     }
     let req = &review.request;
+    // Looked up once: the rule counters and the request metrics name it.
+    let namespace = req.namespace();
     let mut background = &[][..];
     let mut generating = &[][..];
     let mut admission_results = None;
@@ -204,11 +206,10 @@ pub fn admit_reporting(
             let mut ctx = req.json_context(Builtins::of(policies.iter().map(|(p, _)| *p)));
             ctx.attach_plan(&snapshot.plan, req);
             let input = req.match_input();
-            let cells = snapshot.rule_table.resource(
-                &req.object_kind.kind,
-                req.namespace(),
-                &req.operation,
-            );
+            let cells =
+                snapshot
+                    .rule_table
+                    .resource(&req.object_kind.kind, namespace, &req.operation);
             let mut responses = Vec::with_capacity(policies.len());
             // The deadline is checked against the rule times the engine
             // measures anyway, rather than with clock reads of its own.
@@ -291,11 +292,10 @@ pub fn admit_reporting(
         Webhook::TtlValidation => policy_validation::ttl_verdict(req),
         Webhook::Mutate(failure_policy) => {
             let selected = snapshot.mutate_indexes(failure_policy);
-            let cells = snapshot.rule_table.resource(
-                &req.object_kind.kind,
-                req.namespace(),
-                &req.operation,
-            );
+            let cells =
+                snapshot
+                    .rule_table
+                    .resource(&req.object_kind.kind, namespace, &req.operation);
             mutate(
                 snapshot,
                 selected,
@@ -326,7 +326,7 @@ pub fn admit_reporting(
         report: admission_results,
         body: verdict::encode(&review.uid, &verdict),
         kind: req.object_kind.kind.clone(),
-        namespace: req.namespace().to_string(),
+        namespace: namespace.to_string(),
         operation: req.operation.clone(),
         allowed: verdict.allowed,
     })

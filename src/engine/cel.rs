@@ -21,7 +21,7 @@ pub use mutating::{
     trigger_conditions_hold,
 };
 
-use super::{PolicyResponse, Request, RuleResponse, RuleStatus};
+use super::{PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus};
 use crate::cel::direct::{self, Val};
 use crate::cel::values::cel_to_json;
 use crate::cel::{
@@ -1203,7 +1203,7 @@ pub fn evaluate_validating_policy<'p>(
     let scope = &policy.scope;
     let mut response = PolicyResponse {
         policy: &scope.name,
-        rules: Vec::new(),
+        rules: RuleResponses::new(),
     };
     if policy.mode != EvaluationMode::Kubernetes {
         return response;
@@ -1255,7 +1255,7 @@ pub fn evaluate_validating_policy_on_json<'p>(
     let scope = &policy.scope;
     let mut response = PolicyResponse {
         policy: &scope.name,
-        rules: Vec::new(),
+        rules: RuleResponses::new(),
     };
     if policy.mode != EvaluationMode::Json {
         return response;

@@ -65,7 +65,7 @@ pub fn generate_policy<'p>(
     }
     PolicyResponse {
         policy: policy.qualified_name(),
-        rules,
+        rules: rules.into(),
     }
 }
 

@@ -140,7 +140,7 @@ pub fn mutate_policy<'p>(
     MutateOutcome {
         response: PolicyResponse {
             policy: policy.qualified_name(),
-            rules,
+            rules: rules.into(),
         },
         patched,
     }

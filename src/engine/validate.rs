@@ -18,11 +18,13 @@ pub(super) use prepare::before_body;
 pub use prepare::eval_conditions;
 pub(in crate::engine) use prepare::{applicable_exceptions, prepare_rule};
 use prepare::{check_preconditions, load_rule_context, sets_context};
+// Worded where the rule is compiled; the denial heads write the same text.
+pub use crate::policy::compile::{FAILED_AT_PATH, push_failure_start};
 pub use verify_images::{FoundImage, extract_images, verify_policy, verify_policy_with};
 
 use super::json_context::JsonContext;
 use super::variables::Substituter;
-use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
+use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus};
 use crate::matching::MatchInput;
 use crate::pattern::set::FailurePath;
 use crate::policy::compile::{Candidate, PolicyScope, ValidateRule};
@@ -105,7 +107,7 @@ pub fn evaluate_policy_observed<'p>(
     {
         return PolicyResponse {
             policy: policy.qualified_name(),
-            rules: Vec::new(),
+            rules: RuleResponses::new(),
         };
     }
     // The plan found the request's kind once for every policy.
@@ -113,8 +115,7 @@ pub fn evaluate_policy_observed<'p>(
         Some(c) => c,
         None => policy.rule_kinds.candidates(input, policy.rules.len()),
     };
-    // Sized once: most policies answer a request with one rule.
-    let mut rules = Vec::with_capacity(candidates.len());
+    let mut rules = RuleResponses::new();
     for Candidate { index, matched } in candidates {
         // The index already left out rules of other kinds, and matched
         // those its kind alone matches; for any other rule the match below
@@ -222,6 +223,7 @@ fn evaluate_rule<'p>(
         rule: name,
         pass: &rule.pass_message,
         any_pattern_pass: &rule.any_pattern_pass_messages,
+        failure_start: &rule.failure_start,
         v,
         exprs,
         nesting: 0,
@@ -236,26 +238,6 @@ fn evaluate_rule<'p>(
     let resp = rv.check(&v.check, req, ctx, None)?;
     Some(resp)
 }
-
-/// Appends the start of a failed pattern's message,
-/// `validation error: <message>. rule <rule>`; [`FAILED_AT_PATH`] and the
-/// path follow it. The server renders its denial heads from the same text.
-#[inline]
-pub fn push_failure_start(out: &mut String, message: &str, rule: &str) {
-    out.push_str("validation error: ");
-    if !message.is_empty() {
-        out.push_str(message);
-        if !message.ends_with('.') {
-            out.push('.');
-        }
-        out.push(' ');
-    }
-    out.push_str("rule ");
-    out.push_str(rule);
-}
-
-/// What comes between a failed pattern's [`push_failure_start`] and its path.
-pub const FAILED_AT_PATH: &str = " failed at path ";
 
 /// Why a pattern failed, for [`RuleValidator::error_message`].
 enum PatternFailure<'a> {
@@ -286,6 +268,9 @@ struct RuleValidator<'a, 'p> {
     pass: &'p str,
     /// The message of each anyPattern alternative that passes, by index.
     any_pattern_pass: &'p [String],
+    /// The start of a failed pattern's message, when worded at compile
+    /// time (empty when the message reads variables).
+    failure_start: &'p str,
     v: &'a ValidateRule,
     exprs: &'a ExprCache,
     nesting: usize,
@@ -337,18 +322,24 @@ impl<'p> RuleValidator<'_, 'p> {
     /// The message of a failed pattern: where it failed, or why it could
     /// not be evaluated. Built in one buffer: this runs for every failing rule.
     fn error_message(&self, ctx: &JsonContext, failure: PatternFailure) -> String {
-        let msg = match self.message(ctx) {
-            Ok(Some(m)) => m,
-            Ok(None) => Cow::Borrowed(""),
-            Err(e) => return e,
-        };
         let detail_len = match &failure {
             PatternFailure::At(path) => path.len(),
             PatternFailure::Planned(path) => path.len(),
             PatternFailure::Execution(detail) => detail.len(),
         };
-        let mut out = String::with_capacity(msg.len() + self.rule.len() + detail_len + 64);
-        push_failure_start(&mut out, &msg, self.rule);
+        let mut out;
+        if self.failure_start.is_empty() {
+            let msg = match self.message(ctx) {
+                Ok(Some(m)) => m,
+                Ok(None) => Cow::Borrowed(""),
+                Err(e) => return e,
+            };
+            out = String::with_capacity(msg.len() + self.rule.len() + detail_len + 64);
+            push_failure_start(&mut out, &msg, self.rule);
+        } else {
+            out = String::with_capacity(self.failure_start.len() + detail_len + 24);
+            out.push_str(self.failure_start);
+        }
         match failure {
             PatternFailure::At(path) => {
                 out.push_str(FAILED_AT_PATH);

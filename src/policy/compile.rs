@@ -15,7 +15,9 @@ mod validation;
 pub use exception::CompiledException;
 pub use expr_cache::{ExprCache, InvalidVariable};
 pub use rule_kinds::{Candidate, Candidates, RuleKinds};
-pub use validation::{ForEach, Pattern, PlanSlot, ValidateCheck, ValidateRule};
+pub use validation::{
+    FAILED_AT_PATH, ForEach, Pattern, PlanSlot, ValidateCheck, ValidateRule, push_failure_start,
+};
 
 use super::ReportMeta;
 use super::autogen;
@@ -81,6 +83,11 @@ pub struct CompiledRule {
     /// foreach), built once like `pass_message`; empty when it has none.
     /// The text names only the rule and the index.
     pub any_pattern_pass_messages: Box<[String]>,
+    /// The start of the message of a failed pattern
+    /// ([`push_failure_start`]) of a validate rule whose message reads no
+    /// variables, worded once here like `pass_message`; empty for any
+    /// other rule, whose failures word it per request.
+    pub failure_start: Box<str>,
     /// Kinds the rule can match at all (from `match`); a cheap first filter.
     pub kinds: Option<Vec<String>>,
     pub match_resources: CompiledMatch,
@@ -452,6 +459,7 @@ fn compile_rule(
         name: rule.name.clone(),
         pass_message: pass_message(&rule.name, &body),
         any_pattern_pass_messages: any_pattern_pass_messages(&rule.name, &body),
+        failure_start: failure_start(&rule.name, &body),
         match_resources,
         exclude,
         context: rule.context.clone(),
@@ -475,6 +483,18 @@ fn pass_message(rule: &str, body: &RuleBody) -> String {
             format!("Validation rule '{rule}' passed.")
         }
         _ => format!("validation rule '{rule}' passed."),
+    }
+}
+
+/// [`CompiledRule::failure_start`].
+fn failure_start(rule: &str, body: &RuleBody) -> Box<str> {
+    match body {
+        RuleBody::Validate(v) if !v.message_has_variables => {
+            let mut out = String::new();
+            push_failure_start(&mut out, v.message.as_deref().unwrap_or_default(), rule);
+            out.into()
+        }
+        _ => "".into(),
     }
 }
 

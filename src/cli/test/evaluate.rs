@@ -20,7 +20,9 @@ use crate::engine::json_context::JsonContext;
 use crate::engine::mutate::mutate_policy;
 use crate::engine::validate::evaluate_policy;
 use crate::engine::validate::verify_policy;
-use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::engine::{
+    EvalEnv, PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus, RuleType,
+};
 use crate::policy::CompiledPolicy;
 use crate::policy::cel_policy::{CompiledMutatingPolicy, EvaluationMode, TargetSelection};
 use crate::policy::cleanup::{CompiledCleanupPolicy, Selection};
@@ -462,7 +464,7 @@ fn deleting<'p>(
     };
     Some(PolicyResponse {
         policy: name,
-        rules: vec![rule],
+        rules: RuleResponses::one(rule),
     })
 }
 
@@ -497,7 +499,7 @@ fn mutate_targets<'p>(
             Some(Err(e)) => {
                 return Some(PolicyResponse {
                     policy: name,
-                    rules: vec![respond(RuleStatus::Error, e)],
+                    rules: RuleResponses::one(respond(RuleStatus::Error, e)),
                 });
             }
         };
@@ -552,7 +554,7 @@ fn mutate_targets<'p>(
     }
     (!rules.is_empty()).then_some(PolicyResponse {
         policy: name,
-        rules,
+        rules: rules.into(),
     })
 }
 

@@ -18,7 +18,7 @@ use crate::cel::authz::{
 use crate::cel::values::cel_to_json;
 use crate::cel::{Activation, InterpreterCache, Lookups};
 use crate::context::Resolver;
-use crate::engine::{PolicyResponse, RuleResponse, RuleStatus};
+use crate::engine::{PolicyResponse, RuleResponse, RuleResponses, RuleStatus};
 use crate::pattern::go_json_type;
 use crate::policy::cel_policy::{CompiledValidatingPolicy, EvaluationMode};
 use base64::Engine as _;
@@ -35,7 +35,7 @@ pub fn evaluate_authorization_policy<'p>(
     let scope = &policy.scope;
     let mut response = PolicyResponse {
         policy: &scope.name,
-        rules: Vec::new(),
+        rules: RuleResponses::new(),
     };
     let expected = match policy.mode {
         EvaluationMode::Http => HTTP_RESPONSE,

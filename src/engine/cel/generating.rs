@@ -5,7 +5,7 @@ use super::{CelRequest, ResolverLookups, bind_variables, conditions_hold, exempt
 use crate::cel::values::cel_to_json;
 use crate::cel::{Activation, Lookups};
 use crate::context::Resolver;
-use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::engine::{PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus, RuleType};
 use crate::policy::cel_policy::{
     CompiledGeneratingPolicy, CompiledGeneration, Segment, TemplateNode,
 };
@@ -23,7 +23,7 @@ pub fn evaluate_generating_policy<'p>(
     let scope = &policy.scope;
     let mut response = PolicyResponse {
         policy: &scope.name,
-        rules: Vec::new(),
+        rules: RuleResponses::new(),
     };
     if scope_view(scope, req, input).is_none() {
         return response;
@@ -282,10 +282,10 @@ spec:
             let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
                             "metadata": {"name": "c", "namespace": "team-b"}});
             let req = Request::offline(&cm, "CREATE", Default::default(), None);
-            let mut rules =
+            let rules =
                 evaluate_generating_policy(&p, &req, &CelRequest::of(&req), &NoResolver).rules;
             assert_eq!(rules.len(), 1);
-            let rule = rules.remove(0);
+            let rule = rules.into_iter().next().unwrap();
             (rule.status, rule.message.to_string(), rule.into_resources())
         };
         let (status, message, _) = evaluate(&text);

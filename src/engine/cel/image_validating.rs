@@ -11,7 +11,7 @@
 //! `getImageData`, `extractPayload`) fail as `unsupported offline` on an
 //! image the policy matches. Everything else evaluates.
 
-use super::{CelRequest, PolicyResponse, Request, RuleResponse, RuleStatus};
+use super::{CelRequest, PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus};
 use super::{
     NULL, NoRequest, ResolverLookups, audit_annotations, bind_request, bind_variables,
     conditions_hold, json_type_name, message_of, scope_view,
@@ -88,7 +88,7 @@ pub fn evaluate_image_validating_policy<'p>(
     let scope = &policy.scope;
     let mut response = PolicyResponse {
         policy: &scope.name,
-        rules: Vec::new(),
+        rules: RuleResponses::new(),
     };
     if policy.mode != EvaluationMode::Kubernetes {
         return response;
@@ -124,7 +124,7 @@ pub fn evaluate_image_validating_policy_on_json<'p>(
 ) -> PolicyResponse<'p> {
     let mut response = PolicyResponse {
         policy: &policy.scope.name,
-        rules: Vec::new(),
+        rules: RuleResponses::new(),
     };
     if policy.mode != EvaluationMode::Json {
         return response;

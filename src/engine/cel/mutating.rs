@@ -10,7 +10,7 @@ use super::{
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, Lookups};
 use crate::context::Resolver;
-use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::engine::{PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus, RuleType};
 use crate::kinds::schema::Schema;
 use crate::patch::typed::{self, Duplicates};
 use crate::patch::{apply, json_patch};
@@ -40,7 +40,7 @@ pub fn evaluate_mutating_policy<'p>(
     let mut outcome = MutatingOutcome {
         response: PolicyResponse {
             policy: &scope.name,
-            rules: Vec::new(),
+            rules: RuleResponses::new(),
         },
         patched: None,
     };

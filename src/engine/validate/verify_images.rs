@@ -361,7 +361,7 @@ pub fn verify_policy_with<'p>(
     }
     PolicyResponse {
         policy: policy.qualified_name(),
-        rules,
+        rules: rules.into(),
     }
 }
 

@@ -105,6 +105,28 @@ impl ValidateCheck {
     }
 }
 
+/// Appends the start of a failed pattern's message,
+/// `validation error: <message>. rule <rule>`; [`FAILED_AT_PATH`] and the
+/// path follow it. Rules word it once when they compile
+/// ([`super::CompiledRule::failure_start`]); the server renders its denial
+/// heads from the same text.
+#[inline]
+pub fn push_failure_start(out: &mut String, message: &str, rule: &str) {
+    out.push_str("validation error: ");
+    if !message.is_empty() {
+        out.push_str(message);
+        if !message.ends_with('.') {
+            out.push('.');
+        }
+        out.push(' ');
+    }
+    out.push_str("rule ");
+    out.push_str(rule);
+}
+
+/// What comes between a failed pattern's [`push_failure_start`] and its path.
+pub const FAILED_AT_PATH: &str = " failed at path ";
+
 #[derive(Debug, Clone)]
 pub struct ValidateRule {
     pub failure_action: FailureAction,

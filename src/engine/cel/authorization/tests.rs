@@ -25,7 +25,7 @@ fn try_compile(
 
 fn run(policy: &CompiledValidatingPolicy, request: &Value) -> (RuleStatus, String) {
     let response = evaluate_authorization_policy(policy, request, &NoResolver);
-    let [rule] = response.rules.as_slice() else {
+    let [rule] = &response.rules[..] else {
         panic!("one rule expected: {:?}", response.rules);
     };
     assert_eq!(rule.name, "p");
