@@ -203,7 +203,7 @@ pub fn admit_reporting(
                 .iter()
                 .map(|&i| (&snapshot.policies[i], &snapshot.denial_heads[i]))
                 .collect();
-            let mut ctx = req.json_context(Builtins::of(policies.iter().map(|(p, _)| *p)));
+            let mut ctx = req.json_context(snapshot.validate_builtins(failure_policy));
             ctx.attach_plan(&snapshot.plan, req);
             let input = req.match_input();
             let cells =

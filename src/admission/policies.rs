@@ -11,6 +11,7 @@
 
 use super::rule_table::{RuleMetrics, RuleTable};
 use super::verdict::DenialHeads;
+use crate::engine::json_context::Builtins;
 use crate::engine::plan::Plan;
 use crate::policy::cel_policy::{
     CelCompileError, CompiledCelException, CompiledGeneratingPolicy, CompiledImageValidatingPolicy,
@@ -88,6 +89,10 @@ pub struct Snapshot {
     /// route: all, failurePolicy Fail, failurePolicy Ignore. Chosen once
     /// here rather than on every request.
     pub validate: [Vec<usize>; 3],
+    /// What the request contexts of each validate route make up front
+    /// (images, CEL variables), from the route's policies; found here
+    /// rather than on every request.
+    validate_builtins: [Builtins; 3],
     /// The same for the admission mutate policies, in load order (each
     /// sees the previous one's output).
     pub mutate: [Vec<usize>; 3],
@@ -168,8 +173,12 @@ impl Snapshot {
         // walks the patterns of policies on other routes that share a group
         // of kinds with its own (sets seen so far use one route).
         let plan = Plan::build(&mut policies);
+        let validate_builtins = std::array::from_fn(|route| {
+            Builtins::of(validate[route].iter().map(|&i| &policies[i]))
+        });
         Snapshot {
             plan,
+            validate_builtins,
             needs_namespace_labels,
             validate_reads_documents,
             rule_table: Arc::new(
@@ -258,6 +267,12 @@ impl Snapshot {
     /// Indexes into `policies` of the validate policies a route evaluates.
     pub fn validate_indexes(&self, f: Option<FailurePolicy>) -> &[usize] {
         &self.validate[route_slot(f)]
+    }
+
+    /// What a validate route's request contexts make up front
+    /// ([`Builtins::of`] its policies).
+    pub fn validate_builtins(&self, f: Option<FailurePolicy>) -> Builtins {
+        self.validate_builtins[route_slot(f)]
     }
 
     /// Indexes into `policies` of the policies whose background work a

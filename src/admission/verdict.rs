@@ -120,12 +120,11 @@ fn message_heads(rule: &CompiledRule, column: usize) -> Vec<yaml_text::ValueHead
     }
     let message = v.message.as_deref().unwrap_or_default();
     // A failed pattern or anyPattern, as the engine words it.
-    let mut failed = String::new();
-    validate::push_failure_start(&mut failed, message, &rule.name);
+    let failed = &*rule.failure_start;
     // The path's leading `/` ends the longest head: what follows it is
     // the rest of the path, which rarely holds a space to fold at.
-    let at_path = [&failed, validate::FAILED_AT_PATH, "/"].concat();
-    let mut heads: Vec<_> = [at_path.as_str(), failed.as_str()]
+    let at_path = [failed, validate::FAILED_AT_PATH, "/"].concat();
+    let mut heads: Vec<_> = [at_path.as_str(), failed]
         .into_iter()
         .filter_map(|text| yaml_text::ValueHead::quoted_start(text, column, VALUE_INDENT))
         .collect();
