@@ -353,6 +353,12 @@ impl<'a> Activation<'a> {
         self.bind(Cow::Borrowed(name), Val::from_json(value));
     }
 
+    /// Binds `name` to JSON in either representation, read in place (a
+    /// request's decoded document is not converted).
+    pub fn set_json_ref(&mut self, name: &'static str, value: crate::json_doc::JsonRef<'a>) {
+        self.bind(Cow::Borrowed(name), Val::from_ref(value));
+    }
+
     fn bind(&mut self, name: Cow<'static, str>, value: Val<'a>) {
         if let Some(i) = direct::known_root(&name) {
             self.known[i] = Some(value);

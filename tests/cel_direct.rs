@@ -250,3 +250,104 @@ fn direct_evaluator_agrees_with_the_interpreter_on_the_corpora() {
         "{answered} of {evaluations} answered directly"
     );
 }
+
+/// The CEL forms of the Pod Security controls (`validate.cel` rules and
+/// ValidatingPolicies) read a request decoded as the webhook decodes it in
+/// place: evaluating them converts neither object to a `serde_json::Value`,
+/// and they answer as on the same request held as `Value`s.
+#[test]
+fn pod_security_cel_forms_read_a_decoded_request_in_place() {
+    use gavel::context::NoResolver;
+    use gavel::engine::cel::evaluate_validating_policy;
+    use gavel::engine::{EvalEnv, RuleStatus, evaluate};
+    use gavel::policy::CompiledPolicy;
+    use gavel::policy::cel_policy::CompiledValidatingPolicy;
+    use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
+
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let corpus = root.join("../shared/conformance/kyverno-policies");
+    let (mut classic, mut validating) = (Vec::new(), Vec::new());
+    for folder in ["pod-security-cel", "pod-security-vpol"] {
+        for entry in walkdir(&corpus.join(folder)) {
+            let text = std::fs::read_to_string(&entry).unwrap();
+            let Ok(docs) = load_policy_text(&entry.display().to_string(), &text) else {
+                continue;
+            };
+            for doc in docs {
+                match doc {
+                    LoadedDocument::Policy(p) => classic.push(CompiledPolicy::compile(&p).unwrap()),
+                    LoadedDocument::ValidatingPolicy(p) => {
+                        validating.push(CompiledValidatingPolicy::compile(&p).unwrap())
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    assert!(
+        classic.len() >= 16 && validating.len() >= 16,
+        "{} {}",
+        classic.len(),
+        validating.len()
+    );
+    let env = EvalEnv {
+        resolver: &NoResolver,
+        exceptions: &[],
+        rule_values: &(),
+    };
+    let mut failures = 0;
+    for file in ["pod-compliant.yaml", "pod-violating.yaml"] {
+        let text = std::fs::read_to_string(root.join("benches/data").join(file)).unwrap();
+        let object = parse_yaml_documents(file, &text).unwrap().remove(0);
+        let on_value = Request::offline(&object, "CREATE", Default::default(), None);
+        let on_doc = corpus::as_documents(&on_value);
+        let answers = |req: &Request| {
+            let mut out: Vec<(String, RuleStatus, String)> = evaluate(&classic, req, &env)
+                .iter()
+                .flat_map(|r| {
+                    r.rules
+                        .iter()
+                        .map(|x| (r.policy.to_string(), x.status, x.message.to_string()))
+                })
+                .collect();
+            let input = CelRequest::of(req);
+            for p in &validating {
+                let r = evaluate_validating_policy(p, req, &input, &NoResolver);
+                out.extend(
+                    r.rules
+                        .iter()
+                        .map(|x| (r.policy.to_string(), x.status, x.message.to_string())),
+                );
+            }
+            out
+        };
+        let from_doc = answers(&on_doc);
+        assert!(
+            !on_doc.object.converted() && !on_doc.old_object.converted(),
+            "{file}: a CEL form converted the decoded request"
+        );
+        assert_eq!(from_doc, answers(&on_value), "{file}");
+        failures += from_doc
+            .iter()
+            .filter(|(_, s, _)| *s == RuleStatus::Fail)
+            .count();
+    }
+    // The violating Pod fails both forms of most controls.
+    assert!(failures >= 20, "{failures} failures");
+}
+
+fn walkdir(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(walkdir(&path));
+        } else if path.extension().is_some_and(|e| e == "yaml")
+            && !path.to_string_lossy().contains("kyverno-test")
+        {
+            out.push(path);
+        }
+    }
+    out.sort();
+    out
+}

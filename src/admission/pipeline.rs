@@ -133,7 +133,7 @@ fn no_longer_selected(
     let validating = cel
         .iter()
         .filter(|(_, r)| r.rules.is_empty())
-        .filter(|(p, _)| constraints_select(&p.scope, req, req.old_object.value(), None))
+        .filter(|(p, _)| constraints_select(&p.scope, req, req.old_object.json(), None))
         .map(|(p, _)| p.key.clone());
     classic.chain(validating).collect()
 }

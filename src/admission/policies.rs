@@ -110,10 +110,11 @@ pub struct Snapshot {
     /// need their namespace's labels; looked up only then.
     pub needs_namespace_labels: bool,
     /// The validate routes decode a review's objects into documents: every
-    /// policy they evaluate reads them so (`CompiledPolicy::reads_documents`),
-    /// and none leaves background work. Otherwise a `serde_json::Value`,
-    /// which the CEL evaluators and mutation read, is decoded directly
-    /// rather than made from a document.
+    /// policy they evaluate reads them so (`CompiledPolicy::reads_documents`;
+    /// ValidatingPolicies do, CEL reading the document in place), and none
+    /// leaves background work. Otherwise a `serde_json::Value`, which
+    /// podSecurity, manifests, image verification and mutation read, is
+    /// decoded directly rather than made from a document.
     pub validate_reads_documents: bool,
     /// What the classic policies share per request (`engine::plan`).
     pub plan: Plan,
@@ -164,8 +165,7 @@ impl Snapshot {
                 .chain(generating.iter().map(|p| &p.scope))
                 .chain(image_validating.iter().map(|p| &p.scope))
                 .any(|s| s.match_constraints.namespace_selector.is_some());
-        let validate_reads_documents = validating.is_empty()
-            && generating.is_empty()
+        let validate_reads_documents = generating.is_empty()
             && image_validating.is_empty()
             && background[0].is_empty()
             && validate[0].iter().all(|&i| policies[i].reads_documents());
@@ -566,8 +566,10 @@ mod tests {
         assert_ne!(pss, GOOD);
         assert!(snapshot_of(&[]).validate_reads_documents);
         assert!(snapshot_of(&[GOOD]).validate_reads_documents);
-        assert!(!snapshot_of(&[GOOD, &cel]).validate_reads_documents);
+        // CEL reads the document in place; podSecurity reads a `Value`.
+        assert!(snapshot_of(&[GOOD, &cel]).validate_reads_documents);
         assert!(!snapshot_of(&[&pss]).validate_reads_documents);
+        assert!(!snapshot_of(&[GOOD, &cel, &pss]).validate_reads_documents);
     }
 
     #[test]

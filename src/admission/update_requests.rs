@@ -26,6 +26,7 @@
 use super::review::Review;
 use crate::engine::Request;
 use crate::engine::cel::constraints_select;
+use crate::json_doc::JsonRef;
 use crate::matching::MatchInput;
 use crate::policy::cel_policy::{CompiledGeneratingPolicy, CompiledMutatingPolicy};
 use crate::policy::{CompiledPolicy, CompiledRule, RuleBody};
@@ -230,7 +231,7 @@ pub fn for_generating(
     let req = &review.request;
     let (object, old) = (req.object.value(), req.old_object.value());
     let selects = |p: &CompiledGeneratingPolicy, o: &Value, op: Option<&str>| {
-        !o.is_null() && constraints_select(&p.scope, req, o, op)
+        !o.is_null() && constraints_select(&p.scope, req, JsonRef::Value(o), op)
     };
     let mut out = Vec::new();
     for policy in policies.iter().filter(|p| p.settings.admission) {
@@ -295,7 +296,9 @@ pub fn for_mutating<'p>(
     policies
         .filter(|p| p.admission)
         .filter_map(|p| Some((p, p.existing.as_ref()?)))
-        .filter(|(p, _)| constraints_select(&p.scope, req, trigger, Some(&req.operation)))
+        .filter(|(p, _)| {
+            constraints_select(&p.scope, req, JsonRef::Value(trigger), Some(&req.operation))
+        })
         .map(|(policy, existing)| {
             let mut spec = spec(&policy.key, Vec::new(), resource_spec(trigger), review);
             spec["requestType"] = Value::from(CEL_MUTATE);

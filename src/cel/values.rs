@@ -29,6 +29,27 @@ pub fn json_to_cel(v: &serde_json::Value) -> Value {
     }
 }
 
+/// [`json_to_cel`] of a decoded document's value, read in place.
+pub fn doc_to_cel(v: crate::json_doc::Json) -> Value {
+    use crate::json_doc::Kind;
+    match v.kind() {
+        Kind::Null => Value::Null,
+        Kind::Bool(b) => Value::Bool(b),
+        Kind::I64(i) => Value::Int(i),
+        Kind::U64(u) => Value::UInt(u),
+        Kind::F64(f) => Value::Float(f),
+        Kind::Str(s) => Value::String(Arc::new(s.to_string())),
+        Kind::Array(_) => Value::List(Arc::new(v.elements().map(doc_to_cel).collect())),
+        Kind::Object(_) => {
+            let map: HashMap<Key, Value> = v
+                .entries()
+                .map(|(k, v)| (Key::String(Arc::new(k.to_string())), doc_to_cel(v)))
+                .collect();
+            Value::Map(Map { map: Arc::new(map) })
+        }
+    }
+}
+
 /// A CEL result as JSON; types with no JSON form are an error.
 pub fn cel_to_json(v: &Value) -> Result<serde_json::Value, String> {
     Ok(match v {

@@ -29,7 +29,7 @@ use crate::cel::{
     RequestValues,
 };
 use crate::context::{ApiCallRequest, Resolver};
-use crate::json_doc::Document;
+use crate::json_doc::{Document, JsonRef, View as _};
 use crate::kinds::{Gvk, Gvr};
 use crate::matching::selector_matches;
 use crate::policy::cel_policy::{
@@ -74,8 +74,8 @@ pub struct CelRequest<'r> {
 }
 
 /// An object bound as a CEL variable: borrowed in either form (a request's
-/// [`Document`] becomes a `Value` only when a CEL expression reads it, so a
-/// request no CEL rule touches never converts), or owned.
+/// [`Document`] is read as it was decoded; it becomes a `Value` only for
+/// autogen's template views, which rebuild the object), or owned.
 #[derive(Debug)]
 enum Bound<'r> {
     Borrowed(Source<'r>),
@@ -95,6 +95,14 @@ impl<'r> Source<'r> {
             Source::Document(d) => d.value(),
         }
     }
+
+    /// The object where it lies, unconverted.
+    fn json(self) -> JsonRef<'r> {
+        match self {
+            Source::Value(v) => JsonRef::Value(v),
+            Source::Document(d) => d.json(),
+        }
+    }
 }
 
 impl Bound<'_> {
@@ -102,6 +110,13 @@ impl Bound<'_> {
         match self {
             Bound::Borrowed(s) => s.value(),
             Bound::Owned(v) => v,
+        }
+    }
+
+    fn json(&self) -> JsonRef<'_> {
+        match self {
+            Bound::Borrowed(s) => s.json(),
+            Bound::Owned(v) => JsonRef::Value(v),
         }
     }
 }
@@ -130,16 +145,16 @@ impl<'r> SharedValues<'r> {
 impl<'r> direct::Bindings<'r> for SharedValues<'r> {
     fn ident(&self, name: &str) -> Option<Val<'r>> {
         match name {
-            "object" => Some(Val::from_json(self.object.value())),
-            "oldObject" => Some(Val::from_json(self.old_object.value())),
+            "object" => Some(Val::from_ref(self.object.json())),
+            "oldObject" => Some(Val::from_ref(self.old_object.json())),
             _ => None,
         }
     }
 
     fn known(&self, index: usize) -> Option<Val<'r>> {
         match index {
-            direct::OBJECT => Some(Val::from_json(self.object.value())),
-            direct::OLD_OBJECT => Some(Val::from_json(self.old_object.value())),
+            direct::OBJECT => Some(Val::from_ref(self.object.json())),
+            direct::OLD_OBJECT => Some(Val::from_ref(self.old_object.json())),
             _ => None,
         }
     }
@@ -184,13 +199,13 @@ static NULL: Value = Value::Null;
 /// come from `rest` when read.
 fn bind_request<'s>(
     cache: &'s InterpreterCache,
-    object: &'s Value,
-    old_object: &'s Value,
+    object: JsonRef<'s>,
+    old_object: JsonRef<'s>,
     rest: &'s dyn LazyBindings,
 ) -> Activation<'s> {
     let mut vars = Activation::root(cache);
-    vars.set_json("object", object);
-    vars.set_json("oldObject", old_object);
+    vars.set_json_ref("object", object);
+    vars.set_json_ref("oldObject", old_object);
     vars.set_lazy(rest);
     vars.set_json("params", &NULL);
     vars.start_variables();
@@ -308,8 +323,8 @@ impl<'r> CelRequest<'r> {
     pub fn activation(&self) -> Activation<'_> {
         let mut vars = bind_request(
             &self.cache,
-            self.object.value(),
-            self.old_object.value(),
+            self.object.json(),
+            self.old_object.json(),
             self,
         );
         if let Some(shared) = &self.shared {
@@ -354,7 +369,12 @@ impl<'r> CelRequest<'r> {
                 cache: InterpreterCache::default(),
             })
         });
-        bind_request(&view.cache, &view.object, &view.old_object, self)
+        bind_request(
+            &view.cache,
+            JsonRef::Value(&view.object),
+            JsonRef::Value(&view.old_object),
+            self,
+        )
     }
 }
 
@@ -1092,12 +1112,13 @@ fn select<'s>(scope: &'s PolicyScope, req: &Request, input: &CelRequest) -> Opti
 
 /// The namespaceSelector and objectSelector of `m` accept the request.
 fn selectors_match(m: &MatchConstraints, req: &Request) -> bool {
-    selectors_accept(m, req, req.resource().value())
+    selectors_accept(m, req, req.resource().json())
 }
 
 /// The namespaceSelector of `m` accepts the request's namespace, and its
-/// objectSelector `object`.
-fn selectors_accept(m: &MatchConstraints, req: &Request, object: &Value) -> bool {
+/// objectSelector `object`. Only the labels are read (a decoded request is
+/// not converted whole).
+fn selectors_accept(m: &MatchConstraints, req: &Request, object: JsonRef) -> bool {
     if let Some(sel) = &m.namespace_selector
         && !req.namespace().is_empty()
         && !selector_matches(sel, req.namespace_labels.as_ref())
@@ -1106,9 +1127,10 @@ fn selectors_accept(m: &MatchConstraints, req: &Request, object: &Value) -> bool
     }
     if let Some(sel) = &m.object_selector {
         let labels = object
-            .pointer("/metadata/labels")
-            .and_then(Value::as_object);
-        if !selector_matches(sel, labels) {
+            .get("metadata")
+            .and_then(|m| m.get("labels"))
+            .map(JsonRef::to_cow);
+        if !selector_matches(sel, labels.as_deref().and_then(Value::as_object)) {
             return false;
         }
     }
@@ -1122,7 +1144,7 @@ fn selectors_accept(m: &MatchConstraints, req: &Request, object: &Value) -> bool
 pub fn constraints_select(
     scope: &PolicyScope,
     req: &Request,
-    object: &Value,
+    object: JsonRef,
     operation: Option<&str>,
 ) -> bool {
     if scope
@@ -1140,8 +1162,9 @@ pub fn constraints_select(
         operation: operation.unwrap_or_default(),
         name: TargetName::Is(
             object
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
+                .get("metadata")
+                .and_then(|m| m.get("name"))
+                .and_then(|n| n.as_str())
                 .unwrap_or_default(),
         ),
     };
@@ -1261,7 +1284,12 @@ pub fn evaluate_validating_policy_on_json<'p>(
         return response;
     }
     let cache = InterpreterCache::default();
-    let vars = bind_request(&cache, payload, &NULL, &NoRequest);
+    let vars = bind_request(
+        &cache,
+        JsonRef::Value(payload),
+        JsonRef::Value(&NULL),
+        &NoRequest,
+    );
     let lookups = ResolverLookups(resolver);
     response
         .rules

@@ -76,6 +76,12 @@ impl Document {
     pub fn is_null(&self) -> bool {
         self.json().is_null()
     }
+
+    /// Whether a decoded document has been converted to a `Value` (the
+    /// evaluators that read documents in place never ask for one).
+    pub fn converted(&self) -> bool {
+        self.doc.is_some() && self.value.get().is_some()
+    }
 }
 
 impl Default for Document {

@@ -393,9 +393,17 @@ impl<'a> Evaluator<'_, 'a> {
             }
         };
         match &range {
-            Val::List(List::Json(items)) => {
+            // One loop per form, so that no item pays a dispatch on it.
+            Val::List(List::Value(items)) => {
                 for item in items.iter() {
                     if visit(self, Val::from_json(item))? {
+                        break;
+                    }
+                }
+            }
+            Val::List(List::Doc(items)) => {
+                for item in items.json().elements() {
+                    if visit(self, Val::from_doc(item))? {
                         break;
                     }
                 }
@@ -440,9 +448,16 @@ impl<'a> Evaluator<'_, 'a> {
             Ok(true)
         };
         match &range {
-            Val::List(List::Json(items)) => {
+            Val::List(List::Value(items)) => {
                 for item in items.iter() {
                     if !step(self, Val::from_json(item))? {
+                        break;
+                    }
+                }
+            }
+            Val::List(List::Doc(items)) => {
+                for item in items.json().elements() {
+                    if !step(self, Val::from_doc(item))? {
                         break;
                     }
                 }

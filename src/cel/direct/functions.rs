@@ -261,7 +261,7 @@ pub fn contained<'a>(item: &Val<'a>, container: &Val<'a>) -> Result<bool, Fail> 
         Val::Map(m) => match item {
             Val::Str(s) => Ok(m.get_str(s.as_str()).is_some()),
             _ => match m {
-                MapVal::Json(_) => Ok(false),
+                MapVal::Value(_) | MapVal::Doc(_) => Ok(false),
                 MapVal::Owned(_) => m
                     .get(item)
                     .map(|v| v.is_some())
@@ -278,7 +278,7 @@ pub fn contained<'a>(item: &Val<'a>, container: &Val<'a>) -> Result<bool, Fail> 
 pub fn concat<'a>(left: List<'a>, right: &List<'a>) -> List<'a> {
     let mut items = match left {
         List::Owned(items) => items,
-        List::Json(items) => Arc::new(items.iter().map(Val::from_json).collect()),
+        List::Value(_) | List::Doc(_) => Arc::new(left.iter().collect()),
     };
     let target = Arc::make_mut(&mut items);
     target.reserve(right.len());

@@ -3,11 +3,16 @@
 //!
 //! A field selection on a JSON object gives a view of the child (no copy);
 //! only what an expression constructs (list and map literals, string
-//! concatenation, `map()`) is allocated.
+//! concatenation, `map()`) is allocated. JSON is read in the representation
+//! the request holds it in: the webhook's decoded document ([`Json`],
+//! whose key lookups scan a fingerprinted key table), or a
+//! `serde_json::Value` (offline runs, autogen's template views, mutation
+//! targets). Neither is converted to the other.
 
+use crate::json_doc::{Elements, Json, JsonRef, Kind, PackedJson};
 use kube_cel::cel::Value as CelValue;
 use kube_cel::cel::objects::{Key, Map, OptionalValue};
-use serde_json::Value as Json;
+use serde_json::Value;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -53,15 +58,22 @@ pub enum Str<'a> {
     Owned(Arc<str>),
 }
 
+/// Each variant is at most two words, and the document's has spare values
+/// for the tag ([`PackedJson`]), so a list is 16 bytes and a [`Val`] 24:
+/// a `Vec`, not a slice, for a `Value`'s array.
 #[derive(Debug, Clone)]
 pub enum List<'a> {
-    Json(&'a [Json]),
+    Value(&'a Vec<Value>),
+    /// An array of a decoded document.
+    Doc(PackedJson<'a>),
     Owned(Arc<Vec<Val<'a>>>),
 }
 
 #[derive(Debug, Clone)]
 pub enum MapVal<'a> {
-    Json(&'a serde_json::Map<String, Json>),
+    Value(&'a serde_json::Map<String, Value>),
+    /// An object of a decoded document.
+    Doc(PackedJson<'a>),
     /// Entries in insertion order; keys are strings, ints, uints or bools.
     /// Maps built by expressions are small, so lookups are linear.
     Owned(Arc<Vec<(Val<'a>, Val<'a>)>>),
@@ -77,20 +89,44 @@ impl<'a> Str<'a> {
 }
 
 impl<'a> Val<'a> {
-    pub fn from_json(v: &'a Json) -> Val<'a> {
+    pub fn from_json(v: &'a Value) -> Val<'a> {
         match v {
-            Json::Null => Val::Null,
-            Json::Bool(b) => Val::Bool(*b),
+            Value::Null => Val::Null,
+            Value::Bool(b) => Val::Bool(*b),
             // JSON integers are CEL `int` (as the API server types integer
             // fields), other numbers `double`.
-            Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+            Value::Number(n) => match (n.as_i64(), n.as_u64()) {
                 (Some(i), _) => Val::Int(i),
                 (None, Some(u)) => Val::Uint(u),
                 _ => Val::Double(n.as_f64().unwrap_or(f64::NAN)),
             },
-            Json::String(s) => Val::Str(Str::Borrowed(s)),
-            Json::Array(items) => Val::List(List::Json(items)),
-            Json::Object(m) => Val::Map(MapVal::Json(m)),
+            Value::String(s) => Val::Str(Str::Borrowed(s)),
+            Value::Array(items) => Val::List(List::Value(items)),
+            Value::Object(m) => Val::Map(MapVal::Value(m)),
+        }
+    }
+
+    /// A decoded document's value, typed as [`Val::from_json`] types the
+    /// same JSON (the document keeps numbers as serde_json reads them).
+    #[inline]
+    pub fn from_doc(v: Json<'a>) -> Val<'a> {
+        match v.kind() {
+            Kind::Null => Val::Null,
+            Kind::Bool(b) => Val::Bool(b),
+            Kind::I64(i) => Val::Int(i),
+            Kind::U64(u) => Val::Uint(u),
+            Kind::F64(f) => Val::Double(f),
+            Kind::Str(s) => Val::Str(Str::Borrowed(s)),
+            Kind::Array(_) => Val::List(List::Doc(v.into())),
+            Kind::Object(_) => Val::Map(MapVal::Doc(v.into())),
+        }
+    }
+
+    /// JSON in either representation, read where it lies.
+    pub fn from_ref(v: JsonRef<'a>) -> Val<'a> {
+        match v {
+            JsonRef::Value(v) => Val::from_json(v),
+            JsonRef::Doc(j) => Val::from_doc(j),
         }
     }
 
@@ -150,13 +186,16 @@ impl<'a> Val<'a> {
             Val::Double(f) => CelValue::Float(*f),
             Val::Str(s) => CelValue::String(Arc::new(s.as_str().to_string())),
             Val::Bytes(b) => CelValue::Bytes(Arc::new(b.to_vec())),
-            Val::List(List::Json(items)) => CelValue::List(Arc::new(
+            Val::List(List::Value(items)) => CelValue::List(Arc::new(
                 items.iter().map(crate::cel::values::json_to_cel).collect(),
             )),
+            Val::List(List::Doc(j)) | Val::Map(MapVal::Doc(j)) => {
+                crate::cel::values::doc_to_cel(j.json())
+            }
             Val::List(List::Owned(items)) => {
                 CelValue::List(Arc::new(items.iter().map(Val::to_cel).collect()))
             }
-            Val::Map(MapVal::Json(m)) => {
+            Val::Map(MapVal::Value(m)) => {
                 let map: HashMap<Key, CelValue> = m
                     .iter()
                     .map(|(k, v)| {
@@ -242,34 +281,50 @@ impl<'a> List<'a> {
 
     pub fn len(&self) -> usize {
         match self {
-            List::Json(items) => items.len(),
+            List::Value(items) => items.len(),
+            List::Doc(j) => match j.json().kind() {
+                Kind::Array(len) => len as usize,
+                _ => 0,
+            },
             List::Owned(items) => items.len(),
         }
     }
 
+    /// The element at `i`. A document's array is walked to it (its
+    /// elements are not fixed-size), so a loop reads through
+    /// [`List::iter`].
     pub fn get(&self, i: usize) -> Option<Val<'a>> {
         match self {
-            List::Json(items) => items.get(i).map(Val::from_json),
+            List::Value(items) => items.get(i).map(Val::from_json),
+            List::Doc(j) => j.json().elements().nth(i).map(Val::from_doc),
             List::Owned(items) => items.get(i).cloned(),
         }
     }
 
     pub fn iter(&self) -> ListIter<'_, 'a> {
-        ListIter { list: self, at: 0 }
+        match self {
+            List::Value(items) => ListIter::Values(items.iter()),
+            List::Doc(j) => ListIter::Doc(j.json().elements()),
+            List::Owned(items) => ListIter::Owned(items.iter()),
+        }
     }
 }
 
-pub struct ListIter<'l, 'a> {
-    list: &'l List<'a>,
-    at: usize,
+pub enum ListIter<'l, 'a> {
+    Values(std::slice::Iter<'a, Value>),
+    Doc(Elements<'a>),
+    Owned(std::slice::Iter<'l, Val<'a>>),
 }
 
 impl<'a> Iterator for ListIter<'_, 'a> {
     type Item = Val<'a>;
+    #[inline]
     fn next(&mut self) -> Option<Val<'a>> {
-        let v = self.list.get(self.at)?;
-        self.at += 1;
-        Some(v)
+        match self {
+            ListIter::Values(items) => items.next().map(Val::from_json),
+            ListIter::Doc(items) => items.next().map(Val::from_doc),
+            ListIter::Owned(items) => items.next().cloned(),
+        }
     }
 }
 
@@ -280,7 +335,11 @@ impl<'a> MapVal<'a> {
 
     pub fn len(&self) -> usize {
         match self {
-            MapVal::Json(m) => m.len(),
+            MapVal::Value(m) => m.len(),
+            MapVal::Doc(j) => match j.json().kind() {
+                Kind::Object(len) => len as usize,
+                _ => 0,
+            },
             MapVal::Owned(e) => e.len(),
         }
     }
@@ -288,7 +347,8 @@ impl<'a> MapVal<'a> {
     /// The entry for a string key (field selection).
     pub fn get_str(&self, key: &str) -> Option<Val<'a>> {
         match self {
-            MapVal::Json(m) => crate::json_map::get(m, key).map(Val::from_json),
+            MapVal::Value(m) => crate::json_map::get(m, key).map(Val::from_json),
+            MapVal::Doc(j) => j.json().get(key).map(Val::from_doc),
             MapVal::Owned(e) => e
                 .iter()
                 .find(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key))
@@ -299,7 +359,8 @@ impl<'a> MapVal<'a> {
     /// Whether a string key is present (`has()`): no value is built.
     pub fn contains_str(&self, key: &str) -> bool {
         match self {
-            MapVal::Json(m) => crate::json_map::get(m, key).is_some(),
+            MapVal::Value(m) => crate::json_map::get(m, key).is_some(),
+            MapVal::Doc(j) => j.json().get(key).is_some(),
             MapVal::Owned(e) => e
                 .iter()
                 .any(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key)),
@@ -311,7 +372,7 @@ impl<'a> MapVal<'a> {
         match key {
             Val::Str(s) => Ok(self.get_str(s.as_str())),
             Val::Int(_) | Val::Uint(_) | Val::Bool(_) => Ok(match self {
-                MapVal::Json(_) => None,
+                MapVal::Value(_) | MapVal::Doc(_) => None,
                 MapVal::Owned(e) => e
                     .iter()
                     .find(|(k, _)| equals(k, key) == Some(true))
@@ -326,16 +387,27 @@ impl<'a> MapVal<'a> {
     /// The keys, in order (comprehensions over a map iterate its keys).
     pub fn keys(&self) -> Vec<Val<'a>> {
         match self {
-            MapVal::Json(m) => m.keys().map(|k| Val::Str(Str::Borrowed(k))).collect(),
+            MapVal::Value(m) => m.keys().map(|k| Val::Str(Str::Borrowed(k))).collect(),
+            // Sorted, as a `serde_json::Map` of the same object serves them.
+            MapVal::Doc(j) => j
+                .json()
+                .entries()
+                .map(|(k, _)| Val::Str(Str::Borrowed(k)))
+                .collect(),
             MapVal::Owned(e) => e.iter().map(|(k, _)| k.clone()).collect(),
         }
     }
 
     pub fn entries(&self) -> Vec<(Val<'a>, Val<'a>)> {
         match self {
-            MapVal::Json(m) => m
+            MapVal::Value(m) => m
                 .iter()
                 .map(|(k, v)| (Val::Str(Str::Borrowed(k)), Val::from_json(v)))
+                .collect(),
+            MapVal::Doc(j) => j
+                .json()
+                .entries()
+                .map(|(k, v)| (Val::Str(Str::Borrowed(k)), Val::from_doc(v)))
                 .collect(),
             MapVal::Owned(e) => e.as_ref().clone(),
         }

@@ -24,6 +24,7 @@ use crate::admission::update_requests::{CEL_GENERATE, labels, resource_spec, tri
 use crate::context::ClusterView;
 use crate::engine::cel::{CelRequest, constraints_select, evaluate_generating_policy};
 use crate::engine::{Request, RuleStatus};
+use crate::json_doc::JsonRef;
 use crate::policy::cel_policy::CompiledGeneratingPolicy;
 use futures_util::StreamExt;
 use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -203,7 +204,7 @@ async fn generate(
                 by_constraints: constraints_select(
                     &policy.scope,
                     &request,
-                    request.resource().value(),
+                    request.resource().json(),
                     Some(&request.operation),
                 ),
             },
@@ -864,7 +865,7 @@ async fn existing_triggers(shared: &Arc<Shared>, policy: &CompiledGeneratingPoli
                 shared.view.namespace_labels(&ns)
             };
             let req = Request::offline(&trigger, "CREATE", Default::default(), labels);
-            if !constraints_select(&policy.scope, &req, &trigger, None) {
+            if !constraints_select(&policy.scope, &req, JsonRef::Value(&trigger), None) {
                 continue;
             }
             request(

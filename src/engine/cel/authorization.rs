@@ -19,6 +19,7 @@ use crate::cel::values::cel_to_json;
 use crate::cel::{Activation, InterpreterCache, Lookups};
 use crate::context::Resolver;
 use crate::engine::{PolicyResponse, RuleResponse, RuleResponses, RuleStatus};
+use crate::json_doc::JsonRef;
 use crate::pattern::go_json_type;
 use crate::policy::cel_policy::{CompiledValidatingPolicy, EvaluationMode};
 use base64::Engine as _;
@@ -43,7 +44,12 @@ pub fn evaluate_authorization_policy<'p>(
         _ => return response,
     };
     let cache = InterpreterCache::default();
-    let vars = bind_request(&cache, request, &NULL, &NoRequest);
+    let vars = bind_request(
+        &cache,
+        JsonRef::Value(request),
+        JsonRef::Value(&NULL),
+        &NoRequest,
+    );
     let lookups = ResolverLookups(resolver);
     let (status, message) = match authorize(policy, expected, &vars, &lookups) {
         Ok(Some(answer)) => decision(policy.mode, &answer),

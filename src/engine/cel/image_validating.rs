@@ -20,6 +20,7 @@ use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, InterpreterCache, Lookup, Lookups, NoLookups, Program};
 use crate::context::Resolver;
 use crate::engine::RuleType;
+use crate::json_doc::JsonRef;
 use crate::kinds::Gvr;
 use crate::policy::cel_policy::{
     CompiledImageValidatingPolicy, CompiledNamed, EvaluationMode, ImageReferenceMatch,
@@ -130,7 +131,12 @@ pub fn evaluate_image_validating_policy_on_json<'p>(
         return response;
     }
     let cache = InterpreterCache::default();
-    let vars = bind_request(&cache, payload, &NULL, &NoRequest);
+    let vars = bind_request(
+        &cache,
+        JsonRef::Value(payload),
+        JsonRef::Value(&NULL),
+        &NoRequest,
+    );
     let lookups = ImageLookups {
         policy,
         inner: ResolverLookups(resolver),

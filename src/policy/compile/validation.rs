@@ -79,18 +79,18 @@ pub enum ValidateCheck {
 impl ValidateCheck {
     /// Whether the engine evaluates this check on a request held as a
     /// decoded document without making a `serde_json::Value` of it
-    /// (patterns, deny conditions and foreach over them; CEL, podSecurity
-    /// and manifests read a `Value`).
+    /// (patterns, deny conditions, CEL and foreach over them; podSecurity
+    /// and manifests read a `Value`). CEL converts only for autogen's view
+    /// of a Pod controller's template.
     pub fn reads_documents(&self) -> bool {
         match self {
             ValidateCheck::Pattern(_)
             | ValidateCheck::AnyPattern(_)
             | ValidateCheck::Deny(_)
+            | ValidateCheck::Cel(_)
             | ValidateCheck::Unsupported(_) => true,
             ValidateCheck::Foreach(list) => list.iter().all(|fe| fe.check.reads_documents()),
-            ValidateCheck::PodSecurity(_) | ValidateCheck::Cel(_) | ValidateCheck::Manifests(_) => {
-                false
-            }
+            ValidateCheck::PodSecurity(_) | ValidateCheck::Manifests(_) => false,
         }
     }
 

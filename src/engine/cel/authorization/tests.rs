@@ -138,7 +138,12 @@ fn envoy_responses_carry_headers_and_messages() {
     let request = envoy(json!({}));
     assert_eq!(run(&policy, &request).0, RuleStatus::Pass);
     let cache = InterpreterCache::default();
-    let vars = bind_request(&cache, &request, &NULL, &NoRequest);
+    let vars = bind_request(
+        &cache,
+        JsonRef::Value(&request),
+        JsonRef::Value(&NULL),
+        &NoRequest,
+    );
     let answer = policy.checks.validations[0]
         .program
         .eval(&vars, &crate::cel::NoLookups)
