@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Paired throughput of two gavel builds (17 PSS policies each) and
+# Paired throughput of two gavel builds (17 PSS policies each, or the
+# policies of POLICIES=DIR, such as the CEL forms of the same controls) and
 # examples/baseline_server, all three running at once and measured in
 # alternating rounds with wrk: on this noisy machine only pairs taken
 # seconds apart separate a change of a few percent from the machine's phases.
@@ -32,9 +33,9 @@ for port in "${PORTS[@]}"; do
     exit 1
   fi
 done
-"$A_BIN" serve --listen "127.0.0.1:${PORTS[0]}" --policies examples/policies/pod-security \
+"$A_BIN" serve --listen "127.0.0.1:${PORTS[0]}" --policies "${POLICIES:-examples/policies/pod-security}" \
   --ca-out "$work/a.pem" --log-level warn &
-"$B_BIN" serve --listen "127.0.0.1:${PORTS[1]}" --policies examples/policies/pod-security \
+"$B_BIN" serve --listen "127.0.0.1:${PORTS[1]}" --policies "${POLICIES:-examples/policies/pod-security}" \
   --ca-out "$work/b.pem" --log-level warn &
 "$BASELINE" --listen "127.0.0.1:${PORTS[2]}" 2>/dev/null &
 wait_until_serving "${PORTS[@]}"
