@@ -260,7 +260,7 @@ pub struct Json<'d> {
 /// byte gives the enum spare values for its tag, so it needs no tag of its
 /// own. The CEL evaluator's lists and maps hold these
 /// (`cel::direct::value`), and its values stay 24 bytes: at 32, it took
-/// about 3% fewer instructions and 15-25% more time on the Pod Security
+/// 3-5% fewer instructions and 13-25% more time on the Pod Security
 /// set (copies of its values and their `Option`s became unaligned
 /// two-part moves). `Json` itself has no such byte: enums that hold it
 /// with several one-word variants (JMESPath's values) would shrink, and

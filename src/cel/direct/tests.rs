@@ -363,8 +363,8 @@ fn the_cost_limit_holds() {
 
 /// A value stays three words, also with a decoded document's arrays and
 /// objects among its forms (`json_doc::PackedJson` keeps spare tag values):
-/// at four words the evaluator ran 15-25% slower in time on the same
-/// instructions.
+/// at four words the evaluator ran 13-25% slower in time with 3-5% fewer
+/// instructions (`perf-results/2026-11-30-evaluation-core-v2-step15.md`).
 #[test]
 fn values_stay_three_words() {
     use crate::cel::direct::Val;

@@ -326,6 +326,16 @@ impl<'a> Iterator for ListIter<'_, 'a> {
             ListIter::Owned(items) => items.next().cloned(),
         }
     }
+
+    /// Exact but for a document's array (whose walk does not count what is
+    /// left), so that collecting a `Value`'s or an owned list allocates once.
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            ListIter::Values(items) => items.size_hint(),
+            ListIter::Doc(_) => (0, None),
+            ListIter::Owned(items) => items.size_hint(),
+        }
+    }
 }
 
 impl<'a> MapVal<'a> {
