@@ -265,10 +265,12 @@ fn pod_security_cel_forms_read_a_decoded_request_in_place() {
     use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
 
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let corpus = root.join("../shared/conformance/kyverno-policies");
+    let library = root.join("../shared/conformance/kyverno-policies");
     let (mut classic, mut validating) = (Vec::new(), Vec::new());
     for folder in ["pod-security-cel", "pod-security-vpol"] {
-        for entry in walkdir(&corpus.join(folder)) {
+        let mut files = Vec::new();
+        corpus::yaml_files(&library.join(folder), &mut files);
+        for entry in files {
             let text = std::fs::read_to_string(&entry).unwrap();
             let Ok(docs) = load_policy_text(&entry.display().to_string(), &text) else {
                 continue;
@@ -334,20 +336,4 @@ fn pod_security_cel_forms_read_a_decoded_request_in_place() {
     }
     // The violating Pod fails both forms of most controls.
     assert!(failures >= 20, "{failures} failures");
-}
-
-fn walkdir(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(walkdir(&path));
-        } else if path.extension().is_some_and(|e| e == "yaml")
-            && !path.to_string_lossy().contains("kyverno-test")
-        {
-            out.push(path);
-        }
-    }
-    out.sort();
-    out
 }

@@ -1,37 +1,24 @@
 //! JSON ↔ CEL values. JSON integers are CEL `int` (as the API server
 //! types integer fields), other numbers `double`.
 
+use crate::json_doc::{Kind, View};
 use kube_cel::cel::Value;
 use kube_cel::cel::objects::{Key, Map, OptionalValue};
 use std::collections::HashMap;
 use std::sync::Arc;
 
 pub fn json_to_cel(v: &serde_json::Value) -> Value {
-    match v {
-        serde_json::Value::Null => Value::Null,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
-        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Value::Int(i),
-            (None, Some(u)) => Value::UInt(u),
-            _ => Value::Float(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
-        serde_json::Value::Array(items) => {
-            Value::List(Arc::new(items.iter().map(json_to_cel).collect()))
-        }
-        serde_json::Value::Object(m) => {
-            let map: HashMap<Key, Value> = m
-                .iter()
-                .map(|(k, v)| (Key::String(Arc::new(k.clone())), json_to_cel(v)))
-                .collect();
-            Value::Map(Map { map: Arc::new(map) })
-        }
-    }
+    view_to_cel(v)
 }
 
 /// [`json_to_cel`] of a decoded document's value, read in place.
 pub fn doc_to_cel(v: crate::json_doc::Json) -> Value {
-    use crate::json_doc::Kind;
+    view_to_cel(v)
+}
+
+/// Either representation, through what both serve (`View`): numbers are
+/// typed the same, and a map is filled in the order its keys are served.
+fn view_to_cel<'r>(v: impl View<'r>) -> Value {
     match v.kind() {
         Kind::Null => Value::Null,
         Kind::Bool(b) => Value::Bool(b),
@@ -39,11 +26,11 @@ pub fn doc_to_cel(v: crate::json_doc::Json) -> Value {
         Kind::U64(u) => Value::UInt(u),
         Kind::F64(f) => Value::Float(f),
         Kind::Str(s) => Value::String(Arc::new(s.to_string())),
-        Kind::Array(_) => Value::List(Arc::new(v.elements().map(doc_to_cel).collect())),
+        Kind::Array(_) => Value::List(Arc::new(v.elements().map(view_to_cel).collect())),
         Kind::Object(_) => {
             let map: HashMap<Key, Value> = v
                 .entries()
-                .map(|(k, v)| (Key::String(Arc::new(k.to_string())), doc_to_cel(v)))
+                .map(|(k, v)| (Key::String(Arc::new(k.to_string())), view_to_cel(v)))
                 .collect();
             Value::Map(Map { map: Arc::new(map) })
         }

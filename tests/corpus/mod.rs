@@ -10,7 +10,8 @@ use serde_json::Value;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// The YAML files under `dir`, sorted, into `out`.
+pub fn yaml_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let Ok(entries) = std::fs::read_dir(dir) else {
         return;
     };
