@@ -93,9 +93,11 @@ impl Program {
         let compiled = direct::compile(&expr);
         // After the direct plan, which reads selections as paths.
         let expr = interpreter_forms(expr);
-        let request_wide = compiled
-            .as_ref()
-            .is_some_and(|c| c.reads_only(&REQUEST_WIDE_NAMES));
+        // A constant (`['CHOWN', ...]`) reads nothing: evaluating it is a
+        // copy, cheaper than finding a shared value.
+        let request_wide = compiled.as_ref().is_some_and(|c| {
+            c.reads_only(&REQUEST_WIDE_NAMES) && !matches!(c.node, direct::Node::Const(_))
+        });
         let direct = compiled.map(|c| match request_wide {
             true => shared_plans::intern(c.node),
             false => Arc::new(c.node),
@@ -357,6 +359,13 @@ impl<'a> Activation<'a> {
     /// request's decoded document is not converted).
     pub fn set_json_ref(&mut self, name: &'static str, value: crate::json_doc::JsonRef<'a>) {
         self.bind(Cow::Borrowed(name), Val::from_ref(value));
+    }
+
+    /// Binds the root of [`direct::KNOWN_ROOTS`] at `slot` to JSON read in
+    /// place: [`Activation::set_json_ref`] without finding the slot by
+    /// name (a root is bound for every rule).
+    pub fn set_known_ref(&mut self, slot: usize, value: crate::json_doc::JsonRef<'a>) {
+        self.known[slot] = Some(Val::from_ref(value));
     }
 
     fn bind(&mut self, name: Cow<'static, str>, value: Val<'a>) {

@@ -70,6 +70,35 @@ fn fingerprint(key: &[u8]) -> u32 {
     }
 }
 
+/// A key whose fingerprint is computed once, where it is compiled (a CEL
+/// field selection), rather than on every lookup: [`Json::get_key`].
+#[derive(Clone, PartialEq, Eq, Hash)]
+pub struct Key {
+    name: Box<str>,
+    print: u32,
+}
+
+impl Key {
+    pub fn new(name: &str) -> Key {
+        Key {
+            name: name.into(),
+            print: fingerprint(name.as_bytes()),
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.name
+    }
+}
+
+/// As the name alone: compiled plans are told apart by their debug text
+/// (`cel::shared_plans`), which the fingerprint would only repeat.
+impl fmt::Debug for Key {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.name.fmt(f)
+    }
+}
+
 /// A decoded JSON document.
 #[derive(Debug, Clone, Default)]
 pub struct Doc {
@@ -375,8 +404,17 @@ impl<'d> Json<'d> {
     /// Pod Security set (callgrind, `evaluate/pss17`).
     #[inline(always)]
     pub fn get(self, key: &str) -> Option<Json<'d>> {
-        let want = key.as_bytes();
-        let print = fingerprint(want);
+        self.get_printed(key.as_bytes(), fingerprint(key.as_bytes()))
+    }
+
+    /// [`Json::get`] of a key fingerprinted beforehand.
+    #[inline(always)]
+    pub fn get_key(self, key: &Key) -> Option<Json<'d>> {
+        self.get_printed(key.name.as_bytes(), key.print)
+    }
+
+    #[inline(always)]
+    fn get_printed(self, want: &[u8], print: u32) -> Option<Json<'d>> {
         let text = self.doc.text.as_bytes();
         self.key_table()
             .iter()

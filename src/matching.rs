@@ -160,6 +160,41 @@ impl KindSelector {
     }
 }
 
+/// The operations of admission requests, in the order of the bits of
+/// [`Operations`].
+const ADMISSION_OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
+
+/// The index of an admission operation in [`Operations`]' bits; `None` for
+/// any other (a background scan's).
+pub fn operation_index(operation: &str) -> Option<usize> {
+    ADMISSION_OPERATIONS.iter().position(|o| *o == operation)
+}
+
+/// A set of admission operations, one bit each ([`operation_index`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Operations(u8);
+
+impl Operations {
+    pub const ALL: Operations = Operations(0b1111);
+
+    /// The operations a `resources.operations` list accepts (all when it
+    /// is empty). Names other than the four accept no admission request.
+    fn of(list: &[String]) -> Operations {
+        if list.is_empty() {
+            return Operations::ALL;
+        }
+        Operations(
+            list.iter()
+                .filter_map(|o| operation_index(o))
+                .fold(0, |bits, i| bits | 1 << i),
+        )
+    }
+
+    pub fn contains(self, index: usize) -> bool {
+        self.0 & (1 << index) != 0
+    }
+}
+
 #[derive(Debug, Clone)]
 struct CompiledDescription {
     kinds: Vec<KindSelector>,
@@ -201,12 +236,20 @@ impl CompiledDescription {
 
     /// Nothing but `kinds` (if anything) is set.
     fn checks_only_kinds(&self) -> bool {
+        self.checks_only_kinds_and_operations() && self.operations.is_empty()
+    }
+
+    /// Nothing but `kinds` and `operations` (if anything) is set.
+    fn checks_only_kinds_and_operations(&self) -> bool {
         self.names.is_empty()
             && self.namespaces.is_empty()
             && self.annotations.is_empty()
             && self.selector.is_none()
             && self.namespace_selector.is_none()
-            && self.operations.is_empty()
+    }
+
+    fn operation_matches(&self, input: &MatchInput) -> bool {
+        self.operations.is_empty() || self.operations.iter().any(|o| o == input.operation)
     }
 
     fn kinds_match(&self, input: &MatchInput) -> bool {
@@ -216,7 +259,7 @@ impl CompiledDescription {
     }
 
     fn matches(&self, input: &MatchInput) -> bool {
-        if !self.operations.is_empty() && !self.operations.iter().any(|o| o == input.operation) {
+        if !self.operation_matches(input) {
             return false;
         }
         if !self.kinds.is_empty() && !self.kinds_match(input) {
@@ -355,6 +398,8 @@ enum FilterShape {
     Never,
     /// Only `resources.kinds`.
     KindsOnly,
+    /// Only `resources.kinds` and `resources.operations`.
+    KindsAndOperations,
     General,
 }
 
@@ -383,22 +428,31 @@ impl CompiledFilter {
             None => FilterShape::Never,
             Some(d) if d.is_empty() => FilterShape::Never,
             Some(d) if d.checks_only_kinds() => FilterShape::KindsOnly,
+            // Without kinds, operations alone decide: the general check.
+            Some(d) if d.checks_only_kinds_and_operations() && !d.kinds.is_empty() => {
+                FilterShape::KindsAndOperations
+            }
             Some(_) => FilterShape::General,
         }
     }
 
     /// The kinds of a filter that checks only plain kinds
-    /// ([`KindSelector::plain_kind`]).
-    fn plain_kinds(&self) -> Option<Vec<&str>> {
-        if self.shape != FilterShape::KindsOnly {
+    /// ([`KindSelector::plain_kind`]) and operations, with the operations
+    /// it accepts.
+    fn plain_kinds(&self) -> Option<(Vec<&str>, Operations)> {
+        if !matches!(
+            self.shape,
+            FilterShape::KindsOnly | FilterShape::KindsAndOperations
+        ) {
             return None;
         }
         let resources = self.resources.as_ref()?;
-        resources
+        let kinds = resources
             .kinds
             .iter()
             .map(KindSelector::plain_kind)
-            .collect()
+            .collect::<Option<_>>()?;
+        Some((kinds, Operations::of(&resources.operations)))
     }
 
     fn has_user_info(&self) -> bool {
@@ -413,6 +467,12 @@ impl CompiledFilter {
                     .resources
                     .as_ref()
                     .is_some_and(|r| r.kinds_match(input));
+            }
+            FilterShape::KindsAndOperations => {
+                return self
+                    .resources
+                    .as_ref()
+                    .is_some_and(|r| r.operation_matches(input) && r.kinds_match(input));
             }
             FilterShape::General => {}
         }
@@ -502,20 +562,24 @@ impl CompiledMatch {
     }
 
     /// The kinds this block matches when it checks nothing but plain kinds
-    /// (`kinds: [Pod]`): of the requests without a subresource, it
-    /// matches exactly those of these kinds, so the kind alone decides.
-    /// `None` for any other block.
-    pub fn plain_kinds(&self) -> Option<Vec<&str>> {
+    /// (`kinds: [Pod]`) and operations, each with the operations it
+    /// accepts for it: of the requests without a subresource, it matches
+    /// exactly those of these kinds and operations, so the kind and the
+    /// operation alone decide. `None` for any other block.
+    pub fn plain_kinds(&self) -> Option<Vec<(&str, Operations)>> {
+        fn each((kinds, ops): (Vec<&str>, Operations)) -> impl Iterator<Item = (&str, Operations)> {
+            kinds.into_iter().map(move |k| (k, ops))
+        }
         if !self.any.is_empty() {
             let mut kinds = Vec::new();
             for f in &self.any {
-                kinds.extend(f.plain_kinds()?);
+                kinds.extend(each(f.plain_kinds()?));
             }
             return Some(kinds);
         }
         match self.all.as_slice() {
-            [only] => only.plain_kinds(),
-            [] => self.legacy.as_ref()?.plain_kinds(),
+            [only] => Some(each(only.plain_kinds()?).collect()),
+            [] => Some(each(self.legacy.as_ref()?.plain_kinds()?).collect()),
             _ => None,
         }
     }

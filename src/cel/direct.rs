@@ -19,7 +19,7 @@ mod eval;
 mod functions;
 pub mod value;
 
-pub use compile::{Compiled, KNOWN_ROOTS, Node, OBJECT, OLD_OBJECT, compile, known_root};
+pub use compile::{Compiled, KNOWN_ROOTS, Node, OBJECT, OLD_OBJECT, PARAMS, compile, known_root};
 pub use eval::{Bindings, evaluate};
 pub use value::{Fail, Val};
 

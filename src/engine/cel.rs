@@ -204,10 +204,10 @@ fn bind_request<'s>(
     rest: &'s dyn LazyBindings,
 ) -> Activation<'s> {
     let mut vars = Activation::root(cache);
-    vars.set_json_ref("object", object);
-    vars.set_json_ref("oldObject", old_object);
+    vars.set_known_ref(direct::OBJECT, object);
+    vars.set_known_ref(direct::OLD_OBJECT, old_object);
     vars.set_lazy(rest);
-    vars.set_json("params", &NULL);
+    vars.set_known_ref(direct::PARAMS, JsonRef::Value(&NULL));
     vars.start_variables();
     vars
 }
@@ -898,9 +898,17 @@ pub fn validate_rule(
         None => (None, None),
     };
     let evaluate = |vars: &Activation| {
-        let vars = bind_variables(vars, &checks.variables, &lookups);
-        let verdict = run_validations(checks, &vars, &lookups, EvalErrors::Deny);
-        match audit_annotations(&checks.audit_annotations, &vars, &lookups) {
+        // No variables to bind: the root's (none) serve, with no scope
+        // made and dropped for them.
+        let scoped;
+        let vars = if checks.variables.is_empty() {
+            vars
+        } else {
+            scoped = bind_variables(vars, &checks.variables, &lookups);
+            &scoped
+        };
+        let verdict = run_validations(checks, vars, &lookups, EvalErrors::Deny);
+        match audit_annotations(&checks.audit_annotations, vars, &lookups) {
             Ok(properties) => (verdict, properties),
             Err(e) => (CelVerdict::Error(e), Vec::new()),
         }

@@ -46,9 +46,10 @@ pub struct Plan {
     other_kinds: Box<[KindMasks]>,
 }
 
-/// A policy's candidate rules for a kind, and those the kind alone
-/// matches, as masks ([`crate::policy::compile::RuleKinds::for_kind`]).
-type KindMasks = Option<(u64, u64)>;
+/// A policy's candidate rules for a kind, and per admission operation
+/// those the kind alone matches, as masks
+/// ([`crate::policy::compile::RuleKinds::for_kind`]).
+type KindMasks = Option<crate::policy::compile::KindMasks>;
 
 impl Plan {
     /// Plans `policies`: numbers their top-level validate patterns (and
@@ -136,6 +137,9 @@ pub struct PlanForRequest<'p> {
     /// Whether the request is for a subresource, which no rule is matched
     /// for by its kind alone.
     subresource: bool,
+    /// The request's admission operation, by
+    /// [`crate::matching::operation_index`].
+    operation: Option<usize>,
     /// One cell per group, made when a planned pattern is first read: a
     /// request that evaluates none allocates nothing.
     passing: OnceCell<Box<[OnceCell<Passing>]>>,
@@ -150,6 +154,7 @@ impl<'p> PlanForRequest<'p> {
             kind,
             kind_masks: plan.kinds.get(kind).unwrap_or(&plan.other_kinds),
             subresource: !req.subresource.is_empty(),
+            operation: crate::matching::operation_index(&req.operation),
             passing: OnceCell::new(),
         }
     }
@@ -162,8 +167,10 @@ impl<'p> PlanForRequest<'p> {
         if !std::ptr::eq(kind, self.kind) {
             return None;
         }
-        let (mask, matched) = (*self.kind_masks.get(slot.index as usize)?)?;
-        Some(Candidates::of_masks(mask, matched, self.subresource))
+        let (mask, matched) = self.kind_masks.get(slot.index as usize)?.as_ref()?;
+        // Not an admission operation's: no rule is matched by the kind.
+        let matched = self.operation.map_or(0, |op| matched[op]);
+        Some(Candidates::of_masks(*mask, matched, self.subresource))
     }
 
     /// What the plan says of pattern `p` applied to `object`: whether it

@@ -143,10 +143,11 @@ fn filter_shapes_agree_with_the_general_check() {
         ..Default::default()
     };
     let requests = [
-        ("", "v1", "Pod", ""),
-        ("", "v1", "Pod", "exec"),
-        ("apps", "v1", "Deployment", ""),
-        ("", "v1", "Service", ""),
+        ("", "v1", "Pod", "", "CREATE"),
+        ("", "v1", "Pod", "", "DELETE"),
+        ("", "v1", "Pod", "exec", "CONNECT"),
+        ("apps", "v1", "Deployment", "", "UPDATE"),
+        ("", "v1", "Service", "", "CREATE"),
     ];
     for (filter, shape) in [
         (
@@ -163,6 +164,19 @@ fn filter_shapes_agree_with_the_general_check() {
         ),
         (
             json!({"resources": {"kinds": ["Pod"], "operations": ["CREATE"]}}),
+            FilterShape::KindsAndOperations,
+        ),
+        (
+            json!({"resources": {"kinds": ["Pod/exec", "Service"], "operations": ["CONNECT", "CREATE"]}}),
+            FilterShape::KindsAndOperations,
+        ),
+        // Without kinds, the operations alone decide.
+        (
+            json!({"resources": {"operations": ["DELETE"]}}),
+            FilterShape::General,
+        ),
+        (
+            json!({"resources": {"kinds": ["Pod"], "operations": ["CREATE"], "namespaces": ["web"]}}),
             FilterShape::General,
         ),
         (
@@ -182,18 +196,23 @@ fn filter_shapes_agree_with_the_general_check() {
             shape: FilterShape::General,
             ..f.clone()
         };
-        for (group, version, kind, subresource) in requests {
+        for (group, version, kind, subresource, operation) in requests {
             let i = MatchInput {
                 group,
                 version,
                 kind,
                 kind_hash: crate::kinds::kind_hash(kind),
                 subresource,
+                operation,
                 ..input(&labels, &user)
             };
             // kyverno-compat: an empty filter never matches, whatever the request.
             let want = shape != FilterShape::Never && general.matches(&i);
-            assert_eq!(f.matches(&i), want, "{filter} on {kind}/{subresource}");
+            assert_eq!(
+                f.matches(&i),
+                want,
+                "{filter} on {operation} {kind}/{subresource}"
+            );
         }
     }
 }

@@ -14,7 +14,7 @@ mod validation;
 
 pub use exception::CompiledException;
 pub use expr_cache::{ExprCache, InvalidVariable};
-pub use rule_kinds::{Candidate, Candidates, RuleKinds};
+pub use rule_kinds::{Candidate, Candidates, KindMasks, RuleKinds};
 pub use validation::{
     FAILED_AT_PATH, ForEach, Pattern, PlanSlot, ValidateCheck, ValidateRule, push_failure_start,
 };

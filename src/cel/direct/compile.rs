@@ -17,7 +17,9 @@
 use super::functions::Func;
 use super::value::{List, MapVal, Val};
 use crate::cel::library::{AND, EQUALS, IN, NOT_EQUALS, OPT_INDEX, OPT_SELECT, OR, TICK};
+use crate::json_doc::Key;
 use kube_cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A compiled expression node.
@@ -38,9 +40,28 @@ pub enum Node {
     /// is tested, not selected).
     Path {
         base: Box<Node>,
-        fields: Box<[Box<str>]>,
+        fields: Box<[Key]>,
         test: bool,
     },
+    /// `base.field`, selected as a [`Node::Path`] selects it, and kept in
+    /// memo `id` for the rest of the evaluation (or until the
+    /// comprehension item it starts from moves on): a prefix that several
+    /// selections of one expression walk ([`share_paths`]).
+    Memo {
+        id: u32,
+        base: Box<Node>,
+        field: Key,
+    },
+    /// `has(base.field)` of a [`Node::Memo`]'s path: the memo's value when
+    /// present, and the test answers from it, or fills it.
+    MemoHas {
+        id: u32,
+        base: Box<Node>,
+        field: Key,
+    },
+    /// The root of an expression with memos: how many, so that an
+    /// evaluation holds them all from its start.
+    Memos(u32, Box<Node>),
     OptSelect(Box<Node>, Box<str>),
     OptIndex(Box<Node>, Box<Node>),
     Index(Box<Node>, Box<Node>),
@@ -82,6 +103,8 @@ pub enum Node {
         pred: Box<Node>,
         exists: bool,
         weight: i64,
+        /// The memos of paths from the item, forgotten at each item.
+        resets: Box<[u32]>,
     },
     /// An optional chain and what ends it (`a.?b.?c.orValue(d)`,
     /// `a.?b.hasValue()`), walked without building the optionals between.
@@ -124,15 +147,18 @@ pub struct Comprehension {
     pub cond: Node,
     pub step: Node,
     pub result: Node,
+    /// The memos of paths from the item, forgotten at each item.
+    pub resets: Box<[u32]>,
 }
 
 /// The top-level names every request binds, held in fixed slots of an
 /// activation: a [`Node::Known`] reads its slot by index.
 pub const KNOWN_ROOTS: [&str; 3] = ["object", "oldObject", "params"];
 
-/// The slots of `object` and `oldObject` in [`KNOWN_ROOTS`].
+/// The slots of `object`, `oldObject` and `params` in [`KNOWN_ROOTS`].
 pub const OBJECT: usize = 0;
 pub const OLD_OBJECT: usize = 1;
+pub const PARAMS: usize = 2;
 
 /// The slot of a name of [`KNOWN_ROOTS`].
 pub fn known_root(name: &str) -> Option<usize> {
@@ -163,7 +189,8 @@ pub fn compile(e: &IdedExpr) -> Option<Compiled> {
         locals: Vec::new(),
         reads: Vec::new(),
     };
-    let node = compiler.node(e)?;
+    let mut node = compiler.node(e)?;
+    share_paths(&mut node);
     Some(Compiled {
         node,
         reads: compiler.reads,
@@ -220,7 +247,7 @@ impl Compiler {
                     });
                 }
                 let operand = self.node(&s.operand)?;
-                path(operand, s.field.as_str().into(), s.test)
+                path(operand, Key::new(&s.field), s.test)
             }
             Expr::List(l) => {
                 let elements = l
@@ -289,6 +316,7 @@ impl Compiler {
                     cond: cond?,
                     step: step?,
                     result: result?,
+                    resets: Box::new([]),
                 };
                 quantifier(c)
             }
@@ -443,12 +471,13 @@ fn quantifier(c: Comprehension) -> Node {
         pred,
         exists,
         weight,
+        resets: c.resets,
     }
 }
 
 /// `operand.field` (`has(operand.field)` with `test`), extending the
 /// selection chain `operand` already is.
-fn path(operand: Node, field: Box<str>, test: bool) -> Node {
+fn path(operand: Node, field: Key, test: bool) -> Node {
     match operand {
         Node::Path {
             base,
@@ -543,4 +572,260 @@ fn literal(l: &LiteralValue) -> Option<Val<'static>> {
         LiteralValue::String(s) => Val::string(s.inner()),
         LiteralValue::Bytes(b) => Val::Bytes(b.inner().into()),
     })
+}
+
+/// Where a selection's walk starts, for [`share_paths`]: a root every
+/// request binds, a policy variable, or the item of one comprehension
+/// (numbered in the order the walk meets them).
+#[derive(Clone, PartialEq, Eq, Hash)]
+enum Root {
+    Known(usize),
+    Variable(Box<str>),
+    Item(u32),
+}
+
+/// A root and the fields walked from it.
+type Prefix = (Root, Vec<Key>);
+
+#[derive(Clone, Copy, PartialEq)]
+enum Pass {
+    Count,
+    Rewrite,
+}
+
+/// Gives the path prefixes that several selections of one expression walk
+/// a memo each ([`Node::Memo`]), so that each is looked up once per
+/// evaluation, or once per item of the comprehension it starts from.
+/// Guards are written that way: `has(c.securityContext) &&
+/// has(c.securityContext.capabilities) &&
+/// c.securityContext.capabilities.drop...` walks `securityContext` three
+/// times and `capabilities` twice, where the memos look each up once.
+///
+/// A memo selects as the path did (the same errors, at the same field);
+/// only a value found is kept, so an error is met again wherever the path
+/// is walked again. Comprehension accumulators are never roots: they
+/// change at every step.
+fn share_paths(node: &mut Node) {
+    let mut sharing = Sharing::default();
+    sharing.walk(node, Pass::Count);
+    sharing.items.clear();
+    sharing.next_item = 0;
+    sharing.walk(node, Pass::Rewrite);
+    if !sharing.ids.is_empty() {
+        let body = std::mem::replace(node, Node::Const(Val::Null));
+        *node = Node::Memos(sharing.ids.len() as u32, Box::new(body));
+    }
+}
+
+#[derive(Default)]
+struct Sharing {
+    /// How many selections walk each prefix.
+    counts: HashMap<Prefix, u32>,
+    /// The memo of each shared prefix.
+    ids: HashMap<Prefix, u32>,
+    /// The item number of each local slot in scope (`None` for an
+    /// accumulator).
+    items: Vec<Option<u32>>,
+    next_item: u32,
+}
+
+impl Sharing {
+    fn root(&self, base: &Node) -> Option<Root> {
+        match base {
+            Node::Known(i) => Some(Root::Known(*i)),
+            Node::Variable(name) => Some(Root::Variable(name.clone())),
+            Node::Local(slot) => self.items.get(*slot).copied().flatten().map(Root::Item),
+            _ => None,
+        }
+    }
+
+    /// Binds `accu` (no root) and `item` (a new item) for a comprehension's
+    /// body; gives the item's number and what to restore after it.
+    fn enter(&mut self, accu: usize, item: usize) -> (u32, Vec<Option<u32>>) {
+        let saved = self.items.clone();
+        if self.items.len() <= item {
+            self.items.resize(item + 1, None);
+        }
+        let number = self.next_item;
+        self.next_item += 1;
+        self.items[accu] = None;
+        self.items[item] = Some(number);
+        (number, saved)
+    }
+
+    /// The memos of paths from item `number`, in order.
+    fn resets(&self, number: u32) -> Box<[u32]> {
+        let mut ids: Vec<u32> = self
+            .ids
+            .iter()
+            .filter(|((root, _), _)| *root == Root::Item(number))
+            .map(|(_, id)| *id)
+            .collect();
+        ids.sort_unstable();
+        ids.into()
+    }
+
+    fn id(&mut self, root: &Root, fields: &[Key]) -> u32 {
+        let next = self.ids.len() as u32;
+        *self
+            .ids
+            .entry((root.clone(), fields.to_vec()))
+            .or_insert(next)
+    }
+
+    fn shared(&self, root: &Root, fields: &[Key]) -> bool {
+        self.counts
+            .get(&(root.clone(), fields.to_vec()))
+            .is_some_and(|n| *n >= 2)
+    }
+
+    /// The selection `base.fields` (`has()` of it with `test`) reading
+    /// the memos of its shared prefix; `None` when it shares none.
+    fn rewritten(&mut self, root: &Root, base: &Node, fields: &[Key], test: bool) -> Option<Node> {
+        // Counts only fall as a prefix grows: the shared ones lead.
+        let shared = (1..=fields.len())
+            .take_while(|k| self.shared(root, &fields[..*k]))
+            .last()?;
+        let chain = |this: &mut Self, len: usize| {
+            let mut at = leaf(base);
+            for j in 1..=len {
+                at = Node::Memo {
+                    id: this.id(root, &fields[..j]),
+                    base: Box::new(at),
+                    field: fields[j - 1].clone(),
+                };
+            }
+            at
+        };
+        Some(match (test, shared == fields.len()) {
+            (true, true) => Node::MemoHas {
+                base: Box::new(chain(self, shared - 1)),
+                id: self.id(root, fields),
+                field: fields[shared - 1].clone(),
+            },
+            (false, true) => chain(self, shared),
+            (_, false) => Node::Path {
+                base: Box::new(chain(self, shared)),
+                fields: fields[shared..].into(),
+                test,
+            },
+        })
+    }
+
+    fn walk(&mut self, node: &mut Node, pass: Pass) {
+        match node {
+            Node::Path { base, fields, test } => {
+                let Some(root) = self.root(base) else {
+                    return self.walk(base, pass);
+                };
+                match pass {
+                    Pass::Count => {
+                        for k in 1..=fields.len() {
+                            *self
+                                .counts
+                                .entry((root.clone(), fields[..k].to_vec()))
+                                .or_default() += 1;
+                        }
+                    }
+                    Pass::Rewrite => {
+                        if let Some(shared) = self.rewritten(&root, base, fields, *test) {
+                            *node = shared;
+                        }
+                    }
+                }
+            }
+            Node::Quantifier {
+                range,
+                item_slot,
+                pred,
+                resets,
+                ..
+            } => {
+                self.walk(range, pass);
+                let (item, saved) = self.enter(*item_slot - 1, *item_slot);
+                self.walk(pred, pass);
+                self.items = saved;
+                if pass == Pass::Rewrite {
+                    *resets = self.resets(item);
+                }
+            }
+            Node::Comprehension(c) => {
+                self.walk(&mut c.range, pass);
+                self.walk(&mut c.init, pass);
+                let (item, saved) = self.enter(c.accu_slot, c.accu_slot + 1);
+                self.walk(&mut c.cond, pass);
+                self.walk(&mut c.step, pass);
+                // The result reads the accumulator only.
+                self.items[c.accu_slot + 1] = None;
+                self.walk(&mut c.result, pass);
+                self.items = saved;
+                if pass == Pass::Rewrite {
+                    c.resets = self.resets(item);
+                }
+            }
+            Node::Const(_)
+            | Node::Ident(_)
+            | Node::Known(_)
+            | Node::Local(_)
+            | Node::Variable(_)
+            | Node::HasVariable(_)
+            | Node::Memo { .. }
+            | Node::MemoHas { .. } => {}
+            Node::Memos(_, body) => self.walk(body, pass),
+            Node::OptSelect(x, _)
+            | Node::Not(x)
+            | Node::NotStrictlyFalse(x)
+            | Node::Neg(x)
+            | Node::InConst(x, _)
+            | Node::AppendAccu(_, x)
+            | Node::Tick(x, _)
+            | Node::Matches(x, _)
+            | Node::EqConst { x, .. } => self.walk(x, pass),
+            Node::OptIndex(a, b)
+            | Node::Index(a, b)
+            | Node::And(a, b)
+            | Node::Or(a, b)
+            | Node::Binary(_, a, b) => {
+                self.walk(a, pass);
+                self.walk(b, pass);
+            }
+            Node::Cond(parts) => {
+                for part in parts.iter_mut() {
+                    self.walk(part, pass);
+                }
+            }
+            Node::List(elements, _) | Node::Call(_, elements) => {
+                for e in elements {
+                    self.walk(e, pass);
+                }
+            }
+            Node::Map(entries) => {
+                for (k, v, _) in entries {
+                    self.walk(k, pass);
+                    self.walk(v, pass);
+                }
+            }
+            Node::OptPath(base, steps, end) => {
+                self.walk(base, pass);
+                for step in steps {
+                    if let OptStep::Index(i) = step {
+                        self.walk(i, pass);
+                    }
+                }
+                if let OptEnd::OrValue(default) = end {
+                    self.walk(default, pass);
+                }
+            }
+        }
+    }
+}
+
+/// A copy of a selection's root ([`Sharing::root`] found it one).
+fn leaf(base: &Node) -> Node {
+    match base {
+        Node::Known(i) => Node::Known(*i),
+        Node::Variable(name) => Node::Variable(name.clone()),
+        Node::Local(slot) => Node::Local(*slot),
+        _ => unreachable!("a path's root is a known root, a variable or a local"),
+    }
 }

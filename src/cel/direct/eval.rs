@@ -9,6 +9,7 @@
 use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep};
 use super::functions::{self, concat, contained};
 use super::value::{Fail, List, MapVal, Val, compare, equals};
+use crate::json_doc::Key;
 use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -24,12 +25,21 @@ pub trait Bindings<'a> {
 }
 
 pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<Val<'a>, Fail> {
-    Evaluator {
+    let mut evaluator = Evaluator {
         env,
         locals: SmallVec::new(),
+        memos: SmallVec::new(),
         budget,
+    };
+    // The memos of shared path prefixes, all there from the start (made
+    // in place: a vector made apart was copied in).
+    match node {
+        Node::Memos(count, body) => {
+            evaluator.memos.resize(*count as usize, None);
+            evaluator.eval(body)
+        }
+        other => evaluator.eval(other),
     }
-    .eval(node)
 }
 
 struct Evaluator<'e, 'a> {
@@ -37,6 +47,9 @@ struct Evaluator<'e, 'a> {
     /// Comprehension variables by slot.
     /// Inline: most expressions nest a comprehension or two.
     locals: SmallVec<[Val<'a>; 6]>,
+    /// The values of shared path prefixes found so far ([`Node::Memo`]),
+    /// by id.
+    memos: SmallVec<[Option<Val<'a>>; 6]>,
     budget: i64,
 }
 
@@ -72,6 +85,28 @@ fn is_scalar(value: &Val) -> bool {
     )
 }
 
+/// `at.field`: a map's value under it, else cel-go's error.
+#[inline]
+fn select<'a>(at: Val<'a>, field: &Key) -> Result<Val<'a>, Fail> {
+    match at {
+        Val::Map(m) => m.get_key(field).ok_or_else(|| no_such_key(field.as_str())),
+        other => Err(select_from(&other, field.as_str())),
+    }
+}
+
+/// `has(at.field)`.
+#[inline]
+fn has(at: &Val, field: &Key) -> Result<bool, Fail> {
+    match at {
+        Val::Map(m) => Ok(m.contains_key(field)),
+        // cel-go: `has()` of a scalar's or null's field is false, of a
+        // list's an error.
+        other if is_scalar(other) || matches!(other, Val::Null) => Ok(false),
+        Val::List(_) => Err(string_index_on_list()),
+        _ => Err(Fail::Interpreter),
+    }
+}
+
 fn truth(v: &Val) -> Result<bool, Fail> {
     match v {
         Val::Bool(b) => Ok(*b),
@@ -92,24 +127,24 @@ impl<'a> Evaluator<'_, 'a> {
                 let mut at = self.eval(base)?;
                 let (last, walk) = fields.split_last().ok_or(Fail::Interpreter)?;
                 for field in walk {
-                    at = match at {
-                        Val::Map(m) => m.get_str(field).ok_or_else(|| no_such_key(field))?,
-                        other => return Err(select_from(&other, field)),
-                    };
+                    at = select(at, field)?;
                 }
-                match at {
-                    Val::Map(m) if *test => Ok(Val::Bool(m.contains_str(last))),
-                    Val::Map(m) => m.get_str(last).ok_or_else(|| no_such_key(last)),
-                    // cel-go: `has()` of a scalar's or null's field is
-                    // false, of a list's an error.
-                    other if *test && (is_scalar(&other) || matches!(other, Val::Null)) => {
-                        Ok(Val::Bool(false))
-                    }
-                    Val::List(_) if *test => Err(string_index_on_list()),
-                    other if !*test => Err(select_from(&other, last)),
-                    _ => Err(Fail::Interpreter),
+                if *test {
+                    has(&at, last).map(Val::Bool)
+                } else {
+                    select(at, last)
                 }
             }
+            Node::Memos(_, body) => self.eval(body),
+            Node::Memo { id, base, field } => {
+                if let Some(Some(known)) = self.memos.get(*id as usize) {
+                    return Ok(known.clone());
+                }
+                let found = select(self.eval(base)?, field)?;
+                self.remember(*id, found.clone());
+                Ok(found)
+            }
+            Node::MemoHas { id, base, field } => self.memo_has(*id, base, field).map(Val::Bool),
             Node::OptSelect(operand, field) => {
                 let Some(target) = self.eval(operand)?.through_optional() else {
                     return Ok(Val::Optional(None));
@@ -169,14 +204,14 @@ impl<'a> Evaluator<'_, 'a> {
             // semantics, which Kubernetes and Kyverno evaluate with). A
             // side this evaluator cannot answer counts as an error: the
             // other side may still decide; if not, the interpreter does.
-            Node::And(l, r) => self.logical(l, r, false),
-            Node::Or(l, r) => self.logical(l, r, true),
-            Node::Not(x) => Ok(Val::Bool(!truth(&self.eval(x)?)?)),
+            Node::And(l, r) => self.logical(l, r, false).map(Val::Bool),
+            Node::Or(l, r) => self.logical(l, r, true).map(Val::Bool),
+            Node::Not(x) => Ok(Val::Bool(!self.eval_bool(x)?)),
             // `@not_strictly_false`: only a false bool is false.
             Node::NotStrictlyFalse(x) => Ok(Val::Bool(!matches!(self.eval(x)?, Val::Bool(false)))),
             Node::Cond(parts) => {
                 let [c, a, b] = &**parts;
-                if truth(&self.eval(c)?)? {
+                if self.eval_bool(c)? {
                     self.eval(a)
                 } else {
                     self.eval(b)
@@ -257,7 +292,10 @@ impl<'a> Evaluator<'_, 'a> {
                 pred,
                 exists,
                 weight,
-            } => self.quantifier(range, *item_slot, pred, *exists, *weight),
+                resets,
+            } => self
+                .quantifier(range, *item_slot, pred, *exists, *weight, resets)
+                .map(Val::Bool),
             Node::Tick(step, weight) => {
                 self.budget -= weight;
                 if self.budget < 0 {
@@ -327,19 +365,99 @@ impl<'a> Evaluator<'_, 'a> {
         Ok(at)
     }
 
+    fn remember(&mut self, id: u32, value: Val<'a>) {
+        if let Some(memo) = self.memos.get_mut(id as usize) {
+            *memo = Some(value);
+        }
+    }
+
+    /// Forgets the memos of paths from a comprehension's item, which has
+    /// moved on.
+    fn forget(&mut self, ids: &[u32]) {
+        for id in ids {
+            if let Some(memo) = self.memos.get_mut(*id as usize) {
+                *memo = None;
+            }
+        }
+    }
+
     /// `l && r` (`decides` false) or `l || r` (`decides` true).
-    fn logical(&mut self, l: &Node, r: &Node, decides: bool) -> Out<'a> {
-        let left = self.eval(l).and_then(|v| truth(&v));
+    /// `n` where a bool is wanted (a condition, an operand of a logical
+    /// operator, a predicate): answered as `truth(eval(n))`, without a
+    /// value made and dropped for the common boolean nodes.
+    fn eval_bool(&mut self, n: &Node) -> Result<bool, Fail> {
+        match n {
+            Node::And(l, r) => self.logical(l, r, false),
+            Node::Or(l, r) => self.logical(l, r, true),
+            Node::Not(x) => Ok(!self.eval_bool(x)?),
+            Node::Path {
+                base,
+                fields,
+                test: true,
+            } => {
+                let mut at = self.eval(base)?;
+                let (last, walk) = fields.split_last().ok_or(Fail::Interpreter)?;
+                for field in walk {
+                    at = select(at, field)?;
+                }
+                has(&at, last)
+            }
+            Node::MemoHas { id, base, field } => self.memo_has(*id, base, field),
+            Node::EqConst {
+                x,
+                constant,
+                eq,
+                constant_left,
+            } => {
+                let x = self.eval(x)?;
+                let same = match constant_left {
+                    false => equals(&x, constant),
+                    true => equals(constant, &x),
+                };
+                Ok(same.ok_or(Fail::Interpreter)? == *eq)
+            }
+            Node::Quantifier {
+                range,
+                item_slot,
+                pred,
+                exists,
+                weight,
+                resets,
+            } => self.quantifier(range, *item_slot, pred, *exists, *weight, resets),
+            other => truth(&self.eval(other)?),
+        }
+    }
+
+    /// `has()` of a memo's path: true when the memo holds a value; else
+    /// the test, which fills the memo when it finds the field.
+    fn memo_has(&mut self, id: u32, base: &Node, field: &Key) -> Result<bool, Fail> {
+        if let Some(Some(_)) = self.memos.get(id as usize) {
+            return Ok(true);
+        }
+        match self.eval(base)? {
+            Val::Map(m) => Ok(match m.get_key(field) {
+                Some(found) => {
+                    self.remember(id, found);
+                    true
+                }
+                None => false,
+            }),
+            other => has(&other, field),
+        }
+    }
+
+    fn logical(&mut self, l: &Node, r: &Node, decides: bool) -> Result<bool, Fail> {
+        let left = self.eval_bool(l);
         match left {
-            Ok(b) if b == decides => return Ok(Val::Bool(decides)),
+            Ok(b) if b == decides => return Ok(decides),
             Err(Fail::CostLimit) => return Err(Fail::CostLimit),
             _ => {}
         }
-        let right = self.eval(r).and_then(|v| truth(&v));
+        let right = self.eval_bool(r);
         match (left, right) {
-            (_, Ok(b)) if b == decides => Ok(Val::Bool(decides)),
+            (_, Ok(b)) if b == decides => Ok(decides),
             (_, Err(Fail::CostLimit)) => Err(Fail::CostLimit),
-            (Ok(_), Ok(b)) => Ok(Val::Bool(b)),
+            (Ok(_), Ok(b)) => Ok(b),
             // Neither side decides: an error stands (the left one first),
             // unless a side is one only the interpreter can answer.
             (Err(Fail::Interpreter), _) | (_, Err(Fail::Interpreter)) => Err(Fail::Interpreter),
@@ -356,7 +474,8 @@ impl<'a> Evaluator<'_, 'a> {
         pred: &Node,
         exists: bool,
         weight: i64,
-    ) -> Out<'a> {
+        resets: &[u32],
+    ) -> Result<bool, Fail> {
         let range = self.eval(range)?;
         self.locals.truncate(item_slot - 1);
         self.locals.push(Val::Null);
@@ -367,7 +486,8 @@ impl<'a> Evaluator<'_, 'a> {
                 return Err(Fail::CostLimit);
             }
             this.locals[item_slot] = item;
-            truth(&this.eval(pred)?)
+            this.forget(resets);
+            this.eval_bool(pred)
         };
         // As `&&`/`||` (the macros' accumulators are built on them): an item
         // that errors does not decide; a later item may (`all` is false
@@ -428,7 +548,7 @@ impl<'a> Evaluator<'_, 'a> {
         if !decided && let Some(e) = pending {
             return Err(e);
         }
-        Ok(Val::Bool(if decided { exists } else { !exists }))
+        Ok(if decided { exists } else { !exists })
     }
 
     fn comprehension(&mut self, c: &Comprehension) -> Out<'a> {
@@ -439,10 +559,11 @@ impl<'a> Evaluator<'_, 'a> {
         self.locals.push(init);
         self.locals.push(Val::Null);
         let step = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
-            if !truth(&this.eval(&c.cond)?)? {
+            if !this.eval_bool(&c.cond)? {
                 return Ok(false);
             }
             this.locals[slot + 1] = item;
+            this.forget(&c.resets);
             let accu = this.eval(&c.step)?;
             this.locals[slot] = accu;
             Ok(true)

@@ -276,6 +276,14 @@ pub fn contained<'a>(item: &Val<'a>, container: &Val<'a>) -> Result<bool, Fail> 
 /// Lists concatenated; the left one is extended in place when nothing
 /// else holds it.
 pub fn concat<'a>(left: List<'a>, right: &List<'a>) -> List<'a> {
+    // `containers + initContainers.orValue([])`: a list and nothing is the
+    // list as it is (a document's array stays one), with no copy.
+    if right.is_empty() {
+        return left;
+    }
+    if left.is_empty() {
+        return right.clone();
+    }
     let mut items = match left {
         List::Owned(items) => items,
         List::Value(_) | List::Doc(_) => Arc::new(left.iter().collect()),

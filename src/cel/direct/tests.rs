@@ -371,3 +371,85 @@ fn values_stay_three_words() {
     assert_eq!(std::mem::size_of::<Val>(), 24);
     assert_eq!(std::mem::size_of::<Option<Val>>(), 24);
 }
+
+/// Selections that share a path prefix look it up once (a memo); they
+/// answer as the paths did, errors included, and a comprehension's memos
+/// follow its item.
+#[test]
+fn shared_path_prefixes_answer_as_the_paths() {
+    let cases: &[(&str, &str)] = &[
+        // The second container's securityContext is null: has() of its
+        // field is false, selecting one an error.
+        (
+            "object.spec.containers.all(c, has(c.securityContext) && \
+             has(c.securityContext.capabilities) && \
+             has(c.securityContext.capabilities.add) && \
+             c.securityContext.capabilities.add.exists_one(x, x == 'NET_ADMIN'))",
+            "false",
+        ),
+        (
+            "object.spec.containers.all(c, !has(c.securityContext) || \
+             !has(c.securityContext.capabilities) || \
+             size(c.securityContext.capabilities.add) == 1)",
+            "true",
+        ),
+        (
+            "object.spec.containers.all(c, c.securityContext.capabilities.add.size() > 0 || \
+             c.securityContext.capabilities.drop.size() > 0)",
+            "error: no such key: capabilities",
+        ),
+        // A memo left from the first item would answer true here.
+        (
+            "object.spec.containers.exists(c, has(c.securityContext.capabilities) && \
+             c.securityContext.capabilities.add[0] == 'NET_ADMIN' && c.name == 'b')",
+            "false",
+        ),
+        (
+            "object.spec.containers.map(c, has(c.securityContext) && c.securityContext != null \
+             ? c.securityContext.capabilities.add[0] : 'none')",
+            r#"["NET_ADMIN","none"]"#,
+        ),
+        // An inner comprehension reads the outer item's memos; sibling
+        // comprehensions reuse its slot with their own.
+        (
+            "object.spec.containers.all(c, [1, 2].all(i, !has(c.securityContext.capabilities) || \
+             c.securityContext.capabilities.add.size() == i || i == 2))",
+            "true",
+        ),
+        (
+            "object.spec.containers.all(c, has(c.image) && c.image != '') && \
+             object.spec.containers.exists(c, has(c.image) && c.image.endsWith(':latest'))",
+            "true",
+        ),
+        // Prefixes of a root every request binds.
+        (
+            "object.spec.containers.size() == 2 && object.spec.containers[0].name == 'a' && \
+             has(object.spec.volumes) && object.spec.volumes[0].hostPath.path == '/etc'",
+            "true",
+        ),
+        (
+            "has(object.spec.securityContext) && object.spec.securityContext.runAsNonRoot",
+            "false",
+        ),
+        (
+            "object.metadata.name.size() > 0 && object.metadata.name.foo == 1",
+            "error: no such key: foo",
+        ),
+        (
+            "has(object.spec.containers.name) || object.spec.containers.size() > 5",
+            "error: unsupported index type 'string' in list",
+        ),
+    ];
+    for (expr, want) in cases {
+        let program = Program::compile(expr).unwrap();
+        let plan = format!("{:?}", program.direct);
+        assert!(
+            plan.contains("Memo"),
+            "{expr}: no prefix was shared: {plan}"
+        );
+        let (got, interpreted, direct) = both(expr);
+        assert_eq!(&got, want, "{expr}");
+        assert_eq!(got, interpreted, "{expr}: the interpreter's answer");
+        assert!(direct || got.starts_with("error"), "{expr}: handed over");
+    }
+}

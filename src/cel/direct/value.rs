@@ -9,9 +9,9 @@
 //! `serde_json::Value` (offline runs, autogen's template views, mutation
 //! targets). Neither is converted to the other.
 
-use crate::json_doc::{Elements, Json, JsonRef, Kind, PackedJson};
+use crate::json_doc::{Elements, Json, JsonRef, Key, Kind, PackedJson};
 use kube_cel::cel::Value as CelValue;
-use kube_cel::cel::objects::{Key, Map, OptionalValue};
+use kube_cel::cel::objects::{Key as CelKey, Map, OptionalValue};
 use serde_json::Value;
 use std::cmp::Ordering;
 use std::collections::HashMap;
@@ -196,11 +196,11 @@ impl<'a> Val<'a> {
                 CelValue::List(Arc::new(items.iter().map(Val::to_cel).collect()))
             }
             Val::Map(MapVal::Value(m)) => {
-                let map: HashMap<Key, CelValue> = m
+                let map: HashMap<CelKey, CelValue> = m
                     .iter()
                     .map(|(k, v)| {
                         (
-                            Key::String(Arc::new(k.clone())),
+                            CelKey::String(Arc::new(k.clone())),
                             crate::cel::values::json_to_cel(v),
                         )
                     })
@@ -208,7 +208,7 @@ impl<'a> Val<'a> {
                 CelValue::Map(Map { map: Arc::new(map) })
             }
             Val::Map(MapVal::Owned(entries)) => {
-                let map: HashMap<Key, CelValue> = entries
+                let map: HashMap<CelKey, CelValue> = entries
                     .iter()
                     .filter_map(|(k, v)| Some((key_of(k)?, v.to_cel())))
                     .collect();
@@ -237,10 +237,10 @@ impl<'a> Val<'a> {
                     .iter()
                     .map(|(k, v)| {
                         let key = match k {
-                            Key::String(s) => Val::string(s.as_str()),
-                            Key::Int(i) => Val::Int(*i),
-                            Key::Uint(u) => Val::Uint(*u),
-                            Key::Bool(b) => Val::Bool(*b),
+                            CelKey::String(s) => Val::string(s.as_str()),
+                            CelKey::Int(i) => Val::Int(*i),
+                            CelKey::Uint(u) => Val::Uint(*u),
+                            CelKey::Bool(b) => Val::Bool(*b),
                         };
                         (key, Val::from_cel(v))
                     })
@@ -264,12 +264,12 @@ impl<'a> Val<'a> {
     }
 }
 
-fn key_of(v: &Val) -> Option<Key> {
+fn key_of(v: &Val) -> Option<CelKey> {
     Some(match v {
-        Val::Str(s) => Key::String(Arc::new(s.as_str().to_string())),
-        Val::Int(i) => Key::Int(*i),
-        Val::Uint(u) => Key::Uint(*u),
-        Val::Bool(b) => Key::Bool(*b),
+        Val::Str(s) => CelKey::String(Arc::new(s.as_str().to_string())),
+        Val::Int(i) => CelKey::Int(*i),
+        Val::Uint(u) => CelKey::Uint(*u),
+        Val::Bool(b) => CelKey::Bool(*b),
         _ => return None,
     })
 }
@@ -363,6 +363,22 @@ impl<'a> MapVal<'a> {
                 .iter()
                 .find(|(k, _)| matches!(k, Val::Str(s) if s.as_str() == key))
                 .map(|(_, v)| v.clone()),
+        }
+    }
+
+    /// [`MapVal::get_str`] of a field compiled with its fingerprint.
+    pub fn get_key(&self, key: &Key) -> Option<Val<'a>> {
+        match self {
+            MapVal::Doc(j) => j.json().get_key(key).map(Val::from_doc),
+            _ => self.get_str(key.as_str()),
+        }
+    }
+
+    /// [`MapVal::contains_str`] of a field compiled with its fingerprint.
+    pub fn contains_key(&self, key: &Key) -> bool {
+        match self {
+            MapVal::Doc(j) => j.json().get_key(key).is_some(),
+            _ => self.contains_str(key.as_str()),
         }
     }
 

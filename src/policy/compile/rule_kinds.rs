@@ -27,12 +27,21 @@ struct KindRules {
     kind: Box<str>,
     /// The rules whose kinds list names the kind.
     rules: u64,
-    /// Those whose `match` checks only plain kinds
-    /// ([`crate::matching::CompiledMatch::plain_kinds`]), this one among
-    /// them, and that exclude nothing: a request of the kind without a
-    /// subresource is matched by them, with nothing else to check.
-    matched: u64,
+    /// Per admission operation ([`crate::matching::operation_index`]),
+    /// those whose `match` checks only plain kinds and operations
+    /// ([`crate::matching::CompiledMatch::plain_kinds`]), this one and the
+    /// operation among them, and that exclude nothing: a request of the
+    /// kind and operation without a subresource is matched by them, with
+    /// nothing else to check.
+    matched: KindMatched,
 }
+
+/// Per admission operation, a mask of the rules a kind matches by itself.
+pub type KindMatched = [u64; 4];
+
+/// A kind's candidate rules and, per admission operation, those the kind
+/// alone matches ([`RuleKinds::for_kind`]).
+pub type KindMasks = (u64, KindMatched);
 
 impl RuleKinds {
     pub(super) fn of(rules: &[CompiledRule]) -> RuleKinds {
@@ -64,14 +73,18 @@ impl RuleKinds {
                             hash: crate::kinds::kind_hash(k),
                             kind: k.as_str().into(),
                             rules: 0,
-                            matched: 0,
+                            matched: [0; 4],
                         });
                         by_kind.last_mut().expect("just pushed")
                     }
                 };
                 entry.rules |= bit;
-                if plain.contains(&k.as_str()) {
-                    entry.matched |= bit;
+                for (_, ops) in plain.iter().filter(|(kind, _)| *kind == k.as_str()) {
+                    for (op, matched) in entry.matched.iter_mut().enumerate() {
+                        if ops.contains(op) {
+                            *matched |= bit;
+                        }
+                    }
                 }
             }
         }
@@ -82,12 +95,22 @@ impl RuleKinds {
         }
     }
 
-    /// The candidate rules for requests of kind `kind` and those of them
-    /// the kind alone matches (for a request without a subresource), as
-    /// masks; `None` when the policy has too many rules to index. A
-    /// policy set's plan holds these per kind.
-    pub fn for_kind(&self, kind: &str) -> Option<(u64, u64)> {
-        (!self.unindexed).then(|| self.masks(kind, crate::kinds::kind_hash(kind)))
+    /// The candidate rules for requests of kind `kind` and, per admission
+    /// operation, those of them the kind alone matches (for a request
+    /// without a subresource), as masks; `None` when the policy has too
+    /// many rules to index. A policy set's plan holds these per kind.
+    pub fn for_kind(&self, kind: &str) -> Option<KindMasks> {
+        if self.unindexed {
+            return None;
+        }
+        let mut masks = (self.any, [0; 4]);
+        for k in self.of_kind(kind, crate::kinds::kind_hash(kind)) {
+            masks.0 |= k.rules;
+            for (all, these) in masks.1.iter_mut().zip(k.matched) {
+                *all |= these;
+            }
+        }
+        Some(masks)
     }
 
     /// The kind names the rules list.
@@ -104,23 +127,21 @@ impl RuleKinds {
                 unindexed: 0..rule_count,
             };
         }
-        let (mask, matched) = self.masks(input.kind, input.kind_hash);
+        let operation = crate::matching::operation_index(input.operation);
+        let (mut mask, mut matched) = (self.any, 0);
+        for k in self.of_kind(input.kind, input.kind_hash) {
+            mask |= k.rules;
+            matched |= operation.map_or(0, |op| k.matched[op]);
+        }
         Candidates::of_masks(mask, matched, !input.subresource.is_empty())
     }
 
-    /// [`RuleKinds::for_kind`] of a kind and its hash, which rules out
-    /// most entries before their names are compared.
-    fn masks(&self, kind: &str, hash: u64) -> (u64, u64) {
-        let mut masks = (self.any, 0);
-        for k in self
-            .by_kind
+    /// The entries of a kind, found by its hash, which rules out most
+    /// entries before their names are compared.
+    fn of_kind<'k>(&'k self, kind: &'k str, hash: u64) -> impl Iterator<Item = &'k KindRules> {
+        self.by_kind
             .iter()
-            .filter(|k| k.hash == hash && text::same(&k.kind, kind))
-        {
-            masks.0 |= k.rules;
-            masks.1 |= k.matched;
-        }
-        masks
+            .filter(move |k| k.hash == hash && text::same(&k.kind, kind))
     }
 }
 
@@ -135,9 +156,9 @@ pub struct Candidates {
 }
 
 impl Candidates {
-    /// The rules of `mask`, those of `matched` matched by the kind alone
-    /// ([`RuleKinds::for_kind`]) unless the request names a subresource,
-    /// which a plain kind does not match.
+    /// The rules of `mask`, those of `matched` matched by the kind and
+    /// operation alone ([`RuleKinds::for_kind`]) unless the request names
+    /// a subresource, which a plain kind does not match.
     pub fn of_masks(mask: u64, matched: u64, subresource: bool) -> Candidates {
         Candidates {
             mask,
@@ -221,6 +242,15 @@ spec:
   - name: legacy-pods
     match: {resources: {kinds: [Pod]}}
     validate: {pattern: {metadata: {name: '?*'}}}
+  - name: written-pods
+    match: {any: [{resources: {kinds: [Pod], operations: [CREATE, UPDATE]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+  - name: deleted-pods-or-services
+    match: {any: [{resources: {kinds: [Pod], operations: [DELETE]}}, {resources: {kinds: [Service]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
+  - name: misspelt-operation
+    match: {any: [{resources: {kinds: [Pod], operations: [create]}}]}
+    validate: {pattern: {metadata: {name: '?*'}}}
 ";
         let LoadedDocument::Policy(doc) = load_policy_text("p.yaml", yaml)
             .unwrap()
@@ -232,13 +262,13 @@ spec:
         };
         let p = CompiledPolicy::compile(&doc).unwrap();
         let user = Default::default();
-        let input = |kind: &'static str, subresource: &'static str| MatchInput {
+        let input = |kind: &'static str, subresource: &'static str, operation| MatchInput {
             group: "",
             version: "v1",
             kind,
             kind_hash: crate::kinds::kind_hash(kind),
             subresource,
-            operation: "CREATE",
+            operation,
             name: "web",
             generate_name: "",
             namespace: "default",
@@ -248,8 +278,11 @@ spec:
             user: &user,
         };
         // (rule, matched by kind) of each candidate.
-        let names = |kind: &'static str, subresource: &'static str| -> Vec<(&str, bool)> {
-            let input = input(kind, subresource);
+        let names_on = |kind: &'static str,
+                        subresource: &'static str,
+                        operation: &'static str|
+         -> Vec<(&str, bool)> {
+            let input = input(kind, subresource, operation);
             p.rule_kinds
                 .candidates(&input, p.rules.len())
                 .map(|c| {
@@ -261,6 +294,7 @@ spec:
                 })
                 .collect()
         };
+        let names = |kind, subresource| names_on(kind, subresource, "CREATE");
         assert_eq!(
             names("Pod", ""),
             [
@@ -271,14 +305,44 @@ spec:
                 ("pods-but-some", false),
                 ("versioned-pods", false),
                 ("legacy-pods", true),
+                ("written-pods", true),
+                ("deleted-pods-or-services", false),
+                ("misspelt-operation", false),
             ]
         );
+        // The operation decides the rules that list operations; one that
+        // is no admission operation's is matched by none.
+        let matched = |operation| -> Vec<&str> {
+            names_on("Pod", "", operation)
+                .into_iter()
+                .filter(|(_, matched)| *matched)
+                .map(|(name, _)| name)
+                .collect()
+        };
+        assert_eq!(
+            matched("DELETE"),
+            [
+                "pods",
+                "services",
+                "legacy-pods",
+                "deleted-pods-or-services"
+            ]
+        );
+        assert_eq!(
+            matched("UPDATE"),
+            ["pods", "services", "legacy-pods", "written-pods"]
+        );
+        assert!(matched("BACKGROUND").is_empty());
         let on_pods = names("Pod", "exec");
-        assert_eq!(on_pods.len(), 7);
+        assert_eq!(on_pods.len(), 10);
         assert!(on_pods.iter().all(|(_, matched)| !matched), "{on_pods:?}");
         assert_eq!(
             names("Service", ""),
-            [("anything", false), ("services", true)]
+            [
+                ("anything", false),
+                ("services", true),
+                ("deleted-pods-or-services", true)
+            ]
         );
         assert_eq!(names("ConfigMap", ""), [("anything", false)]);
         // Every rule is a candidate for some kind.
