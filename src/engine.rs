@@ -116,6 +116,10 @@ impl<'p> RuleResponse<'p> {
 
     /// This response with `properties` as its report properties.
     pub fn with_properties(self, properties: Vec<(String, String)>) -> RuleResponse<'p> {
+        // Most rules have none, and most responses no outputs to keep.
+        if properties.is_empty() && self.outputs.is_none() {
+            return self;
+        }
         self.with_outputs(|o| o.properties = properties)
     }
 

@@ -62,7 +62,7 @@ pub enum Node {
     /// The root of an expression with memos: how many, so that an
     /// evaluation holds them all from its start.
     Memos(u32, Box<Node>),
-    OptSelect(Box<Node>, Box<str>),
+    OptSelect(Box<Node>, Key),
     OptIndex(Box<Node>, Box<Node>),
     Index(Box<Node>, Box<Node>),
     And(Box<Node>, Box<Node>),
@@ -113,7 +113,7 @@ pub enum Node {
 
 #[derive(Debug)]
 pub enum OptStep {
-    Field(Box<str>),
+    Field(Key),
     Index(Node),
 }
 
@@ -352,7 +352,7 @@ impl Compiler {
                     let Expr::Literal(LiteralValue::String(field)) = &args[1].expr else {
                         return None;
                     };
-                    Some(Node::OptSelect(self.boxed(&args[0])?, field.inner().into()))
+                    Some(Node::OptSelect(self.boxed(&args[0])?, Key::new(field.inner())))
                 }
                 (TICK, 2) => {
                     let Expr::Literal(LiteralValue::Int(w)) = &args[1].expr else {

@@ -150,7 +150,7 @@ impl<'a> Evaluator<'_, 'a> {
                     return Ok(Val::Optional(None));
                 };
                 match target {
-                    Val::Map(m) => Ok(Val::Optional(m.get_str(field).map(Arc::new))),
+                    Val::Map(m) => Ok(Val::Optional(m.get_key(field).map(Arc::new))),
                     // kyverno-compat (as the interpreter's library): a
                     // JSON null selects to none; so does a scalar (cel-go).
                     Val::Null => Ok(Val::Optional(None)),
@@ -344,7 +344,7 @@ impl<'a> Evaluator<'_, 'a> {
                 continue;
             };
             at = match (current, step, &key) {
-                (Val::Map(m), OptStep::Field(f), _) => m.get_str(f),
+                (Val::Map(m), OptStep::Field(f), _) => m.get_key(f),
                 (Val::Map(m), OptStep::Index(_), Some(k)) => {
                     m.get(k).map_err(|_| Fail::Interpreter)?
                 }
