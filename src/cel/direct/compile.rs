@@ -352,7 +352,10 @@ impl Compiler {
                     let Expr::Literal(LiteralValue::String(field)) = &args[1].expr else {
                         return None;
                     };
-                    Some(Node::OptSelect(self.boxed(&args[0])?, Key::new(field.inner())))
+                    Some(Node::OptSelect(
+                        self.boxed(&args[0])?,
+                        Key::new(field.inner()),
+                    ))
                 }
                 (TICK, 2) => {
                     let Expr::Literal(LiteralValue::Int(w)) = &args[1].expr else {

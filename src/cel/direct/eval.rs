@@ -124,11 +124,8 @@ impl<'a> Evaluator<'_, 'a> {
             Node::Variable(name) => self.env.variable(name).ok_or(Fail::Interpreter),
             Node::HasVariable(name) => Ok(Val::Bool(self.env.variable(name).is_some())),
             Node::Path { base, fields, test } => {
-                let mut at = self.eval(base)?;
                 let (last, walk) = fields.split_last().ok_or(Fail::Interpreter)?;
-                for field in walk {
-                    at = select(at, field)?;
-                }
+                let at = self.walk(base, walk)?;
                 if *test {
                     has(&at, last).map(Val::Bool)
                 } else {
@@ -227,14 +224,9 @@ impl<'a> Evaluator<'_, 'a> {
                 constant,
                 eq,
                 constant_left,
-            } => {
-                let x = self.eval(x)?;
-                let same = match constant_left {
-                    false => equals(&x, constant),
-                    true => equals(constant, &x),
-                };
-                Ok(Val::Bool(same.ok_or(Fail::Interpreter)? == *eq))
-            }
+            } => self
+                .eq_const(x, constant, *eq, *constant_left)
+                .map(Val::Bool),
             Node::InConst(x, constant) => Ok(Val::Bool(contained(&self.eval(x)?, constant)?)),
             Node::AppendAccu(slot, r) => {
                 let r = self.eval(r)?;
@@ -286,16 +278,7 @@ impl<'a> Evaluator<'_, 'a> {
                 Ok(Val::Map(MapVal::Owned(Arc::new(out))))
             }
             Node::Comprehension(c) => self.comprehension(c),
-            Node::Quantifier {
-                range,
-                item_slot,
-                pred,
-                exists,
-                weight,
-                resets,
-            } => self
-                .quantifier(range, *item_slot, pred, *exists, *weight, resets)
-                .map(Val::Bool),
+            Node::Quantifier { .. } => self.eval_bool(n).map(Val::Bool),
             Node::Tick(step, weight) => {
                 self.budget -= weight;
                 if self.budget < 0 {
@@ -395,12 +378,8 @@ impl<'a> Evaluator<'_, 'a> {
                 fields,
                 test: true,
             } => {
-                let mut at = self.eval(base)?;
                 let (last, walk) = fields.split_last().ok_or(Fail::Interpreter)?;
-                for field in walk {
-                    at = select(at, field)?;
-                }
-                has(&at, last)
+                has(&self.walk(base, walk)?, last)
             }
             Node::MemoHas { id, base, field } => self.memo_has(*id, base, field),
             Node::EqConst {
@@ -408,14 +387,7 @@ impl<'a> Evaluator<'_, 'a> {
                 constant,
                 eq,
                 constant_left,
-            } => {
-                let x = self.eval(x)?;
-                let same = match constant_left {
-                    false => equals(&x, constant),
-                    true => equals(constant, &x),
-                };
-                Ok(same.ok_or(Fail::Interpreter)? == *eq)
-            }
+            } => self.eq_const(x, constant, *eq, *constant_left),
             Node::Quantifier {
                 range,
                 item_slot,
@@ -426,6 +398,34 @@ impl<'a> Evaluator<'_, 'a> {
             } => self.quantifier(range, *item_slot, pred, *exists, *weight, resets),
             other => truth(&self.eval(other)?),
         }
+    }
+
+    /// `base.f1.f2...` selected field by field.
+    #[inline]
+    fn walk(&mut self, base: &Node, fields: &[Key]) -> Out<'a> {
+        let mut at = self.eval(base)?;
+        for field in fields {
+            at = select(at, field)?;
+        }
+        Ok(at)
+    }
+
+    /// `x == constant` (`eq`) or `x != constant`, the operands in their
+    /// written order.
+    #[inline]
+    fn eq_const(
+        &mut self,
+        x: &Node,
+        constant: &Val,
+        eq: bool,
+        constant_left: bool,
+    ) -> Result<bool, Fail> {
+        let x = self.eval(x)?;
+        let same = match constant_left {
+            false => equals(&x, constant),
+            true => equals(constant, &x),
+        };
+        Ok(same.ok_or(Fail::Interpreter)? == eq)
     }
 
     /// `has()` of a memo's path: true when the memo holds a value; else
