@@ -423,10 +423,20 @@ pub fn evaluate_planned<'p>(
         ctx.attach_plan(plan, req);
     }
     let input = req.match_input();
-    policies
-        .iter()
-        .map(|p| validate::evaluate_policy_with(p, req, &input, &ctx, env))
-        .collect()
+    // A set with CEL rules binds the request's CEL variables once for all
+    // of them.
+    match ctx.cel_request().map(cel::CelRequest::activation) {
+        None => policies
+            .iter()
+            .map(|p| validate::evaluate_policy_with(p, req, &input, &ctx, env))
+            .collect(),
+        Some(root) => policies
+            .iter()
+            .map(|p| {
+                validate::evaluate_policy_observed(p, req, &input, &ctx, env, Some(&root), None)
+            })
+            .collect(),
+    }
 }
 
 /// Values injected per rule (the CLI's values file `policies[].rules[].values`).

@@ -205,6 +205,8 @@ pub fn admit_reporting(
                 .collect();
             let mut ctx = req.json_context(snapshot.validate_builtins(failure_policy));
             ctx.attach_plan(&snapshot.plan, req);
+            let ctx = ctx;
+            let cel_root = ctx.cel_request().map(CelRequest::activation);
             let input = req.match_input();
             let cells =
                 snapshot
@@ -226,6 +228,7 @@ pub fn admit_reporting(
                     &input,
                     &ctx,
                     &env,
+                    cel_root.as_ref(),
                     Some(&mut timer),
                 );
                 for (r, &(rule, elapsed)) in response.rules.iter().zip(&timer.times) {
@@ -859,7 +862,7 @@ spec:
         let mut failing = 0;
         for (policy, heads) in snapshot.policies.iter().zip(&snapshot.denial_heads) {
             let response =
-                validate::evaluate_policy_observed(policy, &req, &input, &ctx, &env, None);
+                validate::evaluate_policy_observed(policy, &req, &input, &ctx, &env, None, None);
             for rule in response
                 .rules
                 .iter()

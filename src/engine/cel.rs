@@ -874,11 +874,19 @@ pub fn validate_rule(
     preconditions: &[CompiledNamed],
     req: &Request,
     input: &CelRequest,
+    root: Option<&Activation>,
     resolver: &dyn Resolver,
 ) -> (CelVerdict, Vec<(String, String)>) {
     let lookups = ResolverLookups(resolver);
-    let root = input.activation();
-    match conditions_hold(preconditions, &root, &lookups) {
+    let made;
+    let root = match root {
+        Some(root) => root,
+        None => {
+            made = input.activation();
+            &made
+        }
+    };
+    match conditions_hold(preconditions, root, &lookups) {
         Ok(None) => {}
         Ok(Some(_)) => {
             // Kyverno's words: which precondition failed is not said.
@@ -889,7 +897,7 @@ pub fn validate_rule(
         // matchConditions: one that cannot be evaluated denies (failure
         // policy Fail) with the matcher's error.
         Err(_) => {
-            let why = match_condition_errors(preconditions, &root, &lookups);
+            let why = match_condition_errors(preconditions, root, &lookups);
             return (CelVerdict::Fail(why), Vec::new());
         }
     }
@@ -915,11 +923,11 @@ pub fn validate_rule(
     };
     match params::collect(kind, reference, req, resolver) {
         Err(e) => (CelVerdict::Error(e), Vec::new()),
-        Ok(None) => evaluate(&root),
+        Ok(None) => evaluate(root),
         Ok(Some(list)) => {
             let mut properties = Vec::new();
             for param in &list {
-                let (verdict, mut found) = match params::bind(&root, param) {
+                let (verdict, mut found) = match params::bind(root, param) {
                     Ok(vars) => evaluate(&vars),
                     Err(e) => (CelVerdict::Error(e), Vec::new()),
                 };

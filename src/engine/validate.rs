@@ -25,6 +25,7 @@ pub use verify_images::{FoundImage, extract_images, verify_policy, verify_policy
 use super::json_context::JsonContext;
 use super::variables::Substituter;
 use super::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus};
+use crate::cel::Activation;
 use crate::matching::MatchInput;
 use crate::pattern::set::FailurePath;
 use crate::policy::compile::{Candidate, PolicyScope, ValidateRule};
@@ -53,7 +54,7 @@ pub fn evaluate_policy_with<'p>(
     ctx: &JsonContext,
     env: &EvalEnv,
 ) -> PolicyResponse<'p> {
-    evaluate_policy_observed(policy, req, input, ctx, env, None)
+    evaluate_policy_observed(policy, req, input, ctx, env, None, None)
 }
 
 /// Times the rules of a request back to back, for the server's per-rule
@@ -90,13 +91,18 @@ impl RuleTimer {
 }
 
 /// [`evaluate_policy_with`], also timing each rule it responds for in
-/// `timer` (the server's per-rule metrics).
+/// `timer` (the server's per-rule metrics). `cel_root` is the root of the
+/// request's CEL variables, made once for a policy set from
+/// `ctx`'s [`JsonContext::cel_request`] ([`super::cel::CelRequest::activation`]); its
+/// `validate.cel` rules bind their scopes over it rather than each making
+/// and dropping its own.
 pub fn evaluate_policy_observed<'p>(
     policy: &'p CompiledPolicy,
     req: &Request,
     input: &MatchInput,
     ctx: &JsonContext,
     env: &EvalEnv,
+    cel_root: Option<&Activation>,
     mut timer: Option<&mut RuleTimer>,
 ) -> PolicyResponse<'p> {
     if let Some(t) = timer.as_mut() {
@@ -127,7 +133,7 @@ pub fn evaluate_policy_observed<'p>(
         {
             continue;
         }
-        let response = evaluate_rule(policy, rule, req, ctx, env);
+        let response = evaluate_rule(policy, rule, req, ctx, env, cel_root);
         if let Some(r) = response {
             if let Some(t) = timer.as_mut() {
                 t.lap(index);
@@ -154,6 +160,7 @@ fn evaluate_rule<'p>(
     req: &Request,
     ctx: &JsonContext,
     env: &EvalEnv,
+    cel_root: Option<&Activation>,
 ) -> Option<RuleResponse<'p>> {
     let name = rule.name.as_str();
     let exprs = &policy.exprs;
@@ -234,6 +241,7 @@ fn evaluate_rule<'p>(
         },
         resolver: env.resolver,
         cel_preconditions: &rule.cel_preconditions,
+        cel_root,
     };
     let resp = rv.check(&v.check, req, ctx, None)?;
     Some(resp)
@@ -282,6 +290,9 @@ struct RuleValidator<'a, 'p> {
     resolver: &'a dyn crate::context::Resolver,
     /// `celPreconditions` of the rule (for `validate.cel`).
     cel_preconditions: &'a [crate::policy::cel_policy::CompiledNamed],
+    /// The root of the request's CEL variables, when the caller made it
+    /// ([`evaluate_policy_observed`]).
+    cel_root: Option<&'a Activation<'a>>,
 }
 
 impl<'p> RuleValidator<'_, 'p> {

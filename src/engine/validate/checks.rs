@@ -103,11 +103,13 @@ impl<'p> RuleValidator<'_, 'p> {
             }
             ValidateCheck::Cel(checks) => {
                 let built;
-                let input = match ctx.cel_request() {
-                    Some(input) => input,
+                // The caller's root belongs to the context's variables;
+                // variables made here get a root of their own.
+                let (input, root) = match ctx.cel_request() {
+                    Some(input) => (input, self.cel_root),
                     None => {
                         built = crate::engine::cel::CelRequest::of(req);
-                        &built
+                        (&built, None)
                     }
                 };
                 let (verdict, properties) = crate::engine::cel::validate_rule(
@@ -115,6 +117,7 @@ impl<'p> RuleValidator<'_, 'p> {
                     self.cel_preconditions,
                     req,
                     input,
+                    root,
                     self.resolver,
                 );
                 let rule = match verdict {
