@@ -205,7 +205,6 @@ pub fn admit_reporting(
                 .collect();
             let mut ctx = req.json_context(snapshot.validate_builtins(failure_policy));
             ctx.attach_plan(&snapshot.plan, req);
-            let ctx = ctx;
             let cel_root = ctx.cel_request().map(CelRequest::activation);
             let input = req.match_input();
             let cells =

@@ -579,12 +579,23 @@ fn literal(l: &LiteralValue) -> Option<Val<'static>> {
 
 /// Where a selection's walk starts, for [`share_paths`]: a root every
 /// request binds, a policy variable, or the item of one comprehension
-/// (numbered in the order the walk meets them).
+/// (numbered in the order the walk meets them) in its local slot.
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Root {
     Known(usize),
     Variable(Box<str>),
-    Item(u32),
+    Item { number: u32, slot: usize },
+}
+
+impl Root {
+    /// The node that reads the root.
+    fn node(&self) -> Node {
+        match self {
+            Root::Known(i) => Node::Known(*i),
+            Root::Variable(name) => Node::Variable(name.clone()),
+            Root::Item { slot, .. } => Node::Local(*slot),
+        }
+    }
 }
 
 /// A root and the fields walked from it.
@@ -637,7 +648,16 @@ impl Sharing {
         match base {
             Node::Known(i) => Some(Root::Known(*i)),
             Node::Variable(name) => Some(Root::Variable(name.clone())),
-            Node::Local(slot) => self.items.get(*slot).copied().flatten().map(Root::Item),
+            Node::Local(slot) => {
+                self.items
+                    .get(*slot)
+                    .copied()
+                    .flatten()
+                    .map(|number| Root::Item {
+                        number,
+                        slot: *slot,
+                    })
+            }
             _ => None,
         }
     }
@@ -661,7 +681,7 @@ impl Sharing {
         let mut ids: Vec<u32> = self
             .ids
             .iter()
-            .filter(|((root, _), _)| *root == Root::Item(number))
+            .filter(|((root, _), _)| matches!(root, Root::Item { number: n, .. } if *n == number))
             .map(|(_, id)| *id)
             .collect();
         ids.sort_unstable();
@@ -684,13 +704,13 @@ impl Sharing {
 
     /// The selection `base.fields` (`has()` of it with `test`) reading
     /// the memos of its shared prefix; `None` when it shares none.
-    fn rewritten(&mut self, root: &Root, base: &Node, fields: &[Key], test: bool) -> Option<Node> {
+    fn rewritten(&mut self, root: &Root, fields: &[Key], test: bool) -> Option<Node> {
         // Counts only fall as a prefix grows: the shared ones lead.
         let shared = (1..=fields.len())
             .take_while(|k| self.shared(root, &fields[..*k]))
             .last()?;
         let chain = |this: &mut Self, len: usize| {
-            let mut at = leaf(base);
+            let mut at = root.node();
             for j in 1..=len {
                 at = Node::Memo {
                     id: this.id(root, &fields[..j]),
@@ -731,7 +751,7 @@ impl Sharing {
                         }
                     }
                     Pass::Rewrite => {
-                        if let Some(shared) = self.rewritten(&root, base, fields, *test) {
+                        if let Some(shared) = self.rewritten(&root, fields, *test) {
                             *node = shared;
                         }
                     }
@@ -820,15 +840,5 @@ impl Sharing {
                 }
             }
         }
-    }
-}
-
-/// A copy of a selection's root ([`Sharing::root`] found it one).
-fn leaf(base: &Node) -> Node {
-    match base {
-        Node::Known(i) => Node::Known(*i),
-        Node::Variable(name) => Node::Variable(name.clone()),
-        Node::Local(slot) => Node::Local(*slot),
-        _ => unreachable!("a path's root is a known root, a variable or a local"),
     }
 }

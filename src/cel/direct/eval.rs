@@ -132,6 +132,7 @@ impl<'a> Evaluator<'_, 'a> {
                     select(at, last)
                 }
             }
+            // Only at the root, which `evaluate` opens.
             Node::Memos(_, body) => self.eval(body),
             Node::Memo { id, base, field } => {
                 if let Some(Some(known)) = self.memos.get(*id as usize) {
@@ -364,7 +365,6 @@ impl<'a> Evaluator<'_, 'a> {
         }
     }
 
-    /// `l && r` (`decides` false) or `l || r` (`decides` true).
     /// `n` where a bool is wanted (a condition, an operand of a logical
     /// operator, a predicate): answered as `truth(eval(n))`, without a
     /// value made and dropped for the common boolean nodes.
@@ -446,6 +446,7 @@ impl<'a> Evaluator<'_, 'a> {
         }
     }
 
+    /// `l && r` (`decides` false) or `l || r` (`decides` true).
     fn logical(&mut self, l: &Node, r: &Node, decides: bool) -> Result<bool, Fail> {
         let left = self.eval_bool(l);
         match left {
