@@ -171,12 +171,7 @@ impl Program {
         let Some(node) = &self.direct else {
             return Ok(None);
         };
-        match direct::evaluate(node, vars, COST_LIMIT as i64) {
-            Ok(v) => Ok(Some(v)),
-            Err(direct::Fail::CostLimit) => Err(CelError::CostLimit),
-            Err(direct::Fail::Interpreter) => Ok(None),
-            Err(direct::Fail::Error(message)) => Err(CelError::Eval(message.into())),
-        }
+        direct_answer(direct::evaluate(node, vars, COST_LIMIT as i64))
     }
 
     fn interpret(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<Value, CelError> {
@@ -196,12 +191,14 @@ impl Program {
 
     /// [`Program::eval`], requiring a bool.
     pub fn eval_bool(&self, vars: &Activation, lookups: &dyn Lookups) -> Result<bool, CelError> {
-        let value = match self.eval_direct(vars)? {
-            Some(Val::Bool(b)) => return Ok(b),
-            Some(other) => other.to_cel(),
-            None => self.interpret(vars, lookups)?,
-        };
-        match value {
+        // Anything but a bool falls to the interpreter, which words the
+        // error below.
+        if let Some(node) = &self.direct
+            && let Some(b) = direct_answer(direct::evaluate_bool(node, vars, COST_LIMIT as i64))?
+        {
+            return Ok(b);
+        }
+        match self.interpret(vars, lookups)? {
             Value::Bool(b) => Ok(b),
             other => Err(CelError::Eval(format!(
                 "expression {:?} must return a bool, got {}",
@@ -209,6 +206,17 @@ impl Program {
                 other.type_of()
             ))),
         }
+    }
+}
+
+/// The direct evaluator's answer as [`Program`] gives it: `None` when the
+/// interpreter must answer.
+fn direct_answer<T>(answer: Result<T, direct::Fail>) -> Result<Option<T>, CelError> {
+    match answer {
+        Ok(v) => Ok(Some(v)),
+        Err(direct::Fail::CostLimit) => Err(CelError::CostLimit),
+        Err(direct::Fail::Interpreter) => Ok(None),
+        Err(direct::Fail::Error(message)) => Err(CelError::Eval(message.into())),
     }
 }
 

@@ -521,6 +521,11 @@ pub trait View<'r>: Copy + 'r {
     fn kind(self) -> Kind<'r>;
     /// The value under `key` of an object.
     fn get(self, key: &str) -> Option<Self>;
+    /// [`View::get`] of a key compiled beforehand: a document reads it by
+    /// the fingerprint the key carries ([`Json::get_key`]).
+    fn get_key(self, key: &Key) -> Option<Self> {
+        self.get(key.as_str())
+    }
     /// The elements of an array (none for any other value).
     fn elements(self) -> impl Iterator<Item = Self> + 'r;
     /// The keys of an object (none for any other value).
@@ -607,6 +612,11 @@ impl<'r> View<'r> for Json<'r> {
     #[inline(always)]
     fn get(self, key: &str) -> Option<Json<'r>> {
         Json::get(self, key)
+    }
+
+    #[inline(always)]
+    fn get_key(self, key: &Key) -> Option<Json<'r>> {
+        Json::get_key(self, key)
     }
 
     fn elements(self) -> impl Iterator<Item = Json<'r>> + 'r {

@@ -20,7 +20,7 @@ mod functions;
 pub mod value;
 
 pub use compile::{Compiled, KNOWN_ROOTS, Node, OBJECT, OLD_OBJECT, PARAMS, compile, known_root};
-pub use eval::{Bindings, evaluate};
+pub use eval::{Bindings, evaluate, evaluate_bool};
 pub use value::{Fail, Val};
 
 #[cfg(test)]

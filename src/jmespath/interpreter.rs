@@ -34,7 +34,7 @@ pub fn eval<'a>(ast: &'a Ast, cur: Val<'a>) -> Eval<'a> {
                     Val::Doc(j) => return Ok(path(j, &keys[i..]).map_or_else(null, Val::Doc)),
                     _ => {}
                 }
-                cur = cur.field(k);
+                cur = cur.field(k.as_str());
             }
             cur
         }
@@ -380,7 +380,7 @@ pub fn missing_key(ast: &Ast, root: Val) -> Option<String> {
     fn walk<'v>(ast: &Ast, cur: Val<'v>) -> Result<Val<'v>, String> {
         match ast {
             Ast::Field(k) => step(k, cur),
-            Ast::FieldPath(keys) => keys.iter().try_fold(cur, |cur, k| step(k, cur)),
+            Ast::FieldPath(keys) => keys.iter().try_fold(cur, |cur, k| step(k.as_str(), cur)),
             Ast::Subexpression(l, r) | Ast::IndexExpression(l, r) => {
                 let left = walk(l, cur)?;
                 walk(r, left)

@@ -4,6 +4,7 @@
 //! A Pratt parser following the JMESPath specification's binding powers.
 
 use super::JmesError;
+use crate::json_doc::Key;
 use serde_json::Value;
 
 /// A parsed JMESPath expression.
@@ -14,7 +15,7 @@ pub enum Ast {
     Field(String),
     /// `a.b.c`: a chain of plain fields, walked in one loop (the most
     /// common expression in policies). Made from nested subexpressions.
-    FieldPath(Vec<String>),
+    FieldPath(Vec<Key>),
     Subexpression(Box<Ast>, Box<Ast>),
     Index(i64),
     Slice(Option<i64>, Option<i64>, Option<i64>),
@@ -46,7 +47,7 @@ impl Ast {
     pub fn reads_only_root_field(&self, name: &str) -> bool {
         match self {
             Ast::Field(k) => k == name,
-            Ast::FieldPath(keys) => keys.first().is_some_and(|k| k == name),
+            Ast::FieldPath(keys) => keys.first().is_some_and(|k| k.as_str() == name),
             Ast::Subexpression(l, _)
             | Ast::IndexExpression(l, _)
             | Ast::Projection(l, _)
@@ -311,9 +312,9 @@ pub fn parse(src: &str) -> Result<Ast, JmesError> {
 }
 
 /// The fields of `ast` when it is a plain field chain.
-fn field_chain(ast: &Ast) -> Option<Vec<String>> {
+fn field_chain(ast: &Ast) -> Option<Vec<Key>> {
     match ast {
-        Ast::Field(k) => Some(vec![k.clone()]),
+        Ast::Field(k) => Some(vec![Key::new(k)]),
         Ast::FieldPath(keys) => Some(keys.clone()),
         Ast::Subexpression(l, r) => {
             let mut keys = field_chain(l)?;

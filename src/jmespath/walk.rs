@@ -19,7 +19,7 @@
 
 use super::parser::Ast;
 use super::value::{Val, null};
-use crate::json_doc::{Json, JsonRef, View};
+use crate::json_doc::{Json, JsonRef, Key, View};
 use serde_json::Value;
 
 /// A compiled projection: its value is the interpreter's for the
@@ -36,8 +36,8 @@ pub struct Walk {
 /// kept.
 #[derive(Debug, Clone)]
 struct Single {
-    keys: Vec<String>,
-    select: Option<Vec<Vec<String>>>,
+    keys: Vec<Key>,
+    select: Option<Vec<Vec<Key>>>,
 }
 
 /// What a projection walks the elements of.
@@ -64,7 +64,7 @@ enum Rhs {
     /// The element itself (`a[]`, `a[*]`).
     Element,
     /// A key path of it (`a[].b.c`).
-    Path(Vec<String>),
+    Path(Vec<Key>),
     /// `keys(@)`, the list of its keys (`volumes[].keys(@)[]`). Of
     /// anything but an object it is the interpreter's type error: the walk
     /// then hands the expression back.
@@ -127,7 +127,7 @@ impl Walk {
                 Val::Ref(v) => return Some((JsonRef::Value(v), skip)),
                 Val::Doc(j) => return Some((JsonRef::Doc(j), skip)),
                 other if skip < keys.len() => {
-                    cur = other.field(&keys[skip]);
+                    cur = other.field(keys[skip].as_str());
                     skip += 1;
                 }
                 _ => return None,
@@ -270,7 +270,7 @@ impl Walk {
 
     /// Whether the walk's first key is `name`.
     pub(super) fn starts_at(&self, name: &str) -> bool {
-        self.body.innermost().keys.first().map(String::as_str) == Some(name)
+        self.body.innermost().keys.first().map(Key::as_str) == Some(name)
     }
 
     fn run<'a, V: Node<'a>>(&'a self, start: V, skip: usize) -> Option<Val<'a>> {
@@ -348,9 +348,9 @@ impl Projection {
 /// The value at `keys` under `v`; `None` for null (a missing key, or a
 /// step through something that is not an object). The interpreter's key
 /// paths walk JSON with it too.
-pub(super) fn path<'a, V: View<'a>>(mut v: V, keys: &[String]) -> Option<V> {
+pub(super) fn path<'a, V: View<'a>>(mut v: V, keys: &[Key]) -> Option<V> {
     for k in keys {
-        v = v.get(k)?;
+        v = v.get_key(k)?;
     }
     Some(v)
 }
@@ -484,9 +484,9 @@ fn single(ast: &Ast) -> Option<Single> {
     }
 }
 
-fn keys_of(ast: &Ast) -> Option<Vec<String>> {
+fn keys_of(ast: &Ast) -> Option<Vec<Key>> {
     match ast {
-        Ast::Field(k) => Some(vec![k.clone()]),
+        Ast::Field(k) => Some(vec![Key::new(k)]),
         Ast::FieldPath(keys) => Some(keys.clone()),
         _ => None,
     }

@@ -9,7 +9,7 @@
 //! and kept, so no path pays a conversion twice and none pays one it does
 //! not use.
 
-use super::{Doc, Json, Kind, View};
+use super::{Doc, Json, Key, Kind, View};
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -173,6 +173,14 @@ impl<'r> View<'r> for JsonRef<'r> {
         match self {
             JsonRef::Value(v) => View::get(v, key).map(JsonRef::Value),
             JsonRef::Doc(j) => j.get(key).map(JsonRef::Doc),
+        }
+    }
+
+    #[inline]
+    fn get_key(self, key: &Key) -> Option<JsonRef<'r>> {
+        match self {
+            JsonRef::Value(v) => View::get(v, key.as_str()).map(JsonRef::Value),
+            JsonRef::Doc(j) => j.get_key(key).map(JsonRef::Doc),
         }
     }
 

@@ -24,7 +24,7 @@ use super::{
     Anchor, AnchorBody, ArrayNode, CompiledPattern, IndexText, Key, MapNode, Node, PlainBody,
     Scalar, bare,
 };
-use crate::json_doc::{Kind, View};
+use crate::json_doc::{self, Kind, View};
 use serde_json::Value;
 
 /// Patterns merged into one tree of paths; see the module's documentation.
@@ -43,7 +43,8 @@ pub struct PatternSet {
 /// meets first.
 #[derive(Debug)]
 struct KeyInfo {
-    key: String,
+    /// Fingerprinted once: the walk looks it up in every request.
+    key: json_doc::Key,
     /// (pattern, ordinal), by pattern: patterns are added in order.
     ordinals: Vec<(u32, u32)>,
 }
@@ -136,7 +137,7 @@ impl FailurePath<'_> {
             .steps
             .iter()
             .map(|s| match s {
-                Step::Key(k) => self.keys[*k as usize].key.len() + 1,
+                Step::Key(k) => self.keys[*k as usize].key.as_str().len() + 1,
                 Step::Index(i) => i.checked_ilog10().map_or(1, |d| d as usize + 1) + 1,
             })
             .sum();
@@ -153,7 +154,7 @@ impl FailurePath<'_> {
         out.push('/');
         for s in self.steps {
             match s {
-                Step::Key(k) => out.push_str(&self.keys[*k as usize].key),
+                Step::Key(k) => out.push_str(self.keys[*k as usize].key.as_str()),
                 // Most indexes are one digit: no text made for them.
                 Step::Index(i) => match u8::try_from(*i) {
                     Ok(d @ 0..=9) => out.push(char::from(b'0' + d)),
@@ -449,12 +450,12 @@ fn key_checks<'a>(
     let index = match at
         .keys
         .iter()
-        .position(|k| keys[k.info as usize].key == key)
+        .position(|k| keys[k.info as usize].key.as_str() == key)
     {
         Some(i) => i,
         None => {
             keys.push(KeyInfo {
-                key: key.to_string(),
+                key: json_doc::Key::new(key),
                 ordinals: Vec::new(),
             });
             at.keys.push(KeyChecks {
@@ -489,7 +490,7 @@ fn walk_node<'s, 'r, V: View<'r>>(node: &'s PathNode, value: V, walk: &mut Walk<
                 walk.fail(*id, None, false);
             }
             for checks in &node.keys {
-                match value.get(&walk.set.keys[checks.info as usize].key) {
+                match value.get_key(&walk.set.keys[checks.info as usize].key) {
                     Some(v) => {
                         if !checks.negated.is_empty() {
                             walk.fail_all(&checks.negated, Some(checks.info), true);

@@ -59,9 +59,6 @@ pub enum Node {
         base: Box<Node>,
         field: Key,
     },
-    /// The root of an expression with memos: how many, so that an
-    /// evaluation holds them all from its start.
-    Memos(u32, Box<Node>),
     OptSelect(Box<Node>, Key),
     OptIndex(Box<Node>, Box<Node>),
     Index(Box<Node>, Box<Node>),
@@ -103,8 +100,6 @@ pub enum Node {
         pred: Box<Node>,
         exists: bool,
         weight: i64,
-        /// The memos of paths from the item, forgotten at each item.
-        resets: Box<[u32]>,
     },
     /// An optional chain and what ends it (`a.?b.?c.orValue(d)`,
     /// `a.?b.hasValue()`), walked without building the optionals between.
@@ -147,8 +142,6 @@ pub struct Comprehension {
     pub cond: Node,
     pub step: Node,
     pub result: Node,
-    /// The memos of paths from the item, forgotten at each item.
-    pub resets: Box<[u32]>,
 }
 
 /// The top-level names every request binds, held in fixed slots of an
@@ -316,7 +309,6 @@ impl Compiler {
                     cond: cond?,
                     step: step?,
                     result: result?,
-                    resets: Box::new([]),
                 };
                 quantifier(c)
             }
@@ -474,7 +466,6 @@ fn quantifier(c: Comprehension) -> Node {
         pred,
         exists,
         weight,
-        resets: c.resets,
     }
 }
 
@@ -625,10 +616,6 @@ fn share_paths(node: &mut Node) {
     sharing.items.clear();
     sharing.next_item = 0;
     sharing.walk(node, Pass::Rewrite);
-    if !sharing.ids.is_empty() {
-        let body = std::mem::replace(node, Node::Const(Val::Null));
-        *node = Node::Memos(sharing.ids.len() as u32, Box::new(body));
-    }
 }
 
 #[derive(Default)]
@@ -663,8 +650,8 @@ impl Sharing {
     }
 
     /// Binds `accu` (no root) and `item` (a new item) for a comprehension's
-    /// body; gives the item's number and what to restore after it.
-    fn enter(&mut self, accu: usize, item: usize) -> (u32, Vec<Option<u32>>) {
+    /// body; gives what to restore after it.
+    fn enter(&mut self, accu: usize, item: usize) -> Vec<Option<u32>> {
         let saved = self.items.clone();
         if self.items.len() <= item {
             self.items.resize(item + 1, None);
@@ -673,19 +660,7 @@ impl Sharing {
         self.next_item += 1;
         self.items[accu] = None;
         self.items[item] = Some(number);
-        (number, saved)
-    }
-
-    /// The memos of paths from item `number`, in order.
-    fn resets(&self, number: u32) -> Box<[u32]> {
-        let mut ids: Vec<u32> = self
-            .ids
-            .iter()
-            .filter(|((root, _), _)| matches!(root, Root::Item { number: n, .. } if *n == number))
-            .map(|(_, id)| *id)
-            .collect();
-        ids.sort_unstable();
-        ids.into()
+        saved
     }
 
     fn id(&mut self, root: &Root, fields: &[Key]) -> u32 {
@@ -761,30 +736,23 @@ impl Sharing {
                 range,
                 item_slot,
                 pred,
-                resets,
                 ..
             } => {
                 self.walk(range, pass);
-                let (item, saved) = self.enter(*item_slot - 1, *item_slot);
+                let saved = self.enter(*item_slot - 1, *item_slot);
                 self.walk(pred, pass);
                 self.items = saved;
-                if pass == Pass::Rewrite {
-                    *resets = self.resets(item);
-                }
             }
             Node::Comprehension(c) => {
                 self.walk(&mut c.range, pass);
                 self.walk(&mut c.init, pass);
-                let (item, saved) = self.enter(c.accu_slot, c.accu_slot + 1);
+                let saved = self.enter(c.accu_slot, c.accu_slot + 1);
                 self.walk(&mut c.cond, pass);
                 self.walk(&mut c.step, pass);
                 // The result reads the accumulator only.
                 self.items[c.accu_slot + 1] = None;
                 self.walk(&mut c.result, pass);
                 self.items = saved;
-                if pass == Pass::Rewrite {
-                    c.resets = self.resets(item);
-                }
             }
             Node::Const(_)
             | Node::Ident(_)
@@ -794,7 +762,6 @@ impl Sharing {
             | Node::HasVariable(_)
             | Node::Memo { .. }
             | Node::MemoHas { .. } => {}
-            Node::Memos(_, body) => self.walk(body, pass),
             Node::OptSelect(x, _)
             | Node::Not(x)
             | Node::NotStrictlyFalse(x)

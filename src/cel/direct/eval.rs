@@ -25,21 +25,15 @@ pub trait Bindings<'a> {
 }
 
 pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<Val<'a>, Fail> {
-    let mut evaluator = Evaluator {
-        env,
-        locals: SmallVec::new(),
-        memos: SmallVec::new(),
-        budget,
-    };
-    // The memos of shared path prefixes, all there from the start (made
-    // in place: a vector made apart was copied in).
-    match node {
-        Node::Memos(count, body) => {
-            evaluator.memos.resize(*count as usize, None);
-            evaluator.eval(body)
-        }
-        other => evaluator.eval(other),
-    }
+    Evaluator::new(env, budget).eval(node)
+}
+
+/// [`evaluate`] of an expression that must give a bool (a validation, a
+/// condition), answered as a `bool`: no `Val` is made and taken apart for
+/// the answer. Anything but a bool is [`Fail::Interpreter`], whose answer
+/// (or error) the caller then gets from the interpreter.
+pub fn evaluate_bool(node: &Node, env: &dyn Bindings, budget: i64) -> Result<bool, Fail> {
+    Evaluator::new(env, budget).eval_bool(node)
 }
 
 struct Evaluator<'e, 'a> {
@@ -47,9 +41,8 @@ struct Evaluator<'e, 'a> {
     /// Comprehension variables by slot.
     /// Inline: most expressions nest a comprehension or two.
     locals: SmallVec<[Val<'a>; 6]>,
-    /// The values of shared path prefixes found so far ([`Node::Memo`]),
-    /// by id.
-    memos: SmallVec<[Option<Val<'a>>; 6]>,
+    /// The values of shared path prefixes found so far ([`Node::Memo`]).
+    memos: Memos<'a>,
     budget: i64,
 }
 
@@ -114,6 +107,83 @@ fn truth(v: &Val) -> Result<bool, Fail> {
     }
 }
 
+impl<'e, 'a> Evaluator<'e, 'a> {
+    fn new(env: &'e dyn Bindings<'a>, budget: i64) -> Self {
+        Evaluator {
+            env,
+            locals: SmallVec::new(),
+            memos: Memos::default(),
+            budget,
+        }
+    }
+}
+
+/// The memos of one evaluation: the value each shared path prefix was
+/// found to have, by memo id.
+///
+/// Made and dropped for every expression evaluated, so both are cheap: the
+/// ids index a byte table zeroed in a store or two, and only the values
+/// found are held (and dropped). A vector of `Option<Val>` per id cost the
+/// CEL Pod Security set 4% of its evaluation to fill with `None` and drop.
+#[derive(Default)]
+struct Memos<'a> {
+    /// By memo id: 0 while unknown, else the value's position in `found`
+    /// plus one. An id past the table is never memoised (its path is
+    /// walked each time), as is a value past 255 found.
+    slots: [u8; MEMO_SLOTS],
+    /// How many leading slots were ever set: what a rewind scans.
+    used: usize,
+    found: SmallVec<[Val<'a>; 6]>,
+}
+
+/// Memo ids an evaluation holds. A path whose id is past them is walked
+/// each time instead (answering the same), so the bound costs speed, never
+/// an answer.
+const MEMO_SLOTS: usize = 32;
+
+impl<'a> Memos<'a> {
+    fn get(&self, id: u32) -> Option<&Val<'a>> {
+        match self.slots.get(id as usize)? {
+            0 => None,
+            at => self.found.get(*at as usize - 1),
+        }
+    }
+
+    fn remember(&mut self, id: u32, value: Val<'a>) {
+        if let Some(slot) = self.slots.get_mut(id as usize)
+            && let Ok(at) = u8::try_from(self.found.len() + 1)
+        {
+            self.found.push(value);
+            *slot = at;
+            self.used = self.used.max(id as usize + 1);
+        }
+    }
+
+    /// Where a comprehension starts: what [`Memos::rewind`] returns to.
+    fn mark(&self) -> usize {
+        self.found.len()
+    }
+
+    /// Forgets every memo found since `mark`, at each item of a
+    /// comprehension. The memos of the item's paths were all found since
+    /// then (the item was not bound before), so none outlives its item;
+    /// a path from outside found since then is only walked again. A
+    /// comprehension run again (in an outer one's predicate) was started
+    /// after the outer one's mark, so the outer one's next item forgets
+    /// all it found. Forgetting this way also bounds what a long list
+    /// keeps to one item's memos.
+    fn rewind(&mut self, mark: usize) {
+        if self.found.len() > mark {
+            self.found.truncate(mark);
+            for slot in &mut self.slots[..self.used] {
+                if *slot as usize > mark {
+                    *slot = 0;
+                }
+            }
+        }
+    }
+}
+
 impl<'a> Evaluator<'_, 'a> {
     fn eval(&mut self, n: &Node) -> Out<'a> {
         match n {
@@ -132,14 +202,12 @@ impl<'a> Evaluator<'_, 'a> {
                     select(at, last)
                 }
             }
-            // Only at the root, which `evaluate` opens.
-            Node::Memos(_, body) => self.eval(body),
             Node::Memo { id, base, field } => {
-                if let Some(Some(known)) = self.memos.get(*id as usize) {
+                if let Some(known) = self.memos.get(*id) {
                     return Ok(known.clone());
                 }
                 let found = select(self.eval(base)?, field)?;
-                self.remember(*id, found.clone());
+                self.memos.remember(*id, found.clone());
                 Ok(found)
             }
             Node::MemoHas { id, base, field } => self.memo_has(*id, base, field).map(Val::Bool),
@@ -349,22 +417,6 @@ impl<'a> Evaluator<'_, 'a> {
         Ok(at)
     }
 
-    fn remember(&mut self, id: u32, value: Val<'a>) {
-        if let Some(memo) = self.memos.get_mut(id as usize) {
-            *memo = Some(value);
-        }
-    }
-
-    /// Forgets the memos of paths from a comprehension's item, which has
-    /// moved on.
-    fn forget(&mut self, ids: &[u32]) {
-        for id in ids {
-            if let Some(memo) = self.memos.get_mut(*id as usize) {
-                *memo = None;
-            }
-        }
-    }
-
     /// `n` where a bool is wanted (a condition, an operand of a logical
     /// operator, a predicate): answered as `truth(eval(n))`, without a
     /// value made and dropped for the common boolean nodes.
@@ -394,8 +446,7 @@ impl<'a> Evaluator<'_, 'a> {
                 pred,
                 exists,
                 weight,
-                resets,
-            } => self.quantifier(range, *item_slot, pred, *exists, *weight, resets),
+            } => self.quantifier(range, *item_slot, pred, *exists, *weight),
             other => truth(&self.eval(other)?),
         }
     }
@@ -431,13 +482,13 @@ impl<'a> Evaluator<'_, 'a> {
     /// `has()` of a memo's path: true when the memo holds a value; else
     /// the test, which fills the memo when it finds the field.
     fn memo_has(&mut self, id: u32, base: &Node, field: &Key) -> Result<bool, Fail> {
-        if let Some(Some(_)) = self.memos.get(id as usize) {
+        if self.memos.get(id).is_some() {
             return Ok(true);
         }
         match self.eval(base)? {
             Val::Map(m) => Ok(match m.get_key(field) {
                 Some(found) => {
-                    self.remember(id, found);
+                    self.memos.remember(id, found);
                     true
                 }
                 None => false,
@@ -475,9 +526,9 @@ impl<'a> Evaluator<'_, 'a> {
         pred: &Node,
         exists: bool,
         weight: i64,
-        resets: &[u32],
     ) -> Result<bool, Fail> {
         let range = self.eval(range)?;
+        let mark = self.memos.mark();
         self.locals.truncate(item_slot - 1);
         self.locals.push(Val::Null);
         self.locals.push(Val::Null);
@@ -487,7 +538,7 @@ impl<'a> Evaluator<'_, 'a> {
                 return Err(Fail::CostLimit);
             }
             this.locals[item_slot] = item;
-            this.forget(resets);
+            this.memos.rewind(mark);
             this.eval_bool(pred)
         };
         // As `&&`/`||` (the macros' accumulators are built on them): an item
@@ -555,6 +606,7 @@ impl<'a> Evaluator<'_, 'a> {
     fn comprehension(&mut self, c: &Comprehension) -> Out<'a> {
         let range = self.eval(&c.range)?;
         let init = self.eval(&c.init)?;
+        let mark = self.memos.mark();
         let slot = c.accu_slot;
         self.locals.truncate(slot);
         self.locals.push(init);
@@ -564,7 +616,7 @@ impl<'a> Evaluator<'_, 'a> {
                 return Ok(false);
             }
             this.locals[slot + 1] = item;
-            this.forget(&c.resets);
+            this.memos.rewind(mark);
             let accu = this.eval(&c.step)?;
             this.locals[slot] = accu;
             Ok(true)

@@ -439,7 +439,30 @@ fn shared_path_prefixes_answer_as_the_paths() {
             "has(object.spec.containers.name) || object.spec.containers.size() > 5",
             "error: unsupported index type 'string' in list",
         ),
+        // A comprehension run again (once per outer item): the memos its
+        // items found in the first run are gone in the second.
+        (
+            "[1, 2].exists(i, object.spec.containers.exists(c, \
+             has(c.securityContext.capabilities) && \
+             c.securityContext.capabilities.add[0] == 'NET_ADMIN' && c.name == 'b'))",
+            "false",
+        ),
+        // A path from outside the comprehension first found in an item,
+        // then read after it.
+        (
+            "object.spec.containers.all(c, object.metadata.name != c.name) && \
+             object.metadata.name.size() > 0",
+            "true",
+        ),
     ];
+    // More shared prefixes than an evaluation holds memos for: the later
+    // ones are walked each time, and answer the same.
+    let keys: Vec<String> = (0..40).map(|i| format!("'k{i}': {{'v': {i}}}")).collect();
+    let tests: Vec<String> = (0..40)
+        .map(|i| format!("m.k{i}.v == {i} && m.k{i}.v < {}", i + 1))
+        .collect();
+    let many = format!("[{{{}}}].all(m, {})", keys.join(", "), tests.join(" && "));
+    let cases = cases.iter().copied().chain([(many.as_str(), "true")]);
     for (expr, want) in cases {
         let program = Program::compile(expr).unwrap();
         let plan = format!("{:?}", program.direct);
@@ -448,7 +471,7 @@ fn shared_path_prefixes_answer_as_the_paths() {
             "{expr}: no prefix was shared: {plan}"
         );
         let (got, interpreted, direct) = both(expr);
-        assert_eq!(&got, want, "{expr}");
+        assert_eq!(got, want, "{expr}");
         assert_eq!(got, interpreted, "{expr}: the interpreter's answer");
         assert!(direct || got.starts_with("error"), "{expr}: handed over");
     }
