@@ -71,7 +71,8 @@ fn fingerprint(key: &[u8]) -> u32 {
 }
 
 /// A key whose fingerprint is computed once, where it is compiled (a CEL
-/// field selection), rather than on every lookup: [`Json::get_key`].
+/// field selection, a JMESPath key path, a key of the merged pattern
+/// walk), rather than on every lookup: [`Json::get_key`], [`View::get_key`].
 #[derive(Clone, PartialEq, Eq, Hash)]
 pub struct Key {
     name: Box<str>,

@@ -44,9 +44,10 @@ pub enum Node {
         test: bool,
     },
     /// `base.field`, selected as a [`Node::Path`] selects it, and kept in
-    /// memo `id` for the rest of the evaluation (or until the
-    /// comprehension item it starts from moves on): a prefix that several
-    /// selections of one expression walk ([`share_paths`]).
+    /// memo `id` for the rest of the evaluation (one found during a
+    /// comprehension's item, until the comprehension moves to its next
+    /// item): a prefix that several selections of one expression walk
+    /// ([`share_paths`]).
     Memo {
         id: u32,
         base: Box<Node>,
