@@ -17,7 +17,7 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
-use gavel::engine::cel::{CelRequest, evaluate_validating_policy};
+use gavel::engine::cel::{CelRequest, evaluate_validating_policy_over};
 use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate};
 use gavel::policy::CompiledPolicy;
 use gavel::policy::cel_policy::CompiledValidatingPolicy;
@@ -80,11 +80,13 @@ fn pod(file: &str, as_document: bool) -> Request {
     }
 }
 
+/// As the webhook's validate route: one CEL root for the whole set.
 fn run_validating(policies: &[CompiledValidatingPolicy], req: &Request) -> usize {
     let input = CelRequest::of(req);
+    let root = input.activation();
     policies
         .iter()
-        .map(|p| evaluate_validating_policy(p, req, &input, &NoResolver))
+        .map(|p| evaluate_validating_policy_over(p, req, &input, Some(&root), &NoResolver))
         .flat_map(|r| r.rules)
         .filter(|r| r.status == RuleStatus::Fail)
         .count()

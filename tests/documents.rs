@@ -19,7 +19,7 @@
 
 use corpus::kind;
 use gavel::context::NoResolver;
-use gavel::engine::cel::{CelRequest, evaluate_validating_policy};
+use gavel::engine::cel::{CelRequest, evaluate_validating_policy, evaluate_validating_policy_over};
 use gavel::engine::{EvalEnv, PolicyResponse, Request, RuleStatus, evaluate};
 use gavel::json_doc::Doc;
 use gavel::pattern::CompiledPattern;
@@ -220,6 +220,65 @@ fn the_engine_reads_documents_as_it_reads_values() {
 const MIN_VALIDATING_POLICIES: usize = 103;
 const MIN_VALIDATING_EVALUATIONS: usize = 5061;
 const MIN_VALIDATING_FAILURES: usize = 1492;
+
+/// The webhook evaluates a route's ValidatingPolicies over one root of the
+/// request's CEL variables (`evaluate_validating_policy_over`); each
+/// policy's response is the one it gives over a root of its own.
+#[test]
+fn validating_policies_answer_alike_over_one_shared_root() {
+    let by_dir = by_folder(
+        &["ValidatingPolicy", "NamespacedValidatingPolicy"],
+        |doc| match classify("corpus", 0, doc) {
+            Ok(LoadedDocument::ValidatingPolicy(p)) => CompiledValidatingPolicy::compile(&p).ok(),
+            _ => None,
+        },
+    );
+    let (mut evaluations, mut differences) = (0, Vec::new());
+    for (dir, (policies, _)) in &by_dir {
+        if policies.is_empty() {
+            continue;
+        }
+        let resources = by_dir
+            .iter()
+            .filter(|(d, _)| d.starts_with(dir))
+            .flat_map(|(_, (_, r))| r.iter());
+        for resource in resources {
+            for operation in ["CREATE", "UPDATE", "DELETE"] {
+                let values = Request::offline(resource, operation, Default::default(), None);
+                let req = corpus::as_documents(&values);
+                let input = CelRequest::of(&req);
+                let root = input.activation();
+                let own: Vec<_> = policies
+                    .iter()
+                    .map(|p| evaluate_validating_policy(p, &req, &input, &NoResolver))
+                    .collect();
+                let shared: Vec<_> = policies
+                    .iter()
+                    .map(|p| {
+                        evaluate_validating_policy_over(p, &req, &input, Some(&root), &NoResolver)
+                    })
+                    .collect();
+                evaluations += policies.len();
+                let (own, shared) = (format!("{own:#?}"), format!("{shared:#?}"));
+                if own != shared {
+                    differences.push(format!(
+                        "{} {operation}:\n{own}\n--- shared\n{shared}",
+                        dir.display()
+                    ));
+                }
+            }
+        }
+    }
+    assert!(
+        differences.is_empty(),
+        "{}",
+        differences[..differences.len().min(2)].join("\n")
+    );
+    assert!(
+        evaluations >= MIN_VALIDATING_EVALUATIONS,
+        "{evaluations} evaluations"
+    );
+}
 
 #[test]
 fn validating_policies_read_documents_as_they_read_values() {

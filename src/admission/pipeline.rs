@@ -14,7 +14,8 @@ use super::update_requests::{self, UpdateRequestSpec};
 use super::verdict::{self, DenialHeads, Verdict};
 use crate::context::ClusterView;
 use crate::engine::cel::{
-    CelRequest, constraints_select, evaluate_image_validating_policy, evaluate_validating_policy,
+    CelRequest, constraints_select, evaluate_image_validating_policy,
+    evaluate_validating_policy_over,
 };
 use crate::engine::json_context::Builtins;
 use crate::engine::mutate::mutate_policy;
@@ -361,10 +362,13 @@ fn validate_cel<'s>(
     let Some(input) = input.filter(|_| selected.peek().is_some()) else {
         return (Vec::new(), Vec::new());
     };
+    // One root of the request's CEL variables for all the route's
+    // ValidatingPolicies.
+    let root = input.activation();
     selected
         .map(|(i, p)| {
             let started = Instant::now();
-            let response = evaluate_validating_policy(p, req, input, view);
+            let response = evaluate_validating_policy_over(p, req, input, Some(&root), view);
             let elapsed = started.elapsed();
             for r in &response.rules {
                 record(i, r.status, elapsed);

@@ -1239,6 +1239,21 @@ pub fn evaluate_validating_policy<'p>(
     input: &CelRequest,
     resolver: &dyn Resolver,
 ) -> PolicyResponse<'p> {
+    evaluate_validating_policy_over(policy, req, input, None, resolver)
+}
+
+/// [`evaluate_validating_policy`] over `root`, the request's CEL variables
+/// made once for every policy of a set ([`CelRequest::activation`]), as
+/// `validate.cel` rules share theirs: a policy seen as the object itself
+/// binds its scopes over it rather than making and dropping its own. A
+/// policy seen through a Pod controller's template still makes that view.
+pub fn evaluate_validating_policy_over<'p>(
+    policy: &'p CompiledValidatingPolicy,
+    req: &Request,
+    input: &CelRequest,
+    root: Option<&Activation>,
+    resolver: &dyn Resolver,
+) -> PolicyResponse<'p> {
     let scope = &policy.scope;
     let mut response = PolicyResponse {
         policy: &scope.name,
@@ -1250,11 +1265,18 @@ pub fn evaluate_validating_policy<'p>(
     let Some(view) = scope_view(scope, req, input) else {
         return response;
     };
-    let base = match view.template {
-        Some(template) => input.view(template),
-        None => input.activation(),
+    let made;
+    let vars = match (view.template, root) {
+        (None, Some(root)) => root,
+        (Some(template), _) => {
+            made = input.view(template);
+            &made
+        }
+        (None, None) => {
+            made = input.activation();
+            &made
+        }
     };
-    let vars = &base;
     let lookups = ResolverLookups(resolver);
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
