@@ -221,18 +221,24 @@ const MIN_VALIDATING_POLICIES: usize = 103;
 const MIN_VALIDATING_EVALUATIONS: usize = 5061;
 const MIN_VALIDATING_FAILURES: usize = 1492;
 
-/// The webhook evaluates a route's ValidatingPolicies over one root of the
-/// request's CEL variables (`evaluate_validating_policy_over`); each
-/// policy's response is the one it gives over a root of its own.
-#[test]
-fn validating_policies_answer_alike_over_one_shared_root() {
-    let by_dir = by_folder(
+/// The corpus's ValidatingPolicies and resources, by folder.
+fn validating_policies_by_folder() -> BTreeMap<PathBuf, (Vec<CompiledValidatingPolicy>, Vec<Value>)>
+{
+    by_folder(
         &["ValidatingPolicy", "NamespacedValidatingPolicy"],
         |doc| match classify("corpus", 0, doc) {
             Ok(LoadedDocument::ValidatingPolicy(p)) => CompiledValidatingPolicy::compile(&p).ok(),
             _ => None,
         },
-    );
+    )
+}
+
+/// The webhook evaluates a route's ValidatingPolicies over one root of the
+/// request's CEL variables (`evaluate_validating_policy_over`); each
+/// policy's response is the one it gives over a root of its own.
+#[test]
+fn validating_policies_answer_alike_over_one_shared_root() {
+    let by_dir = validating_policies_by_folder();
     let (mut evaluations, mut differences) = (0, Vec::new());
     for (dir, (policies, _)) in &by_dir {
         if policies.is_empty() {
@@ -282,13 +288,7 @@ fn validating_policies_answer_alike_over_one_shared_root() {
 
 #[test]
 fn validating_policies_read_documents_as_they_read_values() {
-    let by_dir = by_folder(
-        &["ValidatingPolicy", "NamespacedValidatingPolicy"],
-        |doc| match classify("corpus", 0, doc) {
-            Ok(LoadedDocument::ValidatingPolicy(p)) => CompiledValidatingPolicy::compile(&p).ok(),
-            _ => None,
-        },
-    );
+    let by_dir = validating_policies_by_folder();
     let t = compare_forms(&by_dir, |policies, req| {
         let input = CelRequest::of(req);
         policies
