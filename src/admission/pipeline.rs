@@ -12,6 +12,7 @@ use super::reports::{self, AdmissionResults, PolicyAt};
 use super::review::{self, ReviewError};
 use super::update_requests::{self, UpdateRequestSpec};
 use super::verdict::{self, DenialHeads, Verdict};
+use crate::cel::Activation;
 use crate::context::ClusterView;
 use crate::engine::cel::{
     CelRequest, constraints_select, evaluate_image_validating_policy,
@@ -263,6 +264,7 @@ pub fn admit_reporting(
                 failure_policy,
                 req,
                 cel_input,
+                cel_root.as_ref(),
                 view,
                 |i, status, elapsed| cells.record(snapshot.validating_index(i), 0, status, elapsed),
             );
@@ -343,12 +345,14 @@ type CelResponses<'s> = (
 );
 
 /// Evaluates the ValidatingPolicies of the route, recording each result
-/// with the policy's index in `snapshot.validating`.
+/// with the policy's index in `snapshot.validating`. `root` is the root of
+/// `input`'s variables when the caller made one.
 fn validate_cel<'s>(
     snapshot: &'s Snapshot,
     failure_policy: Option<FailurePolicy>,
     req: &Request,
     input: Option<&CelRequest>,
+    root: Option<&Activation>,
     view: &dyn ClusterView,
     mut record: impl FnMut(usize, RuleStatus, Duration),
 ) -> CelResponses<'s> {
@@ -363,12 +367,20 @@ fn validate_cel<'s>(
         return (Vec::new(), Vec::new());
     };
     // One root of the request's CEL variables for all the route's
-    // ValidatingPolicies.
-    let root = input.activation();
+    // ValidatingPolicies: the one its validate.cel rules used, when
+    // `input` is the context's.
+    let made;
+    let root = match root {
+        Some(root) => root,
+        None => {
+            made = input.activation();
+            &made
+        }
+    };
     selected
         .map(|(i, p)| {
             let started = Instant::now();
-            let response = evaluate_validating_policy_over(p, req, input, Some(&root), view);
+            let response = evaluate_validating_policy_over(p, req, input, Some(root), view);
             let elapsed = started.elapsed();
             for r in &response.rules {
                 record(i, r.status, elapsed);
