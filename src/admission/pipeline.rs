@@ -369,14 +369,8 @@ fn validate_cel<'s>(
     // One root of the request's CEL variables for all the route's
     // ValidatingPolicies: the one its validate.cel rules used, when
     // `input` is the context's.
-    let made;
-    let root = match root {
-        Some(root) => root,
-        None => {
-            made = input.activation();
-            &made
-        }
-    };
+    let mut made = None;
+    let root = input.root_in(root, &mut made);
     selected
         .map(|(i, p)| {
             let started = Instant::now();

@@ -320,6 +320,20 @@ impl<'r> CelRequest<'r> {
         found
     }
 
+    /// `root` when the caller made one for this request's variables, else
+    /// one made in `slot` ([`CelRequest::activation`]): how a set's
+    /// policies share one root, and a policy evaluated alone has its own.
+    pub fn root_in<'s>(
+        &'s self,
+        root: Option<&'s Activation<'s>>,
+        slot: &'s mut Option<Activation<'s>>,
+    ) -> &'s Activation<'s> {
+        match root {
+            Some(root) => root,
+            None => slot.insert(self.activation()),
+        }
+    }
+
     pub fn activation(&self) -> Activation<'_> {
         let mut vars = bind_request(
             &self.cache,
@@ -878,14 +892,8 @@ pub fn validate_rule(
     resolver: &dyn Resolver,
 ) -> (CelVerdict, Vec<(String, String)>) {
     let lookups = ResolverLookups(resolver);
-    let made;
-    let root = match root {
-        Some(root) => root,
-        None => {
-            made = input.activation();
-            &made
-        }
-    };
+    let mut made = None;
+    let root = input.root_in(root, &mut made);
     match conditions_hold(preconditions, root, &lookups) {
         Ok(None) => {}
         Ok(Some(_)) => {
@@ -1265,17 +1273,10 @@ pub fn evaluate_validating_policy_over<'p>(
     let Some(view) = scope_view(scope, req, input) else {
         return response;
     };
-    let made;
-    let vars = match (view.template, root) {
-        (None, Some(root)) => root,
-        (Some(template), _) => {
-            made = input.view(template);
-            &made
-        }
-        (None, None) => {
-            made = input.activation();
-            &made
-        }
+    let mut made = None;
+    let vars = match view.template {
+        Some(template) => made.insert(input.view(template)),
+        None => input.root_in(root, &mut made),
     };
     let lookups = ResolverLookups(resolver);
     let respond =
