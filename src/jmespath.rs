@@ -110,6 +110,36 @@ impl Expression {
         self.walk.as_ref()?.stream_bound(name, value, each)
     }
 
+    /// Whether the expression is a compiled walk whose first keys are
+    /// `path`, so that the `_under` forms below evaluate it.
+    pub fn walks_under(&self, path: &[&str]) -> bool {
+        self.walk.as_ref().is_some_and(|w| w.starts_with(path))
+    }
+
+    /// [`Expression::stream_strings`] with the walk's first keys, `path`,
+    /// known to lead to `value` (`request.object`, the request's own
+    /// object), read without looking them up in a scope. `None`, before
+    /// `each` is called, when the walk does not start at `path`.
+    pub fn stream_strings_under<'a>(
+        &'a self,
+        path: &[&str],
+        value: JsonRef<'a>,
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        self.walk.as_ref()?.stream_under(path, value, each)
+    }
+
+    /// [`Expression::stream_list`] with the walk's first keys, `path`,
+    /// known to lead to `value`, as [`Expression::stream_strings_under`].
+    pub fn stream_list_under<'a>(
+        &'a self,
+        path: &[&str],
+        value: JsonRef<'a>,
+        each: &mut dyn FnMut(JsonRef<'a>),
+    ) -> Option<usize> {
+        self.walk.as_ref()?.stream_nodes_under(path, value, each)
+    }
+
     /// The value of a compiled walk on `root`, each member of it given to
     /// `each` rather than a list built: the number of members. `None`
     /// when the value must be evaluated instead: the expression is not a
@@ -125,6 +155,14 @@ impl Expression {
 
     pub fn source(&self) -> &str {
         &self.source
+    }
+
+    /// Whether the value is decided by the value at `path` of the root
+    /// alone: it reads nothing else of the root and calls no function
+    /// (some read the clock). Such an expression gives the same value
+    /// wherever `path` holds the same value.
+    pub fn decided_by(&self, path: &[&str]) -> bool {
+        self.ast.reads_only_under(path) && !self.ast.calls_function()
     }
 
     /// Whether the expression reads nothing of its root but the field `name`.

@@ -162,7 +162,7 @@ impl KindSelector {
 
 /// The operations of admission requests, in the order of the bits of
 /// [`Operations`].
-const ADMISSION_OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
+pub const ADMISSION_OPERATIONS: [&str; 4] = ["CREATE", "UPDATE", "DELETE", "CONNECT"];
 
 /// The index of an admission operation in [`Operations`]' bits; `None` for
 /// any other (a background scan's).

@@ -10,7 +10,7 @@
 use super::Request;
 use super::cel::CelRequest;
 use super::plan::{Plan, PlanForRequest};
-use crate::jmespath::{Root, Scope, Val};
+use crate::jmespath::{Expression, Root, Scope, Val};
 use crate::json_doc::JsonRef;
 use crate::kinds::{Gvk, Gvr};
 use crate::policy::CompiledPolicy;
@@ -35,6 +35,12 @@ pub struct JsonContext<'p> {
     request_replaced: bool,
     /// At a request's root: the policy set's plan, when the caller has one.
     plan: Option<PlanForRequest<'p>>,
+    /// At a request's root: its admission operation, by
+    /// [`crate::matching::operation_index`].
+    operation: Option<usize>,
+    /// At a request's root: the request, whose object and oldObject a walk
+    /// from `request.object` starts at directly ([`JsonContext::request_start`]).
+    request: Option<&'p Request>,
 }
 
 /// Memoised conditions per request; past this many, the rest are evaluated
@@ -84,6 +90,8 @@ impl<'p> JsonContext<'p> {
             memo: Some(RefCell::new(Vec::new())),
             request_replaced: false,
             plan: None,
+            operation: crate::matching::operation_index(&req.operation),
+            request: Some(req),
         };
         ctx.set("serviceAccountName", Value::String(sa_name.to_string()));
         ctx.set(
@@ -118,6 +126,8 @@ impl<'p> JsonContext<'p> {
             memo: None,
             request_replaced: false,
             plan: None,
+            operation: None,
+            request: None,
         }
     }
 
@@ -131,6 +141,8 @@ impl<'p> JsonContext<'p> {
             memo: None,
             request_replaced: self.request_replaced,
             plan: None,
+            operation: None,
+            request: None,
         }
     }
 
@@ -162,6 +174,57 @@ impl<'p> JsonContext<'p> {
             if memo.len() < MEMO_CAPACITY {
                 memo.push((id, result));
             }
+        }
+    }
+
+    /// The admission operation of the request this context is for, while
+    /// `request` is still that request's (see `memo_cell`); `None` for a
+    /// context of no admission request.
+    pub fn request_operation(&self) -> Option<usize> {
+        if self.request_replaced {
+            return None;
+        }
+        match (self.operation, self.parent) {
+            (Some(op), _) => Some(op),
+            (None, Some(p)) => p.request_operation(),
+            (None, None) => None,
+        }
+    }
+
+    /// Where compiled walk `expr` starts when its first keys are
+    /// `request.object` or `request.oldObject` and `request` is still the
+    /// request's own: those keys and the request's object (or oldObject)
+    /// as JSON, to start at without looking them up through the scopes.
+    pub fn request_start(&self, expr: &Expression) -> Option<([&'static str; 2], JsonRef<'p>)> {
+        const OBJECT: [&str; 2] = ["request", "object"];
+        const OLD_OBJECT: [&str; 2] = ["request", "oldObject"];
+        let (path, old) = if expr.walks_under(&OBJECT) {
+            (OBJECT, false)
+        } else if expr.walks_under(&OLD_OBJECT) {
+            (OLD_OBJECT, true)
+        } else {
+            return None;
+        };
+        let req = self.own_request()?;
+        Some((
+            path,
+            if old {
+                req.old_object.json()
+            } else {
+                req.object.json()
+            },
+        ))
+    }
+
+    /// The request this context is for, while `request` is still its own.
+    fn own_request(&self) -> Option<&'p Request> {
+        if self.request_replaced {
+            return None;
+        }
+        match (self.request, self.parent) {
+            (Some(req), _) => Some(req),
+            (None, Some(p)) => p.own_request(),
+            (None, None) => None,
         }
     }
 
@@ -470,6 +533,109 @@ mod tests {
         let plain = JsonContext::from_value(json!({"request": {"operation": "CREATE"}}));
         plain.memo_put(7, true);
         assert_eq!(plain.memo_get(7), None);
+    }
+
+    /// A condition the request's operation alone decides is decided per
+    /// operation when its set is planned, and a request's own context
+    /// reads that table; a scope that replaced `request`, and a context of
+    /// no admission request, evaluate it. A condition that reads anything
+    /// else, or calls a function (the clock), gets no table.
+    #[test]
+    fn conditions_decided_by_operation_are_read_from_their_table() {
+        use crate::policy::compile::ValidateRule;
+        use crate::policy::{Conditions, RuleBody, ValidateCheck};
+        let deny = |key: &str| {
+            compiled(&format!(
+                "deny: {{conditions: {{all: [{{key: \"{key}\", operator: Equals, value: DELETE}}]}}}}"
+            ))
+        };
+        let mut policies = vec![
+            deny("{{ request.operation || 'BACKGROUND' }}"),
+            deny("{{ request.operation }}"),
+            deny("{{ to_upper(request.operation) }}"),
+            deny("{{ time_now_utc() }}"),
+            deny("{{ request.object.metadata.name }}"),
+        ];
+        crate::engine::plan::Plan::build(&mut policies);
+        fn conditions(p: &mut CompiledPolicy) -> &mut Conditions {
+            match &mut p.rules[0].body {
+                RuleBody::Validate(ValidateRule {
+                    check: ValidateCheck::Deny(c),
+                    ..
+                }) => c,
+                _ => unreachable!("a deny rule"),
+            }
+        }
+        let table = |p: &mut CompiledPolicy| conditions(p).all.as_ref().unwrap()[0].by_operation;
+        // CREATE, UPDATE, DELETE, CONNECT.
+        let delete_only = Some([Some(false), Some(false), Some(true), Some(false)]);
+        assert_eq!(table(&mut policies[0]), delete_only);
+        assert_eq!(table(&mut policies[1]), delete_only);
+        for p in &mut policies[2..] {
+            assert_eq!(table(p), None);
+        }
+        // The table is what a request's context reads: made to say
+        // otherwise, it answers otherwise; evaluating does not.
+        let c = conditions(&mut policies[0]);
+        c.all.as_mut().unwrap()[0].by_operation = Some([Some(true); 4]);
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        let req = Request::offline(&pod, "CREATE", Default::default(), None);
+        let exprs = crate::policy::ExprCache::default();
+        let ctx = JsonContext::for_request(&req, Builtins::default());
+        let holds = |ctx: &JsonContext| {
+            super::super::validate::eval_conditions(c, ctx, &exprs)
+                .unwrap()
+                .0
+        };
+        assert!(holds(&ctx));
+        assert!(holds(&ctx.child()));
+        let mut replaced = ctx.child();
+        replaced.set_path("request.operation", json!("CREATE"));
+        assert!(!holds(&replaced));
+        let plain = JsonContext::from_value(json!({"request": {"operation": "CREATE"}}));
+        assert!(!holds(&plain));
+        let background = Request::offline(&pod, "", Default::default(), None);
+        assert!(!holds(&JsonContext::for_request(
+            &background,
+            Builtins::default()
+        )));
+    }
+
+    /// A walk from the request's own object or oldObject starts there,
+    /// in the request's context and the scopes under it, but not where
+    /// `request` was replaced, nor for a walk from anywhere else.
+    #[test]
+    fn walks_from_the_request_object_start_there() {
+        let pod = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}});
+        // An offline UPDATE holds the resource as object and oldObject.
+        let req = Request::offline(&pod, "UPDATE", Default::default(), None);
+        let ctx = JsonContext::for_request(&req, Builtins::default());
+        let walk = |s: &str| Expression::parse(s).unwrap();
+        let (object, old_object) = (
+            walk("request.object.spec[]"),
+            walk("request.oldObject.a[].b"),
+        );
+        let name = |r: Option<([&'static str; 2], JsonRef)>| {
+            r.map(|(path, j)| (path, j.to_value().pointer("/metadata/name").cloned()))
+        };
+        assert_eq!(
+            name(ctx.request_start(&object)),
+            Some((["request", "object"], Some(json!("p"))))
+        );
+        assert_eq!(
+            name(ctx.child().request_start(&old_object)),
+            Some((["request", "oldObject"], Some(json!("p"))))
+        );
+        assert!(ctx.request_start(&walk("element.spec[]")).is_none());
+        assert!(
+            ctx.request_start(&walk("request.object")).is_none(),
+            "not a walk"
+        );
+        let mut replaced = ctx.child();
+        replaced.set_path("request.object.metadata.name", json!("x"));
+        assert!(replaced.request_start(&object).is_none());
+        let plain = JsonContext::from_value(json!({"request": {"object": pod}}));
+        assert!(plain.request_start(&object).is_none());
     }
 
     fn compiled(rule: &str) -> CompiledPolicy {

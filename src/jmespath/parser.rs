@@ -45,9 +45,18 @@ impl Ast {
     /// expression reference reads is relative to a value it is given, not
     /// to the root. `@` or an index at the root reads the whole root.
     pub fn reads_only_root_field(&self, name: &str) -> bool {
+        self.reads_only_under(&[name])
+    }
+
+    /// [`Ast::reads_only_root_field`] for a path: whether every read of the
+    /// root is at or below `path` (`request.operation`), so that the value
+    /// depends on the root only through the value there.
+    pub fn reads_only_under(&self, path: &[&str]) -> bool {
         match self {
-            Ast::Field(k) => k == name,
-            Ast::FieldPath(keys) => keys.first().is_some_and(|k| k.as_str() == name),
+            Ast::Field(k) => path == [k.as_str()],
+            Ast::FieldPath(keys) => {
+                keys.len() >= path.len() && keys.iter().zip(path).all(|(k, p)| k.as_str() == *p)
+            }
             Ast::Subexpression(l, _)
             | Ast::IndexExpression(l, _)
             | Ast::Projection(l, _)
@@ -55,15 +64,45 @@ impl Ast {
             | Ast::FilterProjection(l, _, _)
             | Ast::Pipe(l, _)
             | Ast::Flatten(l)
-            | Ast::Not(l) => l.reads_only_root_field(name),
+            | Ast::Not(l) => l.reads_only_under(path),
             Ast::Comparator(_, l, r) | Ast::Or(l, r) | Ast::And(l, r) => {
-                l.reads_only_root_field(name) && r.reads_only_root_field(name)
+                l.reads_only_under(path) && r.reads_only_under(path)
             }
-            Ast::MultiSelectList(items) => items.iter().all(|a| a.reads_only_root_field(name)),
-            Ast::MultiSelectHash(pairs) => pairs.iter().all(|(_, a)| a.reads_only_root_field(name)),
-            Ast::Function(_, args) => args.iter().all(|a| a.reads_only_root_field(name)),
+            Ast::MultiSelectList(items) => items.iter().all(|a| a.reads_only_under(path)),
+            Ast::MultiSelectHash(pairs) => pairs.iter().all(|(_, a)| a.reads_only_under(path)),
+            Ast::Function(_, args) => args.iter().all(|a| a.reads_only_under(path)),
             Ast::Literal(_) | Ast::ExpRef(_) => true,
             Ast::Identity | Ast::Current | Ast::Index(_) | Ast::Slice(..) => false,
+        }
+    }
+
+    /// Whether the expression calls a function anywhere. Some read more
+    /// than their arguments (`time_now_utc()`, `random()`), so a value
+    /// decided ahead of a request must call none.
+    pub fn calls_function(&self) -> bool {
+        match self {
+            Ast::Function(..) => true,
+            Ast::Subexpression(l, r)
+            | Ast::IndexExpression(l, r)
+            | Ast::Projection(l, r)
+            | Ast::ValueProjection(l, r)
+            | Ast::Comparator(_, l, r)
+            | Ast::Or(l, r)
+            | Ast::And(l, r)
+            | Ast::Pipe(l, r) => l.calls_function() || r.calls_function(),
+            Ast::FilterProjection(l, r, c) => {
+                l.calls_function() || r.calls_function() || c.calls_function()
+            }
+            Ast::Flatten(a) | Ast::Not(a) | Ast::ExpRef(a) => a.calls_function(),
+            Ast::MultiSelectList(items) => items.iter().any(Ast::calls_function),
+            Ast::MultiSelectHash(pairs) => pairs.iter().any(|(_, a)| a.calls_function()),
+            Ast::Identity
+            | Ast::Current
+            | Ast::Field(_)
+            | Ast::FieldPath(_)
+            | Ast::Index(_)
+            | Ast::Slice(..)
+            | Ast::Literal(_) => false,
         }
     }
 }

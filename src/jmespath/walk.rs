@@ -111,7 +111,22 @@ impl Walk {
     /// Where the walk starts when its first key, `name`, is bound to
     /// `value` (a foreach scope's `element`): `value`, past that key.
     fn bound_start<'a>(&self, name: &str, value: JsonRef<'a>) -> Option<(JsonRef<'a>, usize)> {
-        self.starts_at(name).then_some((value, 1))
+        self.start_under(&[name], value)
+    }
+
+    /// Where the walk starts when its first keys, `path`, are known to
+    /// lead to `value` (`request.object`, the request's object): `value`,
+    /// past those keys.
+    fn start_under<'a>(&self, path: &[&str], value: JsonRef<'a>) -> Option<(JsonRef<'a>, usize)> {
+        self.starts_with(path).then_some((value, path.len()))
+    }
+
+    /// Whether the walk's first keys are `path`.
+    pub(super) fn starts_with(&self, path: &[&str]) -> bool {
+        let keys = &self.body.innermost().keys;
+        !path.is_empty()
+            && keys.len() >= path.len()
+            && keys.iter().zip(path).all(|(k, p)| k.as_str() == *p)
     }
 
     /// Where the walk reaches JSON from `root`, and how many of its first
@@ -160,6 +175,17 @@ impl Walk {
         self.stream_at(self.bound_start(name, value)?, each)
     }
 
+    /// [`Walk::stream`] with the walk's first keys, `path`, known to lead
+    /// to `value`, as [`Walk::start_under`] starts.
+    pub(super) fn stream_under<'a>(
+        &'a self,
+        path: &[&str],
+        value: JsonRef<'a>,
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        self.stream_at(self.start_under(path, value)?, each)
+    }
+
     fn stream_at<'a>(
         &'a self,
         (start, skip): (JsonRef<'a>, usize),
@@ -182,7 +208,25 @@ impl Walk {
         root: Val<'a>,
         each: &mut dyn FnMut(JsonRef<'a>),
     ) -> Option<usize> {
-        let (start, skip) = self.json_start(root)?;
+        self.nodes_at(self.json_start(root)?, each)
+    }
+
+    /// [`Walk::stream_nodes`] with the walk's first keys, `path`, known to
+    /// lead to `value`, as [`Walk::start_under`] starts.
+    pub(super) fn stream_nodes_under<'a>(
+        &'a self,
+        path: &[&str],
+        value: JsonRef<'a>,
+        each: &mut dyn FnMut(JsonRef<'a>),
+    ) -> Option<usize> {
+        self.nodes_at(self.start_under(path, value)?, each)
+    }
+
+    fn nodes_at<'a>(
+        &'a self,
+        (start, skip): (JsonRef<'a>, usize),
+        each: &mut dyn FnMut(JsonRef<'a>),
+    ) -> Option<usize> {
         match start {
             JsonRef::Value(v) => self.nodes_from(v, skip, each),
             JsonRef::Doc(j) => self.nodes_from(j, skip, each),

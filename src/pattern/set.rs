@@ -10,11 +10,14 @@
 //! evaluation, so the failure it meets first is the one kept).
 //!
 //! Only patterns whose outcome is a plain conjunction of checks join a
-//! set: exact keys, plain, equality `=()` and negation `X()` anchors,
-//! arrays of one map or of scalars, scalars. Conditional, global and
-//! existence anchors, wildcard keys and positional or empty arrays make a
-//! pattern's result depend on more than "every check holds" (skips,
-//! alternatives), so such patterns are left to [`CompiledPattern`]. Within
+//! set: exact keys, the wildcard keys of `metadata.labels` and
+//! `metadata.annotations` (each resource key they match checked in turn,
+//! in key order, as [`CompiledPattern`] expands them), plain, equality
+//! `=()` and negation `X()` anchors, arrays of one map or of scalars,
+//! scalars. Conditional, global and existence anchors and positional or
+//! empty arrays make a pattern's result depend on more than "every check
+//! holds" (skips, alternatives), so such patterns are left to
+//! [`CompiledPattern`]. Within
 //! the subset every check the set makes is one [`CompiledPattern::validate`]
 //! makes, on the same value, with the same answer (`tests` below, on
 //! random patterns and resources, and `tests/plan.rs`, on every pattern and
@@ -25,6 +28,7 @@ use super::{
     Scalar, bare,
 };
 use crate::json_doc::{self, Kind, View};
+use crate::wildcard;
 use serde_json::Value;
 
 /// Patterns merged into one tree of paths; see the module's documentation.
@@ -79,6 +83,10 @@ struct PathNode {
 struct KeyChecks {
     /// Its number in `PatternSet::keys`, which holds its text.
     info: u32,
+    /// A wildcard key (`metadata.annotations`' `example.com/*`): its
+    /// checks apply to each resource key it matches, or to a missing key
+    /// when it matches none.
+    wildcard: bool,
     /// Fail when the key is missing: plain keys whose pattern is a map, an
     /// array, or a scalar that does not match null (a missing key is
     /// validated as null).
@@ -103,6 +111,9 @@ pub struct Passing {
     first_failures: Vec<FirstFailure>,
     /// The steps from the root to each first failure, one after another.
     steps: Vec<Step>,
+    /// The resource keys that wildcard keys matched on the way, in the
+    /// order visited ([`Step::Matched`]).
+    texts: Vec<Box<str>>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,8 +121,8 @@ struct FirstFailure {
     pattern: u32,
     /// Its steps in `Passing::steps`.
     steps: std::ops::Range<usize>,
-    /// The key whose check failed (see [`Walk::fail`]), by its number.
-    key: Option<u32>,
+    /// The key whose check failed (see [`Walk::fail`]), as a step.
+    key: Option<Step>,
     key_in_path: bool,
 }
 
@@ -125,6 +136,7 @@ impl Passing {
 /// Where a failing pattern's own walk stops ([`PatternSet::failure`]).
 pub struct FailurePath<'a> {
     keys: &'a [KeyInfo],
+    texts: &'a [Box<str>],
     steps: &'a [Step],
     /// The key whose check failed, when the walk names it in the path.
     key: Option<&'a str>,
@@ -138,6 +150,7 @@ impl FailurePath<'_> {
             .iter()
             .map(|s| match s {
                 Step::Key(k) => self.keys[*k as usize].key.as_str().len() + 1,
+                Step::Matched { text, .. } => self.texts[*text as usize].len() + 1,
                 Step::Index(i) => i.checked_ilog10().map_or(1, |d| d as usize + 1) + 1,
             })
             .sum();
@@ -155,6 +168,7 @@ impl FailurePath<'_> {
         for s in self.steps {
             match s {
                 Step::Key(k) => out.push_str(self.keys[*k as usize].key.as_str()),
+                Step::Matched { text, .. } => out.push_str(&self.texts[*text as usize]),
                 // Most indexes are one digit: no text made for them.
                 Step::Index(i) => match u8::try_from(*i) {
                     Ok(d @ 0..=9) => out.push(char::from(b'0' + d)),
@@ -170,10 +184,13 @@ impl FailurePath<'_> {
     }
 }
 
-/// One step from the root: a key (by its number), or an array's element.
+/// One step from the root: a key (by its number), a resource key that a
+/// wildcard key (by its number) matched (by its number in
+/// `Passing::texts`), or an array's element.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
     Key(u32),
+    Matched { key: u32, text: u32 },
     Index(usize),
 }
 
@@ -191,7 +208,7 @@ impl<'s> Walk<'s> {
     /// or stops at the map holding it (`key: "*"`). The failure first in
     /// the pattern's own order is kept: the one its walk reports.
     #[cold]
-    fn fail(&mut self, pattern: u32, key: Option<u32>, key_in_path: bool) {
+    fn fail(&mut self, pattern: u32, key: Option<Step>, key_in_path: bool) {
         let (word, bit) = ((pattern / 64) as usize, 1 << (pattern % 64));
         // A pattern's first failure is recorded as it is; only a later one
         // (the same alternative failing on another container) is ranked
@@ -207,11 +224,8 @@ impl<'s> Walk<'s> {
         self.out.failed[word] |= bit;
         if let Some(i) = known {
             let f = &self.out.first_failures[i];
-            let before = self.out.steps[f.steps.clone()]
-                .iter()
-                .copied()
-                .chain(f.key.map(Step::Key));
-            let here = self.steps.iter().copied().chain(key.map(Step::Key));
+            let before = self.out.steps[f.steps.clone()].iter().copied().chain(f.key);
+            let here = self.steps.iter().copied().chain(key);
             if self.set.comes_first(pattern, before, here) {
                 return;
             }
@@ -236,7 +250,7 @@ impl<'s> Walk<'s> {
         }
     }
 
-    fn fail_all(&mut self, patterns: &[u32], key: Option<u32>, key_in_path: bool) {
+    fn fail_all(&mut self, patterns: &[u32], key: Option<Step>, key_in_path: bool) {
         for p in patterns {
             self.fail(*p, key, key_in_path);
         }
@@ -279,6 +293,7 @@ impl PatternSet {
                 failed: vec![0; (self.len as usize).div_ceil(64)],
                 first_failures: Vec::new(),
                 steps: Vec::new(),
+                texts: Vec::new(),
             },
         };
         walk_node(&self.root, resource, &mut walk);
@@ -304,11 +319,13 @@ impl PatternSet {
             .find(|f| f.pattern == pattern)?;
         Some(FailurePath {
             keys: &self.keys,
+            texts: &passing.texts,
             steps: &passing.steps[f.steps.clone()],
-            key: f
-                .key
-                .filter(|_| f.key_in_path)
-                .map(|k| self.keys[k as usize].key.as_str()),
+            key: f.key.filter(|_| f.key_in_path).map(|k| match k {
+                Step::Key(k) => self.keys[k as usize].key.as_str(),
+                Step::Matched { text, .. } => &passing.texts[text as usize],
+                Step::Index(_) => unreachable!("a failing key is a key"),
+            }),
         })
     }
 
@@ -323,9 +340,12 @@ impl PatternSet {
         mut a: impl Iterator<Item = Step>,
         mut b: impl Iterator<Item = Step>,
     ) -> bool {
+        // The keys a wildcard matched rank at its place, in the order
+        // visited (the resource's key order, as the pattern expands it).
         let rank = |s: Step| match s {
-            Step::Key(k) => self.keys[k as usize].ordinal(pattern),
-            Step::Index(i) => i as u32,
+            Step::Key(k) => (self.keys[k as usize].ordinal(pattern), 0),
+            Step::Matched { key, text } => (self.keys[key as usize].ordinal(pattern), text),
+            Step::Index(i) => (i as u32, 0),
         };
         loop {
             match (a.next(), b.next()) {
@@ -366,20 +386,16 @@ fn conjunctive(node: &Node) -> bool {
             // the order into one.
             let distinct = keys.windows(2).all(|w| w[0] != w[1]);
             distinct
-                && anchored.iter().all(|(anchor, key, body)| {
-                    matches!(key, Key::Exact(_))
-                        && match (anchor, body) {
-                            (Anchor::Equality, AnchorBody::Node(n)) => conjunctive(n),
-                            (Anchor::Negation, AnchorBody::Node(_)) => true,
-                            _ => false,
-                        }
-                })
-                && plain.iter().all(|(key, body)| {
-                    matches!(key, Key::Exact(_))
-                        && match body {
-                            PlainBody::Required => true,
-                            PlainBody::Node(n) => conjunctive(n),
-                        }
+                && anchored
+                    .iter()
+                    .all(|(anchor, _, body)| match (anchor, body) {
+                        (Anchor::Equality, AnchorBody::Node(n)) => conjunctive(n),
+                        (Anchor::Negation, AnchorBody::Node(_)) => true,
+                        _ => false,
+                    })
+                && plain.iter().all(|(_, body)| match body {
+                    PlainBody::Required => true,
+                    PlainBody::Node(n) => conjunctive(n),
                 })
         }
     }
@@ -403,10 +419,10 @@ fn merge(at: &mut PathNode, keys: &mut Vec<KeyInfo>, node: &Node, id: u32) {
             // Ordinals in the order `pattern::map` evaluates the entries.
             let mut ordinal = 0;
             for (anchor, key, body) in &m.anchored {
-                let (Key::Exact(k), AnchorBody::Node(n)) = (key, body) else {
+                let AnchorBody::Node(n) = body else {
                     unreachable!("not conjunctive: left out by PatternSet::add")
                 };
-                let checks = key_checks(at, keys, k, id, ordinal);
+                let checks = key_checks(at, keys, key, id, ordinal);
                 ordinal += 1;
                 match anchor {
                     Anchor::Equality => merge(&mut checks.value, keys, n, id),
@@ -415,10 +431,7 @@ fn merge(at: &mut PathNode, keys: &mut Vec<KeyInfo>, node: &Node, id: u32) {
                 }
             }
             for (key, body) in &m.plain {
-                let Key::Exact(k) = key else {
-                    unreachable!("not conjunctive: left out by PatternSet::add")
-                };
-                let checks = key_checks(at, keys, k, id, ordinal);
+                let checks = key_checks(at, keys, key, id, ordinal);
                 ordinal += 1;
                 match body {
                     PlainBody::Required => checks.required_not_null.push(id),
@@ -443,14 +456,18 @@ fn merge(at: &mut PathNode, keys: &mut Vec<KeyInfo>, node: &Node, id: u32) {
 fn key_checks<'a>(
     at: &'a mut PathNode,
     keys: &mut Vec<KeyInfo>,
-    key: &str,
+    key: &Key,
     id: u32,
     ordinal: u32,
 ) -> &'a mut KeyChecks {
+    let (key, wildcard) = match key {
+        Key::Exact(k) => (k.as_str(), false),
+        Key::Wildcard(k) => (k.as_str(), true),
+    };
     let index = match at
         .keys
         .iter()
-        .position(|k| keys[k.info as usize].key.as_str() == key)
+        .position(|k| k.wildcard == wildcard && keys[k.info as usize].key.as_str() == key)
     {
         Some(i) => i,
         None => {
@@ -460,6 +477,7 @@ fn key_checks<'a>(
             });
             at.keys.push(KeyChecks {
                 info: (keys.len() - 1) as u32,
+                wildcard,
                 required: Vec::new(),
                 required_not_null: Vec::new(),
                 negated: Vec::new(),
@@ -490,26 +508,29 @@ fn walk_node<'s, 'r, V: View<'r>>(node: &'s PathNode, value: V, walk: &mut Walk<
                 walk.fail(*id, None, false);
             }
             for checks in &node.keys {
-                match value.get_key(&walk.set.keys[checks.info as usize].key) {
-                    Some(v) => {
-                        if !checks.negated.is_empty() {
-                            walk.fail_all(&checks.negated, Some(checks.info), true);
-                        }
-                        if v.is_null() && !checks.required_not_null.is_empty() {
-                            walk.fail_all(&checks.required_not_null, Some(checks.info), false);
-                        }
-                        walk.steps.push(Step::Key(checks.info));
-                        walk_node(&checks.value, v, walk);
-                        walk.steps.pop();
-                    }
-                    None => {
-                        if !checks.required.is_empty() {
-                            walk.fail_all(&checks.required, Some(checks.info), true);
-                        }
-                        if !checks.required_not_null.is_empty() {
-                            walk.fail_all(&checks.required_not_null, Some(checks.info), false);
+                let key = &walk.set.keys[checks.info as usize].key;
+                if checks.wildcard {
+                    let mut matched = false;
+                    for (k, v) in value.entries() {
+                        if wildcard::matches(key.as_str(), k) {
+                            matched = true;
+                            let text = u32::try_from(walk.out.texts.len()).unwrap_or(u32::MAX);
+                            walk.out.texts.push(k.into());
+                            let step = Step::Matched {
+                                key: checks.info,
+                                text,
+                            };
+                            key_present(checks, v, step, walk);
                         }
                     }
+                    if !matched {
+                        key_missing(checks, walk);
+                    }
+                    continue;
+                }
+                match value.get_key(key) {
+                    Some(v) => key_present(checks, v, Step::Key(checks.info), walk),
+                    None => key_missing(checks, walk),
                 }
             }
         }
@@ -535,6 +556,31 @@ fn walk_node<'s, 'r, V: View<'r>>(node: &'s PathNode, value: V, walk: &mut Walk<
                 walk.fail(*id, None, false);
             }
         }
+    }
+}
+
+/// The checks of a key on its value `v`, present in the object; `step`
+/// names the key in paths.
+fn key_present<'s, 'r, V: View<'r>>(checks: &'s KeyChecks, v: V, step: Step, walk: &mut Walk<'s>) {
+    if !checks.negated.is_empty() {
+        walk.fail_all(&checks.negated, Some(step), true);
+    }
+    if v.is_null() && !checks.required_not_null.is_empty() {
+        walk.fail_all(&checks.required_not_null, Some(step), false);
+    }
+    walk.steps.push(step);
+    walk_node(&checks.value, v, walk);
+    walk.steps.pop();
+}
+
+/// The checks of a key missing from the object.
+fn key_missing(checks: &KeyChecks, walk: &mut Walk<'_>) {
+    let step = Step::Key(checks.info);
+    if !checks.required.is_empty() {
+        walk.fail_all(&checks.required, Some(step), true);
+    }
+    if !checks.required_not_null.is_empty() {
+        walk.fail_all(&checks.required_not_null, Some(step), false);
     }
 }
 
@@ -666,7 +712,6 @@ mod tests {
             json!({"^(a)": [{"b": 1}]}),
             json!({"a": []}),
             json!({"a": [[1], [2]]}),
-            json!({"metadata": {"labels": {"app*": "x"}}}),
         ] {
             assert_eq!(
                 set.add(&CompiledPattern::compile(&pattern)),
@@ -684,6 +729,92 @@ mod tests {
         assert!(!set.passing(&json!({"c": null})).passes(id));
         assert!(!set.passing(&json!({"a": {"b": null}, "c": 1})).passes(id));
         assert!(set.passing(&json!({"a": {"d": 0}, "c": 1})).passes(id));
+    }
+
+    /// Wildcard keys of `metadata.labels` and `metadata.annotations` join
+    /// a set, and each resource key one matches is checked in turn, as the
+    /// pattern's own walk expands it: the same verdicts and failure paths
+    /// (a matched key in the path, or the wildcard's own text where it
+    /// matched none), on random patterns and resources.
+    #[test]
+    fn wildcard_keys_agree_with_each_pattern_alone() {
+        const WILD: [&str; 7] = ["ap*", "a?p*", "*", "b*", "a*", "q*", "app"];
+        const KEYS: [&str; 7] = ["app", "apple", "apx", "b", "ba", "a*", "x"];
+        let mut g = Gen(13);
+        let pick = |g: &mut Gen, from: &[&'static str]| from[g.next(from.len() as u64) as usize];
+        let (mut passed, mut failed, mut at_matched_keys) = (0, 0, 0);
+        for _ in 0..400 {
+            let mut set = PatternSet::new();
+            let mut patterns = Vec::new();
+            for _ in 0..5 {
+                let mut checks = Map::new();
+                for _ in 0..1 + g.next(3) {
+                    let key = pick(&mut g, &WILD);
+                    let key = match g.next(4) {
+                        0 => format!("=({key})"),
+                        1 => format!("X({key})"),
+                        _ => key.to_string(),
+                    };
+                    let value = match g.next(3) {
+                        0 => json!("v*"),
+                        _ => g.scalar(),
+                    };
+                    checks.insert(key, value);
+                }
+                let map = pick(
+                    &mut g,
+                    &["labels", "annotations", "=(labels)", "=(annotations)"],
+                );
+                let metadata = pick(&mut g, &["metadata", "=(metadata)"]);
+                let pattern = CompiledPattern::compile(&json!({metadata: {map: checks}}));
+                // A key given twice (`=(a*)` and `X(a*)`) stays out.
+                if let Some(id) = set.add(&pattern) {
+                    patterns.push((pattern, id));
+                }
+            }
+            for _ in 0..10 {
+                let mut metadata = Map::new();
+                for map in ["labels", "annotations"] {
+                    if g.next(4) == 0 {
+                        continue;
+                    }
+                    let mut entries = Map::new();
+                    for _ in 0..g.next(4) {
+                        let value = [json!("v1"), json!("x"), json!(null), json!(3), json!("")]
+                            [g.next(5) as usize]
+                            .clone();
+                        entries.insert(pick(&mut g, &KEYS).to_string(), value);
+                    }
+                    metadata.insert(map.to_string(), Value::Object(entries));
+                }
+                let resource = json!({"metadata": metadata});
+                let doc = Doc::parse(&resource.to_string()).unwrap();
+                let on_value = set.passing(&resource);
+                assert_eq!(on_value, set.passing(doc.root()));
+                for (p, id) in &patterns {
+                    let alone = p.validate(&resource);
+                    assert_eq!(on_value.passes(*id), alone.is_ok(), "{p:?} on {resource}");
+                    let want = alone.as_ref().err().map(|e| e.path.as_str());
+                    assert_eq!(
+                        set.failure_path(&on_value, *id).as_deref(),
+                        want,
+                        "{p:?} on {resource}"
+                    );
+                    if let Some(path) = want {
+                        failed += 1;
+                        at_matched_keys +=
+                            usize::from(KEYS.iter().any(|k| path.ends_with(&format!("/{k}/"))));
+                    } else {
+                        passed += 1;
+                    }
+                }
+            }
+        }
+        eprintln!("{passed} passed, {failed} failed, {at_matched_keys} at matched keys");
+        assert!(
+            passed > 2_000 && failed > 2_000 && at_matched_keys > 500,
+            "{passed} passed, {failed} failed, {at_matched_keys} at matched keys"
+        );
     }
 
     /// Indexes of one digit are written without their text, longer ones

@@ -94,6 +94,15 @@ pub struct Condition {
     /// memoised per request under this id, which every condition of the
     /// same text shares (most policies repeat the same precondition).
     pub memo: Option<u32>,
+    /// The condition's result per admission operation (by
+    /// [`crate::matching::operation_index`]), for a condition decided by
+    /// `request.operation` alone
+    /// ([`Template::decided_by_operation`]; `{{ request.operation ||
+    /// 'BACKGROUND' }}` NotEquals DELETE): filled when a plan is built
+    /// (`engine::plan`, which can evaluate it), read for any request whose
+    /// context still holds its own `request`. `None` where evaluating it
+    /// was an error: the error is the request's to report.
+    pub by_operation: Option<[Option<bool>; 4]>,
 }
 
 /// The side of a condition that is a compiled walk ([`Condition::streamed`]).
@@ -216,6 +225,7 @@ impl Condition {
             message: m.get("message").and_then(Value::as_str).map(str::to_string),
             streamed,
             memo,
+            by_operation: None,
         })
     }
 }

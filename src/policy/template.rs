@@ -157,6 +157,22 @@ impl Template {
         }
     }
 
+    /// Whether the rendered value is decided by the request's operation
+    /// alone ([`Expression::decided_by`] `request.operation`), so that it
+    /// can be rendered once per operation rather than per request.
+    pub fn decided_by_operation(&self) -> bool {
+        const OPERATION: &[&str] = &["request", "operation"];
+        match self {
+            Template::Literal(_) => true,
+            Template::Whole(exprs, _) => {
+                let (expr, delete) = exprs.as_ref();
+                expr.decided_by(OPERATION)
+                    && delete.as_ref().is_none_or(|d| d.decided_by(OPERATION))
+            }
+            Template::Mixed(_) => false,
+        }
+    }
+
     /// The value as written in the policy.
     pub fn raw(&self) -> &Value {
         match self {

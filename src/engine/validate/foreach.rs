@@ -112,22 +112,26 @@ impl<'p> RuleValidator<'_, 'p> {
         // Elements after the first denial are not decided: the built list
         // stops there too. The walk still runs to its end, since an error
         // further on is the list's error.
-        fe.list_expr
-            .as_ref()?
-            .stream_list(ctx.root(), &mut |element| {
-                if denied || undecided {
-                    return;
-                }
-                if fe.element_scope == Some(true) && !element.is_object() {
-                    undecided = true;
-                    return;
-                }
-                match denies_element(conds, element) {
-                    Some(false) => cleared += 1,
-                    Some(true) => denied = true,
-                    None => undecided = true,
-                }
-            })?;
+        let list = fe.list_expr.as_ref()?;
+        let mut decide = |element: JsonRef<'_>| {
+            if denied || undecided {
+                return;
+            }
+            if fe.element_scope == Some(true) && !element.is_object() {
+                undecided = true;
+                return;
+            }
+            match denies_element(conds, element) {
+                Some(false) => cleared += 1,
+                Some(true) => denied = true,
+                None => undecided = true,
+            }
+        };
+        // A list from the request's own object starts there directly.
+        match ctx.request_start(list) {
+            Some((path, object)) => list.stream_list_under(&path, object, &mut decide),
+            None => list.stream_list(ctx.root(), &mut decide),
+        }?;
         if undecided || (denied && self.v.message_has_variables) {
             return None;
         }

@@ -133,33 +133,7 @@ pub fn eval_conditions(
     ctx: &JsonContext,
     exprs: &ExprCache,
 ) -> Result<(bool, String), String> {
-    let sub = Substituter { ctx, exprs };
-    let one = |cond: &Condition| -> Result<bool, String> {
-        if let Some(hit) = cond.memo.and_then(|id| ctx.memo_get(id)) {
-            return Ok(hit);
-        }
-        let op = cond.operator.clone()?;
-        let delete = ctx.is_delete();
-        let streamed = decide_streamed(cond, |t, each| {
-            t.expression(delete)?.stream_strings(ctx.root(), each)
-        });
-        let result = match streamed {
-            Some(result) => result,
-            None => {
-                let key = sub
-                    .render(&cond.key)
-                    .map_err(|e| format!("failed to substitute variables in condition key: {e}"))?;
-                let value = sub.render(&cond.value).map_err(|e| {
-                    format!("failed to substitute variables in condition value: {e}")
-                })?;
-                conditions::evaluate_vals(op, &key, &value, cond.value_is_plain_list)
-            }
-        };
-        if let Some(id) = cond.memo {
-            ctx.memo_put(id, result);
-        }
-        Ok(result)
-    };
+    let one = |cond: &Condition| eval_condition(cond, ctx, exprs);
     let mut messages = String::new();
     let holds = combine(c, one, |cond| {
         if let Some(m) = &cond.message {
@@ -171,6 +145,50 @@ pub fn eval_conditions(
         return Ok((true, String::new()));
     }
     Ok((false, messages))
+}
+
+/// One condition's result in `ctx`: from its table by operation when the
+/// context still holds its request's own operation, else from its memo,
+/// else evaluated (and memoised when it reads only `request`).
+pub(in crate::engine) fn eval_condition(
+    cond: &Condition,
+    ctx: &JsonContext,
+    exprs: &ExprCache,
+) -> Result<bool, String> {
+    if let Some(table) = &cond.by_operation
+        && let Some(decided) = ctx.request_operation().and_then(|op| table[op])
+    {
+        return Ok(decided);
+    }
+    if let Some(hit) = cond.memo.and_then(|id| ctx.memo_get(id)) {
+        return Ok(hit);
+    }
+    let op = cond.operator.clone()?;
+    let delete = ctx.is_delete();
+    let streamed = decide_streamed(cond, |t, each| {
+        let expr = t.expression(delete)?;
+        match ctx.request_start(expr) {
+            Some((path, object)) => expr.stream_strings_under(&path, object, each),
+            None => expr.stream_strings(ctx.root(), each),
+        }
+    });
+    let result = match streamed {
+        Some(result) => result,
+        None => {
+            let sub = Substituter { ctx, exprs };
+            let key = sub
+                .render(&cond.key)
+                .map_err(|e| format!("failed to substitute variables in condition key: {e}"))?;
+            let value = sub
+                .render(&cond.value)
+                .map_err(|e| format!("failed to substitute variables in condition value: {e}"))?;
+            conditions::evaluate_vals(op, &key, &value, cond.value_is_plain_list)
+        }
+    };
+    if let Some(id) = cond.memo {
+        ctx.memo_put(id, result);
+    }
+    Ok(result)
 }
 
 /// A set operator between a compiled walk and a literal
@@ -384,8 +402,14 @@ mod streamed_tests {
                         t.expression(false)?
                             .stream_strings_bound("element", element, each)
                     });
-                    // The same walk on the same object, reached two ways.
+                    let under = decide_streamed(c, |t, each| {
+                        let expr = t.expression(false)?;
+                        let (path, object) = ctx.request_start(expr)?;
+                        expr.stream_strings_under(&path, object, each)
+                    });
+                    // The same walk on the same object, reached three ways.
                     assert_eq!(in_scope, bound, "{:?} on {text}", c.key);
+                    assert_eq!(in_scope, under, "from the object: {:?} on {text}", c.key);
                     let Some(verdict) = in_scope else {
                         fallen_back += 1;
                         continue;
