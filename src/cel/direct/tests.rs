@@ -35,7 +35,7 @@ fn both(expr: &str) -> (String, String, bool) {
         Err(e) => format!("error: {e}"),
     };
     let run = |vars: &mut Activation| {
-        vars.start_variables();
+        vars.start_variables(0);
         let answered = matches!(program.eval_direct(vars), Ok(Some(_)));
         let direct = show(program.eval(vars, &NoLookups));
         let interpreted = show(program.interpreted_only().eval(vars, &NoLookups));

@@ -127,11 +127,20 @@ impl<'p> RuleValidator<'_, 'p> {
                 None => undecided = true,
             }
         };
-        // A list from the request's own object starts there directly.
+        // A list from the request's own object starts there directly, or
+        // is read from the plan, which walks it once for every entry that
+        // reads it.
         match ctx.request_start(list) {
-            Some((path, object)) => list.stream_list_under(&path, object, &mut decide),
-            None => list.stream_list(ctx.root(), &mut decide),
-        }?;
+            Some((path, object)) => match ctx.plan().and_then(|plan| plan.list(fe)) {
+                Some(items) => items.for_each(&mut decide),
+                None => {
+                    list.stream_list_under(&path, object, &mut decide)?;
+                }
+            },
+            None => {
+                list.stream_list(ctx.root(), &mut decide)?;
+            }
+        }
         if undecided || (denied && self.v.message_has_variables) {
             return None;
         }
