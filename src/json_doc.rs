@@ -250,15 +250,6 @@ impl Doc {
         Json { doc: self, at: 0 }
     }
 
-    /// The value at `position` of this document ([`Json::position`]);
-    /// `None` past its end.
-    pub fn at(&self, position: u32) -> Option<Json<'_>> {
-        ((position as usize) < self.nodes.len()).then_some(Json {
-            doc: self,
-            at: position,
-        })
-    }
-
     fn str_at(&self, start: u32, len: u32) -> &str {
         &self.text[start as usize..(start + len) as usize]
     }
@@ -404,12 +395,6 @@ impl<'d> Json<'d> {
             Node::Object { len, keys, .. } => &self.doc.keys[keys as usize..(keys + len) as usize],
             _ => &[],
         }
-    }
-
-    /// Where the value sits in its document: [`Doc::at`] finds it again
-    /// with no walk, and holding it borrows nothing.
-    pub fn position(self) -> u32 {
-        self.at
     }
 
     /// The value under `key` of an object; `None` for a missing key or a

@@ -29,9 +29,7 @@ use crate::json_doc::{Document, JsonRef};
 use crate::matching::ADMISSION_OPERATIONS;
 use crate::pattern::set::{FailurePath, Passing, PatternSet};
 use crate::policy::Conditions;
-use crate::policy::compile::{
-    Candidates, ForEach, ListSlot, Pattern, PlanSlot, PolicySlot, ValidateRule,
-};
+use crate::policy::compile::{Candidates, Pattern, PlanSlot, PolicySlot, ValidateRule};
 use crate::policy::{CompiledPolicy, RuleBody, ValidateCheck};
 use serde_json::json;
 use std::cell::OnceCell;
@@ -57,9 +55,6 @@ pub struct Plan {
     kinds: BTreeMap<Box<str>, Box<[KindMasks]>>,
     /// The same for every other kind: the rules that list no kinds.
     other_kinds: Box<[KindMasks]>,
-    /// The number of foreach lists that entries of several rules read
-    /// ([`crate::policy::compile::ListSlot`]).
-    lists: u32,
 }
 
 /// A policy's candidate rules for a kind, and per admission operation
@@ -124,7 +119,6 @@ impl Plan {
         for policy in policies.iter_mut() {
             decide_by_operation(policy);
         }
-        let lists = share_lists(policies, id);
         // No rule names the empty kind: its masks are the kindless rules'.
         let other_kinds = policies.iter().map(|p| p.rule_kinds.for_kind("")).collect();
         for (index, policy) in policies.iter_mut().enumerate() {
@@ -137,13 +131,7 @@ impl Plan {
             groups,
             kinds,
             other_kinds,
-            lists,
         }
-    }
-
-    /// The number of foreach lists the plan walks once for several rules.
-    pub fn shared_lists(&self) -> u32 {
-        self.lists
     }
 
     /// The number of patterns the plan decides.
@@ -186,55 +174,6 @@ fn decide_by_operation(policy: &mut CompiledPolicy) {
     }
 }
 
-/// The foreach entries of `policies`' rules (at the top of a rule's
-/// validate) that decide their elements directly from a list walked from
-/// `request.object`, numbered by their list's text where entries of two
-/// rules or more read it: a request walks such a list once for all of
-/// them. Returns how many lists are shared.
-fn share_lists(policies: &mut [CompiledPolicy], plan: u64) -> u32 {
-    fn entries(policy: &mut CompiledPolicy) -> impl Iterator<Item = &mut ForEach> {
-        policy
-            .rules
-            .iter_mut()
-            .flat_map(|rule| match &mut rule.body {
-                RuleBody::Validate(ValidateRule {
-                    check: ValidateCheck::Foreach(list),
-                    ..
-                }) => list.iter_mut(),
-                _ => Default::default(),
-            })
-    }
-    let walked = |fe: &ForEach| {
-        fe.deny_on_element
-            && fe
-                .list_expr
-                .as_ref()
-                .is_some_and(|e| e.walks_under(&REQUEST_OBJECT))
-    };
-    let mut readers: BTreeMap<String, u32> = BTreeMap::new();
-    for policy in policies.iter_mut() {
-        for fe in entries(policy).filter(|fe| walked(fe)) {
-            *readers.entry(fe.list.clone()).or_default() += 1;
-        }
-    }
-    readers.retain(|_, n| *n > 1);
-    for (index, n) in readers.values_mut().enumerate() {
-        *n = index as u32;
-    }
-    for policy in policies.iter_mut() {
-        for fe in entries(policy) {
-            fe.list_slot = readers
-                .get(&fe.list)
-                .filter(|_| walked(fe))
-                .map(|&index| ListSlot { plan, index });
-        }
-    }
-    readers.len() as u32
-}
-
-/// The first keys of a walk from the request's object.
-const REQUEST_OBJECT: [&str; 2] = ["request", "object"];
-
 /// A plan in use for one request: the object its patterns read and, per
 /// group, their verdicts, found on first use.
 pub struct PlanForRequest<'p> {
@@ -252,11 +191,6 @@ pub struct PlanForRequest<'p> {
     /// One cell per group, made when a planned pattern is first read: a
     /// request that evaluates none allocates nothing.
     passing: OnceCell<Box<[OnceCell<Passing>]>>,
-    /// One cell per shared foreach list, made when one is first read:
-    /// its elements by their positions in the object's document, or
-    /// `None` when they are not a walk's list of JSON values. Positions
-    /// borrow nothing, which keeps the context's lifetime variant.
-    lists: OnceCell<Box<[OnceCell<Option<Box<[u32]>>>]>>,
 }
 
 impl<'p> PlanForRequest<'p> {
@@ -270,7 +204,6 @@ impl<'p> PlanForRequest<'p> {
             subresource: !req.subresource.is_empty(),
             operation: crate::matching::operation_index(&req.operation),
             passing: OnceCell::new(),
-            lists: OnceCell::new(),
         }
     }
 
@@ -294,39 +227,6 @@ impl<'p> PlanForRequest<'p> {
     pub fn passes(&self, p: &Pattern, object: &Document) -> Option<bool> {
         let (_, passing, index) = self.decided(p, object)?;
         Some(passing.passes(index))
-    }
-
-    /// The elements of foreach entry `fe`'s list, walked from the request's
-    /// object once for every entry that shares it; `None` when the plan
-    /// does not hold the list, the object is not a decoded document, or
-    /// the list's value is not a list of JSON values (the entry then walks
-    /// or evaluates it itself). The caller reads it only where `request`
-    /// is still the request's own.
-    pub fn list(&self, fe: &ForEach) -> Option<impl Iterator<Item = JsonRef<'p>> + '_> {
-        let slot = fe.list_slot.filter(|s| s.plan == self.plan.id)?;
-        let doc = self.object.doc()?;
-        let lists = self
-            .lists
-            .get_or_init(|| (0..self.plan.lists).map(|_| OnceCell::new()).collect());
-        let positions = lists.get(slot.index as usize)?.get_or_init(|| {
-            let mut positions = Vec::new();
-            let mut other = false;
-            fe.list_expr.as_ref()?.stream_list_under(
-                &REQUEST_OBJECT,
-                JsonRef::Doc(doc.root()),
-                &mut |e| match e {
-                    JsonRef::Doc(j) => positions.push(j.position()),
-                    JsonRef::Value(_) => other = true,
-                },
-            )?;
-            (!other).then(|| positions.into_boxed_slice())
-        });
-        let positions = positions.as_deref()?;
-        Some(
-            positions
-                .iter()
-                .filter_map(|&p| doc.at(p).map(JsonRef::Doc)),
-        )
     }
 
     /// Where pattern `p` applied to `object` fails: the path its own walk

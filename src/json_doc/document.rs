@@ -49,11 +49,6 @@ impl Document {
         }
     }
 
-    /// The decoded document, when the value arrived as one.
-    pub fn doc(&self) -> Option<&Doc> {
-        self.doc.as_ref()
-    }
-
     /// The value as a `serde_json::Value`, built from the document on
     /// first use (for the code not yet on [`View`]).
     pub fn value(&self) -> &Value {

@@ -76,6 +76,11 @@ struct PathNode {
     /// element matches.
     array_scalars: Vec<(u32, Scalar)>,
     keys: Vec<KeyChecks>,
+    /// Wildcard keys (`metadata.annotations`' `example.com/*`): their
+    /// checks apply to each resource key one matches, or to a missing key
+    /// when it matches none. Kept apart so that the walk of the exact
+    /// keys, on every object, tests nothing more.
+    wildcards: Vec<KeyChecks>,
 }
 
 /// The checks of every pattern on one key of an object.
@@ -83,10 +88,6 @@ struct PathNode {
 struct KeyChecks {
     /// Its number in `PatternSet::keys`, which holds its text.
     info: u32,
-    /// A wildcard key (`metadata.annotations`' `example.com/*`): its
-    /// checks apply to each resource key it matches, or to a missing key
-    /// when it matches none.
-    wildcard: bool,
     /// Fail when the key is missing: plain keys whose pattern is a map, an
     /// array, or a scalar that does not match null (a missing key is
     /// validated as null).
@@ -144,6 +145,7 @@ pub struct FailurePath<'a> {
 
 impl FailurePath<'_> {
     /// The length of the path in bytes.
+    #[inline]
     pub fn len(&self) -> usize {
         let steps: usize = self
             .steps
@@ -163,6 +165,7 @@ impl FailurePath<'_> {
     }
 
     /// Appends the path, `/spec/containers/0/`, to `out`.
+    #[inline]
     pub fn write_to(&self, out: &mut String) {
         out.push('/');
         for s in self.steps {
@@ -312,6 +315,7 @@ impl PatternSet {
 
     /// [`PatternSet::failure_path`] before it is worded: only failing
     /// rules ask, and they write it straight into their message.
+    #[inline]
     pub fn failure<'a>(&'a self, passing: &'a Passing, pattern: u32) -> Option<FailurePath<'a>> {
         let f = passing
             .first_failures
@@ -460,14 +464,13 @@ fn key_checks<'a>(
     id: u32,
     ordinal: u32,
 ) -> &'a mut KeyChecks {
-    let (key, wildcard) = match key {
-        Key::Exact(k) => (k.as_str(), false),
-        Key::Wildcard(k) => (k.as_str(), true),
+    let (key, list) = match key {
+        Key::Exact(k) => (k.as_str(), &mut at.keys),
+        Key::Wildcard(k) => (k.as_str(), &mut at.wildcards),
     };
-    let index = match at
-        .keys
+    let index = match list
         .iter()
-        .position(|k| k.wildcard == wildcard && keys[k.info as usize].key.as_str() == key)
+        .position(|k| keys[k.info as usize].key.as_str() == key)
     {
         Some(i) => i,
         None => {
@@ -475,18 +478,17 @@ fn key_checks<'a>(
                 key: json_doc::Key::new(key),
                 ordinals: Vec::new(),
             });
-            at.keys.push(KeyChecks {
+            list.push(KeyChecks {
                 info: (keys.len() - 1) as u32,
-                wildcard,
                 required: Vec::new(),
                 required_not_null: Vec::new(),
                 negated: Vec::new(),
                 value: PathNode::default(),
             });
-            at.keys.len() - 1
+            list.len() - 1
         }
     };
-    let checks = &mut at.keys[index];
+    let checks = &mut list[index];
     keys[checks.info as usize].ordinals.push((id, ordinal));
     checks
 }
@@ -508,29 +510,28 @@ fn walk_node<'s, 'r, V: View<'r>>(node: &'s PathNode, value: V, walk: &mut Walk<
                 walk.fail(*id, None, false);
             }
             for checks in &node.keys {
-                let key = &walk.set.keys[checks.info as usize].key;
-                if checks.wildcard {
-                    let mut matched = false;
-                    for (k, v) in value.entries() {
-                        if wildcard::matches(key.as_str(), k) {
-                            matched = true;
-                            let text = u32::try_from(walk.out.texts.len()).unwrap_or(u32::MAX);
-                            walk.out.texts.push(k.into());
-                            let step = Step::Matched {
-                                key: checks.info,
-                                text,
-                            };
-                            key_present(checks, v, step, walk);
-                        }
-                    }
-                    if !matched {
-                        key_missing(checks, walk);
-                    }
-                    continue;
-                }
-                match value.get_key(key) {
+                match value.get_key(&walk.set.keys[checks.info as usize].key) {
                     Some(v) => key_present(checks, v, Step::Key(checks.info), walk),
                     None => key_missing(checks, walk),
+                }
+            }
+            for checks in &node.wildcards {
+                let key = walk.set.keys[checks.info as usize].key.as_str();
+                let mut matched = false;
+                for (k, v) in value.entries() {
+                    if wildcard::matches(key, k) {
+                        matched = true;
+                        let text = u32::try_from(walk.out.texts.len()).unwrap_or(u32::MAX);
+                        walk.out.texts.push(k.into());
+                        let step = Step::Matched {
+                            key: checks.info,
+                            text,
+                        };
+                        key_present(checks, v, step, walk);
+                    }
+                }
+                if !matched {
+                    key_missing(checks, walk);
                 }
             }
         }
@@ -561,6 +562,7 @@ fn walk_node<'s, 'r, V: View<'r>>(node: &'s PathNode, value: V, walk: &mut Walk<
 
 /// The checks of a key on its value `v`, present in the object; `step`
 /// names the key in paths.
+#[inline(always)]
 fn key_present<'s, 'r, V: View<'r>>(checks: &'s KeyChecks, v: V, step: Step, walk: &mut Walk<'s>) {
     if !checks.negated.is_empty() {
         walk.fail_all(&checks.negated, Some(step), true);

@@ -16,8 +16,7 @@ pub use exception::CompiledException;
 pub use expr_cache::{ExprCache, InvalidVariable};
 pub use rule_kinds::{Candidate, Candidates, KindMasks, RuleKinds};
 pub use validation::{
-    FAILED_AT_PATH, ForEach, ListSlot, Pattern, PlanSlot, ValidateCheck, ValidateRule,
-    push_failure_start,
+    FAILED_AT_PATH, ForEach, Pattern, PlanSlot, ValidateCheck, ValidateRule, push_failure_start,
 };
 
 use super::ReportMeta;

@@ -127,20 +127,11 @@ impl<'p> RuleValidator<'_, 'p> {
                 None => undecided = true,
             }
         };
-        // A list from the request's own object starts there directly, or
-        // is read from the plan, which walks it once for every entry that
-        // reads it.
+        // A list from the request's own object starts there directly.
         match ctx.request_start(list) {
-            Some((path, object)) => match ctx.plan().and_then(|plan| plan.list(fe)) {
-                Some(items) => items.for_each(&mut decide),
-                None => {
-                    list.stream_list_under(&path, object, &mut decide)?;
-                }
-            },
-            None => {
-                list.stream_list(ctx.root(), &mut decide)?;
-            }
-        }
+            Some((path, object)) => list.stream_list_under(&path, object, &mut decide),
+            None => list.stream_list(ctx.root(), &mut decide),
+        }?;
         if undecided || (denied && self.v.message_has_variables) {
             return None;
         }

@@ -111,6 +111,9 @@ pub(in crate::engine) fn check_preconditions<'p>(
             RuleStatus::Error,
             format!("invalid preconditions: {e}"),
         )),
+        // Met by their tables by operation (`{{ request.operation }}` not
+        // DELETE on a CREATE): nothing to combine or word.
+        Ok(Some(pre)) if met_by_operation(pre, ctx) => None,
         Ok(Some(pre)) => match eval_conditions(pre, ctx, exprs) {
             Ok((true, _)) => None,
             Ok((false, msg)) => Some(RuleResponse::new(
@@ -127,6 +130,21 @@ pub(in crate::engine) fn check_preconditions<'p>(
         Ok(None) => None,
     }
 }
+/// Whether `c` is a list of `all` conditions that the request's operation
+/// alone decides ([`Condition::by_operation`]), every one met for the
+/// operation of the request `ctx` still holds: [`eval_conditions`] would
+/// then hold, with no message.
+fn met_by_operation(c: &Conditions, ctx: &JsonContext) -> bool {
+    let (None, Some(all)) = (&c.any, &c.all) else {
+        return false;
+    };
+    let Some(op) = all.first().and_then(|_| ctx.request_operation()) else {
+        return false;
+    };
+    all.iter()
+        .all(|cond| cond.by_operation.is_some_and(|t| t[op] == Some(true)))
+}
+
 /// Evaluates `{any, all}` conditions; returns (result, messages of the deciding conditions).
 pub fn eval_conditions(
     c: &Conditions,

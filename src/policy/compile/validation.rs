@@ -59,18 +59,6 @@ pub struct ForEach {
     /// before them: each element is decided without a scope, and only one
     /// they deny takes the scoped path, which words the response.
     pub deny_on_element: bool,
-    /// Where the plan of the policy set this rule was last planned in
-    /// (`crate::engine::plan`) holds the list, walked once per request,
-    /// when entries of other rules read the same list.
-    pub list_slot: Option<ListSlot>,
-}
-
-/// A foreach list's place in a plan: the plan's id and the list's number
-/// among the lists it shares.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ListSlot {
-    pub plan: u64,
-    pub index: u32,
 }
 
 #[derive(Debug, Clone)]
@@ -346,7 +334,6 @@ fn compile_check(
                 context: f.context.clone(),
                 preconditions,
                 check,
-                list_slot: None,
             });
         }
         return Some(ValidateCheck::Foreach(out));
