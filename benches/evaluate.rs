@@ -16,7 +16,6 @@
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
-use gavel::engine::plan::Plan;
 use gavel::engine::{EvalEnv, Request, evaluate, evaluate_planned};
 use gavel::json_doc::{Doc, Document};
 use gavel::policy::load::parse_yaml_documents;
@@ -53,7 +52,7 @@ fn value_request(object: Value) -> Request {
 
 fn bench(c: &mut Criterion) {
     let mut policies = pss_policies();
-    let plan = Plan::build(&mut policies);
+    let plan = gavel::engine::plan_set(&mut policies);
     // Every pattern of the set, each for Pods and for the two autogen
     // kinds' templates, restrict-apparmor-profiles' wildcard key included.
     assert_eq!(

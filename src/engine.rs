@@ -402,6 +402,19 @@ impl Request {
 
 use crate::policy::CompiledPolicy;
 
+/// The plan of policy set `policies` ([`plan::Plan::build`]), with the
+/// conditions that the request's operation alone decides decided once per
+/// operation ([`crate::policy::Condition::by_operation`]): what a server's
+/// snapshot, and anything evaluating as the server does, builds once per
+/// set.
+pub fn plan_set(policies: &mut [CompiledPolicy]) -> plan::Plan {
+    let plan = plan::Plan::build(policies);
+    for policy in policies.iter_mut() {
+        validate::decide_by_operation(policy);
+    }
+    plan
+}
+
 /// Evaluates every policy of a set against one request, sharing one JSON context.
 pub fn evaluate<'p>(
     policies: &'p [CompiledPolicy],

@@ -25,8 +25,7 @@
 
 use corpus::kind;
 use gavel::context::NoResolver;
-use gavel::engine::plan::Plan;
-use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate, evaluate_planned};
+use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate, evaluate_planned, plan_set};
 use gavel::json_doc::Doc;
 use gavel::pattern::CompiledPattern;
 use gavel::pattern::set::PatternSet;
@@ -137,7 +136,7 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
             continue;
         }
         policies += dir_policies.len();
-        let plan = Plan::build(&mut dir_policies);
+        let plan = plan_set(&mut dir_policies);
         let dir_policies = &dir_policies;
         // The rules whose pattern (or an anyPattern alternative) the plan
         // decides, and the anyPatterns it decides in full.
@@ -385,7 +384,7 @@ fn answers_alike(
         let mut compiled = compiled_policies(docs);
         // With what a plan fills in the policies (the conditions' tables
         // by operation); evaluated without the plan itself.
-        Plan::build(&mut compiled);
+        plan_set(&mut compiled);
         let mut reference = compiled.clone();
         let places = change(&mut reference);
         if places == 0 {

@@ -172,7 +172,7 @@ impl Snapshot {
         // One plan for all the classic policies: a route's request also
         // walks the patterns of policies on other routes that share a group
         // of kinds with its own (sets seen so far use one route).
-        let plan = Plan::build(&mut policies);
+        let plan = crate::engine::plan_set(&mut policies);
         let validate_builtins = std::array::from_fn(|route| {
             Builtins::of(validate[route].iter().map(|&i| &policies[i]))
         });

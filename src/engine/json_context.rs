@@ -181,14 +181,7 @@ impl<'p> JsonContext<'p> {
     /// `request` is still that request's (see `memo_cell`); `None` for a
     /// context of no admission request.
     pub fn request_operation(&self) -> Option<usize> {
-        if self.request_replaced {
-            return None;
-        }
-        match (self.operation, self.parent) {
-            (Some(op), _) => Some(op),
-            (None, Some(p)) => p.request_operation(),
-            (None, None) => None,
-        }
+        self.own_root()?.operation
     }
 
     /// Where compiled walk `expr` starts when its first keys are
@@ -205,7 +198,7 @@ impl<'p> JsonContext<'p> {
         } else {
             return None;
         };
-        let req = self.own_request()?;
+        let req = self.own_root()?.request?;
         Some((
             path,
             if old {
@@ -216,15 +209,16 @@ impl<'p> JsonContext<'p> {
         ))
     }
 
-    /// The request this context is for, while `request` is still its own.
-    fn own_request(&self) -> Option<&'p Request> {
+    /// The root of the request this context is for (the context that
+    /// holds the request), while `request` is still that request's.
+    fn own_root(&self) -> Option<&JsonContext<'p>> {
         if self.request_replaced {
             return None;
         }
-        match (self.request, self.parent) {
-            (Some(req), _) => Some(req),
-            (None, Some(p)) => p.own_request(),
-            (None, None) => None,
+        match self.parent {
+            _ if self.request.is_some() => Some(self),
+            Some(p) => p.own_root(),
+            None => None,
         }
     }
 
@@ -556,7 +550,7 @@ mod tests {
             deny("{{ time_now_utc() }}"),
             deny("{{ request.object.metadata.name }}"),
         ];
-        crate::engine::plan::Plan::build(&mut policies);
+        crate::engine::plan_set(&mut policies);
         fn conditions(p: &mut CompiledPolicy) -> &mut Conditions {
             match &mut p.rules[0].body {
                 RuleBody::Validate(ValidateRule {

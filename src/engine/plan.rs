@@ -16,22 +16,19 @@
 //! candidate rules for that kind ([`crate::policy::compile::RuleKinds::for_kind`]): a request
 //! finds its kind once, not once per policy.
 //!
-//! Conditions of preconditions and deny checks that the request's
-//! operation alone decides (`{{ request.operation || 'BACKGROUND' }}`
-//! NotEquals DELETE, in most library policies) are decided when the plan
-//! is built, once per admission operation ([`crate::policy::Condition::by_operation`]):
-//! a request reads its verdict rather than rendering the condition.
+//! [`super::plan_set`] builds a plan and also decides, once per admission
+//! operation, the conditions of preconditions and deny checks that the
+//! request's operation alone decides (`{{ request.operation ||
+//! 'BACKGROUND' }}` NotEquals DELETE, in most library policies;
+//! [`crate::policy::Condition::by_operation`]): a request reads their
+//! verdicts rather than rendering them. That step evaluates conditions,
+//! which this module, read by every request's context, cannot do.
 
 use super::Request;
-use super::json_context::JsonContext;
-use super::validate::eval_condition;
 use crate::json_doc::{Document, JsonRef};
-use crate::matching::ADMISSION_OPERATIONS;
 use crate::pattern::set::{FailurePath, Passing, PatternSet};
-use crate::policy::Conditions;
 use crate::policy::compile::{Candidates, Pattern, PlanSlot, PolicySlot, ValidateRule};
 use crate::policy::{CompiledPolicy, RuleBody, ValidateCheck};
-use serde_json::json;
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -116,9 +113,6 @@ impl Plan {
                 }
             }
         }
-        for policy in policies.iter_mut() {
-            decide_by_operation(policy);
-        }
         // No rule names the empty kind: its masks are the kindless rules'.
         let other_kinds = policies.iter().map(|p| p.rule_kinds.for_kind("")).collect();
         for (index, policy) in policies.iter_mut().enumerate() {
@@ -137,40 +131,6 @@ impl Plan {
     /// The number of patterns the plan decides.
     pub fn planned_patterns(&self) -> u32 {
         self.groups.iter().map(PatternSet::len).sum()
-    }
-}
-
-/// Fills the table by operation ([`crate::policy::Condition::by_operation`]) of each
-/// condition of `policy`'s preconditions and deny checks that the
-/// request's operation alone decides: evaluated here once per operation,
-/// in a context that holds only that operation, rather than in every
-/// request.
-fn decide_by_operation(policy: &mut CompiledPolicy) {
-    let exprs = &policy.exprs;
-    for rule in &mut policy.rules {
-        let deny = match &mut rule.body {
-            RuleBody::Validate(ValidateRule {
-                check: ValidateCheck::Deny(c),
-                ..
-            }) => Some(c),
-            _ => None,
-        };
-        let pre = rule.preconditions.as_mut().ok().and_then(Option::as_mut);
-        for conds in pre.into_iter().chain(deny) {
-            let Conditions { any, all } = conds;
-            for cond in any.iter_mut().chain(all.iter_mut()).flatten() {
-                if cond.operator.is_err()
-                    || !cond.key.decided_by_operation()
-                    || !cond.value.decided_by_operation()
-                {
-                    continue;
-                }
-                cond.by_operation = Some(ADMISSION_OPERATIONS.map(|op| {
-                    let ctx = JsonContext::from_value(json!({"request": {"operation": op}}));
-                    eval_condition(cond, &ctx, exprs).ok()
-                }));
-            }
-        }
     }
 }
 

@@ -15,7 +15,7 @@ mod verify_images;
 
 pub(super) use foreach::foreach_list;
 pub(super) use prepare::before_body;
-pub(in crate::engine) use prepare::eval_condition;
+pub(in crate::engine) use prepare::decide_by_operation;
 pub use prepare::eval_conditions;
 pub(in crate::engine) use prepare::{applicable_exceptions, prepare_rule};
 use prepare::{check_preconditions, load_rule_context, sets_context};

@@ -98,10 +98,11 @@ pub struct Condition {
     /// [`crate::matching::operation_index`]), for a condition decided by
     /// `request.operation` alone
     /// ([`Template::decided_by_operation`]; `{{ request.operation ||
-    /// 'BACKGROUND' }}` NotEquals DELETE): filled when a plan is built
-    /// (`engine::plan`, which can evaluate it), read for any request whose
-    /// context still holds its own `request`. `None` where evaluating it
-    /// was an error: the error is the request's to report.
+    /// 'BACKGROUND' }}` NotEquals DELETE): filled when a set is planned
+    /// (`engine::plan_set`, which can evaluate it), read for any request
+    /// whose context still holds its own `request`. An operation's entry is
+    /// `None` where evaluating it was an error: the error is the request's
+    /// to report.
     pub by_operation: Option<[Option<bool>; 4]>,
 }
 

@@ -9,9 +9,14 @@ use crate::engine::json_context::JsonContext;
 use crate::engine::variables::Substituter;
 use crate::engine::{EvalEnv, Request, RuleResponse, RuleStatus, conditions};
 use crate::jmespath::{Streamed, Val};
+use crate::matching::ADMISSION_OPERATIONS;
+use crate::policy::compile::ValidateRule;
 use crate::policy::conditions::{Condition, WalkSide};
 use crate::policy::template::{Template, holds_variables};
-use crate::policy::{CompiledException, CompiledPolicy, CompiledRule, Conditions, ExprCache};
+use crate::policy::{
+    CompiledException, CompiledPolicy, CompiledRule, Conditions, ExprCache, RuleBody, ValidateCheck,
+};
+use serde_json::json;
 
 /// The PolicyExceptions that cover this rule and match the request.
 pub(in crate::engine) fn applicable_exceptions<'e>(
@@ -130,6 +135,40 @@ pub(in crate::engine) fn check_preconditions<'p>(
         Ok(None) => None,
     }
 }
+/// Fills the table by operation ([`crate::policy::Condition::by_operation`]) of each
+/// condition of `policy`'s preconditions and deny checks that the
+/// request's operation alone decides: evaluated here once per operation,
+/// in a context that holds only that operation, rather than in every
+/// request.
+pub(in crate::engine) fn decide_by_operation(policy: &mut CompiledPolicy) {
+    let exprs = &policy.exprs;
+    for rule in &mut policy.rules {
+        let deny = match &mut rule.body {
+            RuleBody::Validate(ValidateRule {
+                check: ValidateCheck::Deny(c),
+                ..
+            }) => Some(c),
+            _ => None,
+        };
+        let pre = rule.preconditions.as_mut().ok().and_then(Option::as_mut);
+        for conds in pre.into_iter().chain(deny) {
+            let Conditions { any, all } = conds;
+            for cond in any.iter_mut().chain(all.iter_mut()).flatten() {
+                if cond.operator.is_err()
+                    || !cond.key.decided_by_operation()
+                    || !cond.value.decided_by_operation()
+                {
+                    continue;
+                }
+                cond.by_operation = Some(ADMISSION_OPERATIONS.map(|op| {
+                    let ctx = JsonContext::from_value(json!({"request": {"operation": op}}));
+                    eval_condition(cond, &ctx, exprs).ok()
+                }));
+            }
+        }
+    }
+}
+
 /// Whether `c` is a list of `all` conditions that the request's operation
 /// alone decides ([`Condition::by_operation`]), every one met for the
 /// operation of the request `ctx` still holds: [`eval_conditions`] would
