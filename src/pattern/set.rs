@@ -325,10 +325,11 @@ impl PatternSet {
             keys: &self.keys,
             texts: &passing.texts,
             steps: &passing.steps[f.steps.clone()],
-            key: f.key.filter(|_| f.key_in_path).map(|k| match k {
-                Step::Key(k) => self.keys[k as usize].key.as_str(),
-                Step::Matched { text, .. } => &passing.texts[text as usize],
-                Step::Index(_) => unreachable!("a failing key is a key"),
+            // A failing key is a key step; an index never names one.
+            key: f.key.filter(|_| f.key_in_path).and_then(|k| match k {
+                Step::Key(k) => Some(self.keys[k as usize].key.as_str()),
+                Step::Matched { text, .. } => Some(&*passing.texts[text as usize]),
+                Step::Index(_) => None,
             }),
         })
     }

@@ -135,6 +135,7 @@ pub(in crate::engine) fn check_preconditions<'p>(
         Ok(None) => None,
     }
 }
+
 /// Fills the table by operation ([`crate::policy::Condition::by_operation`]) of each
 /// condition of `policy`'s preconditions and deny checks that the
 /// request's operation alone decides: evaluated here once per operation,
@@ -207,11 +208,7 @@ pub fn eval_conditions(
 /// One condition's result in `ctx`: from its table by operation when the
 /// context still holds its request's own operation, else from its memo,
 /// else evaluated (and memoised when it reads only `request`).
-pub(in crate::engine) fn eval_condition(
-    cond: &Condition,
-    ctx: &JsonContext,
-    exprs: &ExprCache,
-) -> Result<bool, String> {
+fn eval_condition(cond: &Condition, ctx: &JsonContext, exprs: &ExprCache) -> Result<bool, String> {
     if let Some(table) = &cond.by_operation
         && let Some(decided) = ctx.request_operation().and_then(|op| table[op])
     {
