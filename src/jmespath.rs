@@ -69,15 +69,9 @@ impl Expression {
         interpreter::eval(&self.ast, root).map_err(|e| *e)
     }
 
-    /// Whether the expression is a compiled walk whose first key is `name`,
-    /// so that [`Expression::eval_bound`] evaluates it.
-    pub fn walks_from(&self, name: &str) -> bool {
-        self.walk.as_ref().is_some_and(|w| w.starts_at(name))
-    }
-
     /// The value of a walk that starts at root field `name`, with that
     /// field bound to `value` (a foreach's `element`), read without a
-    /// scope; `None` unless [`Expression::walks_from`] `name`. The value is
+    /// scope; `None` unless [`Expression::walks_under`] `[name]`. The value is
     /// what evaluating on a root whose `name` is `value` gives; a null
     /// value may be the interpreter's missing-key error there, which the
     /// caller decides with [`Expression::resolve_val`].
@@ -99,26 +93,17 @@ impl Expression {
         self.walk.as_ref()?.stream(root, each)
     }
 
-    /// [`Expression::stream_strings`] with the walk's first key, `name`,
-    /// bound to `value` (a foreach's `element`), without a scope.
-    pub fn stream_strings_bound<'a>(
-        &'a self,
-        name: &str,
-        value: JsonRef<'a>,
-        each: &mut dyn FnMut(&str),
-    ) -> Option<Streamed<'a>> {
-        self.walk.as_ref()?.stream_bound(name, value, each)
-    }
-
     /// Whether the expression is a compiled walk whose first keys are
-    /// `path`, so that the `_under` forms below evaluate it.
+    /// `path`, so that the `_under` forms below (and, for one key,
+    /// [`Expression::eval_bound`]) evaluate it.
     pub fn walks_under(&self, path: &[&str]) -> bool {
         self.walk.as_ref().is_some_and(|w| w.starts_with(path))
     }
 
     /// [`Expression::stream_strings`] with the walk's first keys, `path`,
-    /// known to lead to `value` (`request.object`, the request's own
-    /// object), read without looking them up in a scope. `None`, before
+    /// known to lead to `value` (`element`, a foreach's element;
+    /// `request.object`, the request's own object), read without looking
+    /// them up in a scope. `None`, before
     /// `each` is called, when the walk does not start at `path`.
     pub fn stream_strings_under<'a>(
         &'a self,

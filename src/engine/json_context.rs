@@ -10,7 +10,7 @@
 use super::Request;
 use super::cel::CelRequest;
 use super::plan::{Plan, PlanForRequest};
-use crate::jmespath::{Expression, Root, Scope, Val};
+use crate::jmespath::{Expression, Root, Scope, Streamed, Val};
 use crate::json_doc::JsonRef;
 use crate::kinds::{Gvk, Gvr};
 use crate::policy::CompiledPolicy;
@@ -188,25 +188,47 @@ impl<'p> JsonContext<'p> {
     /// `request.object` or `request.oldObject` and `request` is still the
     /// request's own: those keys and the request's object (or oldObject)
     /// as JSON, to start at without looking them up through the scopes.
-    pub fn request_start(&self, expr: &Expression) -> Option<([&'static str; 2], JsonRef<'p>)> {
+    pub(in crate::engine) fn request_start(
+        &self,
+        expr: &Expression,
+    ) -> Option<([&'static str; 2], JsonRef<'p>)> {
         const OBJECT: [&str; 2] = ["request", "object"];
         const OLD_OBJECT: [&str; 2] = ["request", "oldObject"];
-        let (path, old) = if expr.walks_under(&OBJECT) {
-            (OBJECT, false)
-        } else if expr.walks_under(&OLD_OBJECT) {
-            (OLD_OBJECT, true)
-        } else {
-            return None;
-        };
         let req = self.own_root()?.request?;
-        Some((
-            path,
-            if old {
-                req.old_object.json()
-            } else {
-                req.object.json()
-            },
-        ))
+        if expr.walks_under(&OBJECT) {
+            Some((OBJECT, req.object.json()))
+        } else if expr.walks_under(&OLD_OBJECT) {
+            Some((OLD_OBJECT, req.old_object.json()))
+        } else {
+            None
+        }
+    }
+
+    /// [`Expression::stream_strings`] in this context: from the request's
+    /// own object where the walk starts there ([`JsonContext::request_start`]),
+    /// else through the scopes.
+    pub(in crate::engine) fn stream_strings<'a>(
+        &'a self,
+        expr: &'a Expression,
+        each: &mut dyn FnMut(&str),
+    ) -> Option<Streamed<'a>> {
+        match self.request_start(expr) {
+            Some((path, object)) => expr.stream_strings_under(&path, object, each),
+            None => expr.stream_strings(self.root(), each),
+        }
+    }
+
+    /// [`Expression::stream_list`] in this context, started as
+    /// [`JsonContext::stream_strings`] starts.
+    pub(in crate::engine) fn stream_list<'a>(
+        &'a self,
+        expr: &'a Expression,
+        each: &mut dyn FnMut(JsonRef<'a>),
+    ) -> Option<usize> {
+        match self.request_start(expr) {
+            Some((path, object)) => expr.stream_list_under(&path, object, each),
+            None => expr.stream_list(self.root(), each),
+        }
     }
 
     /// The root of the request this context is for (the context that
@@ -222,15 +244,9 @@ impl<'p> JsonContext<'p> {
         }
     }
 
+    /// The request's memo, at its root: only a request's context has one.
     fn memo_cell(&self) -> Option<&RefCell<Vec<(u32, bool)>>> {
-        if self.request_replaced {
-            return None;
-        }
-        match (&self.memo, self.parent) {
-            (Some(m), _) => Some(m),
-            (None, Some(p)) => p.memo_cell(),
-            (None, None) => None,
-        }
+        self.own_root()?.memo.as_ref()
     }
 
     pub fn is_delete(&self) -> bool {

@@ -108,15 +108,10 @@ impl Walk {
         }
     }
 
-    /// Where the walk starts when its first key, `name`, is bound to
-    /// `value` (a foreach scope's `element`): `value`, past that key.
-    fn bound_start<'a>(&self, name: &str, value: JsonRef<'a>) -> Option<(JsonRef<'a>, usize)> {
-        self.start_under(&[name], value)
-    }
-
     /// Where the walk starts when its first keys, `path`, are known to
-    /// lead to `value` (`request.object`, the request's object): `value`,
-    /// past those keys.
+    /// lead to `value` (`element` bound to a foreach's element,
+    /// `request.object` to the request's object): `value`, past those
+    /// keys.
     fn start_under<'a>(&self, path: &[&str], value: JsonRef<'a>) -> Option<(JsonRef<'a>, usize)> {
         self.starts_with(path).then_some((value, path.len()))
     }
@@ -162,17 +157,6 @@ impl Walk {
         each: &mut dyn FnMut(&str),
     ) -> Option<Streamed<'a>> {
         self.stream_at(self.json_start(root)?, each)
-    }
-
-    /// [`Walk::stream`] with the walk's first key bound to `value`, as
-    /// [`Walk::eval_bound`] evaluates.
-    pub(super) fn stream_bound<'a>(
-        &'a self,
-        name: &str,
-        value: JsonRef<'a>,
-        each: &mut dyn FnMut(&str),
-    ) -> Option<Streamed<'a>> {
-        self.stream_at(self.bound_start(name, value)?, each)
     }
 
     /// [`Walk::stream`] with the walk's first keys, `path`, known to lead
@@ -295,7 +279,7 @@ impl Walk {
     /// scope's `element`), evaluated on `value` without the scope; `None`
     /// when the walk starts at another key or its value is an error.
     pub(super) fn eval_bound<'a>(&'a self, name: &str, value: JsonRef<'a>) -> Option<Val<'a>> {
-        let (start, skip) = self.bound_start(name, value)?;
+        let (start, skip) = self.start_under(&[name], value)?;
         match start {
             JsonRef::Value(v) => self.value_from(v, skip),
             JsonRef::Doc(j) => self.value_from(j, skip),
@@ -310,11 +294,6 @@ impl Walk {
             Some(literal) if !value.truthy() => Val::Ref(literal),
             _ => value,
         })
-    }
-
-    /// Whether the walk's first key is `name`.
-    pub(super) fn starts_at(&self, name: &str) -> bool {
-        self.body.innermost().keys.first().map(Key::as_str) == Some(name)
     }
 
     fn run<'a, V: Node<'a>>(&'a self, start: V, skip: usize) -> Option<Val<'a>> {

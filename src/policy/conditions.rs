@@ -140,7 +140,7 @@ impl Conditions {
     pub fn read_only_element(&self) -> bool {
         let operand = |t: &Template| match t {
             Template::Literal(_) => true,
-            Template::Whole(exprs, _) => exprs.0.walks_from("element"),
+            Template::Whole(exprs, _) => exprs.0.walks_under(&["element"]),
             Template::Mixed(_) => false,
         };
         [&self.any, &self.all]

@@ -127,11 +127,7 @@ impl<'p> RuleValidator<'_, 'p> {
                 None => undecided = true,
             }
         };
-        // A list from the request's own object starts there directly.
-        match ctx.request_start(list) {
-            Some((path, object)) => list.stream_list_under(&path, object, &mut decide),
-            None => list.stream_list(ctx.root(), &mut decide),
-        }?;
+        ctx.stream_list(list, &mut decide)?;
         if undecided || (denied && self.v.message_has_variables) {
             return None;
         }
@@ -299,7 +295,7 @@ fn denies_element(conds: &Conditions, element: JsonRef) -> Option<bool> {
     let holds = |c: &Condition| -> Option<bool> {
         let streamed = decide_streamed(c, |t, each| {
             t.expression(false)?
-                .stream_strings_bound("element", element, each)
+                .stream_strings_under(&["element"], element, each)
         });
         if streamed.is_some() {
             return streamed;

@@ -220,11 +220,7 @@ fn eval_condition(cond: &Condition, ctx: &JsonContext, exprs: &ExprCache) -> Res
     let op = cond.operator.clone()?;
     let delete = ctx.is_delete();
     let streamed = decide_streamed(cond, |t, each| {
-        let expr = t.expression(delete)?;
-        match ctx.request_start(expr) {
-            Some((path, object)) => expr.stream_strings_under(&path, object, each),
-            None => expr.stream_strings(ctx.root(), each),
-        }
+        ctx.stream_strings(t.expression(delete)?, each)
     });
     let result = match streamed {
         Some(result) => result,
@@ -454,7 +450,7 @@ mod streamed_tests {
                     });
                     let bound = decide_streamed(e, |t, each| {
                         t.expression(false)?
-                            .stream_strings_bound("element", element, each)
+                            .stream_strings_under(&["element"], element, each)
                     });
                     let under = decide_streamed(c, |t, each| {
                         let expr = t.expression(false)?;
