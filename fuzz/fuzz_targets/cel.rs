@@ -30,7 +30,7 @@ fuzz_target!(init: gavel_fuzz::guard_panics(), |data: &[u8]| {
     let mut vars = Activation::new();
     vars.set_json("request", &request);
     vars.set_json("object", &object);
-    vars.start_variables();
+    vars.start_variables(0);
     let outcome = |r: Result<_, CelError>| match r {
         Ok(v) => match cel_to_json(&v) {
             Ok(j) => format!("ok {j}"),
@@ -46,7 +46,7 @@ fuzz_target!(init: gavel_fuzz::guard_panics(), |data: &[u8]| {
     let mut doc_vars = Activation::new();
     doc_vars.set_json("request", &request);
     doc_vars.set_json_ref("object", JsonRef::Doc(doc.root()));
-    doc_vars.start_variables();
+    doc_vars.start_variables(0);
     let on_document = outcome(program.eval(&doc_vars, &NoLookups));
     // Maps print in hash order when only the interpreter answered.
     if !direct.contains("Map {") {
