@@ -123,7 +123,10 @@ pub async fn serve_request(
                     "POST an AdmissionReview",
                 ));
             }
-            review_request(webhook, req, &state).await
+            // Boxed: a review's future holds kilobytes of state, which
+            // every layer above (hyper's service, the connection's task)
+            // would otherwise move a few times per request.
+            Box::pin(review_request(webhook, req, &state)).await
         }
     })
 }
@@ -155,12 +158,23 @@ async fn review_request(
         return too_large(incoming);
     }
     let deadline = tokio::time::Instant::now() + state.deadline;
-    let mut body = bytes::BytesMut::with_capacity(declared.unwrap_or(0));
+    // A body that arrives in one frame (most reviews) is kept as it came;
+    // only one in several frames is copied into one buffer.
+    let mut first = Bytes::new();
+    let mut rest = bytes::BytesMut::new();
     let read = async {
         while let Some(frame) = incoming.frame().await {
             if let Ok(data) = frame?.into_data() {
-                body.extend_from_slice(&data);
-                if body.len() > MAX_BODY {
+                if first.is_empty() && rest.is_empty() {
+                    first = data;
+                } else {
+                    if rest.is_empty() {
+                        rest.reserve(declared.unwrap_or(0).max(first.len() + data.len()));
+                        rest.extend_from_slice(&first);
+                    }
+                    rest.extend_from_slice(&data);
+                }
+                if first.len().max(rest.len()) > MAX_BODY {
                     return Ok(false);
                 }
             }
@@ -179,7 +193,11 @@ async fn review_request(
             );
         }
     }
-    let body = body.freeze();
+    let body = if rest.is_empty() {
+        first
+    } else {
+        rest.freeze()
+    };
     let started = Instant::now();
     // One snapshot for the whole request, however the set changes
     // meanwhile. A guard rather than a clone of the Arc: the clone would

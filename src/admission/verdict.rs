@@ -247,14 +247,21 @@ struct Blocked<'a> {
 fn blocked_message(req: &Request, mut blocked: Vec<Blocked>) -> JsonText {
     // Sorted by policy and rule: by their ranks when every rule has one,
     // which compares numbers instead of names.
-    if blocked.iter().all(|b| b.rendered.is_some()) {
-        blocked.sort_by_key(|b| b.rendered.map(|(_, r)| r.rank));
+    let ranked = blocked.iter().all(|b| b.rendered.is_some());
+    let rank = |b: &Blocked| b.rendered.map(|(_, r)| r.rank);
+    if ranked {
+        blocked.sort_by_key(rank);
     } else {
         blocked.sort_by(|a, b| (a.policy, a.rule).cmp(&(b.policy, b.rule)));
     }
-    // A map keeps the last message of a repeated policy and rule.
+    // A map keeps the last message of a repeated policy and rule (the
+    // same rank, when ranked).
     blocked.reverse();
-    blocked.dedup_by(|a, b| (a.policy, a.rule) == (b.policy, b.rule));
+    if ranked {
+        blocked.dedup_by_key(|b| rank(b));
+    } else {
+        blocked.dedup_by(|a, b| (a.policy, a.rule) == (b.policy, b.rule));
+    }
     blocked.reverse();
     let text_len: usize = blocked
         .iter()

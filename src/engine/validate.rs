@@ -86,7 +86,8 @@ impl RuleTimer {
     pub fn started() -> RuleTimer {
         RuleTimer {
             last: Some(std::time::Instant::now()),
-            times: Vec::new(),
+            // Room for a policy's rules: most have one or two.
+            times: Vec::with_capacity(4),
         }
     }
 }

@@ -236,8 +236,8 @@ impl<'s> Walk<'s> {
         if self.out.first_failures.is_empty() {
             // Room for a typical request's failures at once, rather than
             // growing a step at a time.
-            self.out.first_failures.reserve(16);
-            self.out.steps.reserve(64);
+            self.out.first_failures.reserve(32);
+            self.out.steps.reserve(128);
         }
         let start = self.out.steps.len();
         self.out.steps.extend_from_slice(&self.steps);
