@@ -620,3 +620,85 @@ fn a_body_that_stops_coming_gets_408_at_the_deadline_on_both_protocols() {
     assert!(body.contains("before the request deadline"), "{body}");
     assert!(in_time(waited.unwrap()), "HTTP/2: {waited:?}");
 }
+
+/// A review whose body arrives in several pieces (HTTP/1.1 writes apart in
+/// time, HTTP/2 DATA frames) is answered as the same review sent at once:
+/// the server keeps a one-frame body as it came and gathers any other.
+#[test]
+fn a_review_in_several_pieces_is_answered_as_in_one_on_both_protocols() {
+    let dir = temp_dir("limits-pieces");
+    let server = Gavel::start_with(&examples().join("policies"), &dir, &[]);
+    let ca = std::fs::read_to_string(&server.ca).unwrap();
+    let body = std::fs::read(review("pod-violating.json")).unwrap();
+    let pieces: Vec<&[u8]> = body.chunks(body.len() / 3 + 1).collect();
+    assert_eq!(pieces.len(), 3);
+
+    let mut whole = h1_open(&server, &ca);
+    let (status, at_once) = whole.send("POST", "/validate", &body).unwrap();
+    assert_eq!(status, 200);
+    assert!(at_once.contains(r#""allowed":false"#), "{at_once}");
+
+    // HTTP/1.1: the head and each piece written apart.
+    let mut h1 = h1_open(&server, &ca);
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    h1.stream.write_all(head.as_bytes()).unwrap();
+    for piece in &pieces {
+        h1.stream.write_all(piece).unwrap();
+        h1.stream.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    let in_pieces = loop {
+        let n = h1.stream.read(&mut buf).unwrap();
+        assert!(n > 0, "closed without an answer");
+        answer.extend_from_slice(&buf[..n]);
+        let text = String::from_utf8_lossy(&answer).to_string();
+        if let Some((_, body)) = text.split_once("\r\n\r\n")
+            && body.len() >= at_once.len()
+        {
+            break body.to_string();
+        }
+    };
+    assert_eq!(in_pieces, at_once, "HTTP/1.1");
+
+    // HTTP/2: HEADERS, then a DATA frame per piece, the last ending the
+    // stream.
+    let mut h2 = h2_open(&server, &ca);
+    h2.sock
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut block = vec![0x83, 0x87];
+    hpack_literal(&mut block, 4, b"/validate");
+    hpack_literal(&mut block, 1, b"localhost");
+    h2.write_all(&frame(HEADERS, END_HEADERS, 1, &block))
+        .unwrap();
+    for (i, piece) in pieces.iter().enumerate() {
+        let end = if i + 1 == pieces.len() { END_STREAM } else { 0 };
+        h2.write_all(&frame(DATA, end, 1, piece)).unwrap();
+        h2.flush().unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let mut answer = Vec::new();
+    loop {
+        let (kind, flags, stream, payload) = read_frame(&mut h2)
+            .unwrap()
+            .expect("closed without an answer");
+        match (kind, stream) {
+            (SETTINGS, 0) if flags & 0x1 == 0 => {
+                h2.write_all(&frame(SETTINGS, 0x1, 0, &[])).unwrap();
+            }
+            (DATA, 1) => {
+                answer.extend_from_slice(&payload);
+                if flags & END_STREAM != 0 {
+                    break;
+                }
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(String::from_utf8_lossy(&answer), at_once, "HTTP/2");
+}

@@ -22,8 +22,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::Duration;
 
-/// A map hashed with foldhash, seeded per process: kinds and namespaces
-/// are names the cluster's users choose, not a hostile input of their own.
+/// A map hashed with foldhash rather than SipHash: every review looks a
+/// kind and a namespace up in it. Its seed is random per process, so
+/// names chosen to collide (a namespace is anyone's to name who may
+/// create one) cannot be computed ahead.
 type FastMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// Kyverno's default bucket boundaries, in seconds.
