@@ -119,6 +119,40 @@ fn h2_get(tls: &mut Tls, stream: u32, path: &str) -> Result<(), String> {
     }
 }
 
+/// Opens stream 1 with a POST to `/validate` whose body is to follow in
+/// DATA frames.
+fn h2_post_head(tls: &mut Tls) {
+    let mut block = vec![0x83, 0x87];
+    hpack_literal(&mut block, 4, b"/validate");
+    hpack_literal(&mut block, 1, b"localhost");
+    tls.write_all(&frame(HEADERS, END_HEADERS, 1, &block))
+        .unwrap();
+}
+
+/// The body of stream 1's answer, read to its end; `on_headers` is
+/// called when its HEADERS arrive. The server's SETTINGS are acknowledged
+/// on the way.
+fn h2_answer(tls: &mut Tls, mut on_headers: impl FnMut()) -> Vec<u8> {
+    let mut body = Vec::new();
+    loop {
+        let (kind, flags, stream, payload) =
+            read_frame(tls).unwrap().expect("closed without an answer");
+        match (kind, stream) {
+            (SETTINGS, 0) if flags & 0x1 == 0 => {
+                tls.write_all(&frame(SETTINGS, 0x1, 0, &[])).unwrap();
+            }
+            (HEADERS, 1) => on_headers(),
+            (DATA, 1) => {
+                body.extend_from_slice(&payload);
+                if flags & END_STREAM != 0 {
+                    return body;
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
 /// An HTTP/1.1 connection that has had one answer.
 fn h1_open(server: &Gavel, ca: &str) -> TlsConnection {
     let mut conn = TlsConnection {
@@ -588,34 +622,11 @@ fn a_body_that_stops_coming_gets_408_at_the_deadline_on_both_protocols() {
     h2.sock
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut block = vec![0x83, 0x87];
-    hpack_literal(&mut block, 4, b"/validate");
-    hpack_literal(&mut block, 1, b"localhost");
     let started = Instant::now();
-    h2.write_all(&frame(HEADERS, END_HEADERS, 1, &block))
-        .unwrap();
+    h2_post_head(&mut h2);
     h2.write_all(&frame(DATA, 0, 1, b"{")).unwrap();
-    let (mut waited, mut body) = (None, Vec::new());
-    loop {
-        let (kind, flags, stream, payload) = read_frame(&mut h2)
-            .unwrap()
-            .expect("closed without an answer");
-        match (kind, stream) {
-            (SETTINGS, 0) if flags & 0x1 == 0 => {
-                h2.write_all(&frame(SETTINGS, 0x1, 0, &[])).unwrap();
-            }
-            (HEADERS, 1) => {
-                waited = Some(started.elapsed());
-            }
-            (DATA, 1) => {
-                body.extend_from_slice(&payload);
-                if flags & END_STREAM != 0 {
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
+    let mut waited = None;
+    let body = h2_answer(&mut h2, || waited = Some(started.elapsed()));
     let body = String::from_utf8_lossy(&body);
     assert!(body.contains("before the request deadline"), "{body}");
     assert!(in_time(waited.unwrap()), "HTTP/2: {waited:?}");
@@ -671,34 +682,13 @@ fn a_review_in_several_pieces_is_answered_as_in_one_on_both_protocols() {
     h2.sock
         .set_read_timeout(Some(Duration::from_secs(10)))
         .unwrap();
-    let mut block = vec![0x83, 0x87];
-    hpack_literal(&mut block, 4, b"/validate");
-    hpack_literal(&mut block, 1, b"localhost");
-    h2.write_all(&frame(HEADERS, END_HEADERS, 1, &block))
-        .unwrap();
+    h2_post_head(&mut h2);
     for (i, piece) in pieces.iter().enumerate() {
         let end = if i + 1 == pieces.len() { END_STREAM } else { 0 };
         h2.write_all(&frame(DATA, end, 1, piece)).unwrap();
         h2.flush().unwrap();
         std::thread::sleep(Duration::from_millis(50));
     }
-    let mut answer = Vec::new();
-    loop {
-        let (kind, flags, stream, payload) = read_frame(&mut h2)
-            .unwrap()
-            .expect("closed without an answer");
-        match (kind, stream) {
-            (SETTINGS, 0) if flags & 0x1 == 0 => {
-                h2.write_all(&frame(SETTINGS, 0x1, 0, &[])).unwrap();
-            }
-            (DATA, 1) => {
-                answer.extend_from_slice(&payload);
-                if flags & END_STREAM != 0 {
-                    break;
-                }
-            }
-            _ => {}
-        }
-    }
+    let answer = h2_answer(&mut h2, || {});
     assert_eq!(String::from_utf8_lossy(&answer), at_once, "HTTP/2");
 }
