@@ -159,24 +159,38 @@ async fn review_request(
     }
     let deadline = tokio::time::Instant::now() + state.deadline;
     // A body that arrives in one frame (most reviews) is kept as it came;
-    // only one in several frames is copied into one buffer.
-    let mut first = Bytes::new();
-    let mut rest = bytes::BytesMut::new();
+    // one in several is gathered into one buffer. Written out rather than
+    // http-body-util's `Limited` and `collect` (the bare server's): those
+    // cost 0.5-1.6k instructions more per request (callgrind, step 19),
+    // and the limit must leave `incoming` to `too_large`.
+    let mut body = Bytes::new();
+    let mut gathered: Option<bytes::BytesMut> = None;
     let read = async {
         while let Some(frame) = incoming.frame().await {
-            if let Ok(data) = frame?.into_data() {
-                if first.is_empty() && rest.is_empty() {
-                    first = data;
-                } else {
-                    if rest.is_empty() {
-                        rest.reserve(declared.unwrap_or(0).max(first.len() + data.len()));
-                        rest.extend_from_slice(&first);
-                    }
-                    rest.extend_from_slice(&data);
+            let Ok(data) = frame?.into_data() else {
+                continue;
+            };
+            let len = match &mut gathered {
+                Some(all) => {
+                    all.extend_from_slice(&data);
+                    all.len()
                 }
-                if first.len().max(rest.len()) > MAX_BODY {
-                    return Ok(false);
+                None if body.is_empty() => {
+                    body = data;
+                    body.len()
                 }
+                None => {
+                    let size = body.len() + data.len();
+                    let all = gathered.insert(bytes::BytesMut::with_capacity(
+                        declared.unwrap_or(0).max(size),
+                    ));
+                    all.extend_from_slice(&body);
+                    all.extend_from_slice(&data);
+                    size
+                }
+            };
+            if len > MAX_BODY {
+                return Ok(false);
             }
         }
         Ok::<_, hyper::Error>(true)
@@ -193,11 +207,7 @@ async fn review_request(
             );
         }
     }
-    let body = if rest.is_empty() {
-        first
-    } else {
-        rest.freeze()
-    };
+    let body = gathered.map_or(body, bytes::BytesMut::freeze);
     let started = Instant::now();
     // One snapshot for the whole request, however the set changes
     // meanwhile. A guard rather than a clone of the Arc: the clone would
