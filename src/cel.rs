@@ -171,6 +171,11 @@ impl Program {
         let Some(node) = &self.direct else {
             return Ok(None);
         };
+        // A constant (a variable's literal list of allowed values): no
+        // evaluator set up and dropped for it.
+        if let direct::Node::Const(value) = &**node {
+            return Ok(Some(value.clone()));
+        }
         direct_answer(direct::evaluate(node, vars, COST_LIMIT as i64))
     }
 
@@ -539,11 +544,9 @@ impl<'a> direct::Bindings<'a> for Activation<'a> {
         }
     }
 
-    fn variable(&self, name: &str) -> Option<Val<'a>> {
+    fn variable(&self, name: &str) -> Option<&Val<'a>> {
         let vars = self.own_variables()?;
-        vars.iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, v)| v.clone())
+        vars.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
     }
 }
 

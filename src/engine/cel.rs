@@ -159,7 +159,7 @@ impl<'r> direct::Bindings<'r> for SharedValues<'r> {
         }
     }
 
-    fn variable(&self, _: &str) -> Option<Val<'r>> {
+    fn variable(&self, _: &str) -> Option<&Val<'r>> {
         None
     }
 }

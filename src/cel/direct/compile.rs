@@ -105,6 +105,16 @@ pub enum Node {
     /// An optional chain and what ends it (`a.?b.?c.orValue(d)`,
     /// `a.?b.hasValue()`), walked without building the optionals between.
     OptPath(Box<Node>, Vec<OptStep>, OptEnd),
+    /// [`Node::OptPath`] whose steps are all fields (`a.?b.?c.orValue(d)`,
+    /// nearly every optional chain): walked key by key in the decoded
+    /// document, no value built until the end.
+    OptFields(Box<Node>, Box<[Key]>, OptEnd),
+    /// `a && b && c ...` (three or more operands, any grouping): one loop
+    /// over the operands, where nested pairs recurse once per operator
+    /// ([`flatten_logic`]).
+    All(Box<[Node]>),
+    /// `a || b || c ...`, as [`Node::All`].
+    Any(Box<[Node]>),
 }
 
 #[derive(Debug)]
@@ -144,6 +154,9 @@ pub struct Comprehension {
     pub step: Node,
     pub result: Node,
 }
+
+/// The empty list constant: a JSON array, borrowed.
+static EMPTY_LIST: Vec<serde_json::Value> = Vec::new();
 
 /// The top-level names every request binds, held in fixed slots of an
 /// activation: a [`Node::Known`] reads its slot by index.
@@ -185,6 +198,7 @@ pub fn compile(e: &IdedExpr) -> Option<Compiled> {
     };
     let mut node = compiler.node(e)?;
     share_paths(&mut node);
+    flatten_logic(&mut node);
     Some(Compiled {
         node,
         reads: compiler.reads,
@@ -251,14 +265,19 @@ impl Compiler {
                     .collect::<Option<Vec<_>>>()?;
                 let optional: Vec<usize> = l.optional_indices.to_vec();
                 if optional.is_empty() && elements.iter().all(|n| matches!(n, Node::Const(_))) {
-                    let values = elements
+                    let values: Vec<Val<'static>> = elements
                         .into_iter()
                         .map(|n| match n {
                             Node::Const(v) => v,
                             _ => unreachable!("all constants"),
                         })
                         .collect();
-                    Node::Const(Val::List(List::Owned(Arc::new(values))))
+                    // `[]` (`orValue([])`, `has(x) ? x : []`) read where it
+                    // lies: a copy of it counts no shared list up and down.
+                    Node::Const(Val::List(match values.is_empty() {
+                        true => List::Value(&EMPTY_LIST),
+                        false => List::Owned(Arc::new(values)),
+                    }))
                 } else {
                     Node::List(elements, optional)
                 }
@@ -409,7 +428,17 @@ impl Compiler {
             };
             if let Some(end) = end {
                 let (base, steps) = opt_chain(self.node(target)?);
-                return Some(Node::OptPath(Box::new(base), steps, end));
+                let fields: Option<Box<[Key]>> = steps
+                    .iter()
+                    .map(|s| match s {
+                        OptStep::Field(f) => Some(f.clone()),
+                        OptStep::Index(_) => None,
+                    })
+                    .collect();
+                return Some(match fields {
+                    Some(fields) => Node::OptFields(Box::new(base), fields, end),
+                    None => Node::OptPath(Box::new(base), steps, end),
+                });
             }
         }
         let argc = args.len() + usize::from(method);
@@ -611,6 +640,120 @@ enum Pass {
 /// only a value found is kept, so an error is met again wherever the path
 /// is walked again. Comprehension accumulators are never roots: they
 /// change at every step.
+/// Chains of one logical operator made one n-ary node, bottom up. CEL's
+/// `&&` and `||` are commutative over errors, so the grouping never
+/// changes an answer: any operand that decides, decides; else an error
+/// stands (one the interpreter must answer outranks the others, then the
+/// leftmost), as pair by pair. Done last: the comprehension macros are
+/// recognised by their pairs (`@result && pred`).
+fn flatten_logic(node: &mut Node) {
+    for_each_child(node, &mut flatten_logic);
+    let and = match node {
+        Node::And(..) => true,
+        Node::Or(..) => false,
+        _ => return,
+    };
+    let mut operands = Vec::new();
+    gather_operands(
+        std::mem::replace(node, Node::Const(Val::Null)),
+        and,
+        &mut operands,
+    );
+    *node = match (operands.len(), and) {
+        (0..=2, _) => {
+            let mut pair = operands.into_iter();
+            let (Some(l), Some(r)) = (pair.next(), pair.next()) else {
+                unreachable!("a logical operator has two operands")
+            };
+            match and {
+                true => Node::And(Box::new(l), Box::new(r)),
+                false => Node::Or(Box::new(l), Box::new(r)),
+            }
+        }
+        (_, true) => Node::All(operands.into()),
+        (_, false) => Node::Any(operands.into()),
+    };
+}
+
+/// The operands of a chain of `&&` (`and`) or `||`, left to right.
+fn gather_operands(node: Node, and: bool, out: &mut Vec<Node>) {
+    match (node, and) {
+        (Node::And(l, r), true) | (Node::Or(l, r), false) => {
+            gather_operands(*l, and, out);
+            gather_operands(*r, and, out);
+        }
+        (Node::All(items), true) | (Node::Any(items), false) => out.extend(items),
+        (other, _) => out.push(other),
+    }
+}
+
+/// Calls `f` on each node directly under `node`.
+fn for_each_child(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
+    match node {
+        Node::Const(_)
+        | Node::Ident(_)
+        | Node::Known(_)
+        | Node::Local(_)
+        | Node::Variable(_)
+        | Node::HasVariable(_) => {}
+        Node::Path { base, .. } | Node::Memo { base, .. } | Node::MemoHas { base, .. } => f(base),
+        Node::OptSelect(x, _)
+        | Node::Not(x)
+        | Node::NotStrictlyFalse(x)
+        | Node::Neg(x)
+        | Node::InConst(x, _)
+        | Node::AppendAccu(_, x)
+        | Node::Tick(x, _)
+        | Node::Matches(x, _)
+        | Node::EqConst { x, .. } => f(x),
+        Node::OptIndex(a, b)
+        | Node::Index(a, b)
+        | Node::And(a, b)
+        | Node::Or(a, b)
+        | Node::Binary(_, a, b) => {
+            f(a);
+            f(b);
+        }
+        Node::Cond(parts) => parts.iter_mut().for_each(f),
+        Node::List(items, _) | Node::Call(_, items) => items.iter_mut().for_each(f),
+        Node::All(items) | Node::Any(items) => items.iter_mut().for_each(f),
+        Node::Map(entries) => {
+            for (k, v, _) in entries {
+                f(k);
+                f(v);
+            }
+        }
+        Node::Comprehension(c) => {
+            f(&mut c.range);
+            f(&mut c.init);
+            f(&mut c.cond);
+            f(&mut c.step);
+            f(&mut c.result);
+        }
+        Node::Quantifier { range, pred, .. } => {
+            f(range);
+            f(pred);
+        }
+        Node::OptPath(base, steps, end) => {
+            f(base);
+            for step in steps {
+                if let OptStep::Index(i) = step {
+                    f(i);
+                }
+            }
+            if let OptEnd::OrValue(default) = end {
+                f(default);
+            }
+        }
+        Node::OptFields(base, _, end) => {
+            f(base);
+            if let OptEnd::OrValue(default) = end {
+                f(default);
+            }
+        }
+    }
+}
+
 fn share_paths(node: &mut Node) {
     let mut sharing = Sharing::default();
     sharing.walk(node, Pass::Count);
@@ -805,6 +948,17 @@ impl Sharing {
                 }
                 if let OptEnd::OrValue(default) = end {
                     self.walk(default, pass);
+                }
+            }
+            Node::OptFields(base, _, end) => {
+                self.walk(base, pass);
+                if let OptEnd::OrValue(default) = end {
+                    self.walk(default, pass);
+                }
+            }
+            Node::All(items) | Node::Any(items) => {
+                for item in items.iter_mut() {
+                    self.walk(item, pass);
                 }
             }
         }

@@ -9,7 +9,7 @@
 use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep};
 use super::functions::{self, concat, contained};
 use super::value::{Fail, List, MapVal, Val, compare, equals};
-use crate::json_doc::Key;
+use crate::json_doc::{Json, Key, PackedJson};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -20,8 +20,10 @@ pub trait Bindings<'a> {
     fn ident(&self, name: &str) -> Option<Val<'a>>;
     /// The root of [`KNOWN_ROOTS`](super::compile::KNOWN_ROOTS) at `index`.
     fn known(&self, index: usize) -> Option<Val<'a>>;
-    /// `variables.<name>`.
-    fn variable(&self, name: &str) -> Option<Val<'a>>;
+    /// `variables.<name>`, borrowed: a comprehension over a variable's
+    /// list reads it in place (no count of its shared list taken and
+    /// given back per rule).
+    fn variable(&self, name: &str) -> Option<&Val<'a>>;
 }
 
 pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<Val<'a>, Fail> {
@@ -184,14 +186,14 @@ impl<'a> Memos<'a> {
     }
 }
 
-impl<'a> Evaluator<'_, 'a> {
+impl<'e, 'a> Evaluator<'e, 'a> {
     fn eval(&mut self, n: &Node) -> Out<'a> {
         match n {
             Node::Const(v) => Ok(v.clone()),
             Node::Ident(name) => self.env.ident(name).ok_or(Fail::Interpreter),
             Node::Known(index) => self.env.known(*index).ok_or(Fail::Interpreter),
             Node::Local(slot) => Ok(self.locals[*slot].clone()),
-            Node::Variable(name) => self.env.variable(name).ok_or(Fail::Interpreter),
+            Node::Variable(name) => self.env.variable(name).cloned().ok_or(Fail::Interpreter),
             Node::HasVariable(name) => Ok(Val::Bool(self.env.variable(name).is_some())),
             Node::Path { base, fields, test } => {
                 let (last, walk) = fields.split_last().ok_or(Fail::Interpreter)?;
@@ -206,7 +208,13 @@ impl<'a> Evaluator<'_, 'a> {
                 if let Some(known) = self.memos.get(*id) {
                     return Ok(known.clone());
                 }
-                let found = select(self.eval(base)?, field)?;
+                let found = match self.peek_doc(base) {
+                    Some(j) => j
+                        .get_key(field)
+                        .map(Val::from_doc)
+                        .ok_or_else(|| no_such_key(field.as_str()))?,
+                    None => select(self.eval(base)?, field)?,
+                };
                 self.memos.remember(*id, found.clone());
                 Ok(found)
             }
@@ -272,6 +280,8 @@ impl<'a> Evaluator<'_, 'a> {
             // other side may still decide; if not, the interpreter does.
             Node::And(l, r) => self.logical(l, r, false).map(Val::Bool),
             Node::Or(l, r) => self.logical(l, r, true).map(Val::Bool),
+            Node::All(operands) => self.logical_n(operands, false).map(Val::Bool),
+            Node::Any(operands) => self.logical_n(operands, true).map(Val::Bool),
             Node::Not(x) => Ok(Val::Bool(!self.eval_bool(x)?)),
             // `@not_strictly_false`: only a false bool is false.
             Node::NotStrictlyFalse(x) => Ok(Val::Bool(!matches!(self.eval(x)?, Val::Bool(false)))),
@@ -282,6 +292,14 @@ impl<'a> Evaluator<'_, 'a> {
                 } else {
                     self.eval(b)
                 }
+            }
+            // `x in variables.<list>`: the list read where the bindings
+            // hold it, not copied for every item tested.
+            Node::Binary(BinOp::In, l, r) if let Node::Variable(name) = &**r => {
+                let env = self.env;
+                let l = self.eval(l)?;
+                let r = env.variable(name).ok_or(Fail::Interpreter)?;
+                Ok(Val::Bool(contained(&l, r)?))
             }
             Node::Binary(op, l, r) => {
                 let l = self.eval(l)?;
@@ -366,19 +384,79 @@ impl<'a> Evaluator<'_, 'a> {
             }
             Node::OptPath(base, steps, end) => {
                 let found = self.opt_path(base, steps)?;
-                match end {
-                    OptEnd::HasValue => Ok(Val::Bool(found.is_some())),
-                    OptEnd::OrValue(default) => match found {
-                        Some(v) => Ok(v),
-                        None => self.eval(default),
-                    },
-                }
+                self.opt_end(found, end)
+            }
+            Node::OptFields(base, fields, end) => {
+                let found = self.opt_fields(base, fields)?;
+                self.opt_end(found, end)
             }
             Node::Matches(target, re) => match self.eval(target)? {
                 Val::Str(s) => Ok(Val::Bool(re.is_match(s.as_str()))),
                 _ => Err(Fail::Interpreter),
             },
         }
+    }
+
+    /// What ends an optional chain, given the value it found.
+    #[inline]
+    fn opt_end(&mut self, found: Option<Val<'a>>, end: &OptEnd) -> Out<'a> {
+        match end {
+            OptEnd::HasValue => Ok(Val::Bool(found.is_some())),
+            OptEnd::OrValue(default) => match found {
+                Some(v) => Ok(v),
+                None => self.eval(default),
+            },
+        }
+    }
+
+    /// The JSON object `base` holds, when it is a value this evaluator
+    /// already has (a comprehension variable, a memo found, a root) and that value
+    /// is an object of the decoded document: read where it is held, where
+    /// evaluating `base` would copy the value out and drop it again.
+    #[inline]
+    fn peek_doc(&self, base: &Node) -> Option<Json<'a>> {
+        let held = match base {
+            Node::Local(slot) => self.locals.get(*slot)?,
+            Node::Memo { id, .. } => self.memos.get(*id)?,
+            Node::Known(index) => {
+                return match self.env.known(*index)? {
+                    Val::Map(MapVal::Doc(j)) => Some(j.json()),
+                    _ => None,
+                };
+            }
+            _ => return None,
+        };
+        match held {
+            Val::Map(MapVal::Doc(j)) => Some(j.json()),
+            _ => None,
+        }
+    }
+
+    /// [`Evaluator::opt_path`] of a chain of fields alone: the same answers,
+    /// walked in the decoded document from the first object of it on.
+    fn opt_fields(&mut self, base: &Node, fields: &[Key]) -> Result<Option<Val<'a>>, Fail> {
+        if let Some(j) = self.peek_doc(base) {
+            return doc_opt_fields(j, fields, 0).into_result();
+        }
+        let mut at = self.eval(base)?.through_optional();
+        for (n, field) in fields.iter().enumerate() {
+            let Some(current) = at.take() else {
+                return Ok(None);
+            };
+            at = match current {
+                Val::Map(MapVal::Doc(j)) => {
+                    return doc_opt_fields(j.json(), &fields[n..], n).into_result();
+                }
+                Val::Map(m) => m.get_key(field),
+                Val::Null => None,
+                other if n == 0 && is_scalar(&other) => None,
+                _ => return Err(Fail::Interpreter),
+            };
+            if matches!(at, Some(Val::Optional(_))) {
+                return Err(Fail::Interpreter);
+            }
+        }
+        Ok(at)
     }
 
     /// The value at the end of an optional chain, `None` where a step finds
@@ -424,7 +502,14 @@ impl<'a> Evaluator<'_, 'a> {
         match n {
             Node::And(l, r) => self.logical(l, r, false),
             Node::Or(l, r) => self.logical(l, r, true),
-            Node::Not(x) => Ok(!self.eval_bool(x)?),
+            Node::All(operands) => self.logical_n(operands, false),
+            Node::Any(operands) => self.logical_n(operands, true),
+            // `!has(c.a.b)`, the guard of nearly every `validate.cel` Pod
+            // Security check: tested here, one call less deep.
+            Node::Not(x) => match &**x {
+                Node::MemoHas { id, base, field } => Ok(!self.memo_has(*id, base, field)?),
+                x => Ok(!self.eval_bool(x)?),
+            },
             Node::Path {
                 base,
                 fields,
@@ -454,7 +539,27 @@ impl<'a> Evaluator<'_, 'a> {
     /// `base.f1.f2...` selected field by field.
     #[inline]
     fn walk(&mut self, base: &Node, fields: &[Key]) -> Out<'a> {
-        let mut at = self.eval(base)?;
+        let mut at = match self.peek_doc(base) {
+            Some(mut j) => {
+                // Key by key in the document while the path finds objects;
+                // a value that is not one answers (or errs) as a `Val`.
+                let mut rest = fields;
+                while let [field, tail @ ..] = rest
+                    && j.is_object()
+                {
+                    j = j
+                        .get_key(field)
+                        .ok_or_else(|| no_such_key(field.as_str()))?;
+                    rest = tail;
+                }
+                let mut at = Val::from_doc(j);
+                for field in rest {
+                    at = select(at, field)?;
+                }
+                return Ok(at);
+            }
+            None => self.eval(base)?,
+        };
         for field in fields {
             at = select(at, field)?;
         }
@@ -471,6 +576,28 @@ impl<'a> Evaluator<'_, 'a> {
         eq: bool,
         constant_left: bool,
     ) -> Result<bool, Fail> {
+        // `a.?b.?c.orValue(d) == constant` from a document object: the
+        // value found is compared where it lies, never made a `Val` and
+        // returned through memory.
+        if let Node::OptFields(base, fields, OptEnd::OrValue(default)) = x
+            && let Node::Const(default) = &**default
+            && let Some(j) = self.peek_doc(base)
+        {
+            let found;
+            let x = match doc_opt_fields(j, fields, 0) {
+                DocEnd::Found(j) => {
+                    found = Val::from_doc(j.json());
+                    &found
+                }
+                DocEnd::Missing => default,
+                DocEnd::Interpreter => return Err(Fail::Interpreter),
+            };
+            let same = match constant_left {
+                false => equals(x, constant),
+                true => equals(constant, x),
+            };
+            return Ok(same.ok_or(Fail::Interpreter)? == eq);
+        }
         let x = self.eval(x)?;
         let same = match constant_left {
             false => equals(&x, constant),
@@ -484,6 +611,15 @@ impl<'a> Evaluator<'_, 'a> {
     fn memo_has(&mut self, id: u32, base: &Node, field: &Key) -> Result<bool, Fail> {
         if self.memos.get(id).is_some() {
             return Ok(true);
+        }
+        if let Some(j) = self.peek_doc(base) {
+            return Ok(match j.get_key(field) {
+                Some(found) => {
+                    self.memos.remember(id, Val::from_doc(found));
+                    true
+                }
+                None => false,
+            });
         }
         match self.eval(base)? {
             Val::Map(m) => Ok(match m.get_key(field) {
@@ -517,6 +653,29 @@ impl<'a> Evaluator<'_, 'a> {
         }
     }
 
+    /// [`Evaluator::logical`] of three or more operands: the first that
+    /// decides, decides; else an error stands (one the interpreter must
+    /// answer first, then the leftmost), as the pairs would answer.
+    fn logical_n(&mut self, operands: &[Node], decides: bool) -> Result<bool, Fail> {
+        let mut pending: Option<Fail> = None;
+        for operand in operands {
+            match self.eval_bool(operand) {
+                Ok(b) if b == decides => return Ok(decides),
+                Ok(_) => {}
+                Err(Fail::CostLimit) => return Err(Fail::CostLimit),
+                Err(e) => {
+                    if pending.is_none() || e == Fail::Interpreter {
+                        pending = Some(e);
+                    }
+                }
+            }
+        }
+        match pending {
+            Some(e) => Err(e),
+            None => Ok(!decides),
+        }
+    }
+
     /// `all` (stops at the first false) or `exists` (at the first true);
     /// the accumulator slot holds nothing, the item sits above it.
     fn quantifier(
@@ -527,7 +686,14 @@ impl<'a> Evaluator<'_, 'a> {
         exists: bool,
         weight: i64,
     ) -> Result<bool, Fail> {
-        let range = self.eval(range)?;
+        let owned;
+        let range = match self.range(range)? {
+            Range::Borrowed(v) => v,
+            Range::Owned(v) => {
+                owned = v;
+                &owned
+            }
+        };
         let mark = self.memos.mark();
         self.locals.truncate(item_slot - 1);
         self.locals.push(Val::Null);
@@ -564,7 +730,7 @@ impl<'a> Evaluator<'_, 'a> {
                 }
             }
         };
-        match &range {
+        match range {
             // One loop per form, so that no item pays a dispatch on it.
             Val::List(List::Value(items)) => {
                 for item in items.iter() {
@@ -603,8 +769,29 @@ impl<'a> Evaluator<'_, 'a> {
         Ok(if decided { exists } else { !exists })
     }
 
+    /// A comprehension's range: a variable's value read where the
+    /// bindings hold it (most ranges are `variables.<list>`), any other
+    /// evaluated.
+    fn range(&mut self, n: &Node) -> Result<Range<'e, 'a>, Fail> {
+        let env = self.env;
+        match n {
+            Node::Variable(name) => env
+                .variable(name)
+                .map(Range::Borrowed)
+                .ok_or(Fail::Interpreter),
+            other => self.eval(other).map(Range::Owned),
+        }
+    }
+
     fn comprehension(&mut self, c: &Comprehension) -> Out<'a> {
-        let range = self.eval(&c.range)?;
+        let owned;
+        let range = match self.range(&c.range)? {
+            Range::Borrowed(v) => v,
+            Range::Owned(v) => {
+                owned = v;
+                &owned
+            }
+        };
         let init = self.eval(&c.init)?;
         let mark = self.memos.mark();
         let slot = c.accu_slot;
@@ -621,7 +808,7 @@ impl<'a> Evaluator<'_, 'a> {
             this.locals[slot] = accu;
             Ok(true)
         };
-        match &range {
+        match range {
             Val::List(List::Value(items)) => {
                 for item in items.iter() {
                     if !step(self, Val::from_json(item))? {
@@ -657,6 +844,54 @@ impl<'a> Evaluator<'_, 'a> {
         self.locals.truncate(slot);
         result
     }
+}
+
+/// The rest of an optional chain of fields from `at`, its step `first`
+/// on: each step a key lookup in the document. A field of null is none,
+/// as is a scalar's at the chain's first step (cel-go); a list's, or a
+/// scalar's further on, is the interpreter's to answer.
+fn doc_opt_fields<'a>(mut at: Json<'a>, fields: &[Key], first: usize) -> DocEnd<'a> {
+    for (n, field) in (first..).zip(fields) {
+        if at.is_object() {
+            match at.get_key(field) {
+                Some(next) => at = next,
+                None => return DocEnd::Missing,
+            }
+        } else if at.is_null() || (n == 0 && !at.is_array()) {
+            return DocEnd::Missing;
+        } else {
+            return DocEnd::Interpreter;
+        }
+    }
+    DocEnd::Found(at.into())
+}
+
+/// Where an optional chain of fields walked in the document ends. Two
+/// words (the packed value's spare byte holds the tag), so it is returned
+/// in registers: a `Result<Option<Val>, _>` goes through memory, and
+/// reading it back in wider loads than it was written in stalls.
+enum DocEnd<'a> {
+    Found(PackedJson<'a>),
+    Missing,
+    /// A step the interpreter answers (a list's field, a scalar's past
+    /// the chain's first step).
+    Interpreter,
+}
+
+impl<'a> DocEnd<'a> {
+    fn into_result(self) -> Result<Option<Val<'a>>, Fail> {
+        match self {
+            DocEnd::Found(j) => Ok(Some(Val::from_doc(j.json()))),
+            DocEnd::Missing => Ok(None),
+            DocEnd::Interpreter => Err(Fail::Interpreter),
+        }
+    }
+}
+
+/// A comprehension's range: borrowed from the bindings, or evaluated.
+enum Range<'e, 'a> {
+    Borrowed(&'e Val<'a>),
+    Owned(Val<'a>),
 }
 
 /// cel-go's error for a comprehension over a value that is neither a list

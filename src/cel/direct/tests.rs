@@ -476,3 +476,113 @@ fn shared_path_prefixes_answer_as_the_paths() {
         assert!(direct || got.starts_with("error"), "{expr}: handed over");
     }
 }
+
+/// Optional chains of fields read in the document, their comparisons with
+/// a constant, and chains of `&&`/`||` of three or more operands (one
+/// n-ary node): each answers as the interpreter does, and the plan holds
+/// the node that was meant to answer it.
+#[test]
+fn document_chains_and_logical_chains_answer_as_the_interpreter() {
+    // (expression, answer, a node its plan must hold, answered directly)
+    let cases: &[(&str, &str, &str, bool)] = &[
+        // From a comprehension's item: the first container's add list, the
+        // second's securityContext null (none past it).
+        (
+            "object.spec.containers.map(c, c.?securityContext.?capabilities.?add.orValue([]).size())",
+            "[1,0]",
+            "OptFields",
+            true,
+        ),
+        (
+            "object.spec.containers.all(c, c.?securityContext.?runAsUser.orValue(0) == 0)",
+            "true",
+            "OptFields",
+            true,
+        ),
+        (
+            "object.spec.containers.exists(c, c.?securityContext.?capabilities.?add.orValue(['x']) == ['x'])",
+            "true",
+            "OptFields",
+            true,
+        ),
+        (
+            "object.spec.containers.all(c, ['NET_ADMIN'] == c.?securityContext.?capabilities.?add.orValue([]))",
+            "false",
+            "OptFields",
+            true,
+        ),
+        // From a root.
+        (
+            "object.spec.?hostNetwork.orValue(true) == false",
+            "true",
+            "OptFields",
+            true,
+        ),
+        (
+            "object.?spec.?hostIPC.orValue(false)",
+            "false",
+            "OptFields",
+            true,
+        ),
+        ("object.spec.?volumes.hasValue()", "true", "OptFields", true),
+        // A list's field on the way: the interpreter's answer.
+        (
+            "object.spec.?containers.?name.orValue('x') == 'x'",
+            "error: unsupported index type 'string' in list",
+            "OptFields",
+            false,
+        ),
+        // Three or more operands: the first that decides, decides, over
+        // errors on either side; else the error stands.
+        (
+            "object.spec.hostNetwork || object.spec.containers[5].name == 'x' || true",
+            "true",
+            "Any",
+            true,
+        ),
+        (
+            "false || object.spec.missing.x == 1 || false",
+            "error: no such key: missing",
+            "Any",
+            false,
+        ),
+        (
+            "object.spec.missing.x == 1 && false && true",
+            "false",
+            "All",
+            true,
+        ),
+        (
+            "has(object.spec) && has(object.spec.containers) && size(object.spec.containers) == 2",
+            "true",
+            "All",
+            true,
+        ),
+        (
+            "(false || false) || (false || object.spec.hostNetwork == false)",
+            "true",
+            "Any",
+            true,
+        ),
+        // The guards of the Pod Security checks: the second container's
+        // securityContext is there (null), its fields are not.
+        (
+            "object.spec.containers.all(c, !has(c.securityContext) || \
+             !has(c.securityContext.capabilities) || \
+             !has(c.securityContext.capabilities.add) || \
+             size(c.securityContext.capabilities.add) == 1)",
+            "true",
+            "Any",
+            true,
+        ),
+    ];
+    for (expr, want, node, direct) in cases {
+        let program = Program::compile(expr).unwrap();
+        let plan = format!("{:?}", program.direct);
+        assert!(plan.contains(node), "{expr}: no {node} in {plan}");
+        let (got, interpreted, answered) = both(expr);
+        assert_eq!(&got, want, "{expr}");
+        assert_eq!(got, interpreted, "{expr}: the interpreter's answer");
+        assert_eq!(answered, *direct, "{expr}: answered directly");
+    }
+}
