@@ -518,7 +518,7 @@ fn variables_map<'a>(vars: &[(&'a str, Val<'a>)]) -> Val<'a> {
 impl<'a> direct::Bindings<'a> for Activation<'a> {
     fn ident(&self, name: &str) -> Option<Val<'a>> {
         if let Some(i) = direct::known_root(name) {
-            return self.known(i);
+            return self.known(i).cloned();
         }
         if let Some((_, v)) = self.slots.iter().find(|(n, _)| n == name) {
             return Some(v.clone());
@@ -534,11 +534,11 @@ impl<'a> direct::Bindings<'a> for Activation<'a> {
         self.parent.and_then(|p| p.ident(name))
     }
 
-    fn known(&self, index: usize) -> Option<Val<'a>> {
+    fn known(&self, index: usize) -> Option<&Val<'a>> {
         let mut at = self;
         loop {
             if let Some(v) = &at.known[index] {
-                return Some(v.clone());
+                return Some(v);
             }
             at = at.parent?;
         }

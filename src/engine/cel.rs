@@ -125,8 +125,9 @@ impl Bound<'_> {
 /// each computed when a policy first asks for it.
 #[derive(Debug)]
 struct SharedValues<'r> {
-    object: Source<'r>,
-    old_object: Source<'r>,
+    /// `object` and `oldObject` as the direct evaluator reads them, by
+    /// their [`direct::KNOWN_ROOTS`] slots.
+    roots: [Val<'r>; 2],
     /// Keyed by the plan, which the entry holds so that its address is not
     /// reused while the request lives.
     values: RefCell<Vec<(Arc<direct::Node>, Option<Val<'r>>)>>,
@@ -135,8 +136,10 @@ struct SharedValues<'r> {
 impl<'r> SharedValues<'r> {
     fn boxed(object: Source<'r>, old_object: Source<'r>) -> Box<dyn RequestValues + 'r> {
         Box::new(SharedValues {
-            object,
-            old_object,
+            roots: [
+                Val::from_ref(object.json()),
+                Val::from_ref(old_object.json()),
+            ],
             values: RefCell::default(),
         })
     }
@@ -145,18 +148,15 @@ impl<'r> SharedValues<'r> {
 impl<'r> direct::Bindings<'r> for SharedValues<'r> {
     fn ident(&self, name: &str) -> Option<Val<'r>> {
         match name {
-            "object" => Some(Val::from_ref(self.object.json())),
-            "oldObject" => Some(Val::from_ref(self.old_object.json())),
+            "object" => self.known(direct::OBJECT).cloned(),
+            "oldObject" => self.known(direct::OLD_OBJECT).cloned(),
             _ => None,
         }
     }
 
-    fn known(&self, index: usize) -> Option<Val<'r>> {
-        match index {
-            direct::OBJECT => Some(Val::from_ref(self.object.json())),
-            direct::OLD_OBJECT => Some(Val::from_ref(self.old_object.json())),
-            _ => None,
-        }
+    fn known(&self, index: usize) -> Option<&Val<'r>> {
+        const { assert!(direct::OBJECT == 0 && direct::OLD_OBJECT == 1) };
+        self.roots.get(index)
     }
 
     fn variable(&self, _: &str) -> Option<&Val<'r>> {

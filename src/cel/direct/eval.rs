@@ -18,8 +18,9 @@ use std::sync::Arc;
 pub trait Bindings<'a> {
     /// A top-level variable (`object`, `request`, `params`, ...).
     fn ident(&self, name: &str) -> Option<Val<'a>>;
-    /// The root of [`KNOWN_ROOTS`](super::compile::KNOWN_ROOTS) at `index`.
-    fn known(&self, index: usize) -> Option<Val<'a>>;
+    /// The root of [`KNOWN_ROOTS`](super::compile::KNOWN_ROOTS) at `index`,
+    /// borrowed: a path from it starts from the object where it is held.
+    fn known(&self, index: usize) -> Option<&Val<'a>>;
     /// `variables.<name>`, borrowed: a comprehension over a variable's
     /// list reads it in place (no count of its shared list taken and
     /// given back per rule).
@@ -191,7 +192,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         match n {
             Node::Const(v) => Ok(v.clone()),
             Node::Ident(name) => self.env.ident(name).ok_or(Fail::Interpreter),
-            Node::Known(index) => self.env.known(*index).ok_or(Fail::Interpreter),
+            Node::Known(index) => self.env.known(*index).cloned().ok_or(Fail::Interpreter),
             Node::Local(slot) => Ok(self.locals[*slot].clone()),
             Node::Variable(name) => self.env.variable(name).cloned().ok_or(Fail::Interpreter),
             Node::HasVariable(name) => Ok(Val::Bool(self.env.variable(name).is_some())),
@@ -418,12 +419,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         let held = match base {
             Node::Local(slot) => self.locals.get(*slot)?,
             Node::Memo { id, .. } => self.memos.get(*id)?,
-            Node::Known(index) => {
-                return match self.env.known(*index)? {
-                    Val::Map(MapVal::Doc(j)) => Some(j.json()),
-                    _ => None,
-                };
-            }
+            Node::Known(index) => self.env.known(*index)?,
             _ => return None,
         };
         match held {
