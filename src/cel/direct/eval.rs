@@ -521,6 +521,16 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 eq,
                 constant_left,
             } => self.eq_const(x, constant, *eq, *constant_left),
+            // Answered as bools: a `Val::Bool` made, returned through
+            // memory and taken apart again costs a stall on the way back.
+            Node::InConst(x, constant) => contained(&self.eval(x)?, constant),
+            Node::Binary(BinOp::In, l, r) if let Node::Variable(name) = &**r => {
+                let env = self.env;
+                let l = self.eval(l)?;
+                contained(&l, env.variable(name).ok_or(Fail::Interpreter)?)
+            }
+            Node::HasVariable(name) => Ok(self.env.variable(name).is_some()),
+            Node::Variable(name) => truth(self.env.variable(name).ok_or(Fail::Interpreter)?),
             Node::Quantifier {
                 range,
                 item_slot,
