@@ -3,8 +3,10 @@
 from a TSV of `measurement<TAB>before<TAB>after` lines (`#` lines are
 comments), as the perf-results reports record them.
 
-Usage: benches/instructions-report.py FIGURES.tsv OUT.png  (needs matplotlib)
-Prints each measurement with its ratio.
+Usage: benches/instructions-report.py FIGURES.tsv OUT.png [YLABEL]  (needs matplotlib)
+Prints each measurement with its ratio. Bars are the figures divided by
+1000; YLABEL names that unit (default: thousand instructions per call).
+A table of times in nanoseconds plots in microseconds with YLABEL "us".
 """
 import sys
 
@@ -16,6 +18,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 def main():
     source, out = sys.argv[1], sys.argv[2]
+    ylabel = sys.argv[3] if len(sys.argv) > 3 else "thousand instructions per call (callgrind)"
     rows = []
     with open(source) as f:
         for line in f:
@@ -34,7 +37,7 @@ def main():
         ax.annotate(f"{after / before:.2f}x", (x + width / 2, after / 1000), ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs))
     ax.set_xticklabels([r[0] for r in rows], rotation=20, ha="right", fontsize=8)
-    ax.set_ylabel("thousand instructions per call (callgrind)")
+    ax.set_ylabel(ylabel)
     ax.set_title(source.rsplit("/", 1)[-1])
     ax.legend()
     fig.tight_layout()

@@ -898,69 +898,9 @@ impl Sharing {
                 self.walk(&mut c.result, pass);
                 self.items = saved;
             }
-            Node::Const(_)
-            | Node::Ident(_)
-            | Node::Known(_)
-            | Node::Local(_)
-            | Node::Variable(_)
-            | Node::HasVariable(_)
-            | Node::Memo { .. }
-            | Node::MemoHas { .. } => {}
-            Node::OptSelect(x, _)
-            | Node::Not(x)
-            | Node::NotStrictlyFalse(x)
-            | Node::Neg(x)
-            | Node::InConst(x, _)
-            | Node::AppendAccu(_, x)
-            | Node::Tick(x, _)
-            | Node::Matches(x, _)
-            | Node::EqConst { x, .. } => self.walk(x, pass),
-            Node::OptIndex(a, b)
-            | Node::Index(a, b)
-            | Node::And(a, b)
-            | Node::Or(a, b)
-            | Node::Binary(_, a, b) => {
-                self.walk(a, pass);
-                self.walk(b, pass);
-            }
-            Node::Cond(parts) => {
-                for part in parts.iter_mut() {
-                    self.walk(part, pass);
-                }
-            }
-            Node::List(elements, _) | Node::Call(_, elements) => {
-                for e in elements {
-                    self.walk(e, pass);
-                }
-            }
-            Node::Map(entries) => {
-                for (k, v, _) in entries {
-                    self.walk(k, pass);
-                    self.walk(v, pass);
-                }
-            }
-            Node::OptPath(base, steps, end) => {
-                self.walk(base, pass);
-                for step in steps {
-                    if let OptStep::Index(i) = step {
-                        self.walk(i, pass);
-                    }
-                }
-                if let OptEnd::OrValue(default) = end {
-                    self.walk(default, pass);
-                }
-            }
-            Node::OptFields(base, _, end) => {
-                self.walk(base, pass);
-                if let OptEnd::OrValue(default) = end {
-                    self.walk(default, pass);
-                }
-            }
-            Node::All(items) | Node::Any(items) => {
-                for item in items.iter_mut() {
-                    self.walk(item, pass);
-                }
-            }
+            // Made by this rewrite from a path: nothing under it to share.
+            Node::Memo { .. } | Node::MemoHas { .. } => {}
+            other => for_each_child(other, &mut |child| self.walk(child, pass)),
         }
     }
 }
