@@ -171,11 +171,6 @@ impl Program {
         let Some(node) = &self.direct else {
             return Ok(None);
         };
-        // A constant (a variable's literal list of allowed values): no
-        // evaluator set up and dropped for it.
-        if let direct::Node::Const(value) = &**node {
-            return Ok(Some(value.clone()));
-        }
         direct_answer(direct::evaluate(node, vars, COST_LIMIT as i64))
     }
 

@@ -640,6 +640,14 @@ enum Pass {
 /// only a value found is kept, so an error is met again wherever the path
 /// is walked again. Comprehension accumulators are never roots: they
 /// change at every step.
+fn share_paths(node: &mut Node) {
+    let mut sharing = Sharing::default();
+    sharing.walk(node, Pass::Count);
+    sharing.items.clear();
+    sharing.next_item = 0;
+    sharing.walk(node, Pass::Rewrite);
+}
+
 /// Chains of one logical operator made one n-ary node, bottom up. CEL's
 /// `&&` and `||` are commutative over errors, so the grouping never
 /// changes an answer: any operand that decides, decides; else an error
@@ -659,19 +667,11 @@ fn flatten_logic(node: &mut Node) {
         and,
         &mut operands,
     );
-    *node = match (operands.len(), and) {
-        (0..=2, _) => {
-            let mut pair = operands.into_iter();
-            let (Some(l), Some(r)) = (pair.next(), pair.next()) else {
-                unreachable!("a logical operator has two operands")
-            };
-            match and {
-                true => Node::And(Box::new(l), Box::new(r)),
-                false => Node::Or(Box::new(l), Box::new(r)),
-            }
-        }
-        (_, true) => Node::All(operands.into()),
-        (_, false) => Node::Any(operands.into()),
+    *node = match (<[Node; 2]>::try_from(operands), and) {
+        (Ok([l, r]), true) => Node::And(Box::new(l), Box::new(r)),
+        (Ok([l, r]), false) => Node::Or(Box::new(l), Box::new(r)),
+        (Err(operands), true) => Node::All(operands.into()),
+        (Err(operands), false) => Node::Any(operands.into()),
     };
 }
 
@@ -752,14 +752,6 @@ fn for_each_child(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
             }
         }
     }
-}
-
-fn share_paths(node: &mut Node) {
-    let mut sharing = Sharing::default();
-    sharing.walk(node, Pass::Count);
-    sharing.items.clear();
-    sharing.next_item = 0;
-    sharing.walk(node, Pass::Rewrite);
 }
 
 #[derive(Default)]

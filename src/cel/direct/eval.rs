@@ -28,6 +28,11 @@ pub trait Bindings<'a> {
 }
 
 pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<Val<'a>, Fail> {
+    // A constant (a variable's literal list of allowed values): no
+    // evaluator set up and dropped for it.
+    if let Node::Const(value) = node {
+        return Ok(value.clone());
+    }
     Evaluator::new(env, budget).eval(node)
 }
 
@@ -297,10 +302,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             // `x in variables.<list>`: the list read where the bindings
             // hold it, not copied for every item tested.
             Node::Binary(BinOp::In, l, r) if let Node::Variable(name) = &**r => {
-                let env = self.env;
-                let l = self.eval(l)?;
-                let r = env.variable(name).ok_or(Fail::Interpreter)?;
-                Ok(Val::Bool(contained(&l, r)?))
+                self.in_variable(l, name).map(Val::Bool)
             }
             Node::Binary(op, l, r) => {
                 let l = self.eval(l)?;
@@ -443,10 +445,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 Val::Map(MapVal::Doc(j)) => {
                     return doc_opt_fields(j.json(), &fields[n..], n).into_result();
                 }
-                Val::Map(m) => m.get_key(field),
-                Val::Null => None,
-                other if n == 0 && is_scalar(&other) => None,
-                _ => return Err(Fail::Interpreter),
+                other => opt_field(other, field, n == 0)?,
             };
             if matches!(at, Some(Val::Optional(_))) {
                 return Err(Fail::Interpreter);
@@ -469,18 +468,15 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             let Some(current) = at.take() else {
                 continue;
             };
-            at = match (current, step, &key) {
-                (Val::Map(m), OptStep::Field(f), _) => m.get_key(f),
-                (Val::Map(m), OptStep::Index(_), Some(k)) => {
+            at = match (step, current, &key) {
+                (OptStep::Field(f), current, _) => opt_field(current, f, n == 0)?,
+                (OptStep::Index(_), Val::Map(m), Some(k)) => {
                     m.get(k).map_err(|_| Fail::Interpreter)?
                 }
-                (Val::List(l), OptStep::Index(_), Some(Val::Int(i))) => {
+                (OptStep::Index(_), Val::List(l), Some(Val::Int(i))) => {
                     usize::try_from(*i).ok().and_then(|i| l.get(i))
                 }
-                (Val::Null, _, _) => None,
-                // cel-go: `.?` on a scalar is none (the chain's first step;
-                // a later one selects from the value an optional holds).
-                (other, OptStep::Field(_), _) if n == 0 && is_scalar(&other) => None,
+                (OptStep::Index(_), Val::Null, _) => None,
                 _ => return Err(Fail::Interpreter),
             };
             // An optional held inside a value: the interpreter's nesting.
@@ -525,9 +521,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             // memory and taken apart again costs a stall on the way back.
             Node::InConst(x, constant) => contained(&self.eval(x)?, constant),
             Node::Binary(BinOp::In, l, r) if let Node::Variable(name) = &**r => {
-                let env = self.env;
-                let l = self.eval(l)?;
-                contained(&l, env.variable(name).ok_or(Fail::Interpreter)?)
+                self.in_variable(l, name)
             }
             Node::HasVariable(name) => Ok(self.env.variable(name).is_some()),
             Node::Variable(name) => truth(self.env.variable(name).ok_or(Fail::Interpreter)?),
@@ -545,7 +539,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     /// `base.f1.f2...` selected field by field.
     #[inline]
     fn walk(&mut self, base: &Node, fields: &[Key]) -> Out<'a> {
-        let mut at = match self.peek_doc(base) {
+        let (mut at, rest) = match self.peek_doc(base) {
             Some(mut j) => {
                 // Key by key in the document while the path finds objects;
                 // a value that is not one answers (or errs) as a `Val`.
@@ -558,15 +552,11 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                         .ok_or_else(|| no_such_key(field.as_str()))?;
                     rest = tail;
                 }
-                let mut at = Val::from_doc(j);
-                for field in rest {
-                    at = select(at, field)?;
-                }
-                return Ok(at);
+                (Val::from_doc(j), rest)
             }
-            None => self.eval(base)?,
+            None => (self.eval(base)?, fields),
         };
-        for field in fields {
+        for field in rest {
             at = select(at, field)?;
         }
         Ok(at)
@@ -585,29 +575,29 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         // `a.?b.?c.orValue(d) == constant` from a document object: the
         // value found is compared where it lies, never made a `Val` and
         // returned through memory.
-        if let Node::OptFields(base, fields, OptEnd::OrValue(default)) = x
-            && let Node::Const(default) = &**default
-            && let Some(j) = self.peek_doc(base)
-        {
-            let found;
-            let x = match doc_opt_fields(j, fields, 0) {
-                DocEnd::Found(j) => {
-                    found = Val::from_doc(j.json());
-                    &found
+        let found;
+        let x = match x {
+            Node::OptFields(base, fields, OptEnd::OrValue(default))
+                if let Node::Const(default) = &**default
+                    && let Some(j) = self.peek_doc(base) =>
+            {
+                match doc_opt_fields(j, fields, 0) {
+                    DocEnd::Found(j) => {
+                        found = Val::from_doc(j.json());
+                        &found
+                    }
+                    DocEnd::Missing => default,
+                    DocEnd::Interpreter => return Err(Fail::Interpreter),
                 }
-                DocEnd::Missing => default,
-                DocEnd::Interpreter => return Err(Fail::Interpreter),
-            };
-            let same = match constant_left {
-                false => equals(x, constant),
-                true => equals(constant, x),
-            };
-            return Ok(same.ok_or(Fail::Interpreter)? == eq);
-        }
-        let x = self.eval(x)?;
+            }
+            x => {
+                found = self.eval(x)?;
+                &found
+            }
+        };
         let same = match constant_left {
-            false => equals(&x, constant),
-            true => equals(constant, &x),
+            false => equals(x, constant),
+            true => equals(constant, x),
         };
         Ok(same.ok_or(Fail::Interpreter)? == eq)
     }
@@ -692,14 +682,8 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         exists: bool,
         weight: i64,
     ) -> Result<bool, Fail> {
-        let owned;
-        let range = match self.range(range)? {
-            Range::Borrowed(v) => v,
-            Range::Owned(v) => {
-                owned = v;
-                &owned
-            }
-        };
+        let range = self.range(range)?;
+        let range = range.get();
         let mark = self.memos.mark();
         self.locals.truncate(item_slot - 1);
         self.locals.push(Val::Null);
@@ -775,6 +759,14 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         Ok(if decided { exists } else { !exists })
     }
 
+    /// `x in variables.<name>`: the list read where the bindings hold it,
+    /// not copied for every item tested.
+    fn in_variable(&mut self, x: &Node, name: &str) -> Result<bool, Fail> {
+        let env = self.env;
+        let x = self.eval(x)?;
+        contained(&x, env.variable(name).ok_or(Fail::Interpreter)?)
+    }
+
     /// A comprehension's range: a variable's value read where the
     /// bindings hold it (most ranges are `variables.<list>`), any other
     /// evaluated.
@@ -790,14 +782,8 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     }
 
     fn comprehension(&mut self, c: &Comprehension) -> Out<'a> {
-        let owned;
-        let range = match self.range(&c.range)? {
-            Range::Borrowed(v) => v,
-            Range::Owned(v) => {
-                owned = v;
-                &owned
-            }
-        };
+        let range = self.range(&c.range)?;
+        let range = range.get();
         let init = self.eval(&c.init)?;
         let mark = self.memos.mark();
         let slot = c.accu_slot;
@@ -852,10 +838,22 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     }
 }
 
+/// One `.?field` step of an optional chain from `current` (`first`: the
+/// chain's first step). A field of null is none, as is a scalar's at the
+/// first step (cel-go: a later step selects from the value an optional
+/// holds); a list's is the interpreter's to answer.
+fn opt_field<'a>(current: Val<'a>, field: &Key, first: bool) -> Result<Option<Val<'a>>, Fail> {
+    match current {
+        Val::Map(m) => Ok(m.get_key(field)),
+        Val::Null => Ok(None),
+        other if first && is_scalar(&other) => Ok(None),
+        _ => Err(Fail::Interpreter),
+    }
+}
+
 /// The rest of an optional chain of fields from `at`, its step `first`
-/// on: each step a key lookup in the document. A field of null is none,
-/// as is a scalar's at the chain's first step (cel-go); a list's, or a
-/// scalar's further on, is the interpreter's to answer.
+/// on: each step a key lookup in the document, answered as [`opt_field`]
+/// answers it.
 fn doc_opt_fields<'a>(mut at: Json<'a>, fields: &[Key], first: usize) -> DocEnd<'a> {
     for (n, field) in (first..).zip(fields) {
         if at.is_object() {
@@ -898,6 +896,15 @@ impl<'a> DocEnd<'a> {
 enum Range<'e, 'a> {
     Borrowed(&'e Val<'a>),
     Owned(Val<'a>),
+}
+
+impl<'a> Range<'_, 'a> {
+    fn get(&self) -> &Val<'a> {
+        match self {
+            Range::Borrowed(v) => v,
+            Range::Owned(v) => v,
+        }
+    }
 }
 
 /// cel-go's error for a comprehension over a value that is neither a list
