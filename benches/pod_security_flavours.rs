@@ -172,6 +172,46 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+    each_control(c, &pattern, &cel, &vpol, &env);
+}
+
+/// Each control alone in each form (`pss16-each/<control>/<form>`), on
+/// the compliant Pod as a decoded document: which controls a form's extra
+/// time over the pattern form is spent on.
+fn each_control(
+    c: &mut Criterion,
+    pattern: &[CompiledPolicy],
+    cel: &[CompiledPolicy],
+    vpol: &[CompiledValidatingPolicy],
+    env: &EvalEnv,
+) {
+    let req = pod("pod-compliant.yaml", true);
+    let mut group = c.benchmark_group("pss16-each");
+    for dir in COMMON {
+        let name = dir.rsplit('/').next().unwrap();
+        let one = |set: &[CompiledPolicy]| -> Vec<CompiledPolicy> {
+            let found: Vec<_> = set
+                .iter()
+                .filter(|p| p.qualified_name() == name)
+                .cloned()
+                .collect();
+            assert_eq!(found.len(), 1, "{name}");
+            found
+        };
+        let (pattern, cel) = (one(pattern), one(cel));
+        let vpol: Vec<_> = vpol.iter().filter(|p| p.name() == name).cloned().collect();
+        assert_eq!(vpol.len(), 1, "{name}");
+        group.bench_function(format!("{name}/pattern"), |b| {
+            b.iter(|| evaluate(black_box(&pattern), black_box(&req), env))
+        });
+        group.bench_function(format!("{name}/validate-cel"), |b| {
+            b.iter(|| evaluate(black_box(&cel), black_box(&req), env))
+        });
+        group.bench_function(format!("{name}/vpol"), |b| {
+            b.iter(|| run_validating(black_box(&vpol), black_box(&req)))
+        });
+    }
+    group.finish();
 }
 
 /// The validate patterns alone (no rule machinery): every top-level

@@ -120,6 +120,12 @@ impl Program {
         &self.source
     }
 
+    /// The direct evaluator's plan, for a caller that evaluates it over
+    /// bindings of its own (and takes any failure to [`Program::eval`]).
+    pub fn direct_plan(&self) -> Option<&Arc<direct::Node>> {
+        self.direct.as_ref()
+    }
+
     /// The functions the expression calls (see [`called_functions`]).
     pub fn called_functions(&self) -> Vec<String> {
         let mut out = Vec::new();

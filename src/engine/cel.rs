@@ -7,6 +7,7 @@ mod authorization;
 mod deleting;
 mod generating;
 mod image_validating;
+mod lazy_variables;
 mod mutating;
 mod params;
 
@@ -36,7 +37,7 @@ use crate::policy::cel_policy::{
     Bindings, CompiledBinding, CompiledValidatingPolicy, EvaluationMode, MatchConstraints,
     PodTemplate, PolicyScope, ResourceRule,
 };
-use crate::policy::cel_policy::{CelChecks, CompiledNamed};
+use crate::policy::cel_policy::{CelChecks, CompiledNamed, CompiledValidation};
 use crate::text::same;
 use kube_cel::cel::Value as CelValue;
 use serde_json::{Value, json};
@@ -682,37 +683,27 @@ pub fn run_validations(
     for v in &checks.validations {
         match v.program.eval_bool(vars, lookups) {
             Ok(true) => {}
-            Ok(false) if errors == EvalErrors::RuleError => {
-                // Kyverno's ValidatingPolicy: the messageExpression's
-                // result as it is, or why it has none; else the message.
-                let message = match &v.message_expression {
-                    Some(p) => match message_of(p, vars, lookups) {
-                        Ok(Value::String(s)) => s,
-                        Ok(other) => format!(
-                            "failed to convert message expression to string: \
-                             type conversion error from '{}' to 'string'",
-                            json_type_name(&other)
-                        ),
-                        Err(e) => format!("failed to evaluate message expression: {e}"),
-                    },
-                    None => v.message.clone().unwrap_or_default(),
-                };
-                return CelVerdict::Fail(message);
-            }
             Ok(false) => {
-                // The API server's validator: the messageExpression's
-                // non-blank result, else the message, else the expression.
-                let message = match v
-                    .message_expression
-                    .as_ref()
-                    .map(|p| message_of(p, vars, lookups))
-                {
-                    Some(Ok(Value::String(s))) if !s.trim().is_empty() => Some(s),
-                    _ => None,
+                let Some(p) = &v.message_expression else {
+                    return CelVerdict::Fail(static_denial(v, errors));
                 };
-                let message = message
-                    .or_else(|| v.message.clone().filter(|m| !m.is_empty()))
-                    .unwrap_or_else(|| format!("failed expression: {}", v.program.source().trim()));
+                let message = match (errors, message_of(p, vars, lookups)) {
+                    // Kyverno's ValidatingPolicy: the messageExpression's
+                    // result as it is, or why it has none.
+                    (EvalErrors::RuleError, Ok(Value::String(s))) => s,
+                    (EvalErrors::RuleError, Ok(other)) => format!(
+                        "failed to convert message expression to string: \
+                         type conversion error from '{}' to 'string'",
+                        json_type_name(&other)
+                    ),
+                    (EvalErrors::RuleError, Err(e)) => {
+                        format!("failed to evaluate message expression: {e}")
+                    }
+                    // The API server's validator: the messageExpression's
+                    // non-blank result, else as without one.
+                    (_, Ok(Value::String(s))) if !s.trim().is_empty() => s,
+                    _ => static_denial(v, errors),
+                };
                 return CelVerdict::Fail(message);
             }
             Err(e) => {
@@ -739,6 +730,21 @@ pub fn run_validations(
         }
     }
     CelVerdict::Pass
+}
+
+/// The denial of a validation that is false, without its
+/// messageExpression: Kyverno's ValidatingPolicy gives the message (or
+/// nothing); the API server's validator the message when it is not empty,
+/// else the expression.
+fn static_denial(v: &CompiledValidation, errors: EvalErrors) -> String {
+    let message = v.message.as_deref().unwrap_or_default();
+    match errors {
+        EvalErrors::RuleError => message.to_string(),
+        EvalErrors::Deny | EvalErrors::DenialAsError if message.is_empty() => {
+            format!("failed expression: {}", v.program.source().trim())
+        }
+        EvalErrors::Deny | EvalErrors::DenialAsError => message.to_string(),
+    }
 }
 
 /// A messageExpression's value, or why it has none.
@@ -919,6 +925,8 @@ pub fn validate_rule(
         let scoped;
         let vars = if checks.variables.is_empty() {
             vars
+        } else if let Some(verdict) = lazy_variables::validations(checks, vars, EvalErrors::Deny) {
+            return (verdict, Vec::new());
         } else {
             scoped = bind_variables(vars, &checks.variables, &lookups);
             &scoped
@@ -1355,20 +1363,26 @@ fn validating_policy_rule<'p>(
     if let Some((status, message)) = match_conditions_gate(scope, vars, lookups) {
         return respond(status, message);
     }
-    let vars = bind_variables(vars, &policy.checks.variables, lookups);
     // Kyverno reports an admission policy's evaluation error as the rule's
     // error in the validator's words; its ValidatingPolicy in its own.
     let errors = match scope.kind.as_str() {
         "ValidatingAdmissionPolicy" => EvalErrors::DenialAsError,
         _ => EvalErrors::RuleError,
     };
-    let rule = match run_validations(&policy.checks, &vars, lookups, errors) {
+    let answer = |verdict| match verdict {
         // Kyverno's ValidatingPolicy engine says "success".
         CelVerdict::Pass => respond(RuleStatus::Pass, Cow::Borrowed("success")),
         CelVerdict::Fail(m) => respond(RuleStatus::Fail, m.into()),
         CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m.into()),
         CelVerdict::Error(e) => respond(RuleStatus::Error, e.into()),
     };
+    if !policy.checks.variables.is_empty()
+        && let Some(verdict) = lazy_variables::validations(&policy.checks, vars, errors)
+    {
+        return answer(verdict);
+    }
+    let vars = bind_variables(vars, &policy.checks.variables, lookups);
+    let rule = answer(run_validations(&policy.checks, &vars, lookups, errors));
     match audit_annotations(&policy.checks.audit_annotations, &vars, lookups) {
         Ok(properties) => rule.with_properties(properties),
         Err(e) => respond(RuleStatus::Error, e.into()),

@@ -248,16 +248,10 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
 /// `x in container`: list membership or map key presence.
 pub fn contained<'a>(item: &Val<'a>, container: &Val<'a>) -> Result<bool, Fail> {
     match container {
-        Val::List(items) => {
-            for v in items.iter() {
-                match equals(&v, item) {
-                    Some(true) => return Ok(true),
-                    Some(false) => {}
-                    None => return Err(Fail::Interpreter),
-                }
-            }
-            Ok(false)
-        }
+        // Read in place: a copy of each item (a constant list's strings)
+        // counted its shared text up and down.
+        Val::List(List::Owned(items)) => any_equal(items.iter(), item),
+        Val::List(items) => any_equal(items.iter(), item),
         Val::Map(m) => match item {
             Val::Str(s) => Ok(m.get_str(s.as_str()).is_some()),
             _ => match m {
@@ -271,6 +265,22 @@ pub fn contained<'a>(item: &Val<'a>, container: &Val<'a>) -> Result<bool, Fail> 
         Val::Foreign(_) => Err(Fail::Interpreter),
         _ => Err(Fail::Interpreter),
     }
+}
+
+/// Whether one of `items` equals `item`; an incomparable pair is the
+/// interpreter's.
+fn any_equal<'a, V: std::borrow::Borrow<Val<'a>>>(
+    items: impl Iterator<Item = V>,
+    item: &Val<'a>,
+) -> Result<bool, Fail> {
+    for v in items {
+        match equals(v.borrow(), item) {
+            Some(true) => return Ok(true),
+            Some(false) => {}
+            None => return Err(Fail::Interpreter),
+        }
+    }
+    Ok(false)
 }
 
 /// Lists concatenated; the left one is extended in place when nothing
