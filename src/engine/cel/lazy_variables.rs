@@ -285,65 +285,66 @@ mod tests {
 
     #[test]
     fn the_short_cut_answers_as_the_scoped_variables_or_not_at_all() {
-        let object: serde_json::Value = serde_json::from_str(POD).unwrap();
-        let req = Request::offline(&object, "CREATE", Default::default(), None);
-        let input = CelRequest::of(&req);
-        let root = input.activation();
-        for c in cases() {
-            let checks = checks(&c);
-            for errors in [EvalErrors::Deny, EvalErrors::RuleError] {
-                let scope = bind_variables(&root, &checks.variables, &NoLookups);
-                let scoped = run_validations(&checks, &scope, &NoLookups, errors);
-                let lazy = validations(&checks, &root, errors);
-                match c.answers {
-                    true => assert_eq!(lazy.as_ref(), Some(&scoped), "{}", c.expression),
-                    false => assert_eq!(lazy, None, "{}: scoped {scoped:?}", c.expression),
+        on_the_pod(|root| {
+            for c in cases() {
+                let checks = checks(&c);
+                for errors in [EvalErrors::Deny, EvalErrors::RuleError] {
+                    let scope = bind_variables(root, &checks.variables, &NoLookups);
+                    let scoped = run_validations(&checks, &scope, &NoLookups, errors);
+                    let lazy = validations(&checks, root, errors);
+                    match c.answers {
+                        true => assert_eq!(lazy.as_ref(), Some(&scoped), "{}", c.expression),
+                        false => assert_eq!(lazy, None, "{}: scoped {scoped:?}", c.expression),
+                    }
                 }
             }
-        }
+        })
     }
 
     #[test]
     fn the_cases_cover_each_verdict() {
         // So that the comparison above is not of passes alone.
-        let object: serde_json::Value = serde_json::from_str(POD).unwrap();
-        let req = Request::offline(&object, "CREATE", Default::default(), None);
-        let input = CelRequest::of(&req);
-        let root = input.activation();
-        let verdicts: Vec<CelVerdict> = cases()
-            .iter()
-            .filter(|c| c.answers)
-            .filter_map(|c| validations(&checks(c), &root, EvalErrors::Deny))
-            .collect();
-        assert!(verdicts.contains(&CelVerdict::Pass));
-        assert!(verdicts.contains(&CelVerdict::Fail("names must be allowed".into())));
-        assert!(verdicts.iter().any(
-            |v| matches!(v, CelVerdict::Fail(m) if m.starts_with("failed expression: variables."))
-        ));
-        let missing = checks(&cases()[5]);
-        let scope = bind_variables(&root, &missing.variables, &NoLookups);
-        let failed = run_validations(&missing, &scope, &NoLookups, EvalErrors::Deny);
-        assert!(
-            matches!(&failed, CelVerdict::Fail(m) if m.contains("composited variable \"bad\"")),
-            "{failed:?}"
-        );
+        on_the_pod(|root| {
+            let verdicts: Vec<CelVerdict> = cases()
+                .iter()
+                .filter(|c| c.answers)
+                .filter_map(|c| validations(&checks(c), root, EvalErrors::Deny))
+                .collect();
+            assert!(verdicts.contains(&CelVerdict::Pass));
+            assert!(verdicts.contains(&CelVerdict::Fail("names must be allowed".into())));
+            assert!(verdicts.iter().any(|v| {
+                matches!(v, CelVerdict::Fail(m) if m.starts_with("failed expression: variables."))
+            }));
+            let missing = checks(&cases()[5]);
+            let scope = bind_variables(root, &missing.variables, &NoLookups);
+            let failed = run_validations(&missing, &scope, &NoLookups, EvalErrors::Deny);
+            assert!(
+                matches!(&failed, CelVerdict::Fail(m) if m.contains("composited variable \"bad\"")),
+                "{failed:?}"
+            );
+        })
     }
 
     #[test]
     fn audit_annotations_leave_the_answer_to_the_scoped_path() {
+        on_the_pod(|root| {
+            let mut checks = checks(&cases()[0]);
+            let pass = Some(CelVerdict::Pass);
+            assert_eq!(validations(&checks, root, EvalErrors::Deny), pass);
+            checks.audit_annotations.push(CompiledNamed {
+                name: "who".into(),
+                program: Program::compile("'x'").unwrap(),
+            });
+            assert_eq!(validations(&checks, root, EvalErrors::Deny), None);
+        })
+    }
+
+    /// Runs `f` with the CEL root of a CREATE of [`POD`], as a request
+    /// binds it (with its shared values).
+    fn on_the_pod(f: impl FnOnce(&Activation)) {
         let object: serde_json::Value = serde_json::from_str(POD).unwrap();
         let req = Request::offline(&object, "CREATE", Default::default(), None);
         let input = CelRequest::of(&req);
-        let root = input.activation();
-        let mut checks = checks(&cases()[0]);
-        assert_eq!(
-            validations(&checks, &root, EvalErrors::Deny),
-            Some(CelVerdict::Pass)
-        );
-        checks.audit_annotations.push(CompiledNamed {
-            name: "who".into(),
-            program: Program::compile("'x'").unwrap(),
-        });
-        assert_eq!(validations(&checks, &root, EvalErrors::Deny), None);
+        f(&input.activation())
     }
 }
