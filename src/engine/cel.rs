@@ -737,13 +737,11 @@ pub fn run_validations(
 /// nothing); the API server's validator the message when it is not empty,
 /// else the expression.
 fn static_denial(v: &CompiledValidation, errors: EvalErrors) -> String {
-    let message = v.message.as_deref().unwrap_or_default();
-    match errors {
-        EvalErrors::RuleError => message.to_string(),
-        EvalErrors::Deny | EvalErrors::DenialAsError if message.is_empty() => {
+    match v.message.as_deref().unwrap_or_default() {
+        "" if errors != EvalErrors::RuleError => {
             format!("failed expression: {}", v.program.source().trim())
         }
-        EvalErrors::Deny | EvalErrors::DenialAsError => message.to_string(),
+        message => message.to_string(),
     }
 }
 
