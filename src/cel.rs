@@ -19,6 +19,7 @@ pub mod image_ref;
 mod jwt;
 pub mod library;
 mod regex_library;
+pub mod rule_plan;
 mod shared_plans;
 mod unary_runs;
 pub mod values;
@@ -76,20 +77,7 @@ const REQUEST_WIDE_NAMES: [&str; 2] = ["object", "oldObject"];
 
 impl Program {
     pub fn compile(source: &str) -> Result<Program, CelError> {
-        // The parser is a dependency's and input is the user's: a panic in
-        // it (its fuzzed error recovery has had some) is a compile error
-        // here, not a crash (fuzz/regressions/policy_load).
-        let parsed = std::panic::catch_unwind(|| {
-            Parser::new()
-                .enable_optional_syntax(true)
-                .max_recursion_depth(MAX_NESTING)
-                .parse(&unary_runs::cancel_unary_runs(source))
-        })
-        .map_err(|_| CelError::Compile("the CEL parser failed on this expression".into()))?
-        .map_err(|e| CelError::Compile(reported_errors(&e)))?;
-        let mut shadowed = HashSet::new();
-        bound_names(&parsed, &mut shadowed);
-        let expr = rewrite(parsed, &shadowed);
+        let expr = parse(source)?;
         let compiled = direct::compile(&expr);
         // After the direct plan, which reads selections as paths.
         let expr = interpreter_forms(expr);
@@ -222,7 +210,7 @@ fn direct_answer<T>(answer: Result<T, direct::Fail>) -> Result<Option<T>, CelErr
         Ok(v) => Ok(Some(v)),
         Err(direct::Fail::CostLimit) => Err(CelError::CostLimit),
         Err(direct::Fail::Interpreter) => Ok(None),
-        Err(direct::Fail::Error(message)) => Err(CelError::Eval(message.into())),
+        Err(direct::Fail::Error(message)) => Err(CelError::Eval(*message)),
     }
 }
 
@@ -602,6 +590,24 @@ fn is_bind(c: &CallExpr) -> bool {
 
 fn is_optional(e: &IdedExpr) -> bool {
     matches!(&e.expr, Expr::Call(c) if c.func_name == library::OPT_SELECT || c.func_name == library::OPT_INDEX)
+}
+
+/// `source` parsed, with the rewrites both evaluators compile from.
+fn parse(source: &str) -> Result<IdedExpr, CelError> {
+    // The parser is a dependency's and input is the user's: a panic in
+    // it (its fuzzed error recovery has had some) is a compile error
+    // here, not a crash (fuzz/regressions/policy_load).
+    let parsed = std::panic::catch_unwind(|| {
+        Parser::new()
+            .enable_optional_syntax(true)
+            .max_recursion_depth(MAX_NESTING)
+            .parse(&unary_runs::cancel_unary_runs(source))
+    })
+    .map_err(|_| CelError::Compile("the CEL parser failed on this expression".into()))?
+    .map_err(|e| CelError::Compile(reported_errors(&e)))?;
+    let mut shadowed = HashSet::new();
+    bound_names(&parsed, &mut shadowed);
+    Ok(rewrite(parsed, &shadowed))
 }
 
 /// The names an expression binds (comprehension and `cel.bind`

@@ -19,7 +19,10 @@ mod eval;
 mod functions;
 pub mod value;
 
-pub use compile::{Compiled, KNOWN_ROOTS, Node, OBJECT, OLD_OBJECT, PARAMS, compile, known_root};
+pub use compile::{
+    Compiled, KNOWN_ROOTS, Node, OBJECT, OLD_OBJECT, PARAMS, RuleVariable, RuleVariables,
+    VariableRef, compile, compile_in_rule, known_root,
+};
 pub use eval::{Bindings, evaluate, evaluate_bool};
 pub use value::{Fail, Val};
 

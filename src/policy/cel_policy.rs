@@ -42,8 +42,10 @@ pub use validating::{
 
 use crate::cel::Program;
 use crate::cel::authz::{Library, library_of};
+use crate::cel::rule_plan::RulePlan;
 use serde::Deserialize;
 use serde_json::Value;
+use std::sync::Arc;
 
 /// Why a CEL policy or rule did not compile.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -239,6 +241,9 @@ pub struct CelChecks {
     pub audit_annotations: Vec<CompiledNamed>,
     /// `validate.cel` with paramKind: evaluated once per param object.
     pub params: Option<Params>,
+    /// The validations compiled with the variables read in place, for a
+    /// rule with variables ([`CelChecks::with_plan`]).
+    pub plan: Arc<RulePlan>,
 }
 
 fn compile(source: &str, field: &str) -> Result<Program, String> {
@@ -316,7 +321,24 @@ impl CelChecks {
                 &v.audit_annotations,
                 &format!("{field}.auditAnnotations"),
             )?,
-        })
+            plan: Arc::default(),
+        }
+        .with_plan())
+    }
+
+    /// These checks with [`CelChecks::plan`] built from their variables
+    /// and validations (none without variables: nothing is read in place).
+    pub fn with_plan(mut self) -> CelChecks {
+        if !self.variables.is_empty() {
+            let variables: Vec<(&str, &Program)> = self
+                .variables
+                .iter()
+                .map(|v| (v.name.as_str(), &v.program))
+                .collect();
+            let validations: Vec<&Program> = self.validations.iter().map(|v| &v.program).collect();
+            self.plan = Arc::new(RulePlan::build(&variables, &validations));
+        }
+        self
     }
 
     pub fn compile_parts(
@@ -329,7 +351,9 @@ impl CelChecks {
             validations: compile_validations(validations, "spec.validations")?,
             audit_annotations: compile_annotations(audit_annotations, "spec.auditAnnotations")?,
             params: None,
-        })
+            plan: Arc::default(),
+        }
+        .with_plan())
     }
 }
 

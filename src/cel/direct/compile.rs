@@ -33,9 +33,9 @@ pub enum Node {
     /// A comprehension variable: its slot.
     Local(usize),
     /// `variables.<name>`.
-    Variable(Box<str>),
+    Variable(VariableRef),
     /// `has(variables.<name>)`.
-    HasVariable(Box<str>),
+    HasVariable(VariableRef),
     /// `base.f1.f2...fn`; with `test`, `has(base.f1...fn)` (the last field
     /// is tested, not selected).
     Path {
@@ -115,6 +115,23 @@ pub enum Node {
     All(Box<[Node]>),
     /// `a || b || c ...`, as [`Node::All`].
     Any(Box<[Node]>),
+    /// A rule's variable compiled where it is read ([`compile_in_rule`]):
+    /// its value, but any failure or foreign value coming out of it
+    /// declines the whole evaluation
+    /// ([`Fail::Interpreter`](super::value::Fail::Interpreter) at the end),
+    /// as a failed variable read does where variables are read by name.
+    /// `a || b` would otherwise absorb a failed `a`.
+    Inlined(Box<Node>),
+}
+
+/// How a plan names a variable it reads.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum VariableRef {
+    /// By name, in whatever scope the bindings hold.
+    Name(Box<str>),
+    /// A rule's variable by declaration ([`compile_in_rule`]), resolved
+    /// when the policy was compiled.
+    Declared(usize),
 }
 
 #[derive(Debug)]
@@ -192,9 +209,47 @@ impl Compiled {
 }
 
 pub fn compile(e: &IdedExpr) -> Option<Compiled> {
+    compile_with(e, None, 0)
+}
+
+/// A rule's variables as [`compile_in_rule`] reads them, by declaration.
+pub struct RuleVariables<'v> {
+    pub declared: Vec<RuleVariable<'v>>,
+}
+
+pub struct RuleVariable<'v> {
+    pub name: &'v str,
+    /// The parsed expression, when a read compiles it in place; `None`
+    /// when it is read by name ([`Node::Variable`]).
+    pub in_place: Option<&'v IdedExpr>,
+    /// The names it reads from outside itself: a read inside a
+    /// comprehension that binds one of them is left by name.
+    pub free: Vec<String>,
+}
+
+/// `e`, an expression of a rule that sees the first `visible` of
+/// `variables`: a `variables.<name>` whose declaration has an expression
+/// in place is compiled there (a constant as the constant, anything else
+/// under [`Node::Inlined`]), with the declarations before it visible to
+/// it; every other read stays by name.
+pub fn compile_in_rule(
+    e: &IdedExpr,
+    variables: &RuleVariables,
+    visible: usize,
+) -> Option<Compiled> {
+    compile_with(e, Some(variables), visible)
+}
+
+fn compile_with(
+    e: &IdedExpr,
+    variables: Option<&RuleVariables>,
+    visible: usize,
+) -> Option<Compiled> {
     let mut compiler = Compiler {
         locals: Vec::new(),
         reads: Vec::new(),
+        variables,
+        visible,
     };
     let mut node = compiler.node(e)?;
     share_paths(&mut node);
@@ -205,15 +260,19 @@ pub fn compile(e: &IdedExpr) -> Option<Compiled> {
     })
 }
 
-struct Compiler {
+struct Compiler<'v> {
     /// The comprehension variables in scope, innermost last; a variable's
     /// index here is its slot.
     locals: Vec<String>,
     /// The top-level variables read so far.
     reads: Vec<Box<str>>,
+    /// The rule's variables ([`compile_in_rule`]), and how many of them
+    /// the expression being compiled sees.
+    variables: Option<&'v RuleVariables<'v>>,
+    visible: usize,
 }
 
-impl Compiler {
+impl Compiler<'_> {
     fn local(&self, name: &str) -> Option<usize> {
         self.locals.iter().rposition(|l| l == name)
     }
@@ -222,6 +281,24 @@ impl Compiler {
         if !self.reads.iter().any(|r| &**r == name) {
             self.reads.push(name.into());
         }
+    }
+
+    /// The rule's variable `index` compiled here, when it is read in
+    /// place and no comprehension here binds a name it reads.
+    fn in_place(&mut self, rule: &RuleVariables, index: usize) -> Option<Node> {
+        let variable = &rule.declared[index];
+        let expr = variable.in_place?;
+        if variable.free.iter().any(|f| self.local(f).is_some()) {
+            return None;
+        }
+        // It sees the declarations before it, wherever it is read.
+        let visible = std::mem::replace(&mut self.visible, index);
+        let node = self.node(expr);
+        self.visible = visible;
+        Some(match node? {
+            Node::Const(constant) => Node::Const(constant),
+            other => Node::Inlined(Box::new(other)),
+        })
     }
 
     fn boxed(&mut self, e: &IdedExpr) -> Option<Box<Node>> {
@@ -246,12 +323,27 @@ impl Compiler {
                     && root == "variables"
                     && self.local(root).is_none()
                 {
+                    let variable = match self.variables {
+                        // A rule's variable by declaration: one not
+                        // declared before this expression has no plan
+                        // (the interpreter answers for it).
+                        Some(rule) => {
+                            let index = rule.declared[..self.visible]
+                                .iter()
+                                .rposition(|v| v.name == s.field)?;
+                            if !s.test
+                                && let Some(node) = self.in_place(rule, index)
+                            {
+                                return Some(node);
+                            }
+                            VariableRef::Declared(index)
+                        }
+                        None => VariableRef::Name(s.field.as_str().into()),
+                    };
                     self.read("variables");
-                    let name = s.field.as_str().into();
-                    return Some(if s.test {
-                        Node::HasVariable(name)
-                    } else {
-                        Node::Variable(name)
+                    return Some(match s.test {
+                        true => Node::HasVariable(variable),
+                        false => Node::Variable(variable),
                     });
                 }
                 let operand = self.node(&s.operand)?;
@@ -604,7 +696,7 @@ fn literal(l: &LiteralValue) -> Option<Val<'static>> {
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Root {
     Known(usize),
-    Variable(Box<str>),
+    Variable(VariableRef),
     Item { number: u32, slot: usize },
 }
 
@@ -705,6 +797,7 @@ fn for_each_child(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
         | Node::AppendAccu(_, x)
         | Node::Tick(x, _)
         | Node::Matches(x, _)
+        | Node::Inlined(x)
         | Node::EqConst { x, .. } => f(x),
         Node::OptIndex(a, b)
         | Node::Index(a, b)

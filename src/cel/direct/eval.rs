@@ -6,7 +6,7 @@
 //! answer and the error message users have seen so far. Errors are rare on
 //! admission's hot path; most expressions never leave this evaluator.
 
-use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep};
+use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep, VariableRef};
 use super::functions::{self, concat, contained};
 use super::value::{Fail, List, MapVal, Val, compare, equals};
 use crate::json_doc::{Json, Key, PackedJson};
@@ -25,6 +25,20 @@ pub trait Bindings<'a> {
     /// list reads it in place (no count of its shared list taken and
     /// given back per rule).
     fn variable(&self, name: &str) -> Option<&Val<'a>>;
+    /// A rule's variable by declaration ([`VariableRef::Declared`]),
+    /// borrowed; only bindings that hold a rule's variables so have any.
+    fn declared(&self, _index: usize) -> Option<&Val<'a>> {
+        None
+    }
+}
+
+/// The variable `v` names in `env`.
+#[inline]
+fn variable<'s, 'a>(env: &'s dyn Bindings<'a>, v: &VariableRef) -> Option<&'s Val<'a>> {
+    match v {
+        VariableRef::Name(name) => env.variable(name),
+        VariableRef::Declared(index) => env.declared(*index),
+    }
 }
 
 pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<Val<'a>, Fail> {
@@ -33,7 +47,9 @@ pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<
     if let Node::Const(value) = node {
         return Ok(value.clone());
     }
-    Evaluator::new(env, budget).eval(node)
+    let mut evaluator = Evaluator::new(env, budget);
+    let value = evaluator.eval(node);
+    evaluator.answer(value)
 }
 
 /// [`evaluate`] of an expression that must give a bool (a validation, a
@@ -41,7 +57,9 @@ pub fn evaluate<'a>(node: &Node, env: &dyn Bindings<'a>, budget: i64) -> Result<
 /// the answer. Anything but a bool is [`Fail::Interpreter`], whose answer
 /// (or error) the caller then gets from the interpreter.
 pub fn evaluate_bool(node: &Node, env: &dyn Bindings, budget: i64) -> Result<bool, Fail> {
-    Evaluator::new(env, budget).eval_bool(node)
+    let mut evaluator = Evaluator::new(env, budget);
+    let value = evaluator.eval_bool(node);
+    evaluator.answer(value)
 }
 
 struct Evaluator<'e, 'a> {
@@ -52,6 +70,9 @@ struct Evaluator<'e, 'a> {
     /// The values of shared path prefixes found so far ([`Node::Memo`]).
     memos: Memos<'a>,
     budget: i64,
+    /// Whether a [`Node::Inlined`] variable failed: the answer is then
+    /// not this evaluator's to give, whatever absorbed the failure.
+    declined: bool,
 }
 
 type Out<'a> = Result<Val<'a>, Fail>;
@@ -68,13 +89,13 @@ fn select_from(value: &Val, field: &str) -> Fail {
 
 /// cel-go's error for a field or string key of a list.
 fn string_index_on_list() -> Fail {
-    Fail::Error("unsupported index type 'string' in list".into())
+    Fail::error("unsupported index type 'string' in list")
 }
 
 /// cel-go's error for a field a map does not have (the first missing one
 /// of a path decides the message).
 fn no_such_key(field: &str) -> Fail {
-    Fail::Error(format!("no such key: {field}").into())
+    Fail::error(format!("no such key: {field}"))
 }
 
 /// A string, number or bool: what cel-go selects no field from (an error,
@@ -122,7 +143,22 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             locals: SmallVec::new(),
             memos: Memos::default(),
             budget,
+            declined: false,
         }
+    }
+
+    fn answer<T>(&self, out: Result<T, Fail>) -> Result<T, Fail> {
+        match self.declined {
+            true => Err(Fail::Interpreter),
+            false => out,
+        }
+    }
+
+    /// A [`Node::Inlined`] variable's value: a failure, or a value only
+    /// the interpreter holds, declines the evaluation.
+    #[cold]
+    fn decline(&mut self) {
+        self.declined = true;
     }
 }
 
@@ -199,8 +235,15 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             Node::Ident(name) => self.env.ident(name).ok_or(Fail::Interpreter),
             Node::Known(index) => self.env.known(*index).cloned().ok_or(Fail::Interpreter),
             Node::Local(slot) => Ok(self.locals[*slot].clone()),
-            Node::Variable(name) => self.env.variable(name).cloned().ok_or(Fail::Interpreter),
-            Node::HasVariable(name) => Ok(Val::Bool(self.env.variable(name).is_some())),
+            Node::Variable(v) => variable(self.env, v).cloned().ok_or(Fail::Interpreter),
+            Node::HasVariable(v) => Ok(Val::Bool(variable(self.env, v).is_some())),
+            Node::Inlined(x) => {
+                let value = self.eval(x);
+                if matches!(value, Err(_) | Ok(Val::Foreign(_))) {
+                    self.decline();
+                }
+                value
+            }
             Node::Path { base, fields, test } => {
                 let (last, walk) = fields.split_last().ok_or(Fail::Interpreter)?;
                 let at = self.walk(base, walk)?;
@@ -301,8 +344,8 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             }
             // `x in variables.<list>`: the list read where the bindings
             // hold it, not copied for every item tested.
-            Node::Binary(BinOp::In, l, r) if let Node::Variable(name) = &**r => {
-                self.in_variable(l, name).map(Val::Bool)
+            Node::Binary(BinOp::In, l, r) if let Node::Variable(v) = &**r => {
+                self.in_variable(l, v).map(Val::Bool)
             }
             Node::Binary(op, l, r) => {
                 let l = self.eval(l)?;
@@ -520,11 +563,16 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             // Answered as bools: a `Val::Bool` made, returned through
             // memory and taken apart again costs a stall on the way back.
             Node::InConst(x, constant) => contained(&self.eval(x)?, constant),
-            Node::Binary(BinOp::In, l, r) if let Node::Variable(name) = &**r => {
-                self.in_variable(l, name)
+            Node::Binary(BinOp::In, l, r) if let Node::Variable(v) = &**r => self.in_variable(l, v),
+            Node::HasVariable(v) => Ok(variable(self.env, v).is_some()),
+            Node::Variable(v) => truth(variable(self.env, v).ok_or(Fail::Interpreter)?),
+            Node::Inlined(x) => {
+                let value = self.eval_bool(x);
+                if value.is_err() {
+                    self.decline();
+                }
+                value
             }
-            Node::HasVariable(name) => Ok(self.env.variable(name).is_some()),
-            Node::Variable(name) => truth(self.env.variable(name).ok_or(Fail::Interpreter)?),
             Node::Quantifier {
                 range,
                 item_slot,
@@ -761,10 +809,10 @@ impl<'e, 'a> Evaluator<'e, 'a> {
 
     /// `x in variables.<name>`: the list read where the bindings hold it,
     /// not copied for every item tested.
-    fn in_variable(&mut self, x: &Node, name: &str) -> Result<bool, Fail> {
+    fn in_variable(&mut self, x: &Node, v: &VariableRef) -> Result<bool, Fail> {
         let env = self.env;
         let x = self.eval(x)?;
-        contained(&x, env.variable(name).ok_or(Fail::Interpreter)?)
+        contained(&x, variable(env, v).ok_or(Fail::Interpreter)?)
     }
 
     /// A comprehension's range: a variable's value read where the
@@ -773,8 +821,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     fn range(&mut self, n: &Node) -> Result<Range<'e, 'a>, Fail> {
         let env = self.env;
         match n {
-            Node::Variable(name) => env
-                .variable(name)
+            Node::Variable(v) => variable(env, v)
                 .map(Range::Borrowed)
                 .ok_or(Fail::Interpreter),
             other => self.eval(other).map(Range::Owned),
@@ -911,7 +958,7 @@ impl<'a> Range<'_, 'a> {
 /// nor a map (`got 'types.String', expected iterable type`).
 fn not_iterable(range: &Val) -> Fail {
     match range.go_type_name() {
-        Some(t) => Fail::Error(format!("got '{t}', expected iterable type").into()),
+        Some(t) => Fail::error(format!("got '{t}', expected iterable type")),
         None => Fail::Interpreter,
     }
 }

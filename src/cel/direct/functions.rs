@@ -186,7 +186,7 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
                     Val::Str(s) => out.push_str(s.as_str()),
                     // cel-go's join takes a list of strings only.
                     Val::Foreign(_) => return Err(Fail::Interpreter),
-                    _ => return Err(Fail::Error("no such overload".into())),
+                    _ => return Err(Fail::error("no such overload")),
                 }
             }
             Val::string(out)

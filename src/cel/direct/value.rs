@@ -28,7 +28,18 @@ pub enum Fail {
     CostLimit,
     /// A CEL error the interpreter would answer wrongly (the cel crate
     /// selects a field of a string as false), with cel-go's message.
-    Error(Box<str>),
+    /// Behind one thin pointer: a `Fail` is then two words, and a
+    /// `Result<bool, Fail>` comes back in registers, not through memory
+    /// read back right after it was written (`Fail::error`).
+    Error(Box<String>),
+}
+
+impl Fail {
+    /// [`Fail::Error`] with `message`.
+    #[cold]
+    pub fn error(message: impl Into<String>) -> Fail {
+        Fail::Error(Box::new(message.into()))
+    }
 }
 
 /// One CEL value. `'a` is the lifetime of the JSON it may borrow.

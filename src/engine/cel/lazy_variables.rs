@@ -26,6 +26,7 @@ use crate::cel::{Activation, COST_LIMIT};
 use crate::policy::cel_policy::{CelChecks, CompiledNamed};
 use smallvec::SmallVec;
 use std::cell::{Cell, OnceCell};
+use std::sync::Arc;
 
 /// `checks`' validations over `root`, with the variables read lazily; `None`
 /// when the caller must bind the variables and run them itself.
@@ -45,13 +46,13 @@ pub fn validations(
     let variables = LazyVariables {
         root,
         declared: &checks.variables,
+        plans: &checks.plan.variables,
         values: &values,
         incomplete: Cell::new(false),
     };
-    let all = variables.visible_below(checks.variables.len());
-    for v in &checks.validations {
-        let plan = v.program.direct_plan()?;
-        match direct::evaluate_bool(plan, &all, COST_LIMIT as i64) {
+    for (v, plan) in checks.validations.iter().zip(&checks.plan.validations) {
+        let plan = plan.as_ref()?;
+        match direct::evaluate_bool(plan, &variables, COST_LIMIT as i64) {
             Ok(true) => {}
             Ok(false) if v.message_expression.is_none() && variables.complete() => {
                 return Some(CelVerdict::Fail(static_denial(v, errors)));
@@ -66,6 +67,9 @@ pub fn validations(
 struct LazyVariables<'r, 'a> {
     root: &'r Activation<'a>,
     declared: &'r [CompiledNamed],
+    /// By declaration: the plan of each, with the variables it reads in
+    /// place compiled in ([`crate::cel::rule_plan`]).
+    plans: &'r [Option<Arc<Node>>],
     /// By declaration: the value, or `None` when it could not be evaluated
     /// directly.
     values: &'r [OnceCell<Option<Val<'a>>>],
@@ -80,21 +84,10 @@ impl<'r, 'a> LazyVariables<'r, 'a> {
         !self.incomplete.get()
     }
 
-    /// The bindings an expression sees when the first `count` variables
-    /// are declared: a variable reads only the ones before it, as
-    /// [`super::bind_variables`] binds them.
-    fn visible_below(&self, count: usize) -> Visible<'_, 'r, 'a> {
-        Visible {
-            variables: self,
-            count,
-        }
-    }
-
     /// Variable `index`'s value, evaluated on first read.
     fn value(&self, index: usize) -> Option<&Val<'a>> {
-        let program = &self.declared[index].program;
         // A literal (`['CHOWN', ...]`) is read where its plan holds it.
-        let found = match program.direct_plan().map(|p| &**p) {
+        let found = match self.plans[index].as_deref() {
             Some(Node::Const(constant)) => Some(constant),
             _ => self.values[index]
                 .get_or_init(|| self.evaluate(index))
@@ -111,8 +104,8 @@ impl<'r, 'a> LazyVariables<'r, 'a> {
         if let Some(shared) = self.root.shared_value(program) {
             return Some(shared);
         }
-        let plan = program.direct_plan()?;
-        match direct::evaluate(plan, &self.visible_below(index), COST_LIMIT as i64) {
+        let plan = self.plans[index].as_ref()?;
+        match direct::evaluate(plan, self, COST_LIMIT as i64) {
             // A value the interpreter holds (a function is left unbound):
             // the scope decides what to do with it.
             Ok(Val::Foreign(_)) | Err(_) => None,
@@ -121,33 +114,31 @@ impl<'r, 'a> LazyVariables<'r, 'a> {
     }
 }
 
-/// [`LazyVariables`] as an expression's bindings: the root's names, and
-/// the first `count` variables.
-struct Visible<'v, 'r, 'a> {
-    variables: &'v LazyVariables<'r, 'a>,
-    count: usize,
-}
-
-impl<'a> Bindings<'a> for Visible<'_, '_, 'a> {
+/// The bindings of a rule's plans: the root's names, and the rule's
+/// variables by declaration (a plan compiled in the rule reads no
+/// variable by name, and sees only the declarations before it).
+impl<'a> Bindings<'a> for LazyVariables<'_, 'a> {
     fn ident(&self, name: &str) -> Option<Val<'a>> {
         // The whole map (`variables` read as a value) is the scope's.
         if name == "variables" {
-            self.variables.incomplete.set(true);
+            self.incomplete.set(true);
             return None;
         }
-        self.variables.root.ident(name)
+        self.root.ident(name)
     }
 
     fn known(&self, index: usize) -> Option<&Val<'a>> {
-        self.variables.root.known(index)
+        self.root.known(index)
     }
 
-    fn variable(&self, name: &str) -> Option<&Val<'a>> {
-        // The last declaration of a name wins, as binding it again does.
-        let index = self.variables.declared[..self.count]
-            .iter()
-            .rposition(|v| v.name == name)?;
-        self.variables.value(index)
+    fn variable(&self, _name: &str) -> Option<&Val<'a>> {
+        // Not in a rule's plan: whatever read it is the scope's.
+        self.incomplete.set(true);
+        None
+    }
+
+    fn declared(&self, index: usize) -> Option<&Val<'a>> {
+        self.value(index)
     }
 }
 
@@ -243,6 +234,30 @@ mod tests {
                 "variables.ok || variables.bad",
                 true,
             ),
+            // Variables compiled where they are read (`rule_plan`): a
+            // chain read once passes and fails as read by name...
+            case(
+                &[
+                    ("op", "request.operation"),
+                    ("creating", "variables.op == 'CREATE'"),
+                ],
+                "variables.creating && object.metadata.name == 'p'",
+                true,
+            ),
+            case(
+                &[
+                    ("op", "request.operation"),
+                    ("updating", "variables.op == 'UPDATE'"),
+                ],
+                "variables.updating",
+                true,
+            ),
+            // ...and one that fails declines, though `||` absorbs it.
+            case(
+                &[("bad", "request.nothing.x")],
+                "variables.bad == 1 || true",
+                false,
+            ),
             // A variable sees only the ones before it.
             case(
                 &[("a", "variables.b"), ("b", "1")],
@@ -255,8 +270,9 @@ mod tests {
             // evaluates, are the scoped path's.
             case(&[("x", "1")], "size(variables) == 1", false),
             case(&[("d", "duration('1h')")], "has(variables.d)", false),
-            // Undeclared: absent in both.
-            case(&[("x", "1")], "!has(variables.y)", true),
+            // Undeclared: the rule's plan has none (a name is resolved
+            // to its declaration when the policy is compiled).
+            case(&[("x", "1")], "!has(variables.y)", false),
         ]
     }
 
@@ -280,7 +296,9 @@ mod tests {
             validations: compile_validations(&[validation], "validations").unwrap(),
             audit_annotations: Vec::new(),
             params: None,
+            plan: Default::default(),
         }
+        .with_plan()
     }
 
     #[test]

@@ -1,0 +1,330 @@
+//! A rule's validations compiled with its variables read in place.
+//!
+//! A rule's variables are read by name at run time
+//! (`engine::cel::lazy_variables`): each read finds the declaration, a
+//! variable is evaluated on its first read by an evaluator of its own, and
+//! its value is kept and cloned into the expression that read it. On the
+//! Pod Security set in `validate.cel` form most variables are a constant
+//! list or read once (`podRunAsNonRoot`, read by `podLevelEnforced`, read
+//! by the one validation), so that machinery cost more than the
+//! variables' own work. Here, when a policy is compiled, such a variable
+//! is compiled into the expression that reads it:
+//! - a constant (`['CHOWN', ...]`) everywhere it is read, where
+//!   `x in variables.allowed` becomes a test against the constant;
+//! - any other variable read at exactly one place, outside the body of a
+//!   comprehension, so it is still evaluated at most once and only when
+//!   read. Under [`Node::Inlined`], whose failure declines the whole
+//!   evaluation as a failed read by name does.
+//!
+//! Left to be read by name: a request-wide variable (the request computes
+//! it once for every policy), one read at several places or in a loop,
+//! one tested with `has()`, one only the interpreter can evaluate.
+
+use super::direct::{self, Node, RuleVariable, RuleVariables};
+use super::{Program, for_each_child, parse};
+use kube_cel::cel::common::ast::{Expr, IdedExpr};
+use std::sync::Arc;
+
+/// The plans of one rule's variables and validations.
+#[derive(Debug, Default)]
+pub struct RulePlan {
+    /// By declaration: the plan a read by name evaluates; `None` when
+    /// only the interpreter can evaluate it.
+    pub variables: Vec<Option<Arc<Node>>>,
+    /// By validation: its plan, `None` when only the interpreter can
+    /// evaluate it.
+    pub validations: Vec<Option<Arc<Node>>>,
+}
+
+/// How a rule's expressions read one variable.
+#[derive(Default, Clone, Copy)]
+struct Reads {
+    places: u32,
+    in_loop: bool,
+    tested: bool,
+}
+
+impl RulePlan {
+    /// The plans of `validations` and of `variables` (name, program, by
+    /// declaration), as [`RulePlan`] describes.
+    pub fn build(variables: &[(&str, &Program)], validations: &[&Program]) -> RulePlan {
+        let parsed = |p: &Program| parse(p.source()).ok();
+        let variable_trees: Vec<Option<IdedExpr>> =
+            variables.iter().map(|(_, p)| parsed(p)).collect();
+        let validation_trees: Vec<Option<IdedExpr>> =
+            validations.iter().map(|p| parsed(p)).collect();
+        let names: Vec<&str> = variables.iter().map(|(name, _)| *name).collect();
+
+        let mut reads = vec![Reads::default(); variables.len()];
+        let mut counter = ReadCounter {
+            names: &names,
+            reads: &mut reads,
+            locals: Vec::new(),
+        };
+        for (index, tree) in variable_trees.iter().enumerate() {
+            if let Some(tree) = tree {
+                counter.count(tree, index, false);
+            }
+        }
+        for tree in validation_trees.iter().flatten() {
+            counter.count(tree, names.len(), false);
+        }
+
+        let declared = variables
+            .iter()
+            .zip(&variable_trees)
+            .zip(&reads)
+            .map(|(((name, program), tree), reads)| {
+                let in_place = tree.as_ref().filter(|_| in_place(program, reads));
+                RuleVariable {
+                    name,
+                    in_place,
+                    free: in_place.map(free_names).unwrap_or_default(),
+                }
+            })
+            .collect();
+        let rule = RuleVariables { declared };
+
+        let plan = |tree: &Option<IdedExpr>, visible: usize| {
+            let tree = tree.as_ref()?;
+            direct::compile_in_rule(tree, &rule, visible).map(|c| Arc::new(c.node))
+        };
+        RulePlan {
+            variables: variables
+                .iter()
+                .zip(&variable_trees)
+                .enumerate()
+                .map(|(index, ((_, program), tree))| {
+                    // The interned plan is the request's key for its
+                    // shared value.
+                    if program.request_wide_plan().is_some() {
+                        return program.direct_plan().cloned();
+                    }
+                    program.direct_plan()?;
+                    plan(tree, index)
+                })
+                .collect(),
+            validations: validations
+                .iter()
+                .zip(&validation_trees)
+                .map(|(program, tree)| {
+                    program.direct_plan()?;
+                    plan(tree, names.len())
+                })
+                .collect(),
+        }
+    }
+}
+
+/// Whether a variable read `reads` is compiled where it is read.
+fn in_place(program: &Program, reads: &Reads) -> bool {
+    match program.direct_plan().map(|p| &**p) {
+        None => false,
+        Some(Node::Const(_)) => true,
+        Some(_) => {
+            program.request_wide_plan().is_none()
+                && reads.places == 1
+                && !reads.in_loop
+                && !reads.tested
+        }
+    }
+}
+
+/// Counts where each variable is read, as the direct compile resolves a
+/// read: the last declaration of the name among those visible, unless a
+/// comprehension binds `variables`.
+struct ReadCounter<'n, 'r> {
+    names: &'n [&'n str],
+    reads: &'r mut [Reads],
+    locals: Vec<String>,
+}
+
+impl ReadCounter<'_, '_> {
+    fn count(&mut self, e: &IdedExpr, visible: usize, in_loop: bool) {
+        match &e.expr {
+            Expr::Select(s)
+                if matches!(&s.operand.expr, Expr::Ident(root) if root == "variables")
+                    && !self.locals.iter().any(|l| l == "variables") =>
+            {
+                if let Some(index) = self.names[..visible]
+                    .iter()
+                    .rposition(|n| *n == s.field.as_str())
+                {
+                    let reads = &mut self.reads[index];
+                    reads.places += 1;
+                    reads.in_loop |= in_loop;
+                    reads.tested |= s.test;
+                }
+            }
+            Expr::Comprehension(c) => {
+                self.count(&c.iter_range, visible, in_loop);
+                self.count(&c.accu_init, visible, in_loop);
+                let depth = self.locals.len();
+                self.locals.push(c.accu_var.clone());
+                self.locals.push(c.iter_var.clone());
+                self.locals.extend(c.iter_var2.clone());
+                self.count(&c.loop_cond, visible, true);
+                self.count(&c.loop_step, visible, true);
+                self.locals.truncate(depth + 1);
+                // Once per comprehension (`cel.bind`'s body).
+                self.count(&c.result, visible, in_loop);
+                self.locals.truncate(depth);
+            }
+            _ => for_each_child(e, &mut |child| self.count(child, visible, in_loop)),
+        }
+    }
+}
+
+/// The identifiers `e` reads that it does not bind itself.
+fn free_names(e: &IdedExpr) -> Vec<String> {
+    fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut Vec<String>) {
+        match &e.expr {
+            Expr::Ident(name) => {
+                if !bound.contains(name) && !out.contains(name) {
+                    out.push(name.clone());
+                }
+            }
+            Expr::Comprehension(c) => {
+                walk(&c.iter_range, bound, out);
+                walk(&c.accu_init, bound, out);
+                let depth = bound.len();
+                bound.push(c.accu_var.clone());
+                bound.push(c.iter_var.clone());
+                bound.extend(c.iter_var2.clone());
+                walk(&c.loop_cond, bound, out);
+                walk(&c.loop_step, bound, out);
+                bound.truncate(depth + 1);
+                walk(&c.result, bound, out);
+                bound.truncate(depth);
+            }
+            _ => for_each_child(e, &mut |child| walk(child, bound, out)),
+        }
+    }
+    let mut out = Vec::new();
+    walk(e, &mut Vec::new(), &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The plans' debug text, variables then validations.
+    fn plans(variables: &[(&str, &str)], validations: &[&str]) -> (Vec<String>, Vec<String>) {
+        let variables: Vec<(&str, Program)> = variables
+            .iter()
+            .map(|(name, source)| (*name, Program::compile(source).unwrap()))
+            .collect();
+        let validations: Vec<Program> = validations
+            .iter()
+            .map(|source| Program::compile(source).unwrap())
+            .collect();
+        let named: Vec<(&str, &Program)> = variables.iter().map(|(n, p)| (*n, p)).collect();
+        let plan = RulePlan::build(&named, &validations.iter().collect::<Vec<_>>());
+        let text = |plans: &[Option<Arc<Node>>]| {
+            plans
+                .iter()
+                .map(|p| format!("{:?}", p.as_deref()))
+                .collect::<Vec<_>>()
+        };
+        (text(&plan.variables), text(&plan.validations))
+    }
+
+    #[test]
+    fn a_constant_and_a_variable_read_once_are_compiled_where_they_are_read() {
+        let (_, validations) = plans(
+            &[
+                ("allowed", "['a', 'b']"),
+                ("ns", "request.namespace"),
+                ("named", "variables.ns + '/x'"),
+            ],
+            &[
+                "object.spec.containers.all(c, c.name in variables.allowed) && variables.named == 'default/x'",
+            ],
+        );
+        let plan = &validations[0];
+        // The constant list is tested in place, the chain of two
+        // variables evaluated in place, each under its marker.
+        assert!(plan.contains("InConst"), "{plan}");
+        assert_eq!(plan.matches("Inlined").count(), 2, "{plan}");
+        assert!(!plan.contains("Variable"), "{plan}");
+    }
+
+    #[test]
+    fn variables_read_twice_in_a_loop_tested_or_request_wide_stay_by_declaration() {
+        let (variables, validations) = plans(
+            &[
+                ("twice", "request.namespace"),
+                ("looped", "request.name"),
+                ("tested", "request.uid"),
+                ("wide", "object.spec.containers"),
+                // Reads `request`: not compiled where `cel.bind` binds
+                // that name (read once, outside any loop).
+                ("ns", "request.namespace"),
+            ],
+            &[
+                "variables.twice == 'a' || variables.twice == 'b'",
+                "variables.wide.all(c, c.name != variables.looped)",
+                "has(variables.tested)",
+                "cel.bind(request, 1, variables.ns == 'default')",
+            ],
+        );
+        assert!(
+            validations[0].contains("Variable(Declared(0))"),
+            "{}",
+            validations[0]
+        );
+        assert!(
+            validations[1].contains("Variable(Declared(1))"),
+            "{}",
+            validations[1]
+        );
+        assert!(
+            validations[1].contains("Variable(Declared(3))"),
+            "{}",
+            validations[1]
+        );
+        assert!(
+            validations[2].contains("HasVariable(Declared(2))"),
+            "{}",
+            validations[2]
+        );
+        assert!(
+            validations[3].contains("Variable(Declared(4))"),
+            "{}",
+            validations[3]
+        );
+        assert!(validations.iter().all(|v| !v.contains("Inlined")));
+        // A variable read by declaration keeps its own plan.
+        assert!(
+            variables.iter().all(|v| v.starts_with("Some(")),
+            "{variables:?}"
+        );
+    }
+
+    #[test]
+    fn a_name_resolves_to_the_last_declaration_before_the_expression() {
+        let (variables, validations) = plans(
+            &[
+                ("x", "request.name"),
+                ("y", "variables.x + variables.z"),
+                ("x", "request.namespace"),
+                ("z", "request.uid"),
+            ],
+            &["variables.x == 'a' && variables.x == 'b'"],
+        );
+        // `y` reads a `z` not yet declared: no plan (the scope answers).
+        assert_eq!(variables[1], "None");
+        // The validation reads the second `x` (twice: by declaration).
+        assert!(
+            validations[0].contains("Variable(Declared(2))"),
+            "{}",
+            validations[0]
+        );
+        assert!(
+            !validations[0].contains("Declared(0)"),
+            "{}",
+            validations[0]
+        );
+    }
+}
