@@ -1,24 +1,26 @@
-//! A rule's validations compiled with its variables read in place.
+//! A rule's validations compiled with its variables resolved.
 //!
-//! A rule's variables are read by name at run time
-//! (`engine::cel::lazy_variables`): each read finds the declaration, a
-//! variable is evaluated on its first read by an evaluator of its own, and
-//! its value is kept and cloned into the expression that read it. On the
-//! Pod Security set in `validate.cel` form most variables are a constant
-//! list or read once (`podRunAsNonRoot`, read by `podLevelEnforced`, read
-//! by the one validation), so that machinery cost more than the
-//! variables' own work. Here, when a policy is compiled, such a variable
-//! is compiled into the expression that reads it:
+//! Read by name at run time, every `variables.<name>` searched the rule's
+//! declarations, and every variable was evaluated by an evaluator of its
+//! own on its first read, kept in a cell and cloned into the expression
+//! that read it. Here the names are resolved when the policy is compiled,
+//! to the last declaration visible to the expression (a variable sees only
+//! the ones declared before it), and some variables are compiled into the
+//! expression that reads them:
 //! - a constant (`['CHOWN', ...]`) everywhere it is read, where
 //!   `x in variables.allowed` becomes a test against the constant;
-//! - any other variable read at exactly one place, outside the body of a
+//! - any other variable read at exactly one place, outside the loop of a
 //!   comprehension, so it is still evaluated at most once and only when
 //!   read. Under [`Node::Inlined`], whose failure declines the whole
-//!   evaluation as a failed read by name does.
+//!   evaluation as a failed read of the variable does.
 //!
-//! Left to be read by name: a request-wide variable (the request computes
-//! it once for every policy), one read at several places or in a loop,
-//! one tested with `has()`, one only the interpreter can evaluate.
+//! Read by declaration index ([`direct::VariableRef::Declared`]): a
+//! request-wide variable (the request computes it once for every policy),
+//! one read at several places or in a loop, one tested with `has()`, one
+//! only the interpreter can evaluate. On the Pod Security set most
+//! variables are request-wide or constants; `require-run-as-nonroot`, which
+//! chains three per-rule variables, is 21% faster alone
+//! (`perf-results/2026-11-30-evaluation-core-v2-step22.md`).
 
 use super::direct::{self, Node, RuleVariable, RuleVariables};
 use super::{Program, for_each_child, parse};
@@ -28,7 +30,7 @@ use std::sync::Arc;
 /// The plans of one rule's variables and validations.
 #[derive(Debug, Default)]
 pub struct RulePlan {
-    /// By declaration: the plan a read by name evaluates; `None` when
+    /// By declaration: the plan a read evaluates; `None` when
     /// only the interpreter can evaluate it.
     pub variables: Vec<Option<Arc<Node>>>,
     /// By validation: its plan, `None` when only the interpreter can
@@ -269,31 +271,20 @@ mod tests {
                 "cel.bind(request, 1, variables.ns == 'default')",
             ],
         );
-        assert!(
-            validations[0].contains("Variable(Declared(0))"),
-            "{}",
-            validations[0]
-        );
-        assert!(
-            validations[1].contains("Variable(Declared(1))"),
-            "{}",
-            validations[1]
-        );
-        assert!(
-            validations[1].contains("Variable(Declared(3))"),
-            "{}",
-            validations[1]
-        );
-        assert!(
-            validations[2].contains("HasVariable(Declared(2))"),
-            "{}",
-            validations[2]
-        );
-        assert!(
-            validations[3].contains("Variable(Declared(4))"),
-            "{}",
-            validations[3]
-        );
+        let by_declaration = [
+            (0, "Variable(Declared(0))"),
+            (1, "Variable(Declared(1))"),
+            (1, "Variable(Declared(3))"),
+            (2, "HasVariable(Declared(2))"),
+            (3, "Variable(Declared(4))"),
+        ];
+        for (at, read) in by_declaration {
+            assert!(
+                validations[at].contains(read),
+                "{read}: {}",
+                validations[at]
+            );
+        }
         assert!(validations.iter().all(|v| !v.contains("Inlined")));
         // A variable read by declaration keeps its own plan.
         assert!(

@@ -119,7 +119,7 @@ pub enum Node {
     /// its value, but any failure or foreign value coming out of it
     /// declines the whole evaluation
     /// ([`Fail::Interpreter`](super::value::Fail::Interpreter) at the end),
-    /// as a failed variable read does where variables are read by name.
+    /// as a failed read of the variable does.
     /// `a || b` would otherwise absorb a failed `a`.
     Inlined(Box<Node>),
 }
@@ -220,10 +220,10 @@ pub struct RuleVariables<'v> {
 pub struct RuleVariable<'v> {
     pub name: &'v str,
     /// The parsed expression, when a read compiles it in place; `None`
-    /// when it is read by name ([`Node::Variable`]).
+    /// when it is read by declaration ([`VariableRef::Declared`]).
     pub in_place: Option<&'v IdedExpr>,
     /// The names it reads from outside itself: a read inside a
-    /// comprehension that binds one of them is left by name.
+    /// comprehension that binds one of them is read by declaration.
     pub free: Vec<String>,
 }
 
@@ -231,7 +231,8 @@ pub struct RuleVariable<'v> {
 /// `variables`: a `variables.<name>` whose declaration has an expression
 /// in place is compiled there (a constant as the constant, anything else
 /// under [`Node::Inlined`]), with the declarations before it visible to
-/// it; every other read stays by name.
+/// it; every other read is by declaration, and a name no visible
+/// declaration has gives no plan.
 pub fn compile_in_rule(
     e: &IdedExpr,
     variables: &RuleVariables,

@@ -147,6 +147,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         }
     }
 
+    /// `out`, unless an inlined variable failed on the way.
     fn answer<T>(&self, out: Result<T, Fail>) -> Result<T, Fail> {
         match self.declined {
             true => Err(Fail::Interpreter),
@@ -154,8 +155,8 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         }
     }
 
-    /// A [`Node::Inlined`] variable's value: a failure, or a value only
-    /// the interpreter holds, declines the evaluation.
+    /// Marks the evaluation declined: a [`Node::Inlined`] variable failed
+    /// or gave a value only the interpreter holds.
     #[cold]
     fn decline(&mut self) {
         self.declined = true;

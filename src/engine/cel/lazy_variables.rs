@@ -6,9 +6,11 @@
 //! values allocated and filled by name, and both dropped. On the Pod
 //! Security set in `validate.cel` form that machinery cost more than the
 //! variables' own evaluations (`perf-results/2026-11-30-evaluation-core-v2-step20.md`).
-//! Here the variables are read through the rule's declarations instead:
-//! a constant is read where its plan holds it, a request-wide one from
-//! the request's shared values, any other is evaluated by the direct
+//! Here the rule's plans ([`crate::cel::rule_plan`], names resolved to
+//! declarations and some variables compiled where they are read when the
+//! policy was compiled) run over the request's root. A variable read by
+//! declaration is a constant where its plan holds it, a request-wide one
+//! from the request's shared values, any other evaluated by the direct
 //! evaluator when an expression first reads it and kept for the rest of
 //! the rule (the API server evaluates variables lazily too).
 //!
@@ -235,7 +237,7 @@ mod tests {
                 true,
             ),
             // Variables compiled where they are read (`rule_plan`): a
-            // chain read once passes and fails as read by name...
+            // chain read once passes and fails as when read by declaration...
             case(
                 &[
                     ("op", "request.operation"),
