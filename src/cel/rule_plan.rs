@@ -58,18 +58,13 @@ impl RulePlan {
         let names: Vec<&str> = variables.iter().map(|(name, _)| *name).collect();
 
         let mut reads = vec![Reads::default(); variables.len()];
-        let mut counter = ReadCounter {
-            names: &names,
-            reads: &mut reads,
-            locals: Vec::new(),
-        };
         for (index, tree) in variable_trees.iter().enumerate() {
             if let Some(tree) = tree {
-                counter.count(tree, index, false);
+                count_reads(tree, &names, index, &mut reads);
             }
         }
         for tree in validation_trees.iter().flatten() {
-            counter.count(tree, names.len(), false);
+            count_reads(tree, &names, names.len(), &mut reads);
         }
 
         let declared = variables
@@ -132,78 +127,75 @@ fn in_place(program: &Program, reads: &Reads) -> bool {
     }
 }
 
-/// Counts where each variable is read, as the direct compile resolves a
-/// read: the last declaration of the name among those visible, unless a
-/// comprehension binds `variables`.
-struct ReadCounter<'n, 'r> {
-    names: &'n [&'n str],
-    reads: &'r mut [Reads],
-    locals: Vec<String>,
+/// Calls `visit` on `e` and what is under it, with the comprehension
+/// variables in scope there and whether it is in a comprehension's loop
+/// (evaluated once per item); `visit` returning false skips what is under
+/// that node. The scope is the direct compile's: the accumulator and the
+/// item in the loop, the accumulator alone in the result (`cel.bind`'s
+/// body, evaluated once).
+fn walk_scoped(
+    e: &IdedExpr,
+    locals: &mut Vec<String>,
+    in_loop: bool,
+    visit: &mut dyn FnMut(&IdedExpr, &[String], bool) -> bool,
+) {
+    if !visit(e, locals, in_loop) {
+        return;
+    }
+    match &e.expr {
+        Expr::Comprehension(c) => {
+            walk_scoped(&c.iter_range, locals, in_loop, visit);
+            walk_scoped(&c.accu_init, locals, in_loop, visit);
+            let depth = locals.len();
+            locals.push(c.accu_var.clone());
+            locals.push(c.iter_var.clone());
+            locals.extend(c.iter_var2.clone());
+            walk_scoped(&c.loop_cond, locals, true, visit);
+            walk_scoped(&c.loop_step, locals, true, visit);
+            locals.truncate(depth + 1);
+            walk_scoped(&c.result, locals, in_loop, visit);
+            locals.truncate(depth);
+        }
+        _ => for_each_child(e, &mut |child| walk_scoped(child, locals, in_loop, visit)),
+    }
 }
 
-impl ReadCounter<'_, '_> {
-    fn count(&mut self, e: &IdedExpr, visible: usize, in_loop: bool) {
-        match &e.expr {
-            Expr::Select(s)
-                if matches!(&s.operand.expr, Expr::Ident(root) if root == "variables")
-                    && !self.locals.iter().any(|l| l == "variables") =>
-            {
-                if let Some(index) = self.names[..visible]
-                    .iter()
-                    .rposition(|n| *n == s.field.as_str())
-                {
-                    let reads = &mut self.reads[index];
-                    reads.places += 1;
-                    reads.in_loop |= in_loop;
-                    reads.tested |= s.test;
-                }
-            }
-            Expr::Comprehension(c) => {
-                self.count(&c.iter_range, visible, in_loop);
-                self.count(&c.accu_init, visible, in_loop);
-                let depth = self.locals.len();
-                self.locals.push(c.accu_var.clone());
-                self.locals.push(c.iter_var.clone());
-                self.locals.extend(c.iter_var2.clone());
-                self.count(&c.loop_cond, visible, true);
-                self.count(&c.loop_step, visible, true);
-                self.locals.truncate(depth + 1);
-                // Once per comprehension (`cel.bind`'s body).
-                self.count(&c.result, visible, in_loop);
-                self.locals.truncate(depth);
-            }
-            _ => for_each_child(e, &mut |child| self.count(child, visible, in_loop)),
+/// Counts in `reads` where `e`, which sees the first `visible` of `names`,
+/// reads each variable, as the direct compile resolves a read: the last
+/// declaration of the name among those visible, unless a comprehension
+/// binds `variables`.
+fn count_reads(e: &IdedExpr, names: &[&str], visible: usize, reads: &mut [Reads]) {
+    walk_scoped(e, &mut Vec::new(), false, &mut |e, locals, in_loop| {
+        let Expr::Select(s) = &e.expr else {
+            return true;
+        };
+        if !matches!(&s.operand.expr, Expr::Ident(root) if root == "variables")
+            || locals.iter().any(|l| l == "variables")
+        {
+            return true;
         }
-    }
+        if let Some(index) = names[..visible].iter().rposition(|n| *n == s.field) {
+            let read = &mut reads[index];
+            read.places += 1;
+            read.in_loop |= in_loop;
+            read.tested |= s.test;
+        }
+        false
+    });
 }
 
 /// The identifiers `e` reads that it does not bind itself.
 fn free_names(e: &IdedExpr) -> Vec<String> {
-    fn walk(e: &IdedExpr, bound: &mut Vec<String>, out: &mut Vec<String>) {
-        match &e.expr {
-            Expr::Ident(name) => {
-                if !bound.contains(name) && !out.contains(name) {
-                    out.push(name.clone());
-                }
-            }
-            Expr::Comprehension(c) => {
-                walk(&c.iter_range, bound, out);
-                walk(&c.accu_init, bound, out);
-                let depth = bound.len();
-                bound.push(c.accu_var.clone());
-                bound.push(c.iter_var.clone());
-                bound.extend(c.iter_var2.clone());
-                walk(&c.loop_cond, bound, out);
-                walk(&c.loop_step, bound, out);
-                bound.truncate(depth + 1);
-                walk(&c.result, bound, out);
-                bound.truncate(depth);
-            }
-            _ => for_each_child(e, &mut |child| walk(child, bound, out)),
+    let mut out: Vec<String> = Vec::new();
+    walk_scoped(e, &mut Vec::new(), false, &mut |e, locals, _| {
+        if let Expr::Ident(name) = &e.expr
+            && !locals.contains(name)
+            && !out.contains(name)
+        {
+            out.push(name.clone());
         }
-    }
-    let mut out = Vec::new();
-    walk(e, &mut Vec::new(), &mut out);
+        true
+    });
     out
 }
 

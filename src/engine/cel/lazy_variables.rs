@@ -40,6 +40,14 @@ pub fn validations(
     if !checks.audit_annotations.is_empty() || checks.params.is_some() {
         return None;
     }
+    // Checks built without their plan (`CelChecks::with_plan`) have none
+    // to run: reading their validations as none would pass them.
+    let plan = &checks.plan;
+    if plan.validations.len() != checks.validations.len()
+        || plan.variables.len() != checks.variables.len()
+    {
+        return None;
+    }
     // The cells live here, filled where they lie; built inside the
     // struct they were built and then copied (2% of the `validate.cel`
     // set's time).
@@ -48,13 +56,13 @@ pub fn validations(
     let variables = LazyVariables {
         root,
         declared: &checks.variables,
-        plans: &checks.plan.variables,
+        plans: &plan.variables,
         values: &values,
         incomplete: Cell::new(false),
     };
-    for (v, plan) in checks.validations.iter().zip(&checks.plan.validations) {
-        let plan = plan.as_ref()?;
-        match direct::evaluate_bool(plan, &variables, COST_LIMIT as i64) {
+    for (v, compiled) in checks.validations.iter().zip(&plan.validations) {
+        let compiled = compiled.as_ref()?;
+        match direct::evaluate_bool(compiled, &variables, COST_LIMIT as i64) {
             Ok(true) => {}
             Ok(false) if v.message_expression.is_none() && variables.complete() => {
                 return Some(CelVerdict::Fail(static_denial(v, errors)));
