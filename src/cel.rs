@@ -18,16 +18,18 @@ pub mod direct;
 pub mod image_ref;
 mod jwt;
 pub mod library;
+mod literals;
 mod regex_library;
 pub mod rule_plan;
 mod shared_plans;
+pub mod type_check;
 mod unary_runs;
 pub mod values;
 
 use direct::Val;
 use kube_cel::cel::common::ast::{
     CallExpr, ComprehensionExpr, EntryExpr, Expr, IdedEntryExpr, IdedExpr, ListExpr, LiteralValue,
-    MapEntryExpr, MapExpr,
+    MapEntryExpr, MapExpr, operators,
 };
 use kube_cel::cel::parser::Parser;
 use kube_cel::cel::{Context, Value};
@@ -588,6 +590,217 @@ fn is_bind(c: &CallExpr) -> bool {
         && matches!(c.target.as_deref(), Some(IdedExpr { expr: Expr::Ident(t), .. }) if t == "cel")
 }
 
+/// The two-variable comprehensions of cel-go (Kubernetes' CEL has them
+/// since 1.33), by name and argument count (with and without a filter).
+const TWO_VARIABLE: &[(&str, usize)] = &[
+    ("all", 3),
+    ("exists", 3),
+    ("existsOne", 3),
+    ("exists_one", 3),
+    ("transformList", 3),
+    ("transformList", 4),
+    ("transformMap", 3),
+    ("transformMap", 4),
+];
+
+/// `range.all(i, v, p)` and the others of [`TWO_VARIABLE`]: the parser
+/// leaves them as calls.
+fn is_two_variable(c: &CallExpr) -> bool {
+    c.target.is_some()
+        && TWO_VARIABLE.contains(&(c.func_name.as_str(), c.args.len()))
+        && c.args[..2]
+            .iter()
+            .all(|a| matches!(&a.expr, Expr::Ident(_)))
+}
+
+/// `cel.bind(name, init, body)`'s expansion: a comprehension over no
+/// elements whose accumulator `name` holds `init` while `body` is
+/// evaluated.
+fn bind(name: String, init: IdedExpr, body: IdedExpr) -> IdedExpr {
+    ided(Expr::Comprehension(Box::new(ComprehensionExpr {
+        iter_range: ided(Expr::List(ListExpr {
+            elements: Vec::new(),
+            optional_indices: Vec::new(),
+        })),
+        iter_var: "#unused".into(),
+        iter_var2: None,
+        accu_var: name.clone(),
+        accu_init: init,
+        loop_cond: ided(Expr::Literal(LiteralValue::Boolean(false.into()))),
+        loop_step: ided(Expr::Ident(name)),
+        result: body,
+    })))
+}
+
+/// A two-variable comprehension ([`is_two_variable`]) as the interpreter
+/// can run it: the one-variable macro's expansion over the range's
+/// `[index or key, item or value]` pairs ([`library::PAIRS`]), its body
+/// under two binds that name the pair's halves. `transformMap` collects
+/// `[key, value]` pairs into a map ([`library::MAP_OF_PAIRS`]). The
+/// semantics are the one-variable macros', as the interpreter runs them:
+/// its comprehension stops at an item's error, where cel-go's `all` lets a
+/// later false decide (`tests/data/cel-spec/known-failures.txt`).
+fn expand_two_variable(c: CallExpr) -> IdedExpr {
+    const PAIR: &str = "@pair";
+    const RESULT: &str = "@result";
+    let mut args = c.args.into_iter();
+    let mut name = || match args.next().map(|a| a.expr) {
+        Some(Expr::Ident(n)) => n,
+        _ => unreachable!("is_two_variable checked the names"),
+    };
+    let (first, second) = (name(), name());
+    // The predicate, or the filter and the value.
+    let mut rest = args;
+    let half = |i: i64| {
+        ided(call(
+            "_[_]",
+            vec![
+                ided(Expr::Ident(PAIR.into())),
+                ided(Expr::Literal(LiteralValue::Int(i.into()))),
+            ],
+        ))
+    };
+    let bound = |body: IdedExpr| bind(first.clone(), half(0), bind(second.clone(), half(1), body));
+    let accu = || ided(Expr::Ident(RESULT.into()));
+    let literal = |v: LiteralValue| ided(Expr::Literal(v));
+    let list = |elements: Vec<IdedExpr>| {
+        ided(Expr::List(ListExpr {
+            elements,
+            optional_indices: Vec::new(),
+        }))
+    };
+    let (init, condition, step, result) = match c.func_name.as_str() {
+        "all" => (
+            literal(LiteralValue::Boolean(true.into())),
+            ided(call(operators::NOT_STRICTLY_FALSE, vec![accu()])),
+            ided(call(
+                operators::LOGICAL_AND,
+                vec![accu(), bound(rest.next().expect("3 args"))],
+            )),
+            accu(),
+        ),
+        "exists" => (
+            literal(LiteralValue::Boolean(false.into())),
+            ided(call(
+                operators::NOT_STRICTLY_FALSE,
+                vec![ided(call(operators::LOGICAL_NOT, vec![accu()]))],
+            )),
+            ided(call(
+                operators::LOGICAL_OR,
+                vec![accu(), bound(rest.next().expect("3 args"))],
+            )),
+            accu(),
+        ),
+        "existsOne" | "exists_one" => (
+            literal(LiteralValue::Int(0.into())),
+            literal(LiteralValue::Boolean(true.into())),
+            ided(call(
+                operators::CONDITIONAL,
+                vec![
+                    bound(rest.next().expect("3 args")),
+                    ided(call(
+                        operators::ADD,
+                        vec![accu(), literal(LiteralValue::Int(1.into()))],
+                    )),
+                    accu(),
+                ],
+            )),
+            ided(call(
+                operators::EQUALS,
+                vec![accu(), literal(LiteralValue::Int(1.into()))],
+            )),
+        ),
+        transform => {
+            let (filter, value) = match (rest.next(), rest.next()) {
+                (Some(filter), Some(value)) => (Some(filter), value),
+                (Some(value), None) => (None, value),
+                _ => unreachable!("is_two_variable checked the count"),
+            };
+            let item = match transform {
+                "transformMap" => list(vec![half(0), bound(value)]),
+                _ => bound(value),
+            };
+            let appended = ided(call(operators::ADD, vec![accu(), list(vec![item])]));
+            let step = match filter {
+                Some(f) => ided(call(
+                    operators::CONDITIONAL,
+                    vec![bound(f), appended, accu()],
+                )),
+                None => appended,
+            };
+            let result = match transform {
+                "transformMap" => ided(call(library::MAP_OF_PAIRS, vec![accu()])),
+                _ => accu(),
+            };
+            (
+                list(Vec::new()),
+                literal(LiteralValue::Boolean(true.into())),
+                step,
+                result,
+            )
+        }
+    };
+    ided(Expr::Comprehension(Box::new(ComprehensionExpr {
+        iter_range: ided(call(library::PAIRS, vec![*c.target.expect("a target")])),
+        iter_var: PAIR.into(),
+        iter_var2: None,
+        accu_var: RESULT.into(),
+        accu_init: init,
+        loop_cond: condition,
+        loop_step: step,
+        result,
+    })))
+}
+
+/// `opt.optMap(v, expr)` and `opt.optFlatMap(v, expr)`: CEL's optional
+/// macros, which the parser leaves as calls.
+fn is_optional_map(c: &CallExpr) -> bool {
+    matches!(c.func_name.as_str(), "optMap" | "optFlatMap")
+        && c.target.is_some()
+        && c.args.len() == 2
+        && matches!(&c.args[0].expr, Expr::Ident(_))
+}
+
+/// cel-go's expansion of an optional macro ([`is_optional_map`]):
+/// `opt.hasValue() ? optional.of(cel.bind(v, opt.value(), expr)) :
+/// optional.none()`, without `optional.of` for `optFlatMap`, whose
+/// `expr` gives the optional.
+fn expand_optional_map(c: CallExpr) -> IdedExpr {
+    let target = *c.target.expect("is_optional_map checked the target");
+    let mut args = c.args.into_iter();
+    let (
+        Some(IdedExpr {
+            expr: Expr::Ident(name),
+            ..
+        }),
+        Some(body),
+    ) = (args.next(), args.next())
+    else {
+        unreachable!("is_optional_map checked the arguments")
+    };
+    let method = |target: IdedExpr, name: &str, args: Vec<IdedExpr>| {
+        ided(Expr::Call(CallExpr {
+            func_name: name.into(),
+            target: Some(Box::new(target)),
+            args,
+        }))
+    };
+    let optional = || ided(Expr::Ident("optional".into()));
+    let mapped = bind(name, method(target.clone(), "value", Vec::new()), body);
+    let present = match c.func_name.as_str() {
+        "optMap" => method(optional(), "of", vec![mapped]),
+        _ => mapped,
+    };
+    ided(call(
+        operators::CONDITIONAL,
+        vec![
+            method(target, "hasValue", Vec::new()),
+            present,
+            method(optional(), "none", Vec::new()),
+        ],
+    ))
+}
+
 fn is_optional(e: &IdedExpr) -> bool {
     matches!(&e.expr, Expr::Call(c) if c.func_name == library::OPT_SELECT || c.func_name == library::OPT_INDEX)
 }
@@ -601,7 +814,9 @@ fn parse(source: &str) -> Result<IdedExpr, CelError> {
         Parser::new()
             .enable_optional_syntax(true)
             .max_recursion_depth(MAX_NESTING)
-            .parse(&unary_runs::cancel_unary_runs(source))
+            .parse(&unary_runs::cancel_unary_runs(
+                &literals::canonical_literals(source),
+            ))
     })
     .map_err(|_| CelError::Compile("the CEL parser failed on this expression".into()))?
     .map_err(|e| CelError::Compile(reported_errors(&e)))?;
@@ -624,6 +839,18 @@ fn bound_names(e: &IdedExpr, out: &mut HashSet<String>) {
             out.insert(c.iter_var.clone());
             out.extend(c.iter_var2.clone());
             out.insert(c.accu_var.clone());
+        }
+        Expr::Call(c) if is_optional_map(c) => {
+            if let Expr::Ident(name) = &c.args[0].expr {
+                out.insert(name.clone());
+            }
+        }
+        Expr::Call(c) if is_two_variable(c) => {
+            for a in &c.args[..2] {
+                if let Expr::Ident(name) = &a.expr {
+                    out.insert(name.clone());
+                }
+            }
         }
         _ => {}
     }
@@ -792,20 +1019,10 @@ fn rewrite(e: IdedExpr, shadowed: &HashSet<String>) -> IdedExpr {
             else {
                 unreachable!("is_bind checked the arguments")
             };
-            Expr::Comprehension(Box::new(ComprehensionExpr {
-                iter_range: ided(Expr::List(ListExpr {
-                    elements: Vec::new(),
-                    optional_indices: Vec::new(),
-                })),
-                iter_var: "#unused".into(),
-                iter_var2: None,
-                accu_var: name.clone(),
-                accu_init: rewrite(init, shadowed),
-                loop_cond: ided(Expr::Literal(LiteralValue::Boolean(false.into()))),
-                loop_step: ided(Expr::Ident(name)),
-                result: rewrite(body, shadowed),
-            }))
+            bind(name, rewrite(init, shadowed), rewrite(body, shadowed)).expr
         }
+        Expr::Call(c) if is_two_variable(&c) => rewrite(expand_two_variable(c), shadowed).expr,
+        Expr::Call(c) if is_optional_map(&c) => rewrite(expand_optional_map(c), shadowed).expr,
         // A type name (`int`, `map`, `null_type`, ...) is the value
         // `type()` gives for values of that type.
         Expr::Ident(name)
@@ -825,7 +1042,15 @@ fn rewrite(e: IdedExpr, shadowed: &HashSet<String>) -> IdedExpr {
                 "_||_" => c.func_name = library::OR.into(),
                 "_!=_" => c.func_name = library::NOT_EQUALS.into(),
                 "@in" => c.func_name = library::IN.into(),
-                "_?._" => c.func_name = library::OPT_SELECT.into(),
+                "_?._" => {
+                    c.func_name = library::OPT_SELECT.into();
+                    if let Some(Expr::Literal(LiteralValue::String(field))) =
+                        c.args.get_mut(1).map(|f| &mut f.expr)
+                        && let Some(name) = literals::backquoted_name(field)
+                    {
+                        *field = name.into();
+                    }
+                }
                 "_[?_]" => c.func_name = library::OPT_INDEX.into(),
                 "_[_]" if c.args.first().is_some_and(is_optional) => {
                     c.func_name = library::OPT_INDEX.into()
@@ -873,6 +1098,9 @@ fn rewrite(e: IdedExpr, shadowed: &HashSet<String>) -> IdedExpr {
         }),
         Expr::Select(mut s) => {
             s.operand = Box::new(rewrite(*s.operand, shadowed));
+            if let Some(name) = literals::backquoted_name(&s.field) {
+                s.field = name;
+            }
             // Selecting on an optional gives an optional: `a.?b.c` is `a.?b.?c`.
             if !s.test && is_optional(&s.operand) {
                 call(

@@ -10,6 +10,7 @@ pub mod load;
 pub mod manifests;
 pub mod mutation;
 pub mod template;
+pub mod type_checking;
 pub mod types;
 pub mod verify_images;
 

@@ -551,6 +551,30 @@ fn evaluate(test: &Message, counts: &mut Counts) -> Result<(), String> {
     Err(format!("got {served:?}, want {want}"))
 }
 
+/// Calls `f` with the id (`file/section/name`) and message of every
+/// test of a vendored file.
+fn for_each_test(file: &str, mut f: impl FnMut(String, &Message)) {
+    let text = std::fs::read_to_string(data().join(format!("{file}.textproto")))
+        .unwrap_or_else(|e| panic!("{file}: {e}"));
+    let parsed = TextProto::parse(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
+    for section in parsed.all("section") {
+        let Field::Message(section) = section else {
+            panic!("{file}: a section that is not a message");
+        };
+        let section_name = section.text("name").unwrap_or_default();
+        for test in section.all("test") {
+            let Field::Message(test) = test else {
+                panic!("{file}: a test that is not a message");
+            };
+            let id = format!(
+                "{file}/{section_name}/{}",
+                test.text("name").unwrap_or_default()
+            );
+            f(id, test);
+        }
+    }
+}
+
 #[test]
 fn cel_spec_conformance() {
     let known: BTreeSet<String> = std::fs::read_to_string(data().join("known-failures.txt"))
@@ -567,32 +591,16 @@ fn cel_spec_conformance() {
     let mut total = Counts::default();
     let mut lines = Vec::new();
     for file in FILES {
-        let text = std::fs::read_to_string(data().join(format!("{file}.textproto")))
-            .unwrap_or_else(|e| panic!("{file}: {e}"));
-        let parsed = TextProto::parse(&text).unwrap_or_else(|e| panic!("{file}: {e}"));
         let mut counts = Counts::default();
-        for section in parsed.all("section") {
-            let Field::Message(section) = section else {
-                panic!("{file}: a section that is not a message");
-            };
-            let section_name = section.text("name").unwrap_or_default();
-            for test in section.all("test") {
-                let Field::Message(test) = test else {
-                    panic!("{file}: a test that is not a message");
-                };
-                let id = format!(
-                    "{file}/{section_name}/{}",
-                    test.text("name").unwrap_or_default()
-                );
-                if let Some(reason) = skip_reason(test) {
-                    *counts.skipped.entry(reason).or_default() += 1;
-                    continue;
-                }
-                if let Err(why) = evaluate(test, &mut counts) {
-                    failures.insert(id, why);
-                }
+        for_each_test(file, |id, test| {
+            if let Some(reason) = skip_reason(test) {
+                *counts.skipped.entry(reason).or_default() += 1;
+                return;
             }
-        }
+            if let Err(why) = evaluate(test, &mut counts) {
+                failures.insert(id, why);
+            }
+        });
         let skipped: usize = counts.skipped.values().sum();
         lines.push(format!(
             "{file:>14}: {:>3} of {:>3} pass ({:>3} interpreter alone), {skipped:>3} skipped",
@@ -636,5 +644,49 @@ fn cel_spec_conformance() {
             .map(|s| s.as_str())
             .collect::<Vec<_>>()
             .join("\n")
+    );
+}
+
+/// gavel's type checker ([`gavel::cel::type_check`]) on the same tests:
+/// it must find nothing wrong with an expression the spec type-checks
+/// and evaluates to a value (its bindings are of unknown type, as a
+/// policy's `request` or `params`). The tests the spec runs without its
+/// checker (`disable_check`, mostly mixed-type operands) are counted,
+/// with how many of them this checker refuses.
+#[test]
+fn cel_spec_type_check_finds_nothing_in_checked_tests() {
+    use gavel::cel::type_check::{Environment, check_source};
+    let env = Environment::default();
+    let (mut checked, mut unchecked, mut refused) = (0, 0, 0);
+    let mut wrong = Vec::new();
+    for file in FILES {
+        for_each_test(file, |id, test| {
+            let expr = test.text("expr").unwrap_or_default();
+            if skip_reason(test).is_some() {
+                return;
+            }
+            let Ok((_, issues)) = check_source(&expr, &env) else {
+                return;
+            };
+            if test.flag("disable_check") {
+                unchecked += 1;
+                refused += usize::from(!issues.is_empty());
+            } else if matches!(expected(test), Ok(Expected::Value(_))) {
+                checked += 1;
+                if !issues.is_empty() {
+                    wrong.push(format!("{id}: {expr}: {issues:?}"));
+                }
+            }
+        });
+    }
+    eprintln!(
+        "cel-spec type check: {checked} checked tests, {} with an issue; {unchecked} unchecked tests, {refused} refused",
+        wrong.len()
+    );
+    assert!(checked > 1000, "only {checked} checked tests ran");
+    assert!(
+        wrong.is_empty(),
+        "the type checker refuses expressions the spec checks:\n{}",
+        wrong.join("\n")
     );
 }

@@ -47,6 +47,9 @@ fn gavel_on_a_real_control_plane() {
     step("policies applied with kubectl are enforced", || {
         policies_are_enforced(&cluster, &gavel)
     });
+    step("a policy's CEL is type checked when it is written", || {
+        policies_are_type_checked(&cluster)
+    });
     step("subresources match their parent's kind", || {
         subresources_match_their_parent(&cluster)
     });
@@ -83,6 +86,33 @@ fn gavel_on_a_real_control_plane() {
     step("helm uninstall leaves nothing behind", || {
         uninstall(&cluster, &mut gavel)
     });
+}
+
+/// A policy written through the API server gets the type checking
+/// warnings of `/policyvalidate`, which kubectl prints: a field the Pod
+/// schema does not declare, named with the field that holds the
+/// expression. A server-side dry run, so nothing is served.
+fn policies_are_type_checked(cluster: &RealCluster) {
+    let policy = json!({
+        "apiVersion": "kyverno.io/v1", "kind": "ClusterPolicy",
+        "metadata": {"name": "typo"},
+        "spec": {"validationFailureAction": "Audit", "rules": [{"name": "r",
+            "match": {"any": [{"resources": {"kinds": ["Pod"]}}]},
+            "validate": {"cel": {"expressions": [
+                {"expression": "object.spec.hostNetwrk != true"}]}}}]},
+    });
+    let want = "Warning: spec.rules[0].validate.cel.expressions[0].expression: /v1, Kind=Pod: undefined field 'hostNetwrk' (object.spec.hostNetwrk)";
+    eventually(
+        "the policy webhook's type warning",
+        Duration::from_secs(60),
+        || {
+            let out = cluster.kubectl_in(
+                &["create", "--dry-run=server", "-f", "-"],
+                Some(&policy.to_string()),
+            );
+            out.status.success() && String::from_utf8_lossy(&out.stderr).contains(want)
+        },
+    );
 }
 
 /// validate.manifests at admission, on the objects the API server sends:

@@ -44,3 +44,4 @@ mod scale;
 mod serve;
 mod side_by_side;
 mod test_command;
+mod type_checking;

@@ -8,7 +8,10 @@
 //!   what gavel does not serve (`unsupported: ...`, or a field gavel
 //!   does not know) is allowed with a warning: Kyverno may serve it beside
 //!   gavel, and gavel's refusal to serve it stays loud in the policy's
-//!   status.
+//!   status. A policy that compiles is allowed with the type checking
+//!   warnings of its CEL expressions ([`crate::policy::type_checking`]):
+//!   a field the matched kinds' schemas do not declare, an operator on
+//!   the wrong types.
 //! - `/verifyttl` (Kyverno's TTL webhook): an object whose
 //!   `cleanup.kyverno.io/ttl` label cannot be read is allowed with a
 //!   warning, as Kyverno does.
@@ -18,6 +21,7 @@ use super::verdict::Verdict;
 use crate::engine::Request;
 use crate::policy::cleanup::{CompiledCleanupPolicy, TTL_LABEL, deletion_time};
 use crate::policy::load::classify;
+use crate::policy::type_checking::type_warnings;
 use serde_json::Value;
 
 /// The kinds compiled by the cleanup controller rather than the policy set.
@@ -48,7 +52,7 @@ pub fn policy_verdict(req: &Request) -> Verdict {
             .map(|_| ())
     };
     match checked {
-        Ok(()) => allowed(Vec::new()),
+        Ok(()) => allowed(type_warnings(object)),
         // The API server prunes what the CRD does not declare before any
         // webhook sees the object: an unknown field is one gavel does not
         // know yet, not a mistake of the user's.
@@ -135,6 +139,16 @@ mod tests {
             })
         };
         assert!(policy_verdict(&request(vpol("true"))).allowed);
+        // A mistake the type check finds is a warning: the policy compiles
+        // and is served.
+        let typo = policy_verdict(&request(vpol("object.spec.hostNetwrk == false")));
+        assert!(typo.allowed);
+        assert_eq!(
+            typo.warnings,
+            [
+                "spec.validations[0].expression: /v1, Kind=Pod: undefined field 'hostNetwrk' (object.spec.hostNetwrk)"
+            ]
+        );
         let bad = policy_verdict(&request(vpol("object.spec.(")));
         assert!(!bad.allowed, "{:?}", bad.warnings);
         let message = bad.message.unwrap().as_escaped().to_string();

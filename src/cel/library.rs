@@ -40,6 +40,11 @@ pub(super) const SELECT: &str = "@select";
 pub(super) const HAS: &str = "@has";
 /// A comprehension's range, checked as cel-go checks it.
 pub(super) const ITERABLE: &str = "@iterable";
+/// A two-variable comprehension's range as `[index, item]` or
+/// `[key, value]` pairs, and `transformMap`'s pairs back into a map
+/// (`cel::expand_two_variable`).
+pub(super) const PAIRS: &str = "@pairs";
+pub(super) const MAP_OF_PAIRS: &str = "@mapOfPairs";
 pub(super) const AND: &str = "@and";
 pub(super) const OR: &str = "@or";
 
@@ -125,6 +130,8 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function(SELECT, select_field);
     ctx.add_function(HAS, has_field);
     ctx.add_function(ITERABLE, iterable);
+    ctx.add_function(PAIRS, pairs);
+    ctx.add_function(MAP_OF_PAIRS, map_of_pairs);
     ctx.add_function(AND, logical_and);
     ctx.add_function(OR, logical_or);
     // kyverno-compat: Kyverno's policies call these on plain values too
@@ -183,8 +190,74 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("json.Unmarshal", json_unmarshal);
     super::authz::register(&mut ctx);
     super::regex_library::register(&mut ctx);
+    // cel-go's math bit functions, over kube-cel's int-only ones.
+    ctx.add_function("math.bitAnd", |Arguments(a): Arguments| {
+        bitwise(&a, |x, y| x & y)
+    });
+    ctx.add_function("math.bitOr", |Arguments(a): Arguments| {
+        bitwise(&a, |x, y| x | y)
+    });
+    ctx.add_function("math.bitXor", |Arguments(a): Arguments| {
+        bitwise(&a, |x, y| x ^ y)
+    });
+    ctx.add_function("math.bitNot", bit_not);
+    ctx.add_function("math.bitShiftLeft", |Arguments(a): Arguments| {
+        shift(&a, true)
+    });
+    ctx.add_function("math.bitShiftRight", |Arguments(a): Arguments| {
+        shift(&a, false)
+    });
     ctx
 });
+
+/// `math.bitAnd`/`bitOr`/`bitXor` as cel-go has them: of two ints or two
+/// uints, the same type back.
+fn bitwise(args: &[Value], op: fn(u64, u64) -> u64) -> ResolveResult {
+    match args {
+        [Value::Int(a), Value::Int(b)] => Ok(Value::Int(op(*a as u64, *b as u64) as i64)),
+        [Value::UInt(a), Value::UInt(b)] => Ok(Value::UInt(op(*a, *b))),
+        _ => Err(ExecutionError::NoSuchOverload),
+    }
+}
+
+fn bit_not(value: Value) -> ResolveResult {
+    match value {
+        Value::Int(v) => Ok(Value::Int(!v)),
+        Value::UInt(v) => Ok(Value::UInt(!v)),
+        _ => Err(ExecutionError::NoSuchOverload),
+    }
+}
+
+/// `math.bitShiftLeft`/`bitShiftRight` as cel-go has them: an int or a
+/// uint shifted by an int; a negative shift fails, one past 63 gives 0,
+/// and an int shifts right as its unsigned bits (no sign extension).
+fn shift(args: &[Value], left: bool) -> ResolveResult {
+    let name = if left {
+        "math.bitShiftLeft"
+    } else {
+        "math.bitShiftRight"
+    };
+    let (bits, by) = match args {
+        [Value::Int(v), Value::Int(by)] => (*v as u64, *by),
+        [Value::UInt(v), Value::Int(by)] => (*v, *by),
+        _ => return Err(ExecutionError::NoSuchOverload),
+    };
+    if by < 0 {
+        return Err(ExecutionError::function_error(
+            name,
+            format!("{name}() negative offset: {by}"),
+        ));
+    }
+    let shifted = match (by > 63, left) {
+        (true, _) => 0,
+        (false, true) => bits << by,
+        (false, false) => bits >> by,
+    };
+    Ok(match args[0] {
+        Value::Int(_) => Value::Int(shifted as i64),
+        _ => Value::UInt(shifted),
+    })
+}
 
 /// The context every evaluation scope descends from.
 pub(super) fn base() -> &'static Context<'static> {
@@ -548,6 +621,46 @@ fn iterable(range: Value) -> ResolveResult {
         "",
         format!("got '{go_type}', expected iterable type"),
     ))
+}
+
+fn pairs(range: Value) -> ResolveResult {
+    let pair = |a: Value, b: &Value| Value::List(Arc::new(vec![a, b.clone()]));
+    Ok(Value::List(Arc::new(match iterable(range)? {
+        Value::List(items) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| pair(Value::Int(i as i64), item))
+            .collect(),
+        Value::Map(map) => map
+            .map
+            .iter()
+            .map(|(key, value)| pair(key.clone().into(), value))
+            .collect(),
+        _ => return Err(ExecutionError::NoSuchOverload),
+    })))
+}
+
+fn map_of_pairs(pairs: Value) -> ResolveResult {
+    let Value::List(pairs) = pairs else {
+        return Err(ExecutionError::NoSuchOverload);
+    };
+    let mut map = std::collections::HashMap::with_capacity(pairs.len());
+    for pair in pairs.iter() {
+        let Value::List(pair) = pair else {
+            return Err(ExecutionError::NoSuchOverload);
+        };
+        let [key, value] = pair.as_slice() else {
+            return Err(ExecutionError::NoSuchOverload);
+        };
+        let key: Key = key
+            .clone()
+            .try_into()
+            .map_err(|_| ExecutionError::NoSuchOverload)?;
+        map.insert(key, value.clone());
+    }
+    Ok(Value::Map(kube_cel::cel::objects::Map {
+        map: Arc::new(map),
+    }))
 }
 
 /// cel-go's error for a field or string key of a list.

@@ -250,3 +250,78 @@ fn logical_operators_report_the_left_error_as_cel_go() {
     assert!(error("object.a && object.x > 0").contains("no such key: x"));
     assert!(error("object.x > 0 && object.s").contains("no such key: x"));
 }
+
+#[test]
+fn two_variable_comprehensions_over_objects() {
+    let pod = json!({
+        "metadata": {"labels": {"app": "web", "tier": "front"}},
+        "spec": {"containers": [{"name": "a", "ports": [{"containerPort": 80}]},
+                                {"name": "b", "ports": [{"containerPort": 8080}]}]},
+    });
+    let cases = [
+        (
+            "object.metadata.labels.all(k, v, k.size() > 2 && v != '')",
+            json!(true),
+        ),
+        (
+            "object.metadata.labels.exists(k, v, k == 'tier' && v == 'back')",
+            json!(false),
+        ),
+        (
+            "object.spec.containers.existsOne(i, c, i == 1 && c.name == 'b')",
+            json!(true),
+        ),
+        (
+            "object.spec.containers.transformList(i, c, c.name + string(i))",
+            json!(["a0", "b1"]),
+        ),
+        (
+            "object.spec.containers.transformList(i, c, i > 0, c.name)",
+            json!(["b"]),
+        ),
+        (
+            "object.metadata.labels.transformMap(k, v, k != 'tier', v + '!')",
+            json!({"app": "web!"}),
+        ),
+        // Nested: the inner body reads the outer pair; a name that is
+        // also a type name is a variable where it is bound.
+        (
+            "object.spec.containers.all(i, c, c.ports.all(j, int, i + j + int.containerPort > 0))",
+            json!(true),
+        ),
+    ];
+    for (expr, want) in cases {
+        assert_eq!(eval(expr, pod.clone()), Ok(want), "{expr}");
+    }
+    // Not a list or a map: cel-go's error.
+    let error = eval("object.metadata.all(k, v, true) && 1.all(i, v, true)", pod).unwrap_err();
+    assert!(
+        error.to_string().contains("expected iterable type"),
+        "{error}"
+    );
+}
+
+#[test]
+fn backquoted_field_names() {
+    let object = json!({"metadata": {"annotations": {"app.kubernetes.io/name": "web"}}});
+    for (expr, want) in [
+        (
+            "object.metadata.annotations.`app.kubernetes.io/name`",
+            json!("web"),
+        ),
+        (
+            "has(object.metadata.annotations.`app.kubernetes.io/name`)",
+            json!(true),
+        ),
+        (
+            "has(object.metadata.annotations.`app.kubernetes.io/part-of`)",
+            json!(false),
+        ),
+        (
+            "object.metadata.annotations.?`x-y`.orValue('none')",
+            json!("none"),
+        ),
+    ] {
+        assert_eq!(eval(expr, object.clone()), Ok(want), "{expr}");
+    }
+}

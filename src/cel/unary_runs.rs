@@ -130,7 +130,7 @@ fn has_candidate(bytes: &[u8]) -> bool {
 /// The index after the string literal whose opening quote is at `start`;
 /// `None` when it does not end (CEL.g4: a string in single quotes stops at
 /// a line break, `\n` or `\r`, and an escape must not be one).
-fn skip_string(bytes: &[u8], start: usize, raw: bool) -> Option<usize> {
+pub(super) fn skip_string(bytes: &[u8], start: usize, raw: bool) -> Option<usize> {
     let quote = bytes[start];
     let triple = bytes.get(start + 1) == Some(&quote) && bytes.get(start + 2) == Some(&quote);
     let mut i = start + if triple { 3 } else { 1 };

@@ -115,6 +115,29 @@ impl Schema {
         }
     }
 
+    /// The schema of `field` of an object of a known type, `None` when
+    /// the type does not declare it (a map field's keys are all declared).
+    /// Unlike [`Schema::field`], which walks documents and lets an
+    /// undeclared field through, this is for telling a mistake
+    /// ([`crate::cel::type_check`]).
+    pub fn declared(self, field: &str) -> Option<Schema> {
+        match self {
+            Schema::Type(t) => TYPES[t as usize]
+                .2
+                .binary_search_by(|f| f.name.cmp(field))
+                .ok()
+                .and_then(|_| self.field(field)),
+            Schema::MapOf(_) => self.field(field),
+            Schema::List(_) | Schema::Opaque => None,
+        }
+    }
+
+    /// Whether the type at this position declares fields (an object that
+    /// declares none is free-form as far as anything can tell).
+    pub fn declares_fields(self) -> bool {
+        matches!(self, Schema::Type(t) if !TYPES[t as usize].2.is_empty())
+    }
+
     /// The schema of the elements of a list at this position.
     pub fn elements(self) -> Option<Schema> {
         match self {
