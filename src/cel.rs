@@ -22,8 +22,12 @@ mod literals;
 mod regex_library;
 pub mod rule_plan;
 mod shared_plans;
+mod string_format;
+mod string_functions;
+mod timestamp_fields;
 pub mod type_check;
 mod unary_runs;
+mod value_text;
 pub mod values;
 
 use direct::Val;
@@ -80,6 +84,7 @@ const REQUEST_WIDE_NAMES: [&str; 2] = ["object", "oldObject"];
 impl Program {
     pub fn compile(source: &str) -> Result<Program, CelError> {
         let expr = parse(source)?;
+        check_constant_formats(&expr).map_err(CelError::Compile)?;
         let compiled = direct::compile(&expr);
         // After the direct plan, which reads selections as paths.
         let expr = interpreter_forms(expr);
@@ -823,6 +828,30 @@ fn parse(source: &str) -> Result<IdedExpr, CelError> {
     let mut shadowed = HashSet::new();
     bound_names(&parsed, &mut shadowed);
     Ok(rewrite(parsed, &shadowed))
+}
+
+/// cel-go's compile-time check of `"...".format([...])` with a constant
+/// template and a list literal (its `stringFormatValidator`, which
+/// Kubernetes' environment has): a clause that does not parse, or items
+/// too few or too many for the clauses, fail the expression's compilation
+/// as they fail a policy's in Kubernetes.
+fn check_constant_formats(e: &IdedExpr) -> Result<(), String> {
+    if let Expr::Call(c) = &e.expr
+        && c.func_name == "format"
+        && let Some(Expr::Literal(LiteralValue::String(template))) =
+            c.target.as_deref().map(|t| &t.expr)
+        && let [arg] = c.args.as_slice()
+        && let Expr::List(items) = &arg.expr
+    {
+        string_format::check_constant(template, items.elements.len())?;
+    }
+    let mut result = Ok(());
+    for_each_child(e, &mut |child| {
+        if result.is_ok() {
+            result = check_constant_formats(child);
+        }
+    });
+    result
 }
 
 /// The names an expression binds (comprehension and `cel.bind`

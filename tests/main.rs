@@ -20,6 +20,7 @@ mod apply;
 mod architecture;
 mod background;
 mod cel_direct;
+mod cel_go;
 mod cel_spec;
 mod chart;
 mod cleanup;

@@ -11,6 +11,7 @@
 //! expression runs again. Expressions are pure, so the final round sees
 //! every answer it asks for.
 
+use super::value_text;
 use super::values::{json_to_cel, opt_none, opt_of};
 use super::{COST_LIMIT, CelError};
 use kube_cel::KubeCelExt;
@@ -145,6 +146,15 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function("bool", bool_of);
     ctx.add_function("type", type_of);
     ctx.add_function("join", join);
+    ctx.add_function("format", super::string_format::format);
+    ctx.add_function("indexOf", super::string_functions::index_of);
+    ctx.add_function("lastIndexOf", super::string_functions::last_index_of);
+    ctx.add_function("replace", super::string_functions::replace);
+    ctx.add_function("split", super::string_functions::split);
+    ctx.add_function("substring", super::string_functions::substring);
+    for (name, field) in super::timestamp_fields::Field::ALL {
+        ctx.add_function(name, field.function());
+    }
     ctx.add_function("duration", duration_of);
     ctx.add_function("resource.Get", resource_get);
     ctx.add_function("resource.List", resource_list);
@@ -441,34 +451,18 @@ fn type_of(v: Value) -> ResolveResult {
     Ok(Value::String(Arc::new(type_value(name))))
 }
 
-/// `string(x)`: the interpreter's conversion, with the CEL spec's (and
-/// cel-go's) text where the interpreter lacks it or differs: `string(bool)`,
-/// a timestamp in UTC as RFC 3339 with `Z` and no trailing zeros, a
-/// duration in seconds (`"1000000s"`, `"1.5s"`).
+/// `string(x)`: the interpreter's conversion, with cel-go's text where the
+/// interpreter lacks it or differs: `string(bool)`, a timestamp as RFC 3339
+/// in its own offset, a duration in seconds (`"1000000s"`, `"1.5s"`), a
+/// double as Go's `%g` (`"1e+21"`).
 fn string_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
     match this {
         Value::Bool(b) => Ok(Value::String(Arc::new(b.to_string()))),
-        Value::Timestamp(t) => Ok(Value::String(Arc::new(rfc3339_utc(&t)))),
-        Value::Duration(d) => {
-            let seconds = d.num_seconds() as f64 + f64::from(d.subsec_nanos()) / 1e9;
-            Ok(Value::String(Arc::new(format!("{seconds}s"))))
-        }
+        Value::Timestamp(t) => Ok(Value::String(Arc::new(value_text::timestamp(&t)))),
+        Value::Duration(d) => Ok(Value::String(Arc::new(value_text::duration(&d)))),
+        Value::Float(d) => Ok(Value::String(Arc::new(value_text::double(d)))),
         other => kube_cel::cel::functions::string(ftx, This(other)),
     }
-}
-
-/// Go's `time.RFC3339Nano` of the instant in UTC, as cel-go prints it.
-fn rfc3339_utc(t: &chrono::DateTime<chrono::FixedOffset>) -> String {
-    let utc = t.with_timezone(&chrono::Utc);
-    let mut out = utc.format("%Y-%m-%dT%H:%M:%S").to_string();
-    let nanos = utc.timestamp_subsec_nanos();
-    if nanos > 0 {
-        let digits = format!("{nanos:09}");
-        out.push('.');
-        out.push_str(digits.trim_end_matches('0'));
-    }
-    out.push('Z');
-    out
 }
 
 /// 2^63 as a double.

@@ -161,6 +161,10 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
         },
         Func::Split => {
             let sep = text(&args[1])?;
+            // Go splits on "" between characters; Rust adds empty ends.
+            if sep.is_empty() {
+                return Err(Fail::Interpreter);
+            }
             match &args[0] {
                 Val::Str(Str::Borrowed(s)) => {
                     Val::list(s.split(sep).map(|p| Val::Str(Str::Borrowed(p))).collect())
