@@ -23,7 +23,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 /// The vendored files, in the order they are reported.
-const FILES: &[&str] = &[
+pub(crate) const FILES: &[&str] = &[
     "basic",
     "comparisons",
     "conversions",
@@ -54,7 +54,7 @@ pub(crate) fn data() -> PathBuf {
 pub(crate) struct Message(Vec<(String, Field)>);
 
 #[derive(Debug, Clone)]
-enum Field {
+pub(crate) enum Field {
     Message(Message),
     /// A string literal's bytes (escapes resolved; adjacent literals joined).
     Text(Vec<u8>),
@@ -94,7 +94,7 @@ impl Message {
         }
     }
 
-    fn flag(&self, name: &str) -> bool {
+    pub(crate) fn flag(&self, name: &str) -> bool {
         matches!(self.get(name), Some(Field::Word(w)) if w == "true")
     }
 }

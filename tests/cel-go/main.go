@@ -1,7 +1,10 @@
 // The CEL oracle of tests/cel_go.rs: evaluates expressions the way the
-// Kubernetes API server and Kyverno do, with cel-go's strings extension
-// at the version they enable (k8s.io/apiserver/pkg/cel/environment,
-// ext.StringsVersion(2)) and optional types.
+// Kubernetes API server and Kyverno do: cel-go's extensions at the versions
+// the API server enables (k8s.io/apiserver/pkg/cel/environment/base.go at
+// v0.37: strings version 2, sets, two-variable comprehensions, lists
+// version 3, optional types, numbers compared across types, UTC as the
+// default time zone) and those Kyverno adds (bindings, encoders, math).
+// Kubernetes' own libraries (quantity, IP, URL, ...) are not here.
 //
 // Reads one JSON object per line, {"expr": "...", "vars": {"name": value}}
 // (vars are JSON values, declared as dyn), and prints one JSON object per
@@ -40,9 +43,17 @@ type answer struct {
 
 func evaluate(r request) answer {
 	options := []cel.EnvOption{
+		cel.DefaultUTCTimeZone(true),
 		ext.Strings(ext.StringsVersion(2)),
+		ext.Sets(),
+		ext.TwoVarComprehensions(),
+		ext.Lists(ext.ListsVersion(3)),
 		cel.OptionalTypes(),
 		cel.CrossTypeNumericComparisons(true),
+		// Kyverno's additions to the Kubernetes environment.
+		ext.Bindings(),
+		ext.Encoders(),
+		ext.Math(),
 	}
 	for name := range r.Vars {
 		options = append(options, cel.Variable(name, cel.DynType))
