@@ -156,6 +156,8 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
         ctx.add_function(name, field.function());
     }
     ctx.add_function("duration", duration_of);
+    ctx.add_function("timestamp", timestamp_of);
+    ctx.add_function("bytes", bytes_of);
     ctx.add_function("resource.Get", resource_get);
     ctx.add_function("resource.List", resource_list);
     ctx.add_function("globalContext.Get", global_context_get);
@@ -422,6 +424,7 @@ pub const TYPE_NAMES: &[&str] = &[
     "list",
     "map",
     "type",
+    "optional_type",
 ];
 
 /// The value standing for a CEL type: the interpreter has no type values,
@@ -461,6 +464,10 @@ fn string_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
         Value::Timestamp(t) => Ok(Value::String(Arc::new(value_text::timestamp(&t)))),
         Value::Duration(d) => Ok(Value::String(Arc::new(value_text::duration(&d)))),
         Value::Float(d) => Ok(Value::String(Arc::new(value_text::double(d)))),
+        Value::Bytes(b) => match std::str::from_utf8(&b) {
+            Ok(s) => Ok(Value::String(Arc::new(s.to_string()))),
+            Err(_) => Err(ftx.error("invalid UTF-8 in bytes, cannot convert to string")),
+        },
         other => kube_cel::cel::functions::string(ftx, This(other)),
     }
 }
@@ -497,6 +504,37 @@ fn duration_of(This(this): This<Value>) -> ResolveResult {
                 .ok_or_else(conversion_error)?;
             Ok(Value::Duration(chrono::Duration::nanoseconds(ns)))
         }
+        _ => Err(ExecutionError::NoSuchOverload),
+    }
+}
+
+/// cel-go's range of timestamps: 0001-01-01T00:00:00Z to
+/// 9999-12-31T23:59:59.999999999Z, in Unix seconds.
+const TIMESTAMP_SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+
+/// `timestamp(x)`: an RFC 3339 string, Unix seconds or a timestamp, in
+/// cel-go's range of years (1 to 9999), with its error outside it.
+fn timestamp_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult {
+    let t = match this {
+        Value::Timestamp(t) => t,
+        Value::String(s) => chrono::DateTime::parse_from_rfc3339(&s)
+            .map_err(|e| ftx.error(format!("timestamp: {e}")))?,
+        Value::Int(seconds) => chrono::DateTime::from_timestamp(seconds, 0)
+            .ok_or_else(|| ftx.error("timestamp out of range"))?
+            .fixed_offset(),
+        _ => return Err(ExecutionError::NoSuchOverload),
+    };
+    if !TIMESTAMP_SECONDS.contains(&t.timestamp()) {
+        return Err(ftx.error("timestamp out of range"));
+    }
+    Ok(Value::Timestamp(t))
+}
+
+/// `bytes(x)`: a string's UTF-8, or bytes as they are.
+fn bytes_of(This(this): This<Value>) -> ResolveResult {
+    match this {
+        Value::Bytes(b) => Ok(Value::Bytes(b)),
+        Value::String(s) => Ok(Value::Bytes(Arc::new(s.as_bytes().to_vec()))),
         _ => Err(ExecutionError::NoSuchOverload),
     }
 }
@@ -574,6 +612,19 @@ fn tick(v: Value, weight: i64) -> ResolveResult {
 /// Kyverno bind objects): a map's entry or `no such key`; a list's is an
 /// index error; anything else has no fields.
 fn select_field(operand: Value, field: Arc<String>) -> ResolveResult {
+    // A field of an optional is optional, as in cel-go: `optional.of(m).c`
+    // is `m.?c`, and a field of none is none.
+    match optional_inner(&operand) {
+        Some(None) => return Ok(opt_none()),
+        Some(Some(Value::Map(m))) => {
+            return Ok(match m.map.get(&Key::String(field)) {
+                Some(v) => opt_of(v.clone()),
+                None => opt_none(),
+            });
+        }
+        Some(Some(other)) => return select_field(other, field),
+        None => {}
+    }
     match &operand {
         Value::Map(m) => match m.map.get(&Key::String(field.clone())) {
             Some(v) => Ok(v.clone()),
@@ -587,6 +638,11 @@ fn select_field(operand: Value, field: Arc<String>) -> ResolveResult {
 /// cel-go's `has()`: whether a map has the key; an index error on a list;
 /// false on anything else.
 fn has_field(operand: Value, field: Arc<String>) -> ResolveResult {
+    match optional_inner(&operand) {
+        Some(None) => return Ok(Value::Bool(false)),
+        Some(Some(inner)) => return has_field(inner, field),
+        None => {}
+    }
     match &operand {
         Value::Map(m) => Ok(Value::Bool(m.map.contains_key(&Key::String(field)))),
         Value::List(_) => Err(string_index_on_list()),

@@ -1,5 +1,5 @@
 //! A work-around for the cel crate's (0.13) lexer on string and bytes
-//! literals, and on backquoted field names (`` a.`content-type` ``, which
+//! literals, on negative hexadecimal ints (`-0x55`), and on backquoted field names (`` a.`content-type` ``, which
 //! it does not have: each is given to the parser as a placeholder name
 //! that [`backquoted_name`] reads back). It reads some of CEL's forms wrong or not at all: `\'` in a
 //! double-quoted string keeps its backslash, `\X41` and raw triple-quoted
@@ -26,7 +26,12 @@ pub fn canonical_literals(source: &str) -> Cow<'_, str> {
     // Quick exit: nothing to rewrite without a backslash, a raw prefix
     // or a triple quote (control characters come with one of them or
     // inside a triple quote).
-    if !source.contains(['\\', '`']) && !source.contains("'''") && !source.contains("\"\"\"") {
+    if !source.contains(['\\', '`'])
+        && !source.contains("'''")
+        && !source.contains("\"\"\"")
+        && !source.contains("0x")
+        && !source.contains("0X")
+    {
         let raw_prefix = bytes
             .windows(2)
             .any(|w| matches!(w[0], b'r' | b'R') && matches!(w[1], b'\'' | b'"'));
@@ -56,6 +61,10 @@ pub fn canonical_literals(source: &str) -> Cow<'_, str> {
                     && let Some(prefix) = Prefix::of(&source[start..i])
                 {
                     i = literal(source, start, i, prefix, &mut out, &mut copied);
+                } else if let Some(decimal) = hex_int_in_decimal(&source[start..i]) {
+                    out.push_str(&source[copied..start]);
+                    out.push_str(&decimal);
+                    copied = i;
                 }
             }
             _ => i += 1,
@@ -66,6 +75,16 @@ pub fn canonical_literals(source: &str) -> Cow<'_, str> {
     }
     out.push_str(&source[copied..]);
     Cow::Owned(out)
+}
+
+/// A hexadecimal int literal (`0x55`, not `0x55u`) in decimal: the crate
+/// reads `-0x55` as the text `-0x55` in base 10 and refuses it, where it
+/// reads `-85` right (with the int range checks of decimal literals).
+fn hex_int_in_decimal(word: &str) -> Option<String> {
+    let digits = word
+        .strip_prefix("0x")
+        .or_else(|| word.strip_prefix("0X"))?;
+    u64::from_str_radix(digits, 16).ok().map(|v| v.to_string())
 }
 
 /// The prefix of the identifier a backquoted field name is written as
