@@ -903,7 +903,9 @@ fn called_functions(e: &IdedExpr, out: &mut Vec<String>) {
 /// [`library::SELECT`] and [`library::HAS`] (the interpreter's own
 /// selection answers false on a value that is not a map, where cel-go
 /// fails with `no such key`, or `unsupported index type` on a list), and
-/// a comprehension's range checked by [`library::ITERABLE`].
+/// a comprehension's range checked by [`library::ITERABLE`], and `-x` as
+/// [`library::NEGATE`] (the interpreter's takes a bool and wraps the
+/// smallest int).
 fn interpreter_forms(mut e: IdedExpr) -> IdedExpr {
     fn visit(e: &mut IdedExpr) {
         for_each_child_mut(e, &mut visit);
@@ -912,6 +914,11 @@ fn interpreter_forms(mut e: IdedExpr) -> IdedExpr {
         {
             let range = std::mem::replace(&mut c.iter_range, ided(Expr::Unspecified));
             c.iter_range = ided(call(library::ITERABLE, vec![range]));
+        }
+        if let Expr::Call(c) = &mut e.expr
+            && c.func_name == operators::NEGATE
+        {
+            c.func_name = library::NEGATE.into();
         }
         if let Expr::Select(s) = &mut e.expr {
             let operand = std::mem::replace(&mut *s.operand, ided(Expr::Unspecified));

@@ -47,6 +47,9 @@ pub(super) const ITERABLE: &str = "@iterable";
 pub(super) const PAIRS: &str = "@pairs";
 pub(super) const MAP_OF_PAIRS: &str = "@mapOfPairs";
 pub(super) const AND: &str = "@and";
+/// `-x`, as cel-go has it: of an int or a double only, and an error for
+/// the int with no negation (`-(-9223372036854775808)`).
+pub(super) const NEGATE: &str = "@neg";
 pub(super) const OR: &str = "@or";
 
 /// Rounds of lookups one evaluation may take (each round answers every
@@ -134,6 +137,7 @@ static BASE: LazyLock<Context<'static>> = LazyLock::new(|| {
     ctx.add_function(PAIRS, pairs);
     ctx.add_function(MAP_OF_PAIRS, map_of_pairs);
     ctx.add_function(AND, logical_and);
+    ctx.add_function(NEGATE, negate);
     ctx.add_function(OR, logical_or);
     // kyverno-compat: Kyverno's policies call these on plain values too
     // (`container.volumeMounts.orValue([])`) and expect the value itself.
@@ -647,6 +651,18 @@ fn has_field(operand: Value, field: Arc<String>) -> ResolveResult {
         Value::Map(m) => Ok(Value::Bool(m.map.contains_key(&Key::String(field)))),
         Value::List(_) => Err(string_index_on_list()),
         _ => Ok(Value::Bool(false)),
+    }
+}
+
+/// `-x`: see [`NEGATE`].
+fn negate(ftx: &FunctionContext, v: Value) -> ResolveResult {
+    match v {
+        Value::Int(i) => i
+            .checked_neg()
+            .map(Value::Int)
+            .ok_or_else(|| ftx.error("integer overflow")),
+        Value::Float(d) => Ok(Value::Float(-d)),
+        _ => Err(ExecutionError::NoSuchOverload),
     }
 }
 
