@@ -439,23 +439,9 @@ pub fn type_value(name: &str) -> String {
 
 /// `type(x)`: the value of `x`'s type, comparable with a type name.
 fn type_of(v: Value) -> ResolveResult {
-    let name = match &v {
-        Value::Null => "null_type",
-        Value::Int(_) => "int",
-        Value::UInt(_) => "uint",
-        Value::Float(_) => "double",
-        Value::Bool(_) => "bool",
-        Value::String(s) if s.starts_with("\u{1}type:") => "type",
-        Value::String(_) => "string",
-        Value::Bytes(_) => "bytes",
-        Value::List(_) => "list",
-        Value::Map(_) => "map",
-        Value::Duration(_) => "google.protobuf.Duration",
-        Value::Timestamp(_) => "google.protobuf.Timestamp",
-        _ if optional_inner(&v).is_some() => "optional_type",
-        _ => "dyn",
-    };
-    Ok(Value::String(Arc::new(type_value(name))))
+    Ok(Value::String(Arc::new(type_value(value_text::type_name(
+        &v,
+    )))))
 }
 
 /// `string(x)`: the interpreter's conversion, with cel-go's text where the

@@ -182,7 +182,7 @@ impl Clause {
                 Value::UInt(u) => Ok(u.to_string()),
                 other => Err(format!(
                     "decimal clause can only be used on integers, was given {}",
-                    type_name(other)
+                    value_text::type_name(other)
                 )),
             },
             b'f' => double_operand(item)
@@ -190,7 +190,7 @@ impl Clause {
                 .ok_or_else(|| {
                     format!(
                         "fixed-point clause can only be used on doubles, was given {}",
-                        type_name(item)
+                        value_text::type_name(item)
                     )
                 }),
             b'e' => double_operand(item)
@@ -198,7 +198,7 @@ impl Clause {
                 .ok_or_else(|| {
                     format!(
                         "scientific clause can only be used on doubles, was given {}",
-                        type_name(item)
+                        value_text::type_name(item)
                     )
                 }),
             b'b' => match item {
@@ -207,7 +207,7 @@ impl Clause {
                 Value::Bool(b) => Ok(if *b { "1" } else { "0" }.into()),
                 other => Err(format!(
                     "only integers and bools can be formatted as binary, was given {}",
-                    type_name(other)
+                    value_text::type_name(other)
                 )),
             },
             b'o' => match item {
@@ -215,7 +215,7 @@ impl Clause {
                 Value::UInt(u) => Ok(format!("{u:o}")),
                 other => Err(format!(
                     "octal clause can only be used on integers, was given {}",
-                    type_name(other)
+                    value_text::type_name(other)
                 )),
             },
             upper_or_lower => {
@@ -235,7 +235,7 @@ impl Clause {
                     other => Err(format!(
                         "only integers, byte buffers, and strings can be formatted as hex, was \
                          given {}",
-                        type_name(other)
+                        value_text::type_name(other)
                     )),
                 }
             }
@@ -371,7 +371,7 @@ fn string_text(item: &Value) -> Result<String, String> {
         other => Err(format!(
             "string clause can only be used on strings, bools, bytes, ints, doubles, maps, lists, \
              types, durations, and timestamps, was given {}",
-            type_name(other)
+            value_text::type_name(other)
         )),
     }
 }
@@ -398,7 +398,12 @@ fn literal(item: &Value) -> Result<String, String> {
         // names the string clause instead ("string clause can only be used
         // on ..."), from the type checker's types, which gavel does not
         // have.
-        other => return Err(format!("no formatting function for {}", type_name(other))),
+        other => {
+            return Err(format!(
+                "no formatting function for {}",
+                value_text::type_name(other)
+            ));
+        }
     })
 }
 
@@ -437,26 +442,6 @@ fn map_literal(map: &std::collections::HashMap<Key, Value>) -> Result<String, St
     }
     out.push('}');
     Ok(out)
-}
-
-/// cel-go's name of a value's type, as its format errors give it.
-fn type_name(item: &Value) -> &'static str {
-    match item {
-        Value::Null => "null_type",
-        Value::Int(_) => "int",
-        Value::UInt(_) => "uint",
-        Value::Float(_) => "double",
-        Value::Bool(_) => "bool",
-        Value::String(s) if is_type(s) => "type",
-        Value::String(_) => "string",
-        Value::Bytes(_) => "bytes",
-        Value::List(_) => "list",
-        Value::Map(_) => "map",
-        Value::Duration(_) => "google.protobuf.Duration",
-        Value::Timestamp(_) => "google.protobuf.Timestamp",
-        Value::Opaque(o) if o.runtime_type_name() == "optional_type" => "optional_type",
-        _ => "dyn",
-    }
 }
 
 fn is_type(s: &str) -> bool {

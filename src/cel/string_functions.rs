@@ -20,25 +20,39 @@ fn out_of_range(ftx: &FunctionContext, index: i64) -> ExecutionError {
     ftx.error(format!("index out of range: {index}"))
 }
 
-/// `s.indexOf(sub[, offset])`, or a list's `indexOf(item)` (the Kubernetes
-/// lists library).
+/// What `indexOf` and `lastIndexOf` search: a list for an item (the
+/// Kubernetes lists library), or a string for a text from an offset.
+enum Search<'v> {
+    Item(&'v [Value], &'v Value),
+    Text(&'v str, &'v str, Option<i64>),
+}
+
+impl<'v> Search<'v> {
+    fn of(this: &'v Value, args: &'v [Value]) -> Result<Search<'v>, ExecutionError> {
+        Ok(match (this, args) {
+            (Value::List(items), [item]) => Search::Item(items, item),
+            (Value::String(s), [Value::String(sub)]) => Search::Text(s, sub, None),
+            (Value::String(s), [Value::String(sub), Value::Int(offset)]) => {
+                Search::Text(s, sub, Some(*offset))
+            }
+            _ => return Err(ExecutionError::NoSuchOverload),
+        })
+    }
+}
+
+fn found(index: Option<usize>) -> ResolveResult {
+    Ok(Value::Int(index.map_or(-1, |i| i as i64)))
+}
+
+/// `s.indexOf(sub[, offset])`, or a list's `indexOf(item)`.
 pub(super) fn index_of(
     ftx: &FunctionContext,
     This(this): This<Value>,
     Arguments(args): Arguments,
 ) -> ResolveResult {
-    let (s, sub, offset) = match (&this, args.as_slice()) {
-        (Value::List(items), [item]) => {
-            return Ok(Value::Int(
-                items
-                    .iter()
-                    .position(|v| v == item)
-                    .map_or(-1, |i| i as i64),
-            ));
-        }
-        (Value::String(s), [Value::String(sub)]) => (s, sub, 0),
-        (Value::String(s), [Value::String(sub), Value::Int(offset)]) => (s, sub, *offset),
-        _ => return Err(ExecutionError::NoSuchOverload),
+    let (s, sub, offset) = match Search::of(&this, &args)? {
+        Search::Item(items, item) => return found(items.iter().position(|v| v == item)),
+        Search::Text(s, sub, offset) => (s, sub, offset.unwrap_or(0)),
     };
     if offset < 0 {
         return Err(out_of_range(ftx, offset));
@@ -49,8 +63,7 @@ pub(super) fn index_of(
     if sub.is_empty() {
         return Ok(Value::Int(offset.min(length)));
     }
-    let found = (offset.min(length) as usize..chars.len()).find(|&i| chars[i..].starts_with(&sub));
-    Ok(Value::Int(found.map_or(-1, |i| i as i64)))
+    found((offset.min(length) as usize..chars.len()).find(|&i| chars[i..].starts_with(&sub)))
 }
 
 /// `s.lastIndexOf(sub[, offset])`, or a list's `lastIndexOf(item)`.
@@ -59,22 +72,14 @@ pub(super) fn last_index_of(
     This(this): This<Value>,
     Arguments(args): Arguments,
 ) -> ResolveResult {
-    let (s, sub, offset) = match (&this, args.as_slice()) {
-        (Value::List(items), [item]) => {
-            return Ok(Value::Int(
-                items
-                    .iter()
-                    .rposition(|v| v == item)
-                    .map_or(-1, |i| i as i64),
-            ));
-        }
-        (Value::String(s), [Value::String(sub)]) => (s, sub, None),
-        (Value::String(s), [Value::String(sub), Value::Int(offset)]) => (s, sub, Some(*offset)),
-        _ => return Err(ExecutionError::NoSuchOverload),
+    let (s, sub, offset) = match Search::of(&this, &args)? {
+        Search::Item(items, item) => return found(items.iter().rposition(|v| v == item)),
+        Search::Text(s, sub, offset) => (s, sub, offset),
     };
     let chars: Vec<char> = s.chars().collect();
     let sub: Vec<char> = sub.chars().collect();
     let length = chars.len() as i64;
+    let given = offset.is_some();
     let offset = match offset {
         Some(offset) if offset < 0 => return Err(out_of_range(ftx, offset)),
         Some(offset) => offset,
@@ -86,14 +91,15 @@ pub(super) fn last_index_of(
     // cel-go: an offset at or past the end finds nothing
     // (`'abc'.lastIndexOf('c', 3)` is -1), and no offset is the last
     // character's.
-    if offset >= length && args.len() == 2 || sub.len() > chars.len() {
+    if given && offset >= length || sub.len() > chars.len() {
         return Ok(Value::Int(-1));
     }
-    let last_start = offset.min(length - sub.len() as i64);
-    let found = (0..=last_start)
-        .rev()
-        .find(|&i| chars[i as usize..].starts_with(&sub));
-    Ok(Value::Int(found.unwrap_or(-1)))
+    let last_start = (offset.min(length - sub.len() as i64)) as usize;
+    found(
+        (0..=last_start)
+            .rev()
+            .find(|&i| chars[i..].starts_with(&sub)),
+    )
 }
 
 /// `s.replace(old, new[, n])`: the first `n` (all when negative), as Go's

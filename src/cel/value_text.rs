@@ -1,5 +1,8 @@
-//! Values as cel-go converts them to strings (`string(x)`, and `%s` in
-//! `format`), where its text is Go's and not the cel crate's.
+//! Values as cel-go names and prints them (`type(x)`, `string(x)`, and `%s`
+//! in `format`), where its text is Go's and not the cel crate's.
+
+use kube_cel::cel::Value;
+use kube_cel::cel::objects::OptionalValue;
 
 /// A double as cel-go converts it to a string: Go's `%g` with the
 /// shortest digits that read back as the same double, in exponent form
@@ -46,4 +49,25 @@ pub(super) fn timestamp(t: &chrono::DateTime<chrono::FixedOffset>) -> String {
         out.push_str(&t.format("%:z").to_string());
     }
     out
+}
+
+/// cel-go's name of a value's type (`type(x)`, and format's errors). A
+/// type value is a marked string ([`super::library::type_value`]).
+pub(super) fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null_type",
+        Value::Int(_) => "int",
+        Value::UInt(_) => "uint",
+        Value::Float(_) => "double",
+        Value::Bool(_) => "bool",
+        Value::String(s) if s.starts_with("\u{1}type:") => "type",
+        Value::String(_) => "string",
+        Value::Bytes(_) => "bytes",
+        Value::List(_) => "list",
+        Value::Map(_) => "map",
+        Value::Duration(_) => "google.protobuf.Duration",
+        Value::Timestamp(_) => "google.protobuf.Timestamp",
+        _ if <&OptionalValue>::try_from(v).is_ok() => "optional_type",
+        _ => "dyn",
+    }
 }
