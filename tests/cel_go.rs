@@ -21,7 +21,6 @@ use gavel::cel::values::cel_to_json;
 use kube_cel::cel::Value as CelValue;
 use serde_json::{Value, json};
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 /// Expressions beyond the spec's, each a difference between the strings
@@ -107,44 +106,9 @@ const CASES: &[&str] = &[
     "'aaa'.replace('a', 'b', 0)",
 ];
 
-/// The oracle, built from `tests/cel-go` when its sources change.
-fn oracle() -> PathBuf {
-    let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/cel-go");
-    let mut stamp = std::hash::DefaultHasher::new();
-    for file in ["go.mod", "go.sum", "main.go"] {
-        let text = std::fs::read(source.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-        std::hash::Hash::hash(&text, &mut stamp);
-    }
-    let cache = std::env::var_os("GAVEL_BENCH_CACHE")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/gavel-bench")
-        });
-    let binary = cache.join(format!(
-        "cel-go-oracle-{:016x}",
-        std::hash::Hasher::finish(&stamp)
-    ));
-    if !binary.exists() {
-        std::fs::create_dir_all(&cache).unwrap();
-        // Built beside and renamed into place, so that a concurrent run never
-        // starts a half-written one.
-        let staging = binary.with_extension(format!("staging-{}", std::process::id()));
-        let status = Command::new("go")
-            .args(["build", "-o"])
-            .arg(&staging)
-            .arg(".")
-            .current_dir(&source)
-            .status()
-            .expect("go on PATH");
-        assert!(status.success(), "building the cel-go oracle: {status}");
-        std::fs::rename(&staging, &binary).unwrap();
-    }
-    binary
-}
-
 /// cel-go's answers to `requests` (`{"expr", "vars"}`), in order.
 fn ask(requests: &[Value]) -> Vec<Value> {
-    let mut child = Command::new(oracle())
+    let mut child = Command::new(crate::support::tools::cel_go_oracle())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()

@@ -434,7 +434,7 @@ pub const TYPE_NAMES: &[&str] = &[
 /// The value standing for a CEL type: the interpreter has no type values,
 /// so a type is a string no object field can hold by accident.
 pub fn type_value(name: &str) -> String {
-    format!("\u{1}type:{name}")
+    format!("{}{name}", value_text::TYPE_MARK)
 }
 
 /// `type(x)`: the value of `x`'s type, comparable with a type name.

@@ -48,39 +48,78 @@ pub(super) fn format(
         .map_err(|e| ftx.error(e))
 }
 
+/// A template's parts, as [`walk`] reads them.
+enum Part<'t> {
+    /// Plain text (`%%` is given as `%`).
+    Text(&'t str),
+    /// A clause and the index of the item it takes.
+    Clause(usize, Clause),
+}
+
+/// Where cel-go finds an item missing: at run time before a template that
+/// ends after its `%`; in its compile-time check, whose items never run
+/// out, after.
+#[derive(Clone, Copy, PartialEq)]
+enum Order {
+    RunTime,
+    Checker,
+}
+
 /// cel-go's `parseFormatString`: the template byte by byte, `%%` a
-/// percent sign, each other `%` the next item by the clause after it.
-fn interpolate(template: &str, items: &[Value]) -> Result<String, String> {
+/// percent sign, each other `%` the next of `items` items by the clause
+/// after it. Returns how many clauses there are.
+fn walk<'t>(
+    template: &'t str,
+    items: usize,
+    order: Order,
+    mut part: impl FnMut(Part<'t>) -> Result<(), String>,
+) -> Result<usize, String> {
     let bytes = template.as_bytes();
-    let mut out = String::with_capacity(template.len());
     let mut next_item = 0;
     let mut i = 0;
     while i < bytes.len() {
         let Some(at) = template[i..].find('%').map(|at| i + at) else {
-            out.push_str(&template[i..]);
+            part(Part::Text(&template[i..]))?;
             break;
         };
-        out.push_str(&template[i..at]);
+        part(Part::Text(&template[i..at]))?;
         if bytes.get(at + 1) == Some(&b'%') {
-            out.push('%');
+            part(Part::Text("%"))?;
             i = at + 2;
             continue;
         }
-        let item = items
-            .get(next_item)
-            .ok_or_else(|| format!("index {next_item} out of range"))?;
+        let missing = next_item >= items;
+        if missing && order == Order::RunTime {
+            return Err(format!("index {next_item} out of range"));
+        }
         if at + 1 >= bytes.len() {
             return Err("unexpected end of string".into());
         }
+        if missing {
+            return Err(format!("index {next_item} out of range"));
+        }
         let (read, clause) = Clause::parse(&bytes[at + 1..])
             .map_err(|e| format!("could not parse formatting clause: {e}"))?;
-        let text = clause
-            .apply(item)
-            .map_err(|e| format!("error during formatting: {e}"))?;
-        out.push_str(&text);
+        part(Part::Clause(next_item, clause))?;
         i = at + 1 + read;
         next_item += 1;
     }
+    Ok(next_item)
+}
+
+fn interpolate(template: &str, items: &[Value]) -> Result<String, String> {
+    let mut out = String::with_capacity(template.len());
+    walk(template, items.len(), Order::RunTime, |part| {
+        match part {
+            Part::Text(text) => out.push_str(text),
+            Part::Clause(item, clause) => out.push_str(
+                &clause
+                    .apply(&items[item])
+                    .map_err(|e| format!("error during formatting: {e}"))?,
+            ),
+        }
+        Ok(())
+    })?;
     Ok(out)
 }
 
@@ -89,30 +128,10 @@ fn interpolate(template: &str, items: &[Value]) -> Result<String, String> {
 /// them (which only this check finds: at run time extra items are
 /// ignored).
 pub(super) fn check_constant(template: &str, items: usize) -> Result<(), String> {
-    let bytes = template.as_bytes();
-    let mut next_item = 0;
-    let mut i = 0;
-    while let Some(at) = template[i..].find('%').map(|at| i + at) {
-        if bytes.get(at + 1) == Some(&b'%') {
-            i = at + 2;
-            continue;
-        }
-        // The checker's order: its items never run out, so the end of the
-        // template is found first.
-        if at + 1 >= bytes.len() {
-            return Err("unexpected end of string".into());
-        }
-        if next_item >= items {
-            return Err(format!("index {next_item} out of range"));
-        }
-        let (read, _) = Clause::parse(&bytes[at + 1..])
-            .map_err(|e| format!("could not parse formatting clause: {e}"))?;
-        i = at + 1 + read;
-        next_item += 1;
-    }
-    if next_item < items {
+    let clauses = walk(template, items, Order::Checker, |_| Ok(()))?;
+    if clauses < items {
         return Err(format!(
-            "too many arguments supplied to string.format (expected {next_item}, got {items})"
+            "too many arguments supplied to string.format (expected {clauses}, got {items})"
         ));
     }
     Ok(())
@@ -359,7 +378,7 @@ fn string_text(item: &Value) -> Result<String, String> {
         Value::UInt(u) => Ok(u.to_string()),
         Value::Float(d) => Ok(value_text::double(*d)),
         Value::Bool(b) => Ok(b.to_string()),
-        Value::String(s) => Ok(type_of_value(s).unwrap_or(s).to_string()),
+        Value::String(s) => Ok(value_text::type_named(s).unwrap_or(s).to_string()),
         Value::Bytes(b) => String::from_utf8(b.to_vec()).map_err(|_| {
             "could not convert argument \"invalid UTF-8 in bytes, cannot convert to string\" to \
              string"
@@ -445,12 +464,7 @@ fn map_literal(map: &std::collections::HashMap<Key, Value>) -> Result<String, St
 }
 
 fn is_type(s: &str) -> bool {
-    type_of_value(s).is_some()
-}
-
-/// The name of the type a string stands for ([`super::library::type_value`]).
-fn type_of_value(s: &str) -> Option<&str> {
-    s.strip_prefix("\u{1}type:")
+    value_text::type_named(s).is_some()
 }
 
 /// Go's `strconv.Quote`: `"` and `\` escaped, control characters and the

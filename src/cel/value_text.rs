@@ -51,6 +51,16 @@ pub(super) fn timestamp(t: &chrono::DateTime<chrono::FixedOffset>) -> String {
     out
 }
 
+/// What marks a string as a CEL type value: the interpreter has no type
+/// values, so a type is a string no object field can hold by accident.
+pub(super) const TYPE_MARK: &str = "\u{1}type:";
+
+/// The name of the type a string stands for, if it stands for one
+/// ([`super::library::type_value`]).
+pub(super) fn type_named(s: &str) -> Option<&str> {
+    s.strip_prefix(TYPE_MARK)
+}
+
 /// cel-go's name of a value's type (`type(x)`, and format's errors). A
 /// type value is a marked string ([`super::library::type_value`]).
 pub(super) fn type_name(v: &Value) -> &'static str {
@@ -60,7 +70,7 @@ pub(super) fn type_name(v: &Value) -> &'static str {
         Value::UInt(_) => "uint",
         Value::Float(_) => "double",
         Value::Bool(_) => "bool",
-        Value::String(s) if s.starts_with("\u{1}type:") => "type",
+        Value::String(s) if type_named(s).is_some() => "type",
         Value::String(_) => "string",
         Value::Bytes(_) => "bytes",
         Value::List(_) => "list",

@@ -8,6 +8,7 @@
 //! - [`kubectl`]: the one on PATH, else the one `e2e/cluster.sh build` builds
 //!   from Go modules at the pinned Kubernetes version (cached outside the repo).
 //! - [`helm`]: the Helm CLI `e2e/cluster.sh build` builds from its module.
+//! - [`cel_go_oracle`]: cel-go as Kubernetes runs it, from `tests/cel-go`.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -87,6 +88,42 @@ pub fn helm() -> PathBuf {
         super::cluster::RealCluster::bin("helm")
     })
     .clone()
+}
+
+/// The cel-go oracle of `tests/cel_go.rs`, built from `tests/cel-go` into a
+/// cache outside the repository when its sources change.
+pub fn cel_go_oracle() -> PathBuf {
+    let source = super::cluster::repo().join("tests/cel-go");
+    let mut stamp = std::hash::DefaultHasher::new();
+    for file in ["go.mod", "go.sum", "main.go"] {
+        let text = std::fs::read(source.join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
+        std::hash::Hash::hash(&text, &mut stamp);
+    }
+    let cache = std::env::var_os("GAVEL_BENCH_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").expect("HOME")).join(".cache/gavel-bench")
+        });
+    let binary = cache.join(format!(
+        "cel-go-oracle-{:016x}",
+        std::hash::Hasher::finish(&stamp)
+    ));
+    if !binary.exists() {
+        std::fs::create_dir_all(&cache).unwrap();
+        // Built beside and renamed into place, so that a concurrent run never
+        // starts a half-written one.
+        let staging = binary.with_extension(format!("staging-{}", std::process::id()));
+        let status = Command::new("go")
+            .args(["build", "-o"])
+            .arg(&staging)
+            .arg(".")
+            .current_dir(&source)
+            .status()
+            .expect("go on PATH");
+        assert!(status.success(), "building the cel-go oracle: {status}");
+        std::fs::rename(&staging, &binary).unwrap();
+    }
+    binary
 }
 
 fn run(command: &mut Command) {

@@ -147,7 +147,7 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
         },
         Func::Type => {
             let name = match &args[0] {
-                Val::Str(s) if s.as_str().starts_with("\u{1}type:") => "type",
+                Val::Str(s) if crate::cel::value_text::type_named(s.as_str()).is_some() => "type",
                 other => other.type_name(),
             };
             Val::string(type_value(name))
