@@ -18,7 +18,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
 use gavel::engine::cel::{CelRequest, evaluate_validating_policy_over};
-use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate};
+use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate, evaluate_planned};
 use gavel::policy::CompiledPolicy;
 use gavel::policy::cel_policy::CompiledValidatingPolicy;
 use gavel::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents};
@@ -172,7 +172,60 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
+    planned(c, &pattern, &cel, &env);
     each_control(c, &pattern, &cel, &vpol, &env);
+}
+
+/// The two kyverno.io forms as the server evaluates them: with the set's
+/// plan, built once as a snapshot builds it (`engine::plan_set`), on a
+/// request decoded afresh for every evaluation (`pss16-planned`).
+fn planned(c: &mut Criterion, pattern: &[CompiledPolicy], cel: &[CompiledPolicy], env: &EvalEnv) {
+    let (mut pattern, mut cel) = (pattern.to_vec(), cel.to_vec());
+    let pattern_plan = gavel::engine::plan_set(&mut pattern);
+    let cel_plan = gavel::engine::plan_set(&mut cel);
+    let mut group = c.benchmark_group("pss16-planned");
+    for (id, file) in [
+        ("compliant", "pod-compliant.yaml"),
+        ("violating", "pod-violating.yaml"),
+    ] {
+        let value = pod(file, false).object.into_value();
+        let text = serde_json::to_string(&value).unwrap();
+        let fresh = || Request {
+            object: gavel::json_doc::Document::from_doc(
+                gavel::json_doc::Doc::parse(&text).unwrap(),
+            ),
+            ..Request::offline(&value, "CREATE", Default::default(), None)
+        };
+        // The plan changes the work, not the answers.
+        for (set, plan) in [(&pattern, &pattern_plan), (&cel, &cel_plan)] {
+            let req = fresh();
+            let statuses = |responses: Vec<gavel::engine::PolicyResponse>| -> Vec<RuleStatus> {
+                responses
+                    .iter()
+                    .flat_map(|r| r.rules.iter().map(|r| r.status))
+                    .collect()
+            };
+            assert_eq!(
+                statuses(evaluate_planned(Some(plan), set, &req, env)),
+                statuses(evaluate(set, &req, env)),
+                "{id}"
+            );
+        }
+        let batch = criterion::BatchSize::SmallInput;
+        for (form, set, plan) in [
+            ("pattern", &pattern, &pattern_plan),
+            ("validate-cel", &cel, &cel_plan),
+        ] {
+            group.bench_function(format!("{form}/{id}"), |b| {
+                b.iter_batched_ref(
+                    fresh,
+                    |req| evaluate_planned(Some(plan), black_box(set), req, env),
+                    batch,
+                )
+            });
+        }
+    }
+    group.finish();
 }
 
 /// Each control alone in each form (`pss16-each/<control>/<form>`), on

@@ -330,6 +330,12 @@ impl<'d> PackedJson<'d> {
             at: self.at,
         }
     }
+
+    /// Whether both are the same node of the same document (not only
+    /// equal values).
+    pub fn same_node(self, other: PackedJson) -> bool {
+        std::ptr::eq(self.doc, other.doc) && self.at == other.at
+    }
 }
 
 impl fmt::Debug for PackedJson<'_> {

@@ -9,6 +9,7 @@ pub mod conditions;
 pub mod load;
 pub mod manifests;
 pub mod mutation;
+pub mod plan_slot;
 pub mod template;
 pub mod type_checking;
 pub mod types;

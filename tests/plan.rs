@@ -10,7 +10,8 @@
 //! - every classic policy, evaluated by the engine with its folder's plan
 //!   and without one, as CREATE, UPDATE and DELETE, on values and on
 //!   documents, gives the same responses (every rule's name, type, status,
-//!   message and outputs);
+//!   message and outputs), the `validate.cel` rules whose checks the plan
+//!   evaluates together (`cel::direct::set`) among them;
 //! - the foreach deny conditions compiled to be decided on each element
 //!   directly (`ForEach::deny_on_element`) give the scoped path's
 //!   responses, over the same corpora;
@@ -115,6 +116,8 @@ const MIN_RULE_RESPONSES: usize = 9_370;
 const MIN_PLANNED_RULE_PASSES: usize = 3_592;
 const MIN_PLANNED_RULE_FAILURES: usize = 1_050;
 const MIN_PLANNED_ANY_PATTERN_FAILURES: usize = 276;
+const MIN_PLANNED_CEL_RULE_PASSES: usize = 4_500;
+const MIN_PLANNED_CEL_RULE_FAILURES: usize = 3_416;
 
 #[test]
 fn the_engine_answers_alike_with_and_without_its_plan() {
@@ -129,6 +132,8 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
     // anyPatterns whose every alternative the plan decides: when none
     // passes, the plan words the failure of each.
     let mut any_pattern_failures = 0;
+    // `validate.cel` rules whose validations the plan evaluates together.
+    let (mut cel_passes, mut cel_failures) = (0, 0);
     let mut differences = Vec::new();
     for (dir, docs) in &folders {
         let mut dir_policies = compiled_policies(docs);
@@ -149,6 +154,10 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
             ValidateCheck::AnyPattern(ps) => ps.iter().all(|p| p.plan_slot.is_some()),
             _ => false,
         });
+        let planned_cel = rules_whose_check(
+            dir_policies,
+            |check| matches!(check, ValidateCheck::Cel(c) if c.plan_slot.is_some()),
+        );
         for resource in resources_under(&folders, dir) {
             each_request(resource, |operation, req| {
                 let want = evaluate(dir_policies, req, &env);
@@ -163,6 +172,10 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
                         }
                         if planned_any.contains(&(p.policy, r.name)) {
                             any_pattern_failures += usize::from(r.status == RuleStatus::Fail);
+                        }
+                        if planned_cel.contains(&(p.policy, r.name)) {
+                            cel_passes += usize::from(r.status == RuleStatus::Pass);
+                            cel_failures += usize::from(r.status == RuleStatus::Fail);
                         }
                     }
                 }
@@ -179,7 +192,8 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
     eprintln!(
         "{policies} policies, {evaluations} policy evaluations, {rules} rule responses, \
          {pattern_passes} passes and {pattern_failures} failures of planned patterns, \
-         {any_pattern_failures} of them failures of planned anyPatterns"
+         {any_pattern_failures} of them failures of planned anyPatterns, \
+         {cel_passes} passes and {cel_failures} failures of planned validate.cel rules"
     );
     assert_none(&differences, 3);
     assert!(policies >= MIN_POLICIES, "{policies} policies");
@@ -199,6 +213,14 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
     assert!(
         any_pattern_failures >= MIN_PLANNED_ANY_PATTERN_FAILURES,
         "{any_pattern_failures} anyPattern failures"
+    );
+    assert!(
+        cel_passes >= MIN_PLANNED_CEL_RULE_PASSES,
+        "{cel_passes} planned validate.cel passes"
+    );
+    assert!(
+        cel_failures >= MIN_PLANNED_CEL_RULE_FAILURES,
+        "{cel_failures} planned validate.cel failures"
     );
 }
 

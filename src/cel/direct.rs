@@ -17,6 +17,7 @@
 mod compile;
 mod eval;
 mod functions;
+pub mod set;
 pub mod value;
 
 pub use compile::{

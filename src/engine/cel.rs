@@ -736,7 +736,7 @@ pub fn run_validations(
 /// messageExpression: Kyverno's ValidatingPolicy gives the message (or
 /// nothing); the API server's validator the message when it is not empty,
 /// else the expression.
-fn static_denial(v: &CompiledValidation, errors: EvalErrors) -> String {
+pub(crate) fn static_denial(v: &CompiledValidation, errors: EvalErrors) -> String {
     match v.message.as_deref().unwrap_or_default() {
         "" if errors != EvalErrors::RuleError => {
             format!("failed expression: {}", v.program.source().trim())

@@ -12,6 +12,12 @@
 //! same way, its failure message included. Patterns the set cannot decide
 //! are evaluated on their own, as before.
 //!
+//! It holds the set's `validate.cel` checks that read nothing but the
+//! request's objects, evaluated together per list of kinds their rules
+//! match ([`CheckSet`]): once per request, on the first such rule the
+//! request evaluates; each rule reads its validations' answers. A rule
+//! whose answers are not all bools is evaluated on its own, as before.
+//!
 //! It also holds, per kind name the set's rules list, each policy's
 //! candidate rules for that kind ([`crate::policy::compile::RuleKinds::for_kind`]): a request
 //! finds its kind once, not once per policy.
@@ -25,8 +31,12 @@
 //! which this module, read by every request's context, cannot do.
 
 use super::Request;
+use crate::cel::COST_LIMIT;
+use crate::cel::direct::set::{CheckSet, CheckSetBuilder, Declared};
+use crate::cel::direct::{Fail, Node, Val};
 use crate::json_doc::{Document, JsonRef};
 use crate::pattern::set::{FailurePath, Passing, PatternSet};
+use crate::policy::cel_policy::CelChecks;
 use crate::policy::compile::{Candidates, Pattern, PlanSlot, PolicySlot, ValidateRule};
 use crate::policy::{CompiledPolicy, RuleBody, ValidateCheck};
 use std::cell::OnceCell;
@@ -45,6 +55,9 @@ pub struct Plan {
     /// group of each rule it evaluates, so the patterns of rules for other
     /// kinds (a Pod policy's autogen rules) cost it nothing.
     groups: Vec<PatternSet>,
+    /// The CEL checks evaluated together, per kinds a rule matches, as
+    /// the patterns are.
+    cel_groups: Vec<CheckSet>,
     /// Per kind name some rule lists, each policy's candidate rules and
     /// those the kind alone matches ([`crate::policy::compile::RuleKinds::for_kind`]), by the
     /// policy's [`PolicySlot`] index; `None` for a policy with too many
@@ -69,20 +82,44 @@ impl Plan {
         let id = NEXT_PLAN.fetch_add(1, Ordering::Relaxed);
         let mut kinds_of_group: Vec<Option<Vec<String>>> = Vec::new();
         let mut groups: Vec<PatternSet> = Vec::new();
+        let mut kinds_of_cel_group: Vec<Option<Vec<String>>> = Vec::new();
+        let mut cel_groups: Vec<CheckSetBuilder> = Vec::new();
         for policy in policies.iter_mut() {
             for rule in &mut policy.rules {
                 let RuleBody::Validate(ValidateRule { check, .. }) = &mut rule.body else {
                     continue;
                 };
+                let mut kinds = rule.kinds.clone();
+                if let Some(k) = &mut kinds {
+                    k.sort();
+                }
+                if let ValidateCheck::Cel(checks) = check {
+                    checks.plan_slot = None;
+                    // Preconditions decide first, per rule.
+                    if !rule.cel_preconditions.is_empty() {
+                        continue;
+                    }
+                    let group = match kinds_of_cel_group.iter().position(|g| *g == kinds) {
+                        Some(g) => g,
+                        None => {
+                            kinds_of_cel_group.push(kinds);
+                            cel_groups.push(CheckSetBuilder::default());
+                            cel_groups.len() - 1
+                        }
+                    };
+                    checks.plan_slot =
+                        add_cel_checks(&mut cel_groups[group], checks).map(|index| PlanSlot {
+                            plan: id,
+                            group: group as u32,
+                            index,
+                        });
+                    continue;
+                }
                 let patterns: &mut [Pattern] = match check {
                     ValidateCheck::Pattern(p) => std::slice::from_mut(p),
                     ValidateCheck::AnyPattern(alternatives) => alternatives,
                     _ => continue,
                 };
-                let mut kinds = rule.kinds.clone();
-                if let Some(k) = &mut kinds {
-                    k.sort();
-                }
                 let group = match kinds_of_group.iter().position(|g| *g == kinds) {
                     Some(g) => g,
                     None => {
@@ -123,9 +160,21 @@ impl Plan {
         Plan {
             id,
             groups,
+            cel_groups: cel_groups
+                .into_iter()
+                .map(CheckSetBuilder::finish)
+                .collect(),
             kinds,
             other_kinds,
         }
+    }
+
+    /// The number of CEL checks the plan evaluates together, and of
+    /// quantifiers fused into passes over their ranges.
+    pub fn planned_cel_checks(&self) -> (usize, usize) {
+        self.cel_groups.iter().fold((0, 0), |(checks, fused), g| {
+            (checks + g.len(), fused + g.fused().0)
+        })
     }
 
     /// The number of patterns the plan decides.
@@ -133,6 +182,47 @@ impl Plan {
         self.groups.iter().map(PatternSet::len).sum()
     }
 }
+
+/// Adds a `validate.cel` rule's validations to `group`, all or none: the
+/// first's number there. Not for rules with params or audit annotations,
+/// which the rule's own evaluation handles.
+fn add_cel_checks(group: &mut CheckSetBuilder, checks: &CelChecks) -> Option<u32> {
+    if checks.params.is_some() || !checks.audit_annotations.is_empty() {
+        return None;
+    }
+    let plan = &checks.plan;
+    let nodes: Option<Vec<&Node>> = match checks.variables.is_empty() {
+        true => checks
+            .validations
+            .iter()
+            .map(|v| v.program.direct_plan().map(|p| &**p))
+            .collect(),
+        // The plans with the rule's variables resolved; built for every
+        // rule with variables (`CelChecks::with_plan`).
+        false
+            if plan.validations.len() == checks.validations.len()
+                && plan.variables.len() == checks.variables.len() =>
+        {
+            plan.validations.iter().map(|p| p.as_deref()).collect()
+        }
+        false => None,
+    };
+    let declared = |index: usize| match plan.variables.get(index).and_then(Option::as_deref) {
+        Some(Node::Const(value)) => Declared::Constant(value),
+        _ => match checks
+            .variables
+            .get(index)
+            .and_then(|v| v.program.request_wide_plan())
+        {
+            Some(shared) => Declared::Shared(shared),
+            None => Declared::Other,
+        },
+    };
+    group.add_all(&nodes?, &declared)
+}
+
+/// Every check's answer of one CEL group, by number.
+type CelAnswers = Vec<Result<bool, Fail>>;
 
 /// A plan in use for one request: the object its patterns read and, per
 /// group, their verdicts, found on first use.
@@ -151,6 +241,11 @@ pub struct PlanForRequest<'p> {
     /// One cell per group, made when a planned pattern is first read: a
     /// request that evaluates none allocates nothing.
     passing: OnceCell<Box<[OnceCell<Passing>]>>,
+    /// The request's old object, which CEL checks read too.
+    old_object: &'p Document,
+    /// Per CEL group, every check's answer, found when a rule first reads
+    /// one.
+    cel_answers: OnceCell<Box<[OnceCell<CelAnswers>]>>,
 }
 
 impl<'p> PlanForRequest<'p> {
@@ -164,7 +259,41 @@ impl<'p> PlanForRequest<'p> {
             subresource: !req.subresource.is_empty(),
             operation: crate::matching::operation_index(&req.operation),
             passing: OnceCell::new(),
+            old_object: &req.old_object,
+            cel_answers: OnceCell::new(),
         }
+    }
+
+    /// The answers of the validations of `checks` on the request's
+    /// objects `object` and `old_object`, in order; `None` when the plan
+    /// does not evaluate them or the objects are not the request's.
+    pub fn cel_answers(
+        &self,
+        checks: &CelChecks,
+        object: &Document,
+        old_object: &Document,
+    ) -> Option<&[Result<bool, Fail>]> {
+        let slot = checks.plan_slot.filter(|s| s.plan == self.plan.id)?;
+        if !std::ptr::eq(object, self.object) || !std::ptr::eq(old_object, self.old_object) {
+            return None;
+        }
+        let group = slot.group as usize;
+        let groups = self.cel_answers.get_or_init(|| {
+            self.plan
+                .cel_groups
+                .iter()
+                .map(|_| OnceCell::new())
+                .collect()
+        });
+        let answers = groups[group].get_or_init(|| {
+            self.plan.cel_groups[group].evaluate(
+                Val::from_ref(self.object.json()),
+                Val::from_ref(self.old_object.json()),
+                COST_LIMIT as i64,
+            )
+        });
+        let first = slot.index as usize;
+        answers.get(first..first + checks.validations.len())
     }
 
     /// The candidate rules of `policy` for a request of `kind`, as

@@ -43,6 +43,7 @@ pub use validating::{
 use crate::cel::Program;
 use crate::cel::authz::{Library, library_of};
 use crate::cel::rule_plan::RulePlan;
+use crate::policy::plan_slot::PlanSlot;
 use serde::Deserialize;
 use serde_json::Value;
 use std::sync::Arc;
@@ -244,6 +245,10 @@ pub struct CelChecks {
     /// The validations compiled with the variables read in place, for a
     /// rule with variables ([`CelChecks::with_plan`]).
     pub plan: Arc<RulePlan>,
+    /// Where the plan of the policy set this rule was last planned in
+    /// (`crate::engine::plan`) evaluates its validations with the set's
+    /// others, if it does: the first's number there (the others follow).
+    pub plan_slot: Option<PlanSlot>,
 }
 
 fn compile(source: &str, field: &str) -> Result<Program, String> {
@@ -322,6 +327,7 @@ impl CelChecks {
                 &format!("{field}.auditAnnotations"),
             )?,
             plan: Arc::default(),
+            plan_slot: None,
         }
         .with_plan())
     }
@@ -352,6 +358,7 @@ impl CelChecks {
             audit_annotations: compile_annotations(audit_annotations, "spec.auditAnnotations")?,
             params: None,
             plan: Arc::default(),
+            plan_slot: None,
         }
         .with_plan())
     }

@@ -23,7 +23,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A compiled expression node.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Node {
     Const(Val<'static>),
     /// A variable of the activation (`request`, `namespaceObject`, ...).
@@ -122,6 +122,14 @@ pub enum Node {
     /// as a failed read of the variable does.
     /// `a || b` would otherwise absorb a failed `a`.
     Inlined(Box<Node>),
+    /// The value of request-wide plan `n` of a policy set's checks
+    /// ([`super::set`]): read from the set's bindings, computed once per
+    /// request.
+    Shared(usize),
+    /// The answer of a policy set's fused quantifier `n` ([`super::set`]),
+    /// found in a pass over its range shared with the set's other
+    /// quantifiers over the same items.
+    Fused(usize),
 }
 
 /// How a plan names a variable it reads.
@@ -134,13 +142,13 @@ pub enum VariableRef {
     Declared(usize),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum OptStep {
     Field(Key),
     Index(Node),
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum OptEnd {
     OrValue(Box<Node>),
     HasValue,
@@ -162,7 +170,7 @@ pub enum BinOp {
     In,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Comprehension {
     pub range: Node,
     pub accu_slot: usize,
@@ -733,12 +741,34 @@ enum Pass {
 /// only a value found is kept, so an error is met again wherever the path
 /// is walked again. Comprehension accumulators are never roots: they
 /// change at every step.
-fn share_paths(node: &mut Node) {
+pub(super) fn share_paths(node: &mut Node) {
     let mut sharing = Sharing::default();
     sharing.walk(node, Pass::Count);
     sharing.items.clear();
     sharing.next_item = 0;
     sharing.walk(node, Pass::Rewrite);
+}
+
+/// The selections [`share_paths`] gave memos made plain paths again, so
+/// that a policy set can share them anew across its expressions (memo ids
+/// are an expression's own).
+pub(super) fn unshare_paths(node: &mut Node) {
+    for_each_child(node, &mut unshare_paths);
+    let taken = std::mem::replace(node, Node::Const(Val::Null));
+    *node = match taken {
+        Node::Memo { base, field, .. } => path(*base, field, false),
+        Node::MemoHas { base, field, .. } => path(*base, field, true),
+        // A path from a memo's chain, now a path itself: one path.
+        Node::Path { base, fields, test } if !fields.is_empty() => {
+            let last = fields.len() - 1;
+            let mut at = *base;
+            for (n, field) in fields.into_vec().into_iter().enumerate() {
+                at = path(at, field, test && n == last);
+            }
+            at
+        }
+        other => other,
+    };
 }
 
 /// Chains of one logical operator made one n-ary node, bottom up. CEL's
@@ -781,14 +811,16 @@ fn gather_operands(node: Node, and: bool, out: &mut Vec<Node>) {
 }
 
 /// Calls `f` on each node directly under `node`.
-fn for_each_child(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
+pub(super) fn for_each_child(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
     match node {
         Node::Const(_)
         | Node::Ident(_)
         | Node::Known(_)
         | Node::Local(_)
         | Node::Variable(_)
-        | Node::HasVariable(_) => {}
+        | Node::HasVariable(_)
+        | Node::Shared(_)
+        | Node::Fused(_) => {}
         Node::Path { base, .. } | Node::Memo { base, .. } | Node::MemoHas { base, .. } => f(base),
         Node::OptSelect(x, _)
         | Node::Not(x)

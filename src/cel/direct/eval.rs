@@ -30,6 +30,11 @@ pub trait Bindings<'a> {
     fn declared(&self, _index: usize) -> Option<&Val<'a>> {
         None
     }
+    /// A policy set's request-wide value ([`Node::Shared`]), borrowed;
+    /// only a set's bindings ([`super::set`]) have any.
+    fn shared(&self, _index: usize) -> Option<&Val<'a>> {
+        None
+    }
 }
 
 /// The variable `v` names in `env`.
@@ -73,6 +78,35 @@ struct Evaluator<'e, 'a> {
     /// Whether a [`Node::Inlined`] variable failed: the answer is then
     /// not this evaluator's to give, whatever absorbed the failure.
     declined: bool,
+    /// A policy set's fused quantifiers ([`Node::Fused`]) and their
+    /// answers so far; none elsewhere.
+    fusion: Option<Box<Fusion<'e, 'a>>>,
+}
+
+/// A fused quantifier's answer, and the cost its pass charged it: what
+/// evaluating it where it is written would have given and charged.
+#[derive(Debug, Clone)]
+pub(super) struct FusedAnswer {
+    answer: Result<bool, Fail>,
+    cost: i64,
+}
+
+/// A quantifier of a policy set fused into a pass over its range
+/// ([`super::set`]): its predicate reads the item in slot 1.
+#[derive(Debug)]
+pub(super) struct FusedQuantifier {
+    pub pred: Node,
+    /// The [`Sweep`] it is in.
+    pub sweep: usize,
+    pub exists: bool,
+    pub weight: i64,
+}
+
+/// The quantifiers over one range ([`FusedQuantifier`], by number).
+#[derive(Debug)]
+pub(super) struct Sweep {
+    pub range: Node,
+    pub quantifiers: Vec<usize>,
 }
 
 type Out<'a> = Result<Val<'a>, Fail>;
@@ -144,6 +178,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             memos: Memos::default(),
             budget,
             declined: false,
+            fusion: None,
         }
     }
 
@@ -161,6 +196,20 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     fn decline(&mut self) {
         self.declined = true;
     }
+
+    /// A policy set's request-wide value. One that could not be found
+    /// declines the evaluation, as a rule's variable that fails to
+    /// evaluate does (`||` must not absorb it here).
+    fn shared(&mut self, index: usize) -> Result<&'e Val<'a>, Fail> {
+        let env = self.env;
+        match env.shared(index) {
+            Some(value) => Ok(value),
+            None => {
+                self.decline();
+                Err(Fail::Interpreter)
+            }
+        }
+    }
 }
 
 /// The memos of one evaluation: the value each shared path prefix was
@@ -170,7 +219,6 @@ impl<'e, 'a> Evaluator<'e, 'a> {
 /// ids index a byte table zeroed in a store or two, and only the values
 /// found are held (and dropped). A vector of `Option<Val>` per id cost the
 /// CEL Pod Security set 4% of its evaluation to fill with `None` and drop.
-#[derive(Default)]
 struct Memos<'a> {
     /// By memo id: 0 while unknown, else the value's position in `found`
     /// plus one. An id past the table is never memoised (its path is
@@ -184,7 +232,17 @@ struct Memos<'a> {
 /// Memo ids an evaluation holds. A path whose id is past them is walked
 /// each time instead (answering the same), so the bound costs speed, never
 /// an answer.
-const MEMO_SLOTS: usize = 32;
+const MEMO_SLOTS: usize = 64;
+
+impl Default for Memos<'_> {
+    fn default() -> Self {
+        Memos {
+            slots: [0; MEMO_SLOTS],
+            used: 0,
+            found: SmallVec::new(),
+        }
+    }
+}
 
 impl<'a> Memos<'a> {
     fn get(&self, id: u32) -> Option<&Val<'a>> {
@@ -269,6 +327,8 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 Ok(found)
             }
             Node::MemoHas { id, base, field } => self.memo_has(*id, base, field).map(Val::Bool),
+            Node::Shared(index) => self.shared(*index).cloned(),
+            Node::Fused(index) => self.fused_answer(*index).map(Val::Bool),
             Node::OptSelect(operand, field) => {
                 let Some(target) = self.eval(operand)?.through_optional() else {
                     return Ok(Val::Optional(None));
@@ -466,6 +526,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             Node::Local(slot) => self.locals.get(*slot)?,
             Node::Memo { id, .. } => self.memos.get(*id)?,
             Node::Known(index) => self.env.known(*index)?,
+            Node::Shared(index) => self.env.shared(*index)?,
             _ => return None,
         };
         match held {
@@ -581,6 +642,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 exists,
                 weight,
             } => self.quantifier(range, *item_slot, pred, *exists, *weight),
+            Node::Fused(index) => self.fused_answer(*index),
             other => truth(&self.eval(other)?),
         }
     }
@@ -825,6 +887,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             Node::Variable(v) => variable(env, v)
                 .map(Range::Borrowed)
                 .ok_or(Fail::Interpreter),
+            Node::Shared(index) => self.shared(*index).map(Range::Borrowed),
             other => self.eval(other).map(Range::Owned),
         }
     }
@@ -1022,4 +1085,244 @@ fn binary<'a>(op: BinOp, l: Val<'a>, r: Val<'a>) -> Out<'a> {
             _ => return Err(Fail::Interpreter),
         },
     })
+}
+
+/// A policy set's expressions (a bool each) over `env`: one evaluator for
+/// all, so that a path several of them walk is walked once, and the fused
+/// quantifiers answered by passes over their ranges, each run when one of
+/// its quantifiers is first read.
+pub(super) fn evaluate_members<'a>(
+    env: &dyn Bindings<'a>,
+    sweeps: &[Sweep],
+    quantifiers: &[FusedQuantifier],
+    members: &[Node],
+    budget: i64,
+) -> Vec<Result<bool, Fail>> {
+    let mut ev = Evaluator::new(env, budget);
+    ev.fusion = Some(Box::new(Fusion {
+        sweeps,
+        quantifiers,
+        answers: vec![None; quantifiers.len()],
+        swept: vec![false; sweeps.len()],
+        peeked: None,
+        budget,
+    }));
+    members
+        .iter()
+        .map(|member| {
+            ev.budget = budget;
+            ev.declined = false;
+            ev.locals.clear();
+            let answer = ev.eval_bool(member);
+            ev.answer(answer)
+        })
+        .collect()
+}
+
+/// A set's fused quantifiers in one request: their answers so far.
+pub(super) struct Fusion<'e, 'a> {
+    sweeps: &'e [Sweep],
+    quantifiers: &'e [FusedQuantifier],
+    answers: Vec<Option<FusedAnswer>>,
+    /// Which sweeps' passes were run (or their range failed).
+    swept: Vec<bool>,
+    /// Each sweep's range where [`Evaluator::peek_range`] finds it, looked
+    /// for once, by the first pass.
+    peeked: Option<Vec<Option<Val<'a>>>>,
+    /// The budget each quantifier starts with.
+    budget: i64,
+}
+
+/// Where a fused quantifier stands in its pass.
+struct Standing {
+    budget: i64,
+    /// Its answer, once an item decided it or its budget ran out.
+    done: Option<Result<bool, Fail>>,
+    /// The first error an item gave (one only the interpreter can answer
+    /// outranks it), as [`Evaluator::quantifier`] keeps it.
+    pending: Option<Fail>,
+}
+
+impl<'e, 'a> Evaluator<'e, 'a> {
+    /// The answer of fused quantifier `index`, its pass run if it was not
+    /// yet, and its cost charged here, where it is written: the budget
+    /// runs out here exactly when the quantifier evaluated here would have
+    /// run it out.
+    fn fused_answer(&mut self, index: usize) -> Result<bool, Fail> {
+        let mut fusion = self.fusion.take().ok_or(Fail::Interpreter)?;
+        if fusion.answers.get(index).is_some_and(Option::is_none) {
+            let budget = self.budget;
+            self.run_pass(&mut fusion, index);
+            self.budget = budget;
+        }
+        let found = fusion.answers.get(index).cloned().flatten();
+        self.fusion = Some(fusion);
+        let found = found.ok_or(Fail::Interpreter)?;
+        self.budget -= found.cost;
+        if self.budget < 0 {
+            return Err(Fail::CostLimit);
+        }
+        found.answer
+    }
+
+    /// The pass over the range of quantifier `index`'s sweep, which also
+    /// answers the sweeps not yet run whose ranges hold the very same
+    /// items (found without evaluating anything that could fail: a range
+    /// that fails is only met where it is read).
+    fn run_pass(&mut self, fusion: &mut Fusion<'e, 'a>, index: usize) {
+        let sweep = fusion.quantifiers[index].sweep;
+        fusion.swept[sweep] = true;
+        let range = match self.eval(&fusion.sweeps[sweep].range) {
+            Ok(range) => range,
+            // As the quantifier alone: the range's error, nothing charged.
+            Err(e) => {
+                for &q in &fusion.sweeps[sweep].quantifiers {
+                    fusion.answers[q] = Some(FusedAnswer {
+                        answer: Err(e.clone()),
+                        cost: 0,
+                    });
+                }
+                return;
+            }
+        };
+        if fusion.peeked.is_none() {
+            let sweeps = fusion.sweeps;
+            fusion.peeked = Some(sweeps.iter().map(|s| self.peek_range(&s.range)).collect());
+        }
+        let mut pass: SmallVec<[usize; 16]> = SmallVec::new();
+        pass.extend_from_slice(&fusion.sweeps[sweep].quantifiers);
+        for (other, peeked) in fusion.peeked.iter().flatten().enumerate() {
+            if !fusion.swept[other]
+                && let Some(found) = peeked
+                && super::value::same_items(&range, found)
+            {
+                fusion.swept[other] = true;
+                pass.extend_from_slice(&fusion.sweeps[other].quantifiers);
+            }
+        }
+        self.sweep(&range, &pass, fusion);
+    }
+
+    /// A range's value when finding it cannot fail or cost anything: a
+    /// request-wide value, or a chain of fields found in the document.
+    fn peek_range(&mut self, range: &Node) -> Option<Val<'a>> {
+        match range {
+            Node::Shared(index) => self.env.shared(*index).cloned(),
+            Node::Path {
+                base,
+                fields,
+                test: false,
+            } => {
+                let mut at = self.peek_doc(base)?;
+                for field in fields {
+                    if !at.is_object() {
+                        return None;
+                    }
+                    at = at.get_key(field)?;
+                }
+                Some(Val::from_doc(at))
+            }
+            _ => None,
+        }
+    }
+
+    /// One pass over `range` for the fused quantifiers `pass`, writing
+    /// each one's answer and cost into the fusion's answers.
+    fn sweep(&mut self, range: &Val<'a>, pass: &[usize], fusion: &mut Fusion<'e, 'a>) {
+        let quantifiers = fusion.quantifiers;
+        let budget = fusion.budget;
+        let mut standings: SmallVec<[Standing; 16]> = pass
+            .iter()
+            .map(|_| Standing {
+                budget,
+                done: None,
+                pending: None,
+            })
+            .collect();
+        let mut open = pass.len();
+        let mark = self.memos.mark();
+        self.locals.clear();
+        self.locals.push(Val::Null);
+        self.locals.push(Val::Null);
+        let mut visit = |this: &mut Self, item: Val<'a>| -> bool {
+            this.memos.rewind(mark);
+            this.locals[1] = item;
+            for (standing, &q) in standings.iter_mut().zip(pass) {
+                if standing.done.is_some() {
+                    continue;
+                }
+                let q = &quantifiers[q];
+                // As `Evaluator::quantifier` charges and tests each item.
+                this.budget = standing.budget - q.weight;
+                let tested = match this.budget < 0 {
+                    true => Err(Fail::CostLimit),
+                    false => this.eval_bool(&q.pred),
+                };
+                standing.budget = this.budget;
+                match tested {
+                    Ok(b) if b == q.exists => standing.done = Some(Ok(q.exists)),
+                    Ok(_) => {}
+                    Err(Fail::CostLimit) => standing.done = Some(Err(Fail::CostLimit)),
+                    Err(e) => {
+                        if standing.pending.is_none() || e == Fail::Interpreter {
+                            standing.pending = Some(e);
+                        }
+                    }
+                }
+                if standing.done.is_some() {
+                    open -= 1;
+                }
+            }
+            open == 0
+        };
+        let iterated = match range {
+            Val::List(List::Value(items)) => {
+                for item in items.iter() {
+                    if visit(self, Val::from_json(item)) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Val::List(List::Doc(items)) => {
+                for item in items.json().elements() {
+                    if visit(self, Val::from_doc(item)) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Val::List(List::Owned(items)) => {
+                for item in items.iter() {
+                    if visit(self, item.clone()) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            Val::Map(m) => {
+                for key in m.keys() {
+                    if visit(self, key) {
+                        break;
+                    }
+                }
+                Ok(())
+            }
+            other => Err(not_iterable(other)),
+        };
+        self.memos.rewind(mark);
+        self.locals.clear();
+        for (standing, &q) in standings.iter_mut().zip(pass) {
+            let exists = quantifiers[q].exists;
+            fusion.answers[q] = Some(FusedAnswer {
+                answer: match (&iterated, standing.done.take(), standing.pending.take()) {
+                    (Err(e), _, _) => Err(e.clone()),
+                    (_, Some(done), _) => done,
+                    (_, None, Some(e)) => Err(e),
+                    (_, None, None) => Ok(!exists),
+                },
+                cost: budget - standing.budget,
+            });
+        }
+    }
 }

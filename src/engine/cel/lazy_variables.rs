@@ -307,6 +307,7 @@ mod tests {
             audit_annotations: Vec::new(),
             params: None,
             plan: Default::default(),
+            plan_slot: None,
         }
         .with_plan()
     }

@@ -4,13 +4,14 @@
 //! messages Kyverno gives.
 
 use super::{PatternFailure, RuleValidator, eval_conditions};
-use crate::engine::cel::CelVerdict;
+use crate::engine::cel::{CelVerdict, EvalErrors};
 use crate::engine::json_context::JsonContext;
 use crate::engine::variables::{Substituter, VariableError};
 use crate::engine::{Request, RuleResponse, RuleStatus};
 use crate::json_doc::JsonRef;
 use crate::pattern::{self, ErrorKind, IndexText, PatternError};
 use crate::policy::ValidateCheck;
+use crate::policy::cel_policy::CelChecks;
 use crate::policy::compile::Pattern;
 use std::borrow::Cow;
 
@@ -102,6 +103,11 @@ impl<'p> RuleValidator<'_, 'p> {
                 })
             }
             ValidateCheck::Cel(checks) => {
+                if element.is_none()
+                    && let Some(planned) = self.planned_cel(checks, req, ctx)
+                {
+                    return Some(planned);
+                }
                 let built;
                 // The caller's root belongs to the context's variables;
                 // variables made here get a root of their own.
@@ -138,6 +144,37 @@ impl<'p> RuleValidator<'_, 'p> {
                 Some(self.respond(RuleStatus::Error, format!("unsupported: {field}")))
             }
         }
+    }
+
+    /// The response of a `validate.cel` rule as the policy set's plan
+    /// evaluated its validations with the set's others: a pass when every
+    /// one holds, else the first false one's message, as the rule's own
+    /// evaluation gives them. `None` when the plan does not evaluate them
+    /// or one did not give a bool (an error is worded by the rule's own
+    /// evaluation), or the failing one's message is an expression.
+    fn planned_cel(
+        &self,
+        checks: &CelChecks,
+        req: &Request,
+        ctx: &JsonContext,
+    ) -> Option<RuleResponse<'p>> {
+        if !self.cel_preconditions.is_empty() {
+            return None;
+        }
+        let answers = ctx
+            .plan()?
+            .cel_answers(checks, &req.object, &req.old_object)?;
+        for (v, answer) in checks.validations.iter().zip(answers) {
+            match answer {
+                Ok(true) => {}
+                Ok(false) if v.message_expression.is_none() => {
+                    let message = crate::engine::cel::static_denial(v, EvalErrors::Deny);
+                    return Some(self.respond(RuleStatus::Fail, message));
+                }
+                _ => return None,
+            }
+        }
+        Some(self.respond(RuleStatus::Pass, self.pass))
     }
 
     /// The response of a rule's pattern, or of its anyPattern, as the

@@ -9,6 +9,7 @@ use crate::pattern::CompiledPattern;
 use crate::policy::cel_policy::{CelChecks, CelCompileError};
 use crate::policy::conditions::Conditions;
 use crate::policy::manifests::ManifestsRule;
+pub use crate::policy::plan_slot::PlanSlot;
 use crate::policy::template;
 use crate::policy::types::{ContextEntry, Deny, ForEachValidation, PodSecurity, Validation};
 use serde_json::Value;
@@ -22,16 +23,6 @@ pub struct Pattern {
     /// Where the plan of the policy set this rule was last planned in
     /// (`crate::engine::plan`) decides the pattern, if it does.
     pub plan_slot: Option<PlanSlot>,
-}
-
-/// A pattern's place in a plan: the plan's id, its group of merged
-/// patterns and its number there. A slot of another plan than the one
-/// evaluating is ignored, so a policy moved between sets is never misread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlanSlot {
-    pub plan: u64,
-    pub group: u32,
-    pub index: u32,
 }
 
 impl Pattern {
