@@ -80,6 +80,22 @@ fn pod(file: &str, as_document: bool) -> Request {
     }
 }
 
+/// The Pod of `file` as a value and as the JSON text a request brings.
+fn pod_json(file: &str) -> (serde_json::Value, String) {
+    let value = pod(file, false).object.into_value();
+    let text = serde_json::to_string(&value).unwrap();
+    (value, text)
+}
+
+/// A request for `value` whose object is decoded from `text` now, as
+/// every request brings its own.
+fn decoded_afresh(value: &serde_json::Value, text: &str) -> Request {
+    Request {
+        object: gavel::json_doc::Document::from_doc(gavel::json_doc::Doc::parse(text).unwrap()),
+        ..Request::offline(value, "CREATE", Default::default(), None)
+    }
+}
+
 /// As the webhook's validate route: one CEL root for the whole set.
 /// Never inlined, so that callgrind can collect exactly its calls (each
 /// a whole Pod's evaluation, as `evaluate` is for the other forms).
@@ -152,14 +168,8 @@ fn bench(c: &mut Criterion) {
         ("compliant", "pod-compliant.yaml"),
         ("violating", "pod-violating.yaml"),
     ] {
-        let value = pod(file, false).object.into_value();
-        let text = serde_json::to_string(&value).unwrap();
-        let fresh = || Request {
-            object: gavel::json_doc::Document::from_doc(
-                gavel::json_doc::Doc::parse(&text).unwrap(),
-            ),
-            ..Request::offline(&value, "CREATE", Default::default(), None)
-        };
+        let (value, text) = pod_json(file);
+        let fresh = || decoded_afresh(&value, &text);
         let batch = criterion::BatchSize::SmallInput;
         group.bench_function(format!("pattern/{id}"), |b| {
             b.iter_batched_ref(fresh, |req| evaluate(black_box(&pattern), req, &env), batch)
@@ -188,14 +198,8 @@ fn planned(c: &mut Criterion, pattern: &[CompiledPolicy], cel: &[CompiledPolicy]
         ("compliant", "pod-compliant.yaml"),
         ("violating", "pod-violating.yaml"),
     ] {
-        let value = pod(file, false).object.into_value();
-        let text = serde_json::to_string(&value).unwrap();
-        let fresh = || Request {
-            object: gavel::json_doc::Document::from_doc(
-                gavel::json_doc::Doc::parse(&text).unwrap(),
-            ),
-            ..Request::offline(&value, "CREATE", Default::default(), None)
-        };
+        let (value, text) = pod_json(file);
+        let fresh = || decoded_afresh(&value, &text);
         // The plan changes the work, not the answers.
         for (set, plan) in [(&pattern, &pattern_plan), (&cel, &cel_plan)] {
             let req = fresh();

@@ -15,9 +15,9 @@
 //! - a top-level `range.all(x, p)` or `range.exists(x, p)` of a member,
 //!   whose range reads only the request's objects and whose predicate
 //!   reads only its item, is fused ([`Node::Fused`]): all the set's
-//!   quantifiers over the same range are tested item by item in one pass
-//!   before the members are evaluated, and so are those over ranges that
-//!   turn out to hold the same items (`containers + initContainers...`
+//!   quantifiers over the same range are tested item by item in one pass,
+//!   run when the first of them is read, and so are those over ranges
+//!   that turn out to hold the same items (`containers + initContainers...`
 //!   spelled three ways in the Pod Security set);
 //! - the paths the members and the fused predicates walk are shared
 //!   across the whole set ([`super::compile::share_paths`]): an item's
