@@ -99,14 +99,7 @@ impl Plan {
                     if !rule.cel_preconditions.is_empty() {
                         continue;
                     }
-                    let group = match kinds_of_cel_group.iter().position(|g| *g == kinds) {
-                        Some(g) => g,
-                        None => {
-                            kinds_of_cel_group.push(kinds);
-                            cel_groups.push(CheckSetBuilder::default());
-                            cel_groups.len() - 1
-                        }
-                    };
+                    let group = group_of(&mut kinds_of_cel_group, &mut cel_groups, kinds);
                     checks.plan_slot =
                         add_cel_checks(&mut cel_groups[group], checks).map(|index| PlanSlot {
                             plan: id,
@@ -120,14 +113,7 @@ impl Plan {
                     ValidateCheck::AnyPattern(alternatives) => alternatives,
                     _ => continue,
                 };
-                let group = match kinds_of_group.iter().position(|g| *g == kinds) {
-                    Some(g) => g,
-                    None => {
-                        kinds_of_group.push(kinds);
-                        groups.push(PatternSet::new());
-                        groups.len() - 1
-                    }
-                };
+                let group = group_of(&mut kinds_of_group, &mut groups, kinds);
                 for p in patterns {
                     p.plan_slot =
                         p.compiled
@@ -169,17 +155,26 @@ impl Plan {
         }
     }
 
-    /// The number of CEL checks the plan evaluates together, and of
-    /// quantifiers fused into passes over their ranges.
-    pub fn planned_cel_checks(&self) -> (usize, usize) {
-        self.cel_groups.iter().fold((0, 0), |(checks, fused), g| {
-            (checks + g.len(), fused + g.fused().0)
-        })
-    }
-
     /// The number of patterns the plan decides.
     pub fn planned_patterns(&self) -> u32 {
         self.groups.iter().map(PatternSet::len).sum()
+    }
+}
+
+/// The number of the group of rules matching `kinds` (sorted), a new one
+/// made when no rule before matched the same.
+fn group_of<G: Default>(
+    kinds_of_group: &mut Vec<Option<Vec<String>>>,
+    groups: &mut Vec<G>,
+    kinds: Option<Vec<String>>,
+) -> usize {
+    match kinds_of_group.iter().position(|g| *g == kinds) {
+        Some(g) => g,
+        None => {
+            kinds_of_group.push(kinds);
+            groups.push(G::default());
+            groups.len() - 1
+        }
     }
 }
 

@@ -815,7 +815,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         // The first item's error; an item only the interpreter can answer
         // outranks it (it may be the one that decides).
         let mut pending: Option<Fail> = None;
-        let mut visit = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
+        let visit = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
             match test(this, item) {
                 Ok(b) if b == exists => {
                     decided = true;
@@ -831,38 +831,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 }
             }
         };
-        match range {
-            // One loop per form, so that no item pays a dispatch on it.
-            Val::List(List::Value(items)) => {
-                for item in items.iter() {
-                    if visit(self, Val::from_json(item))? {
-                        break;
-                    }
-                }
-            }
-            Val::List(List::Doc(items)) => {
-                for item in items.json().elements() {
-                    if visit(self, Val::from_doc(item))? {
-                        break;
-                    }
-                }
-            }
-            Val::List(List::Owned(items)) => {
-                for item in items.iter() {
-                    if visit(self, item.clone())? {
-                        break;
-                    }
-                }
-            }
-            Val::Map(m) => {
-                for key in m.keys() {
-                    if visit(self, key)? {
-                        break;
-                    }
-                }
-            }
-            other => return Err(not_iterable(other)),
-        }
+        self.each_item(range, visit)?;
         self.locals.truncate(item_slot - 1);
         if !decided && let Some(e) = pending {
             return Err(e);
@@ -911,41 +880,56 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             this.locals[slot] = accu;
             Ok(true)
         };
+        self.each_item(range, |this, item| step(this, item).map(|more| !more))?;
+        self.locals.truncate(slot + 1);
+        let result = self.eval(&c.result);
+        self.locals.truncate(slot);
+        result
+    }
+}
+
+impl<'a> Evaluator<'_, 'a> {
+    /// Calls `visit` on each item of `range` (a list's items, a map's
+    /// keys) until it answers true; cel-go's error for anything else. One
+    /// loop per form, so that no item pays a dispatch on it.
+    #[inline(always)]
+    fn each_item(
+        &mut self,
+        range: &Val<'a>,
+        mut visit: impl FnMut(&mut Self, Val<'a>) -> Result<bool, Fail>,
+    ) -> Result<(), Fail> {
         match range {
             Val::List(List::Value(items)) => {
                 for item in items.iter() {
-                    if !step(self, Val::from_json(item))? {
+                    if visit(self, Val::from_json(item))? {
                         break;
                     }
                 }
             }
             Val::List(List::Doc(items)) => {
                 for item in items.json().elements() {
-                    if !step(self, Val::from_doc(item))? {
+                    if visit(self, Val::from_doc(item))? {
                         break;
                     }
                 }
             }
             Val::List(List::Owned(items)) => {
                 for item in items.iter() {
-                    if !step(self, item.clone())? {
+                    if visit(self, item.clone())? {
                         break;
                     }
                 }
             }
             Val::Map(m) => {
                 for key in m.keys() {
-                    if !step(self, key)? {
+                    if visit(self, key)? {
                         break;
                     }
                 }
             }
             other => return Err(not_iterable(other)),
         }
-        self.locals.truncate(slot + 1);
-        let result = self.eval(&c.result);
-        self.locals.truncate(slot);
-        result
+        Ok(())
     }
 }
 
@@ -1275,41 +1259,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             }
             open == 0
         };
-        let iterated = match range {
-            Val::List(List::Value(items)) => {
-                for item in items.iter() {
-                    if visit(self, Val::from_json(item)) {
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            Val::List(List::Doc(items)) => {
-                for item in items.json().elements() {
-                    if visit(self, Val::from_doc(item)) {
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            Val::List(List::Owned(items)) => {
-                for item in items.iter() {
-                    if visit(self, item.clone()) {
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            Val::Map(m) => {
-                for key in m.keys() {
-                    if visit(self, key) {
-                        break;
-                    }
-                }
-                Ok(())
-            }
-            other => Err(not_iterable(other)),
-        };
+        let iterated = self.each_item(range, |this, item| Ok(visit(this, item)));
         self.memos.rewind(mark);
         self.locals.clear();
         for (standing, &q) in standings.iter_mut().zip(pass) {
