@@ -18,6 +18,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use gavel::context::NoResolver;
 use gavel::engine::cel::{CelRequest, evaluate_validating_policy_over};
+use gavel::engine::plan::Plan;
 use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate, evaluate_planned};
 use gavel::policy::CompiledPolicy;
 use gavel::policy::cel_policy::CompiledValidatingPolicy;
@@ -101,7 +102,21 @@ fn decoded_afresh(value: &serde_json::Value, text: &str) -> Request {
 /// a whole Pod's evaluation, as `evaluate` is for the other forms).
 #[inline(never)]
 fn run_validating(policies: &[CompiledValidatingPolicy], req: &Request) -> usize {
-    let input = CelRequest::of(req);
+    run_validating_planned(None, policies, req)
+}
+
+/// [`run_validating`] with the set's plan attached to the request, as the
+/// webhook's snapshot attaches its own.
+#[inline(never)]
+fn run_validating_planned(
+    plan: Option<&Plan>,
+    policies: &[CompiledValidatingPolicy],
+    req: &Request,
+) -> usize {
+    let mut input = CelRequest::of(req);
+    if let Some(plan) = plan {
+        input.attach_plan(plan);
+    }
     let root = input.activation();
     policies
         .iter()
@@ -182,17 +197,25 @@ fn bench(c: &mut Criterion) {
         });
     }
     group.finish();
-    planned(c, &pattern, &cel, &env);
+    planned(c, &pattern, &cel, &vpol, &env);
     each_control(c, &pattern, &cel, &vpol, &env);
 }
 
 /// The two kyverno.io forms as the server evaluates them: with the set's
 /// plan, built once as a snapshot builds it (`engine::plan_set`), on a
-/// request decoded afresh for every evaluation (`pss16-planned`).
-fn planned(c: &mut Criterion, pattern: &[CompiledPolicy], cel: &[CompiledPolicy], env: &EvalEnv) {
-    let (mut pattern, mut cel) = (pattern.to_vec(), cel.to_vec());
+/// request decoded afresh for every evaluation (`pss16-planned`); and the
+/// ValidatingPolicies with theirs, as a snapshot attaches it to the request.
+fn planned(
+    c: &mut Criterion,
+    pattern: &[CompiledPolicy],
+    cel: &[CompiledPolicy],
+    vpol: &[CompiledValidatingPolicy],
+    env: &EvalEnv,
+) {
+    let (mut pattern, mut cel, mut vpol) = (pattern.to_vec(), cel.to_vec(), vpol.to_vec());
     let pattern_plan = gavel::engine::plan_set(&mut pattern);
     let cel_plan = gavel::engine::plan_set(&mut cel);
+    let vpol_plan = gavel::engine::plan_policies(&mut [], &mut vpol);
     let mut group = c.benchmark_group("pss16-planned");
     for (id, file) in [
         ("compliant", "pod-compliant.yaml"),
@@ -215,6 +238,12 @@ fn planned(c: &mut Criterion, pattern: &[CompiledPolicy], cel: &[CompiledPolicy]
                 "{id}"
             );
         }
+        let req = fresh();
+        assert_eq!(
+            run_validating_planned(Some(&vpol_plan), &vpol, &req),
+            run_validating(&vpol, &req),
+            "vpol {id}"
+        );
         let batch = criterion::BatchSize::SmallInput;
         for (form, set, plan) in [
             ("pattern", &pattern, &pattern_plan),
@@ -228,6 +257,13 @@ fn planned(c: &mut Criterion, pattern: &[CompiledPolicy], cel: &[CompiledPolicy]
                 )
             });
         }
+        group.bench_function(format!("vpol/{id}"), |b| {
+            b.iter_batched_ref(
+                fresh,
+                |req| run_validating_planned(Some(&vpol_plan), black_box(&vpol), req),
+                batch,
+            )
+        });
     }
     group.finish();
 }

@@ -411,7 +411,16 @@ use crate::policy::CompiledPolicy;
 /// snapshot, and anything evaluating as the server does, builds once per
 /// set.
 pub fn plan_set(policies: &mut [CompiledPolicy]) -> plan::Plan {
-    let plan = plan::Plan::build(policies);
+    plan_policies(policies, &mut [])
+}
+
+/// [`plan_set`] for a set that has ValidatingPolicies too: their
+/// validations are planned with the classic policies' CEL checks.
+pub fn plan_policies(
+    policies: &mut [CompiledPolicy],
+    validating: &mut [crate::policy::cel_policy::CompiledValidatingPolicy],
+) -> plan::Plan {
+    let plan = plan::Plan::build(policies, validating);
     for policy in policies.iter_mut() {
         validate::decide_by_operation(policy);
     }

@@ -12,6 +12,9 @@
 //!   documents, gives the same responses (every rule's name, type, status,
 //!   message and outputs), the `validate.cel` rules whose checks the plan
 //!   evaluates together (`cel::direct::set`) among them;
+//! - every ValidatingPolicy, evaluated with its folder's plan attached to
+//!   the request and without, gives the same responses, those whose
+//!   validations the plan evaluates among them;
 //! - the foreach deny conditions compiled to be decided on each element
 //!   directly (`ForEach::deny_on_element`) give the scoped path's
 //!   responses, over the same corpora;
@@ -25,8 +28,12 @@
 //! The counts are floors from the run that introduced the test.
 
 use corpus::kind;
+use gavel::admission::policies::{CompiledDocument, PolicySet, compile_document};
 use gavel::context::NoResolver;
-use gavel::engine::{EvalEnv, Request, RuleStatus, evaluate, evaluate_planned, plan_set};
+use gavel::engine::cel::{CelRequest, evaluate_validating_policy};
+use gavel::engine::{
+    EvalEnv, Request, RuleStatus, evaluate, evaluate_planned, plan_policies, plan_set,
+};
 use gavel::json_doc::Doc;
 use gavel::pattern::CompiledPattern;
 use gavel::pattern::set::PatternSet;
@@ -221,6 +228,92 @@ fn the_engine_answers_alike_with_and_without_its_plan() {
     assert!(
         cel_failures >= MIN_PLANNED_CEL_RULE_FAILURES,
         "{cel_failures} planned validate.cel failures"
+    );
+}
+
+const MIN_VALIDATING_POLICIES: usize = 103;
+const MIN_PLANNED_VALIDATING_POLICIES: usize = 93;
+const MIN_PLANNED_VALIDATING_PASSES: usize = 3_452;
+const MIN_PLANNED_VALIDATING_FAILURES: usize = 2_972;
+
+/// Every ValidatingPolicy of the corpora (with the CEL PolicyExceptions of
+/// its folder), evaluated with the folder's plan attached to the request
+/// (as a snapshot attaches its own) and without, on its folder's
+/// resources as CREATE, UPDATE and DELETE, on values and on documents,
+/// gives the same response: the rule's name, status and message.
+#[test]
+fn validating_policies_answer_alike_with_and_without_their_plan() {
+    let folders = corpus::documents_by_folder();
+    let (mut policies, mut planned_policies) = (0, 0);
+    let (mut passes, mut failures) = (0, 0);
+    let mut differences = Vec::new();
+    for (dir, docs) in &folders {
+        let mut set = PolicySet::default();
+        for doc in docs {
+            let Ok(loaded) = classify("corpus", 0, doc.clone()) else {
+                continue;
+            };
+            match compile_document(loaded) {
+                Ok(CompiledDocument::Validating(p)) => set.validating.push(*p),
+                Ok(CompiledDocument::CelException(e)) => set.cel_exceptions.push(e.into()),
+                _ => {}
+            }
+        }
+        if set.validating.is_empty() {
+            continue;
+        }
+        set.attach_cel_exceptions();
+        let mut validating = set.validating;
+        let plan = plan_policies(&mut [], &mut validating);
+        policies += validating.len();
+        let planned: Vec<bool> = validating
+            .iter()
+            .map(|p| p.checks.plan_slot.is_some())
+            .collect();
+        planned_policies += planned.iter().filter(|&&p| p).count();
+        for resource in resources_under(&folders, dir) {
+            each_request(resource, |operation, req| {
+                let alone = CelRequest::of(req);
+                let with_plan = CelRequest::of(req).with_plan(&plan);
+                for (p, &planned) in validating.iter().zip(&planned) {
+                    let want = evaluate_validating_policy(p, req, &alone, &NoResolver);
+                    let got = evaluate_validating_policy(p, req, &with_plan, &NoResolver);
+                    let answers = |r: &gavel::engine::PolicyResponse| -> Vec<_> {
+                        r.rules
+                            .iter()
+                            .map(|r| (r.name.to_string(), r.status, r.message.to_string()))
+                            .collect()
+                    };
+                    let (want, got) = (answers(&want), answers(&got));
+                    if planned {
+                        passes += want.iter().filter(|r| r.1 == RuleStatus::Pass).count();
+                        failures += want.iter().filter(|r| r.1 == RuleStatus::Fail).count();
+                    }
+                    let heading = format!("{} {operation} {}", dir.display(), p.key);
+                    differences.extend(difference(
+                        &heading,
+                        resource,
+                        ("without", &want),
+                        ("with the plan", &got),
+                    ));
+                }
+            });
+        }
+    }
+    eprintln!(
+        "{policies} ValidatingPolicies, {planned_policies} planned: \
+         {passes} passes and {failures} failures of planned ones"
+    );
+    assert_none(&differences, 3);
+    assert!(policies >= MIN_VALIDATING_POLICIES, "{policies} policies");
+    assert!(
+        planned_policies >= MIN_PLANNED_VALIDATING_POLICIES,
+        "{planned_policies} planned"
+    );
+    assert!(passes >= MIN_PLANNED_VALIDATING_PASSES, "{passes} passes");
+    assert!(
+        failures >= MIN_PLANNED_VALIDATING_FAILURES,
+        "{failures} failures"
     );
 }
 

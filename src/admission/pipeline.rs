@@ -254,7 +254,7 @@ pub fn admit_reporting(
             let cel_input = match ctx.cel_request() {
                 Some(input) => Some(input),
                 None if snapshot.cel_validation_on(failure_policy) => {
-                    owned = CelRequest::of(req);
+                    owned = CelRequest::of(req).with_plan(&snapshot.plan);
                     Some(&owned)
                 }
                 None => None,

@@ -116,7 +116,8 @@ pub struct Snapshot {
     /// podSecurity, manifests, image verification and mutation read, is
     /// decoded directly rather than made from a document.
     pub validate_reads_documents: bool,
-    /// What the classic policies share per request (`engine::plan`).
+    /// What the classic policies and ValidatingPolicies share per request
+    /// (`engine::plan`).
     pub plan: Plan,
 }
 
@@ -126,7 +127,7 @@ impl Snapshot {
         let PolicySet {
             mut policies,
             exceptions,
-            validating,
+            mut validating,
             mutating,
             generating,
             image_validating,
@@ -169,10 +170,11 @@ impl Snapshot {
             && image_validating.is_empty()
             && background[0].is_empty()
             && validate[0].iter().all(|&i| policies[i].reads_documents());
-        // One plan for all the classic policies: a route's request also
-        // walks the patterns of policies on other routes that share a group
-        // of kinds with its own (sets seen so far use one route).
-        let plan = crate::engine::plan_set(&mut policies);
+        // One plan for all the classic policies and ValidatingPolicies: a
+        // route's request also walks the patterns (and evaluates the CEL
+        // checks) of policies on other routes that share a group with its
+        // own (sets seen so far use one route).
+        let plan = crate::engine::plan_policies(&mut policies, &mut validating);
         let validate_builtins = std::array::from_fn(|route| {
             Builtins::of(validate[route].iter().map(|&i| &policies[i]))
         });

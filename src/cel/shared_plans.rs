@@ -69,6 +69,16 @@ mod tests {
             "(object.spec.containers +\n  (object.spec.?initContainers.orValue([])))",
         )
         .unwrap();
+        // The long way round (`has(...) ? ... : []`), as half the Pod
+        // Security policies write it.
+        let c = Program::compile(
+            "object.spec.containers + (has(object.spec.initContainers) ? object.spec.initContainers : [])",
+        )
+        .unwrap();
+        assert!(Arc::ptr_eq(
+            a.request_wide_plan().unwrap(),
+            c.request_wide_plan().unwrap()
+        ));
         let other = Program::compile("object.spec.containers").unwrap();
         let (pa, pb) = (
             a.request_wide_plan().unwrap(),

@@ -458,7 +458,7 @@ async fn evaluate_page(
                     results.extend(reports::results(policy, &response, BACKGROUND_SCAN, now));
                 }
                 if !validating.is_empty() || !image_validating.is_empty() {
-                    let input = CelRequest::of(&req);
+                    let input = CelRequest::of(&req).with_plan(&snapshot.plan);
                     for &i in &image_validating {
                         let policy = &snapshot.image_validating[i];
                         let response =

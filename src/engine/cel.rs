@@ -22,6 +22,7 @@ pub use mutating::{
     trigger_conditions_hold,
 };
 
+use super::plan::{Plan, PlannedCel};
 use super::{PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus};
 use crate::cel::direct::{self, Val};
 use crate::cel::values::cel_to_json;
@@ -72,6 +73,9 @@ pub struct CelRequest<'r> {
     /// How the policies' own constraints selected `source` so far, by
     /// [`PolicyScope::selection_key`]: `None` not selected, else the view.
     selections: RefCell<Vec<(Arc<str>, Selection)>>,
+    /// The answers of the policy set's planned checks on `object`, when
+    /// the set's plan is attached ([`CelRequest::attach_plan`]).
+    planned: Option<PlannedCel<'r>>,
 }
 
 /// An object bound as a CEL variable: borrowed in either form (a request's
@@ -256,7 +260,32 @@ impl<'r> CelRequest<'r> {
                 Source::Document(&req.old_object),
             )),
             selections: RefCell::default(),
+            planned: None,
         }
+    }
+
+    /// Lets the policies evaluated on this request read the answers of
+    /// `plan`, the plan of the set they belong to. Only for a request
+    /// holding borrowed objects: the answers borrow them.
+    pub fn attach_plan(&mut self, plan: &'r Plan) {
+        if let (Bound::Borrowed(object), Bound::Borrowed(old_object)) =
+            (&self.object, &self.old_object)
+        {
+            self.planned = Some(PlannedCel::new(plan, object.json(), old_object.json()));
+        }
+    }
+
+    /// [`CelRequest::attach_plan`] on a request made here.
+    pub fn with_plan(mut self, plan: &'r Plan) -> CelRequest<'r> {
+        self.attach_plan(plan);
+        self
+    }
+
+    /// The answers of the plan attached to this request for the
+    /// validations of `checks` on its objects, in order; `None` without
+    /// one, or when it does not evaluate them.
+    fn planned_answers(&self, checks: &CelChecks) -> Option<&[Result<bool, direct::Fail>]> {
+        self.planned.as_ref()?.answers(checks)
     }
 
     /// [`CelRequest::of`] holding its own copy of the request's objects,
@@ -273,6 +302,7 @@ impl<'r> CelRequest<'r> {
             views: Default::default(),
             shared: None,
             selections: RefCell::default(),
+            planned: None,
         }
     }
 
@@ -366,6 +396,7 @@ impl<'r> CelRequest<'r> {
                 Source::Value(&NULL),
             )),
             selections: RefCell::default(),
+            planned: None,
         }
     }
 
@@ -730,6 +761,28 @@ pub fn run_validations(
         }
     }
     CelVerdict::Pass
+}
+
+/// The verdict of validations whose answers a policy set's plan found
+/// (`crate::engine::plan`): a pass when every one holds, else the first
+/// false one's denial, as [`run_validations`] gives them. `None` when one
+/// did not give a bool (an error is worded by the checks' own evaluation)
+/// or the failing one's message is an expression.
+pub(crate) fn planned_verdict(
+    checks: &CelChecks,
+    answers: &[Result<bool, direct::Fail>],
+    errors: EvalErrors,
+) -> Option<CelVerdict> {
+    for (v, answer) in checks.validations.iter().zip(answers) {
+        match answer {
+            Ok(true) => {}
+            Ok(false) if v.message_expression.is_none() => {
+                return Some(CelVerdict::Fail(static_denial(v, errors)));
+            }
+            _ => return None,
+        }
+    }
+    Some(CelVerdict::Pass)
 }
 
 /// The denial of a validation that is false, without its
@@ -1287,10 +1340,16 @@ pub fn evaluate_validating_policy_over<'p>(
     let lookups = ResolverLookups(resolver);
     let respond =
         |status: RuleStatus, message: String| RuleResponse::new(&scope.name, status, message);
-    let evaluate = |vars: &Activation| validating_policy_rule(policy, vars, &lookups);
+    let evaluate = |vars: &Activation| validating_policy_rule(policy, vars, &lookups, None);
     let rule = match view.params(scope, req, resolver) {
         Err(e) => respond(RuleStatus::Error, e),
-        Ok(None) => evaluate(vars),
+        // The plan's answers are on the request's object itself, which
+        // `vars` binds when the policy does not see it through a
+        // template.
+        Ok(None) => {
+            let planned = view.template.is_none().then_some(input);
+            validating_policy_rule(policy, vars, &lookups, planned)
+        }
         // Each param is one evaluation of the policy; the first that does
         // not pass decides.
         Ok(Some(list)) => {
@@ -1338,7 +1397,7 @@ pub fn evaluate_validating_policy_on_json<'p>(
     let lookups = ResolverLookups(resolver);
     response
         .rules
-        .push(validating_policy_rule(policy, &vars, &lookups));
+        .push(validating_policy_rule(policy, &vars, &lookups, None));
     response
 }
 
@@ -1346,10 +1405,14 @@ pub fn evaluate_validating_policy_on_json<'p>(
 /// request's, a template view's, or a payload's; params bound when it has
 /// them): exceptions, matchConditions, variables, validations and
 /// auditAnnotations, as Kyverno's `evaluateWithData` does in every mode.
+/// With `planned`, the request whose objects `vars` binds as they are, the
+/// validations' answers are read from the plan attached to it when it
+/// evaluates them ([`planned_verdict`]).
 fn validating_policy_rule<'p>(
     policy: &'p CompiledValidatingPolicy,
     vars: &Activation,
     lookups: &dyn Lookups,
+    planned: Option<&CelRequest>,
 ) -> RuleResponse<'p> {
     let scope = &policy.scope;
     let respond =
@@ -1374,6 +1437,12 @@ fn validating_policy_rule<'p>(
         CelVerdict::NotMatched(m) => respond(RuleStatus::Skip, m.into()),
         CelVerdict::Error(e) => respond(RuleStatus::Error, e.into()),
     };
+    if let Some(verdict) = planned
+        .and_then(|input| input.planned_answers(&policy.checks))
+        .and_then(|answers| planned_verdict(&policy.checks, answers, errors))
+    {
+        return answer(verdict);
+    }
     if !policy.checks.variables.is_empty()
         && let Some(verdict) = lazy_variables::validations(&policy.checks, vars, errors)
     {

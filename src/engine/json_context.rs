@@ -150,6 +150,11 @@ impl<'p> JsonContext<'p> {
     /// the plan of the policy set they belong to.
     pub fn attach_plan(&mut self, plan: &'p Plan, req: &'p Request) {
         self.plan = Some(PlanForRequest::new(plan, req));
+        // The policies evaluated with this request's CEL variables read
+        // its answers too (ValidatingPolicies).
+        if let Some(cel) = &mut self.cel {
+            cel.attach_plan(plan);
+        }
     }
 
     /// The plan attached to this request's context, if any.

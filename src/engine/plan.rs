@@ -17,6 +17,10 @@
 //! match ([`CheckSet`]): once per request, on the first such rule the
 //! request evaluates; each rule reads its validations' answers. A rule
 //! whose answers are not all bools is evaluated on its own, as before.
+//! The set's ValidatingPolicies' validations are planned the same way,
+//! grouped by their policies' own constraints
+//! ([`crate::policy::cel_policy::PolicyScope::selection_key`]): the
+//! policies a request is selected by all together.
 //!
 //! It also holds, per kind name the set's rules list, each policy's
 //! candidate rules for that kind ([`crate::policy::compile::RuleKinds::for_kind`]): a request
@@ -36,11 +40,12 @@ use crate::cel::direct::set::{CheckSet, CheckSetBuilder, Declared};
 use crate::cel::direct::{Fail, Node, Val};
 use crate::json_doc::{Document, JsonRef};
 use crate::pattern::set::{FailurePath, Passing, PatternSet};
-use crate::policy::cel_policy::CelChecks;
+use crate::policy::cel_policy::{CelChecks, CompiledValidatingPolicy, EvaluationMode};
 use crate::policy::compile::{Candidates, Pattern, PlanSlot, PolicySlot, ValidateRule};
 use crate::policy::{CompiledPolicy, RuleBody, ValidateCheck};
 use std::cell::OnceCell;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Plans get distinct ids, so that a pattern's slot names the plan it was
@@ -55,8 +60,9 @@ pub struct Plan {
     /// group of each rule it evaluates, so the patterns of rules for other
     /// kinds (a Pod policy's autogen rules) cost it nothing.
     groups: Vec<PatternSet>,
-    /// The CEL checks evaluated together, per kinds a rule matches, as
-    /// the patterns are.
+    /// The CEL checks evaluated together: a `validate.cel` rule's per
+    /// kinds the rule matches, as the patterns are; a ValidatingPolicy's
+    /// per its own constraints.
     cel_groups: Vec<CheckSet>,
     /// Per kind name some rule lists, each policy's candidate rules and
     /// those the kind alone matches ([`crate::policy::compile::RuleKinds::for_kind`]), by the
@@ -72,17 +78,30 @@ pub struct Plan {
 /// ([`crate::policy::compile::RuleKinds::for_kind`]).
 type KindMasks = Option<crate::policy::compile::KindMasks>;
 
+/// What the checks of one CEL group have in common: the kinds their
+/// `validate.cel` rules match (sorted), or their ValidatingPolicies'
+/// selection, interned ([`crate::policy::cel_policy::PolicyScope::selection_key`]).
+#[derive(PartialEq)]
+enum CelGroupKey {
+    Kinds(Option<Vec<String>>),
+    Selection(Arc<str>),
+}
+
 impl Plan {
     /// Plans `policies`: numbers their top-level validate patterns (and
     /// anyPattern alternatives) in merged [`PatternSet`]s, one per list of
     /// kinds their rules match, and records each one's slot in the
     /// pattern. Patterns a set cannot decide, or that hold variables, get
-    /// no slot.
-    pub fn build(policies: &mut [CompiledPolicy]) -> Plan {
+    /// no slot. Numbers the CEL checks of their `validate.cel` rules, and
+    /// of `validating`, in [`CheckSet`]s the same way.
+    pub fn build(
+        policies: &mut [CompiledPolicy],
+        validating: &mut [CompiledValidatingPolicy],
+    ) -> Plan {
         let id = NEXT_PLAN.fetch_add(1, Ordering::Relaxed);
         let mut kinds_of_group: Vec<Option<Vec<String>>> = Vec::new();
         let mut groups: Vec<PatternSet> = Vec::new();
-        let mut kinds_of_cel_group: Vec<Option<Vec<String>>> = Vec::new();
+        let mut keys_of_cel_group: Vec<CelGroupKey> = Vec::new();
         let mut cel_groups: Vec<CheckSetBuilder> = Vec::new();
         for policy in policies.iter_mut() {
             for rule in &mut policy.rules {
@@ -99,7 +118,8 @@ impl Plan {
                     if !rule.cel_preconditions.is_empty() {
                         continue;
                     }
-                    let group = group_of(&mut kinds_of_cel_group, &mut cel_groups, kinds);
+                    let key = CelGroupKey::Kinds(kinds);
+                    let group = group_of(&mut keys_of_cel_group, &mut cel_groups, key);
                     checks.plan_slot =
                         add_cel_checks(&mut cel_groups[group], checks).map(|index| PlanSlot {
                             plan: id,
@@ -126,6 +146,22 @@ impl Plan {
                             });
                 }
             }
+        }
+        for policy in validating.iter_mut() {
+            let checks = &mut policy.checks;
+            checks.plan_slot = None;
+            // Params bind per param object; other modes read no request.
+            if policy.mode != EvaluationMode::Kubernetes || policy.scope.param_kind.is_some() {
+                continue;
+            }
+            let key = CelGroupKey::Selection(policy.scope.selection_key.clone());
+            let group = group_of(&mut keys_of_cel_group, &mut cel_groups, key);
+            checks.plan_slot =
+                add_cel_checks(&mut cel_groups[group], checks).map(|index| PlanSlot {
+                    plan: id,
+                    group: group as u32,
+                    index,
+                });
         }
         let mut kinds = BTreeMap::new();
         for policy in policies.iter() {
@@ -161,17 +197,17 @@ impl Plan {
     }
 }
 
-/// The number of the group of rules matching `kinds` (sorted), a new one
-/// made when no rule before matched the same.
-fn group_of<G: Default>(
-    kinds_of_group: &mut Vec<Option<Vec<String>>>,
+/// The number of the group of rules with `key` (the kinds they match,
+/// sorted, for patterns), a new one made when no rule before had the same.
+fn group_of<K: PartialEq, G: Default>(
+    keys_of_group: &mut Vec<K>,
     groups: &mut Vec<G>,
-    kinds: Option<Vec<String>>,
+    key: K,
 ) -> usize {
-    match kinds_of_group.iter().position(|g| *g == kinds) {
+    match keys_of_group.iter().position(|g| *g == key) {
         Some(g) => g,
         None => {
-            kinds_of_group.push(kinds);
+            keys_of_group.push(key);
             groups.push(G::default());
             groups.len() - 1
         }
@@ -219,6 +255,54 @@ fn add_cel_checks(group: &mut CheckSetBuilder, checks: &CelChecks) -> Option<u32
 /// Every check's answer of one CEL group, by number.
 type CelAnswers = Vec<Result<bool, Fail>>;
 
+/// The answers of a plan's CEL checks on one request's objects: per
+/// group, found when a rule or policy first reads one of its checks.
+#[derive(Debug)]
+pub struct PlannedCel<'p> {
+    plan: &'p Plan,
+    object: JsonRef<'p>,
+    old_object: JsonRef<'p>,
+    /// One cell per group, made on the first read: a request that reads
+    /// none allocates nothing.
+    answers: OnceCell<Box<[OnceCell<CelAnswers>]>>,
+}
+
+impl<'p> PlannedCel<'p> {
+    /// The answers on the request whose objects are `object` and
+    /// `old_object`.
+    pub fn new(plan: &'p Plan, object: JsonRef<'p>, old_object: JsonRef<'p>) -> PlannedCel<'p> {
+        PlannedCel {
+            plan,
+            object,
+            old_object,
+            answers: OnceCell::new(),
+        }
+    }
+
+    /// The answers of the validations of `checks`, in order; `None` when
+    /// the plan does not evaluate them.
+    pub fn answers(&self, checks: &CelChecks) -> Option<&[Result<bool, Fail>]> {
+        let slot = checks.plan_slot.filter(|s| s.plan == self.plan.id)?;
+        let group = slot.group as usize;
+        let groups = self.answers.get_or_init(|| {
+            self.plan
+                .cel_groups
+                .iter()
+                .map(|_| OnceCell::new())
+                .collect()
+        });
+        let answers = groups[group].get_or_init(|| {
+            self.plan.cel_groups[group].evaluate(
+                Val::from_ref(self.object),
+                Val::from_ref(self.old_object),
+                COST_LIMIT as i64,
+            )
+        });
+        let first = slot.index as usize;
+        answers.get(first..first + checks.validations.len())
+    }
+}
+
 /// A plan in use for one request: the object its patterns read and, per
 /// group, their verdicts, found on first use.
 pub struct PlanForRequest<'p> {
@@ -238,9 +322,8 @@ pub struct PlanForRequest<'p> {
     passing: OnceCell<Box<[OnceCell<Passing>]>>,
     /// The request's old object, which CEL checks read too.
     old_object: &'p Document,
-    /// Per CEL group, every check's answer, found when a rule first reads
-    /// one.
-    cel_answers: OnceCell<Box<[OnceCell<CelAnswers>]>>,
+    /// The CEL checks' answers on the request's objects.
+    cel: PlannedCel<'p>,
 }
 
 impl<'p> PlanForRequest<'p> {
@@ -255,7 +338,7 @@ impl<'p> PlanForRequest<'p> {
             operation: crate::matching::operation_index(&req.operation),
             passing: OnceCell::new(),
             old_object: &req.old_object,
-            cel_answers: OnceCell::new(),
+            cel: PlannedCel::new(plan, req.object.json(), req.old_object.json()),
         }
     }
 
@@ -268,27 +351,10 @@ impl<'p> PlanForRequest<'p> {
         object: &Document,
         old_object: &Document,
     ) -> Option<&[Result<bool, Fail>]> {
-        let slot = checks.plan_slot.filter(|s| s.plan == self.plan.id)?;
         if !std::ptr::eq(object, self.object) || !std::ptr::eq(old_object, self.old_object) {
             return None;
         }
-        let group = slot.group as usize;
-        let groups = self.cel_answers.get_or_init(|| {
-            self.plan
-                .cel_groups
-                .iter()
-                .map(|_| OnceCell::new())
-                .collect()
-        });
-        let answers = groups[group].get_or_init(|| {
-            self.plan.cel_groups[group].evaluate(
-                Val::from_ref(self.object.json()),
-                Val::from_ref(self.old_object.json()),
-                COST_LIMIT as i64,
-            )
-        });
-        let first = slot.index as usize;
-        answers.get(first..first + checks.validations.len())
+        self.cel.answers(checks)
     }
 
     /// The candidate rules of `policy` for a request of `kind`, as

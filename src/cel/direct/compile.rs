@@ -450,11 +450,11 @@ impl Compiler<'_> {
                     Some(Node::NotStrictlyFalse(self.boxed(&args[0])?))
                 }
                 (operators::NEGATE, 1) => Some(Node::Neg(self.boxed(&args[0])?)),
-                (operators::CONDITIONAL, 3) => Some(Node::Cond(Box::new([
+                (operators::CONDITIONAL, 3) => Some(conditional([
                     self.node(&args[0])?,
                     self.node(&args[1])?,
                     self.node(&args[2])?,
-                ]))),
+                ])),
                 (operators::INDEX, 2) => {
                     Some(Node::Index(self.boxed(&args[0])?, self.boxed(&args[1])?))
                 }
@@ -643,6 +643,54 @@ fn binary(op: BinOp, l: Node, r: Node) -> Node {
         (BinOp::In, x, Node::Const(c)) => Node::InConst(Box::new(x), c),
         (op, l, r) => Node::Binary(op, Box::new(l), Box::new(r)),
     }
+}
+
+/// `c ? t : e`, except `has(p.f) ? p.f : d` with `d` a constant, which is
+/// `p.?f.orValue(d)` written the long way (`(has(object.spec.initContainers)
+/// ? object.spec.initContainers : [])` in half the Pod Security policies,
+/// `object.spec.?initContainers.orValue([])` in the others): compiled as
+/// that chain, the two spellings are one plan, so that a policy set
+/// computes `allContainers` once and sweeps it once, and the field is
+/// looked up once, not twice. Both give the same value wherever either
+/// gives one (a present field, null or not, is itself; an absent one is
+/// `d`) and both fail where `p` is no map; the interpreter words a
+/// failure from the expression as written. Neither charges a cost.
+fn conditional(parts: [Node; 3]) -> Node {
+    if let [
+        Node::Path {
+            base,
+            fields,
+            test: true,
+        },
+        Node::Path {
+            base: selected_base,
+            fields: selected,
+            test: false,
+        },
+        Node::Const(_),
+    ] = &parts
+        && fields == selected
+        && format!("{base:?}") == format!("{selected_base:?}")
+    {
+        let [Node::Path { base, fields, .. }, _, default] = parts else {
+            unreachable!("matched above")
+        };
+        let (last, prefix) = fields.split_last().expect("a path selects a field");
+        let map = match prefix.is_empty() {
+            true => *base,
+            false => Node::Path {
+                base,
+                fields: prefix.into(),
+                test: false,
+            },
+        };
+        return Node::OptFields(
+            Box::new(map),
+            Box::new([last.clone()]),
+            OptEnd::OrValue(Box::new(default)),
+        );
+    }
+    Node::Cond(Box::new(parts))
 }
 
 /// An optional chain as its base and steps (outermost last).

@@ -18,7 +18,8 @@
 //!   quantifiers over the same range are tested item by item in one pass,
 //!   run when the first of them is read, and so are those over ranges
 //!   that turn out to hold the same items (`containers + initContainers...`
-//!   spelled three ways in the Pod Security set);
+//!   spelled three ways in the Pod Security set, two of which compile to
+//!   one range, and `containers` alone on a Pod with no others);
 //! - the paths the members and the fused predicates walk are shared
 //!   across the whole set ([`super::compile::share_paths`]): an item's
 //!   `securityContext` is looked up once per item for every predicate.

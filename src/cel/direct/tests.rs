@@ -525,6 +525,46 @@ fn document_chains_and_logical_chains_answer_as_the_interpreter() {
             true,
         ),
         ("object.spec.?volumes.hasValue()", "true", "OptFields", true),
+        // `has(p.f) ? p.f : constant` is the chain `p.?f.orValue(constant)`:
+        // a present field (null or not), an absent one, and a `p` that is
+        // no map (the interpreter's error).
+        (
+            "has(object.spec.volumes) ? object.spec.volumes : []",
+            r#"[{"hostPath":{"path":"/etc"},"name":"v"}]"#,
+            "OptFields",
+            true,
+        ),
+        (
+            "has(object.spec.initContainers) ? object.spec.initContainers : []",
+            "[]",
+            "OptFields",
+            true,
+        ),
+        (
+            "has(object.spec.containers[1].securityContext) ? object.spec.containers[1].securityContext : 'none'",
+            "null",
+            "OptFields",
+            true,
+        ),
+        (
+            "has(object.spec.containers.name) ? object.spec.containers.name : 'x'",
+            "error: unsupported index type 'string' in list",
+            "OptFields",
+            false,
+        ),
+        // Another field, or a default that is not constant: as written.
+        (
+            "has(object.spec.volumes) ? object.spec.hostNetwork : true",
+            "false",
+            "Cond",
+            true,
+        ),
+        (
+            "has(object.spec.hostPID) ? object.spec.hostPID : object.spec.hostNetwork",
+            "false",
+            "Cond",
+            true,
+        ),
         // A list's field on the way: the interpreter's answer.
         (
             "object.spec.?containers.?name.orValue('x') == 'x'",

@@ -147,11 +147,9 @@ impl<'p> RuleValidator<'_, 'p> {
     }
 
     /// The response of a `validate.cel` rule as the policy set's plan
-    /// evaluated its validations with the set's others: a pass when every
-    /// one holds, else the first false one's message, as the rule's own
-    /// evaluation gives them. `None` when the plan does not evaluate them
-    /// or one did not give a bool (an error is worded by the rule's own
-    /// evaluation), or the failing one's message is an expression.
+    /// evaluated its validations with the set's others
+    /// ([`crate::engine::cel::planned_verdict`]). `None` when the plan does
+    /// not evaluate them or does not decide.
     fn planned_cel(
         &self,
         checks: &CelChecks,
@@ -164,17 +162,12 @@ impl<'p> RuleValidator<'_, 'p> {
         let answers = ctx
             .plan()?
             .cel_answers(checks, &req.object, &req.old_object)?;
-        for (v, answer) in checks.validations.iter().zip(answers) {
-            match answer {
-                Ok(true) => {}
-                Ok(false) if v.message_expression.is_none() => {
-                    let message = crate::engine::cel::static_denial(v, EvalErrors::Deny);
-                    return Some(self.respond(RuleStatus::Fail, message));
-                }
-                _ => return None,
-            }
-        }
-        Some(self.respond(RuleStatus::Pass, self.pass))
+        Some(
+            match crate::engine::cel::planned_verdict(checks, answers, EvalErrors::Deny)? {
+                CelVerdict::Fail(message) => self.respond(RuleStatus::Fail, message),
+                _ => self.respond(RuleStatus::Pass, self.pass),
+            },
+        )
     }
 
     /// The response of a rule's pattern, or of its anyPattern, as the
