@@ -119,13 +119,8 @@ impl Plan {
                         continue;
                     }
                     let key = CelGroupKey::Kinds(kinds);
-                    let group = group_of(&mut keys_of_cel_group, &mut cel_groups, key);
                     checks.plan_slot =
-                        add_cel_checks(&mut cel_groups[group], checks).map(|index| PlanSlot {
-                            plan: id,
-                            group: group as u32,
-                            index,
-                        });
+                        cel_slot(id, &mut keys_of_cel_group, &mut cel_groups, key, checks);
                     continue;
                 }
                 let patterns: &mut [Pattern] = match check {
@@ -155,13 +150,7 @@ impl Plan {
                 continue;
             }
             let key = CelGroupKey::Selection(policy.scope.selection_key.clone());
-            let group = group_of(&mut keys_of_cel_group, &mut cel_groups, key);
-            checks.plan_slot =
-                add_cel_checks(&mut cel_groups[group], checks).map(|index| PlanSlot {
-                    plan: id,
-                    group: group as u32,
-                    index,
-                });
+            checks.plan_slot = cel_slot(id, &mut keys_of_cel_group, &mut cel_groups, key, checks);
         }
         let mut kinds = BTreeMap::new();
         for policy in policies.iter() {
@@ -214,9 +203,26 @@ fn group_of<K: PartialEq, G: Default>(
     }
 }
 
-/// Adds a `validate.cel` rule's validations to `group`, all or none: the
-/// first's number there. Not for rules with params or audit annotations,
-/// which the rule's own evaluation handles.
+/// Adds `checks` to the CEL group with `key` of plan `id`: their slot, or
+/// `None` when they cannot be members ([`add_cel_checks`]).
+fn cel_slot(
+    id: u64,
+    keys_of_group: &mut Vec<CelGroupKey>,
+    groups: &mut Vec<CheckSetBuilder>,
+    key: CelGroupKey,
+    checks: &CelChecks,
+) -> Option<PlanSlot> {
+    let group = group_of(keys_of_group, groups, key);
+    add_cel_checks(&mut groups[group], checks).map(|index| PlanSlot {
+        plan: id,
+        group: group as u32,
+        index,
+    })
+}
+
+/// Adds a `validate.cel` rule's or a ValidatingPolicy's validations to
+/// `group`, all or none: the first's number there. Not for checks with
+/// params or audit annotations, which their own evaluation handles.
 fn add_cel_checks(group: &mut CheckSetBuilder, checks: &CelChecks) -> Option<u32> {
     if checks.params.is_some() || !checks.audit_annotations.is_empty() {
         return None;
