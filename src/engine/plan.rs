@@ -328,7 +328,10 @@ pub struct PlanForRequest<'p> {
     passing: OnceCell<Box<[OnceCell<Passing>]>>,
     /// The request's old object, which CEL checks read too.
     old_object: &'p Document,
-    /// The CEL checks' answers on the request's objects.
+    /// The `validate.cel` checks' answers on the request's objects. The
+    /// ValidatingPolicies read theirs through the request's `CelRequest`,
+    /// whose groups are never these (`CelGroupKey`): no group is evaluated
+    /// twice.
     cel: PlannedCel<'p>,
 }
 

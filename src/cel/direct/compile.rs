@@ -656,41 +656,41 @@ fn binary(op: BinOp, l: Node, r: Node) -> Node {
 /// `d`) and both fail where `p` is no map; the interpreter words a
 /// failure from the expression as written. Neither charges a cost.
 fn conditional(parts: [Node; 3]) -> Node {
-    if let [
-        Node::Path {
-            base,
-            fields,
-            test: true,
-        },
-        Node::Path {
-            base: selected_base,
-            fields: selected,
-            test: false,
-        },
-        Node::Const(_),
-    ] = &parts
-        && fields == selected
-        && format!("{base:?}") == format!("{selected_base:?}")
-    {
-        let [Node::Path { base, fields, .. }, _, default] = parts else {
-            unreachable!("matched above")
-        };
-        let (last, prefix) = fields.split_last().expect("a path selects a field");
-        let map = match prefix.is_empty() {
-            true => *base,
-            false => Node::Path {
+    match parts {
+        [
+            Node::Path {
                 base,
-                fields: prefix.into(),
+                fields,
+                test: true,
+            },
+            Node::Path {
+                base: selected_base,
+                fields: selected,
                 test: false,
             },
-        };
-        return Node::OptFields(
-            Box::new(map),
-            Box::new([last.clone()]),
-            OptEnd::OrValue(Box::new(default)),
-        );
+            default @ Node::Const(_),
+        ] if !fields.is_empty()
+            && fields == selected
+            && format!("{base:?}") == format!("{selected_base:?}") =>
+        {
+            // Not empty (the guard): the last field is the one tested.
+            let (prefix, last) = fields.split_at(fields.len() - 1);
+            let map = match prefix.is_empty() {
+                true => *base,
+                false => Node::Path {
+                    base,
+                    fields: prefix.into(),
+                    test: false,
+                },
+            };
+            Node::OptFields(
+                Box::new(map),
+                last.into(),
+                OptEnd::OrValue(Box::new(default)),
+            )
+        }
+        parts => Node::Cond(Box::new(parts)),
     }
-    Node::Cond(Box::new(parts))
 }
 
 /// An optional chain as its base and steps (outermost last).

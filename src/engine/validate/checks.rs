@@ -162,12 +162,12 @@ impl<'p> RuleValidator<'_, 'p> {
         let answers = ctx
             .plan()?
             .cel_answers(checks, &req.object, &req.old_object)?;
-        Some(
-            match crate::engine::cel::planned_verdict(checks, answers, EvalErrors::Deny)? {
-                CelVerdict::Fail(message) => self.respond(RuleStatus::Fail, message),
-                _ => self.respond(RuleStatus::Pass, self.pass),
-            },
-        )
+        match crate::engine::cel::planned_verdict(checks, answers, EvalErrors::Deny)? {
+            CelVerdict::Pass => Some(self.respond(RuleStatus::Pass, self.pass)),
+            CelVerdict::Fail(message) => Some(self.respond(RuleStatus::Fail, message)),
+            // A plan's answers only pass or fail.
+            CelVerdict::NotMatched(_) | CelVerdict::Error(_) => None,
+        }
     }
 
     /// The response of a rule's pattern, or of its anyPattern, as the
