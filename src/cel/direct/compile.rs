@@ -109,6 +109,18 @@ pub enum Node {
     /// nearly every optional chain): walked key by key in the decoded
     /// document, no value built until the end.
     OptFields(Box<Node>, Box<[Key]>, OptEnd),
+    /// [`Node::OptFields`] whose first step, `base.?fields[0]`, is a path
+    /// other selections of the expression walk too ([`share_paths`]): the
+    /// value of memo `id` when it was found, else the step taken and the
+    /// value it finds kept there. `c.?securityContext.?privileged`,
+    /// `c.?securityContext.?procMount` and `has(c.securityContext)` of one
+    /// container then look `securityContext` up once.
+    MemoOptFields {
+        id: u32,
+        base: Box<Node>,
+        fields: Box<[Key]>,
+        end: OptEnd,
+    },
     /// `a && b && c ...` (three or more operands, any grouping): one loop
     /// over the operands, where nested pairs recurse once per operator
     /// ([`flatten_logic`]).
@@ -806,6 +818,9 @@ pub(super) fn unshare_paths(node: &mut Node) {
     *node = match taken {
         Node::Memo { base, field, .. } => path(*base, field, false),
         Node::MemoHas { base, field, .. } => path(*base, field, true),
+        Node::MemoOptFields {
+            base, fields, end, ..
+        } => Node::OptFields(base, fields, end),
         // A path from a memo's chain, now a path itself: one path.
         Node::Path { base, fields, test } if !fields.is_empty() => {
             let last = fields.len() - 1;
@@ -919,7 +934,7 @@ pub(super) fn for_each_child(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
                 f(default);
             }
         }
-        Node::OptFields(base, _, end) => {
+        Node::OptFields(base, _, end) | Node::MemoOptFields { base, end, .. } => {
             f(base);
             if let OptEnd::OrValue(default) = end {
                 f(default);
@@ -1042,6 +1057,42 @@ impl Sharing {
                     }
                 }
             }
+            // An optional chain shares its first step, the one a plain
+            // selection of the same path finds alike (a present field);
+            // past it, `.?` finds what `.` would fail on, so nothing more.
+            Node::OptFields(base, fields, _) if let Some(root) = self.root(base) => {
+                let Some(first) = fields.first() else {
+                    return;
+                };
+                let prefix = (root, vec![first.clone()]);
+                match pass {
+                    Pass::Count => *self.counts.entry(prefix).or_default() += 1,
+                    Pass::Rewrite if self.shared(&prefix.0, &prefix.1) => {
+                        let id = self.id(&prefix.0, &prefix.1);
+                        let Node::OptFields(base, fields, end) =
+                            std::mem::replace(node, Node::Const(Val::Null))
+                        else {
+                            unreachable!("matched above")
+                        };
+                        *node = Node::MemoOptFields {
+                            id,
+                            base,
+                            fields,
+                            end,
+                        };
+                    }
+                    Pass::Rewrite => {}
+                }
+                // The default is walked as any other child.
+                if let Node::OptFields(_, _, OptEnd::OrValue(default))
+                | Node::MemoOptFields {
+                    end: OptEnd::OrValue(default),
+                    ..
+                } = node
+                {
+                    self.walk(default, pass);
+                }
+            }
             Node::Quantifier {
                 range,
                 item_slot,
@@ -1065,7 +1116,7 @@ impl Sharing {
                 self.items = saved;
             }
             // Made by this rewrite from a path: nothing under it to share.
-            Node::Memo { .. } | Node::MemoHas { .. } => {}
+            Node::Memo { .. } | Node::MemoHas { .. } | Node::MemoOptFields { .. } => {}
             other => for_each_child(other, &mut |child| self.walk(child, pass)),
         }
     }

@@ -9,7 +9,7 @@
 use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep, VariableRef};
 use super::functions::{self, concat, contained};
 use super::value::{Fail, List, MapVal, Val, compare, equals};
-use crate::json_doc::{Json, Key, PackedJson};
+use crate::json_doc::{Json, Key, Kind, PackedJson};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
 use std::sync::Arc;
@@ -497,6 +497,18 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 let found = self.opt_fields(base, fields)?;
                 self.opt_end(found, end)
             }
+            Node::MemoOptFields {
+                id,
+                base,
+                fields,
+                end,
+            } => {
+                let found = match self.memo_doc_opt_fields(*id, base, fields) {
+                    Some(end) => end.into_result()?,
+                    None => self.opt_fields(base, fields)?,
+                };
+                self.opt_end(found, end)
+            }
             Node::Matches(target, re) => match self.eval(target)? {
                 Val::Str(s) => Ok(Val::Bool(re.is_match(s.as_str()))),
                 _ => Err(Fail::Interpreter),
@@ -520,19 +532,85 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     /// already has (a comprehension variable, a memo found, a root) and that value
     /// is an object of the decoded document: read where it is held, where
     /// evaluating `base` would copy the value out and drop it again.
+    ///
+    /// A path of fields from such a value (`object.spec`, a memo not found
+    /// yet) is walked key by key in the document, where evaluating it
+    /// would make a value of each step: the ranges of a policy set's
+    /// passes and its request-wide lists start from `object.spec`.
     #[inline]
-    fn peek_doc(&self, base: &Node) -> Option<Json<'a>> {
+    fn peek_doc(&mut self, base: &Node) -> Option<Json<'a>> {
         let held = match base {
             Node::Local(slot) => self.locals.get(*slot)?,
-            Node::Memo { id, .. } => self.memos.get(*id)?,
+            Node::Memo { id, base, field } => match self.memos.get(*id) {
+                Some(held) => held,
+                None => return self.peek_memo(*id, base, field),
+            },
             Node::Known(index) => self.env.known(*index)?,
             Node::Shared(index) => self.env.shared(*index)?,
+            Node::Path {
+                base,
+                fields,
+                test: false,
+            } => return self.peek_doc_walked(base, fields),
             _ => return None,
         };
         match held {
             Val::Map(MapVal::Doc(j)) => Some(j.json()),
             _ => None,
         }
+    }
+
+    /// [`Evaluator::peek_doc`] of `base.fields`: the object found when
+    /// every step is an object of the document that has the next field.
+    /// Anything else (a missing field, an error) is for evaluating the
+    /// path to answer.
+    #[inline(never)]
+    fn peek_doc_walked(&mut self, base: &Node, fields: &[Key]) -> Option<Json<'a>> {
+        let mut at = self.peek_doc(base)?;
+        for field in fields {
+            at = at.get_key(field)?;
+            if !at.is_object() {
+                return None;
+            }
+        }
+        Some(at)
+    }
+
+    /// [`Evaluator::peek_doc`] of memo `id`, not found yet: the field
+    /// looked up in its base's object and kept in the memo, as evaluating
+    /// the memo keeps it, so that the next read finds it there (a set's
+    /// request-wide lists each read `object.spec` three times).
+    #[inline(never)]
+    fn peek_memo(&mut self, id: u32, base: &Node, field: &Key) -> Option<Json<'a>> {
+        let found = self.peek_doc(base)?.get_key(field)?;
+        self.memos.remember(id, Val::from_doc(found));
+        found.is_object().then_some(found)
+    }
+
+    /// [`Node::MemoOptFields`] walked in the decoded document: from memo
+    /// `id`'s value when it was found, else from `base`, keeping the first
+    /// step's value in the memo. `None` where either is not an object of
+    /// the document ([`Evaluator::opt_fields`] answers then).
+    #[inline]
+    fn memo_doc_opt_fields(&mut self, id: u32, base: &Node, fields: &[Key]) -> Option<DocEnd<'a>> {
+        let (first, rest) = fields.split_first()?;
+        if let Some(held) = self.memos.get(id) {
+            return match held {
+                Val::Map(MapVal::Doc(j)) => Some(doc_opt_fields(j.json(), rest, 1)),
+                _ => None,
+            };
+        }
+        let j = self.peek_doc(base)?;
+        if !j.is_object() {
+            return None;
+        }
+        Some(match j.get_key(first) {
+            Some(found) => {
+                self.memos.remember(id, Val::from_doc(found));
+                doc_opt_fields(found, rest, 1)
+            }
+            None => DocEnd::Missing,
+        })
     }
 
     /// [`Evaluator::opt_path`] of a chain of fields alone: the same answers,
@@ -686,29 +764,34 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         // `a.?b.?c.orValue(d) == constant` from a document object: the
         // value found is compared where it lies, never made a `Val` and
         // returned through memory.
-        let found;
-        let x = match x {
+        let walked = match x {
             Node::OptFields(base, fields, OptEnd::OrValue(default))
-                if let Node::Const(default) = &**default
-                    && let Some(j) = self.peek_doc(base) =>
+                if let Node::Const(default) = &**default =>
             {
-                match doc_opt_fields(j, fields, 0) {
-                    DocEnd::Found(j) => {
-                        found = Val::from_doc(j.json());
-                        &found
-                    }
-                    DocEnd::Missing => default,
-                    DocEnd::Interpreter => return Err(Fail::Interpreter),
+                self.peek_doc(base)
+                    .map(|j| (doc_opt_fields(j, fields, 0), default))
+            }
+            Node::MemoOptFields {
+                id,
+                base,
+                fields,
+                end: OptEnd::OrValue(default),
+            } if let Node::Const(default) = &**default => self
+                .memo_doc_opt_fields(*id, base, fields)
+                .map(|end| (end, default)),
+            _ => None,
+        };
+        let same = match walked {
+            Some((DocEnd::Found(j), _)) => doc_equals(j.json(), constant),
+            Some((DocEnd::Missing, default)) => equals(default, constant),
+            Some((DocEnd::Interpreter, _)) => return Err(Fail::Interpreter),
+            None => {
+                let found = self.eval(x)?;
+                match constant_left {
+                    false => equals(&found, constant),
+                    true => equals(constant, &found),
                 }
             }
-            x => {
-                found = self.eval(x)?;
-                &found
-            }
-        };
-        let same = match constant_left {
-            false => equals(x, constant),
-            true => equals(constant, x),
         };
         Ok(same.ok_or(Fail::Interpreter)? == eq)
     }
@@ -933,6 +1016,19 @@ impl<'a> Evaluator<'_, 'a> {
     }
 }
 
+/// [`equals`] of a value of the document and a constant: a bool, a
+/// string or null compared where it lies; any other made a `Val` first.
+/// Equality is symmetric, so the operands' order does not matter.
+#[inline]
+fn doc_equals(found: Json, constant: &Val) -> Option<bool> {
+    match (found.kind(), constant) {
+        (Kind::Bool(a), Val::Bool(b)) => Some(a == *b),
+        (Kind::Str(a), Val::Str(b)) => Some(crate::text::same(a, b.as_str())),
+        (Kind::Null, Val::Null) => Some(true),
+        _ => equals(&Val::from_doc(found), constant),
+    }
+}
+
 /// One `.?field` step of an optional chain from `current` (`first`: the
 /// chain's first step). A field of null is none, as is a scalar's at the
 /// first step (cel-go: a later step selects from the value an optional
@@ -1090,6 +1186,8 @@ pub(super) fn evaluate_members<'a>(
         swept: vec![false; sweeps.len()],
         peeked: None,
         budget,
+        pass: Vec::new(),
+        standings: Vec::new(),
     }));
     members
         .iter()
@@ -1115,10 +1213,18 @@ pub(super) struct Fusion<'e, 'a> {
     peeked: Option<Vec<Option<Val<'a>>>>,
     /// The budget each quantifier starts with.
     budget: i64,
+    /// The sweeps of the pass being run, and where each of their
+    /// quantifiers stands: kept from pass to pass, so that a request
+    /// allocates them once. Built afresh as inline vectors, every pass
+    /// copied a kilobyte of them in and out.
+    pass: Vec<usize>,
+    standings: Vec<Standing>,
 }
 
 /// Where a fused quantifier stands in its pass.
 struct Standing {
+    /// The quantifier, by number.
+    quantifier: usize,
     budget: i64,
     /// Its answer, once an item decided it or its budget ran out.
     done: Option<Result<bool, Fail>>,
@@ -1169,22 +1275,39 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 return;
             }
         };
+        // No items (`object.spec.?initContainers.orValue([])` on most
+        // Pods): each quantifier is answered as it is alone over none, `all`
+        // true and `exists` false, nothing charged; no other range is
+        // looked for and no pass set up.
+        if let Val::List(items) = &range
+            && items.is_empty()
+        {
+            for &q in &fusion.sweeps[sweep].quantifiers {
+                fusion.answers[q] = Some(FusedAnswer {
+                    answer: Ok(!fusion.quantifiers[q].exists),
+                    cost: 0,
+                });
+            }
+            return;
+        }
         if fusion.peeked.is_none() {
             let sweeps = fusion.sweeps;
             fusion.peeked = Some(sweeps.iter().map(|s| self.peek_range(&s.range)).collect());
         }
-        let mut pass: SmallVec<[usize; 16]> = SmallVec::new();
-        pass.extend_from_slice(&fusion.sweeps[sweep].quantifiers);
+        let mut pass = std::mem::take(&mut fusion.pass);
+        pass.clear();
+        pass.push(sweep);
         for (other, peeked) in fusion.peeked.iter().flatten().enumerate() {
             if !fusion.swept[other]
                 && let Some(found) = peeked
                 && super::value::same_items(&range, found)
             {
                 fusion.swept[other] = true;
-                pass.extend_from_slice(&fusion.sweeps[other].quantifiers);
+                pass.push(other);
             }
         }
         self.sweep(&range, &pass, fusion);
+        fusion.pass = pass;
     }
 
     /// A range's value when finding it cannot fail or cost anything: a
@@ -1192,6 +1315,16 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     fn peek_range(&mut self, range: &Node) -> Option<Val<'a>> {
         match range {
             Node::Shared(index) => self.env.shared(*index).cloned(),
+            // A range the set's paths share (`object.spec.containers`,
+            // read by several quantifiers' guards).
+            Node::Memo { id, base, field } => {
+                if let Some(held) = self.memos.get(*id) {
+                    return Some(held.clone());
+                }
+                let found = Val::from_doc(self.peek_doc(base)?.get_key(field)?);
+                self.memos.remember(*id, found.clone());
+                Some(found)
+            }
             Node::Path {
                 base,
                 fields,
@@ -1210,20 +1343,28 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         }
     }
 
-    /// One pass over `range` for the fused quantifiers `pass`, writing
-    /// each one's answer and cost into the fusion's answers.
+    /// One pass over `range` for the fused quantifiers of the sweeps
+    /// `pass`, writing each one's answer and cost into the fusion's
+    /// answers.
     fn sweep(&mut self, range: &Val<'a>, pass: &[usize], fusion: &mut Fusion<'e, 'a>) {
         let quantifiers = fusion.quantifiers;
         let budget = fusion.budget;
-        let mut standings: SmallVec<[Standing; 16]> = pass
-            .iter()
-            .map(|_| Standing {
-                budget,
-                done: None,
-                pending: None,
-            })
-            .collect();
-        let mut open = pass.len();
+        let standings = &mut fusion.standings;
+        standings.clear();
+        for &sweep in pass {
+            standings.extend(
+                fusion.sweeps[sweep]
+                    .quantifiers
+                    .iter()
+                    .map(|&quantifier| Standing {
+                        quantifier,
+                        budget,
+                        done: None,
+                        pending: None,
+                    }),
+            );
+        }
+        let mut open = standings.len();
         let mark = self.memos.mark();
         self.locals.clear();
         self.locals.push(Val::Null);
@@ -1231,11 +1372,11 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         let mut visit = |this: &mut Self, item: Val<'a>| -> bool {
             this.memos.rewind(mark);
             this.locals[1] = item;
-            for (standing, &q) in standings.iter_mut().zip(pass) {
+            for standing in standings.iter_mut() {
                 if standing.done.is_some() {
                     continue;
                 }
-                let q = &quantifiers[q];
+                let q = &quantifiers[standing.quantifier];
                 // As `Evaluator::quantifier` charges and tests each item.
                 this.budget = standing.budget - q.weight;
                 let tested = match this.budget < 0 {
@@ -1262,7 +1403,8 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         let iterated = self.each_item(range, |this, item| Ok(visit(this, item)));
         self.memos.rewind(mark);
         self.locals.clear();
-        for (standing, &q) in standings.iter_mut().zip(pass) {
+        for standing in fusion.standings.iter_mut() {
+            let q = standing.quantifier;
             let exists = quantifiers[q].exists;
             fusion.answers[q] = Some(FusedAnswer {
                 answer: match (&iterated, standing.done.take(), standing.pending.take()) {

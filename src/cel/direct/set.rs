@@ -190,7 +190,17 @@ impl CheckSetBuilder {
             .iter_mut()
             .map(|q| std::mem::replace(&mut q.pred, Node::Const(Val::Null)))
             .collect();
+        // The ranges too, at the top as the members are (a pass's range
+        // is evaluated where its first quantifier is read, never within
+        // an item): `object.spec` is found once for all of them.
+        let ranges: Vec<Node> = set
+            .sweeps
+            .iter_mut()
+            .map(|s| std::mem::replace(&mut s.range, Node::Const(Val::Null)))
+            .collect();
         let mut members = std::mem::take(&mut set.members);
+        let member_count = members.len();
+        members.extend(ranges);
         members.push(Node::Quantifier {
             range: Box::new(Node::Const(Val::Null)),
             item_slot: 1,
@@ -211,6 +221,9 @@ impl CheckSetBuilder {
         };
         for (q, pred) in set.quantifiers.iter_mut().zip(predicates) {
             q.pred = pred;
+        }
+        for (sweep, range) in set.sweeps.iter_mut().zip(members.drain(member_count..)) {
+            sweep.range = range;
         }
         set.members = members;
         set

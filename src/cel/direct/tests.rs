@@ -572,6 +572,43 @@ fn document_chains_and_logical_chains_answer_as_the_interpreter() {
             "OptFields",
             false,
         ),
+        // A chain's first step shared with other selections of the same
+        // path: found by whichever comes first and kept, then read from
+        // there; a null there (the second container) is walked again.
+        (
+            "object.spec.containers.map(c, [c.?securityContext.?capabilities.?add.orValue([]).size(), \
+             c.?securityContext.?runAsUser.orValue(-1)])",
+            "[[1,-1],[0,-1]]",
+            "MemoOptFields",
+            true,
+        ),
+        (
+            "object.spec.containers.all(c, !has(c.securityContext) || \
+             c.?securityContext.?capabilities.?add.orValue([]) == ['NET_ADMIN'])",
+            "false",
+            "MemoOptFields",
+            true,
+        ),
+        (
+            "object.spec.containers.exists(c, c.?securityContext.?privileged.orValue(false) == false && \
+             has(c.securityContext) && has(c.securityContext.capabilities))",
+            "true",
+            "MemoOptFields",
+            true,
+        ),
+        (
+            "object.?spec.?hostIPC.orValue(false) == false && object.spec.hostNetwork == false",
+            "true",
+            "MemoOptFields",
+            true,
+        ),
+        // The first step finds a list, whose field is the interpreter's.
+        (
+            "size(object.spec.containers) > 0 && object.?spec.?containers.?name.orValue('x') == 'x'",
+            "error: unsupported index type 'string' in list",
+            "MemoOptFields",
+            false,
+        ),
         // Three or more operands: the first that decides, decides, over
         // errors on either side; else the error stands.
         (
