@@ -222,12 +222,7 @@ fn spec_agrees(spec: &Expected, cel_go: &Value) -> bool {
 
 /// Where gavel answers otherwise than cel-go and the spec's file accepts
 /// gavel's answer (each must still disagree): (test, why).
-const KNOWN_DISAGREEMENTS: &[(&str, &str)] = &[(
-    "fields/qualified_identifier_resolution/map_value_repeat_key_heterogeneous",
-    "`{0: 1, 0u: 2}[0.0]`: the cel crate has no double key for a map of int keys (the known \
-     failure map_key_mixed_numbers_double_key), an error the spec expects for its repeated key; \
-     cel-go answers 1",
-)];
+const KNOWN_DISAGREEMENTS: &[(&str, &str)] = &[];
 
 /// Every test of the spec's files this runner reads, and [`CASES`].
 #[test]

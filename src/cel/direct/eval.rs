@@ -377,9 +377,16 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                         .and_then(|i| l.get(i))
                         .ok_or(Fail::Interpreter),
                     (Val::List(l), Val::Uint(i)) => l.get(*i as usize).ok_or(Fail::Interpreter),
-                    (Val::Map(m), Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Bool(_)) => {
-                        m.get(&key).ok().flatten().ok_or(Fail::Interpreter)
+                    // cel-go indexes a list by a double with no fraction
+                    // (`[7, 8][dyn(0.0)]`); any other is its error, which
+                    // the interpreter gives.
+                    (Val::List(l), Val::Double(d)) if d.fract() == 0.0 && *d >= 0.0 => {
+                        l.get(*d as usize).ok_or(Fail::Interpreter)
                     }
+                    (
+                        Val::Map(m),
+                        Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Bool(_) | Val::Double(_),
+                    ) => m.get(&key).ok().flatten().ok_or(Fail::Interpreter),
                     _ => Err(Fail::Interpreter),
                 }
             }

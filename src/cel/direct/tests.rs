@@ -97,6 +97,16 @@ fn answers_as_cel_go_where_the_interpreter_does_not() {
         ),
         // `.?` on a string is none.
         ("object.metadata.name.?foo.orValue('none')", "\"none\"", ""),
+        // A double with no fraction indexes a list, and finds the integer
+        // key of a map it equals (cel-spec's `zero_based_double` and
+        // `map_key_mixed_numbers_double_key`).
+        ("[7, 8, 9][dyn(1.0)]", "8", ""),
+        (
+            "{1u: 'a', 2: 'b'}[2.0] + {1u: 'a', 2: 'b'}[1.0]",
+            "\"ba\"",
+            "",
+        ),
+        ("{1u: 'a', 2: 'b'}[?1.0].orValue('none')", "\"a\"", ""),
     ] {
         let (got, interpreted, _) = both(expr);
         assert_eq!(got, cel_go, "{expr}");
@@ -303,8 +313,8 @@ fn answers_equal_the_interpreters() {
         ("1 == 1.0", "true", true),
         ("[1u] == [1.0] && 2 != 2u", "false", true),
         ("1.0 in [1] && 1u in {1: 2}", "true", true),
-        // A double key is left to the interpreter.
-        ("!(1.5 in {1: 2}) && 1.0 in {1: 2}", "true", false),
+        // A double key finds the integer key it equals, as in cel-go.
+        ("!(1.5 in {1: 2}) && 1.0 in {1: 2}", "true", true),
         (
             "object.spec.containers.all(c, c.securityContext.capabilities.add.size() > 0)",
             "",

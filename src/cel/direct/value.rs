@@ -418,8 +418,19 @@ impl<'a> MapVal<'a> {
                     .find(|(k, _)| equals(k, key) == Some(true))
                     .map(|(_, v)| v.clone()),
             }),
-            // kyverno-compat: cel-go looks a double key up as the integer
-            // it equals; keep it simple and unsupported.
+            // A double finds the integer key it equals, as in cel-go
+            // (`{3u: x}[3.0]`; the cel crate keeps the types apart). A map
+            // with double keys is an error there, which the interpreter
+            // gives.
+            Val::Double(_) => Ok(match self {
+                MapVal::Value(_) | MapVal::Doc(_) => None,
+                MapVal::Owned(e) => e
+                    .iter()
+                    .find(|(k, _)| {
+                        matches!(k, Val::Int(_) | Val::Uint(_)) && equals(k, key) == Some(true)
+                    })
+                    .map(|(_, v)| v.clone()),
+            }),
             other => Err(format!("unsupported map key type {}", other.type_name())),
         }
     }
