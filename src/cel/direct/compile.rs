@@ -1060,10 +1060,10 @@ impl Sharing {
             // An optional chain shares its first step, the one a plain
             // selection of the same path finds alike (a present field);
             // past it, `.?` finds what `.` would fail on, so nothing more.
-            Node::OptFields(base, fields, _) if let Some(root) = self.root(base) => {
-                let Some(first) = fields.first() else {
-                    return;
-                };
+            Node::OptFields(base, fields, _)
+                if let Some(root) = self.root(base)
+                    && let Some(first) = fields.first() =>
+            {
                 let prefix = (root, vec![first.clone()]);
                 match pass {
                     Pass::Count => *self.counts.entry(prefix).or_default() += 1,
