@@ -1060,11 +1060,15 @@ impl Sharing {
             // An optional chain shares its first step, the one a plain
             // selection of the same path finds alike (a present field);
             // past it, `.?` finds what `.` would fail on, so nothing more.
-            Node::OptFields(base, fields, _)
+            Node::OptFields(base, fields, end)
                 if let Some(root) = self.root(base)
                     && let Some(first) = fields.first() =>
             {
                 let prefix = (root, vec![first.clone()]);
+                // The default is walked as any other child.
+                if let OptEnd::OrValue(default) = end {
+                    self.walk(default, pass);
+                }
                 match pass {
                     Pass::Count => *self.counts.entry(prefix).or_default() += 1,
                     Pass::Rewrite if self.shared(&prefix.0, &prefix.1) => {
@@ -1082,15 +1086,6 @@ impl Sharing {
                         };
                     }
                     Pass::Rewrite => {}
-                }
-                // The default is walked as any other child.
-                if let Node::OptFields(_, _, OptEnd::OrValue(default))
-                | Node::MemoOptFields {
-                    end: OptEnd::OrValue(default),
-                    ..
-                } = node
-                {
-                    self.walk(default, pass);
                 }
             }
             Node::Quantifier {

@@ -589,9 +589,16 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     /// request-wide lists each read `object.spec` three times).
     #[inline(never)]
     fn peek_memo(&mut self, id: u32, base: &Node, field: &Key) -> Option<Json<'a>> {
+        self.find_memo(id, base, field).filter(|j| j.is_object())
+    }
+
+    /// Memo `id`'s value (`base.field`, any kind) found in the document
+    /// from its peeked base and kept in the memo; `None` where the base is
+    /// no object of the document or lacks the field.
+    fn find_memo(&mut self, id: u32, base: &Node, field: &Key) -> Option<Json<'a>> {
         let found = self.peek_doc(base)?.get_key(field)?;
         self.memos.remember(id, Val::from_doc(found));
-        found.is_object().then_some(found)
+        Some(found)
     }
 
     /// [`Node::MemoOptFields`] walked in the decoded document: from memo
@@ -1324,27 +1331,18 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             Node::Shared(index) => self.env.shared(*index).cloned(),
             // A range the set's paths share (`object.spec.containers`,
             // read by several quantifiers' guards).
-            Node::Memo { id, base, field } => {
-                if let Some(held) = self.memos.get(*id) {
-                    return Some(held.clone());
-                }
-                let found = Val::from_doc(self.peek_doc(base)?.get_key(field)?);
-                self.memos.remember(*id, found.clone());
-                Some(found)
-            }
+            Node::Memo { id, base, field } => match self.memos.get(*id) {
+                Some(held) => Some(held.clone()),
+                None => self.find_memo(*id, base, field).map(Val::from_doc),
+            },
             Node::Path {
                 base,
                 fields,
                 test: false,
             } => {
-                let mut at = self.peek_doc(base)?;
-                for field in fields {
-                    if !at.is_object() {
-                        return None;
-                    }
-                    at = at.get_key(field)?;
-                }
-                Some(Val::from_doc(at))
+                let (last, walk) = fields.split_last()?;
+                let found = self.peek_doc_walked(base, walk)?.get_key(last)?;
+                Some(Val::from_doc(found))
             }
             _ => None,
         }
