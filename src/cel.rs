@@ -530,6 +530,16 @@ impl<'a> direct::Bindings<'a> for Activation<'a> {
         self.parent.and_then(|p| p.ident(name))
     }
 
+    fn dotted(&self, name: &str) -> Option<Val<'a>> {
+        let mut at = self;
+        loop {
+            if let Some((_, v)) = at.slots.iter().find(|(n, _)| n == name) {
+                return Some(v.clone());
+            }
+            at = at.parent?;
+        }
+    }
+
     fn known(&self, index: usize) -> Option<&Val<'a>> {
         let mut at = self;
         loop {
@@ -637,16 +647,13 @@ fn bind(name: String, init: IdedExpr, body: IdedExpr) -> IdedExpr {
     })))
 }
 
-/// A two-variable comprehension ([`is_two_variable`]) as the interpreter
-/// can run it: the one-variable macro's expansion over the range's
-/// `[index or key, item or value]` pairs ([`library::PAIRS`]), its body
-/// under two binds that name the pair's halves. `transformMap` collects
-/// `[key, value]` pairs into a map ([`library::MAP_OF_PAIRS`]). The
-/// semantics are the one-variable macros', as the interpreter runs them:
-/// its comprehension stops at an item's error, where cel-go's `all` lets a
-/// later false decide (`tests/data/cel-spec/known-failures.txt`).
+/// A two-variable comprehension ([`is_two_variable`]) as cel-go expands
+/// it: a comprehension whose `iter_var` is the index or key and
+/// `iter_var2` the item or value. `transformMap` collects `[key, value]`
+/// pairs into a map ([`library::MAP_OF_PAIRS`]). The direct evaluator runs
+/// this form; the interpreter, which has no second variable, runs
+/// [`pairs_form`] of it.
 fn expand_two_variable(c: CallExpr) -> IdedExpr {
-    const PAIR: &str = "@pair";
     const RESULT: &str = "@result";
     let mut args = c.args.into_iter();
     let mut name = || match args.next().map(|a| a.expr) {
@@ -656,16 +663,6 @@ fn expand_two_variable(c: CallExpr) -> IdedExpr {
     let (first, second) = (name(), name());
     // The predicate, or the filter and the value.
     let mut rest = args;
-    let half = |i: i64| {
-        ided(call(
-            "_[_]",
-            vec![
-                ided(Expr::Ident(PAIR.into())),
-                ided(Expr::Literal(LiteralValue::Int(i.into()))),
-            ],
-        ))
-    };
-    let bound = |body: IdedExpr| bind(first.clone(), half(0), bind(second.clone(), half(1), body));
     let accu = || ided(Expr::Ident(RESULT.into()));
     let literal = |v: LiteralValue| ided(Expr::Literal(v));
     let list = |elements: Vec<IdedExpr>| {
@@ -680,7 +677,7 @@ fn expand_two_variable(c: CallExpr) -> IdedExpr {
             ided(call(operators::NOT_STRICTLY_FALSE, vec![accu()])),
             ided(call(
                 operators::LOGICAL_AND,
-                vec![accu(), bound(rest.next().expect("3 args"))],
+                vec![accu(), rest.next().expect("3 args")],
             )),
             accu(),
         ),
@@ -692,7 +689,7 @@ fn expand_two_variable(c: CallExpr) -> IdedExpr {
             )),
             ided(call(
                 operators::LOGICAL_OR,
-                vec![accu(), bound(rest.next().expect("3 args"))],
+                vec![accu(), rest.next().expect("3 args")],
             )),
             accu(),
         ),
@@ -702,7 +699,7 @@ fn expand_two_variable(c: CallExpr) -> IdedExpr {
             ided(call(
                 operators::CONDITIONAL,
                 vec![
-                    bound(rest.next().expect("3 args")),
+                    rest.next().expect("3 args"),
                     ided(call(
                         operators::ADD,
                         vec![accu(), literal(LiteralValue::Int(1.into()))],
@@ -722,15 +719,12 @@ fn expand_two_variable(c: CallExpr) -> IdedExpr {
                 _ => unreachable!("is_two_variable checked the count"),
             };
             let item = match transform {
-                "transformMap" => list(vec![half(0), bound(value)]),
-                _ => bound(value),
+                "transformMap" => list(vec![ided(Expr::Ident(first.clone())), value]),
+                _ => value,
             };
             let appended = ided(call(operators::ADD, vec![accu(), list(vec![item])]));
             let step = match filter {
-                Some(f) => ided(call(
-                    operators::CONDITIONAL,
-                    vec![bound(f), appended, accu()],
-                )),
+                Some(f) => ided(call(operators::CONDITIONAL, vec![f, appended, accu()])),
                 None => appended,
             };
             let result = match transform {
@@ -746,15 +740,43 @@ fn expand_two_variable(c: CallExpr) -> IdedExpr {
         }
     };
     ided(Expr::Comprehension(Box::new(ComprehensionExpr {
-        iter_range: ided(call(library::PAIRS, vec![*c.target.expect("a target")])),
-        iter_var: PAIR.into(),
-        iter_var2: None,
+        iter_range: *c.target.expect("a target"),
+        iter_var: first,
+        iter_var2: Some(second),
         accu_var: RESULT.into(),
         accu_init: init,
         loop_cond: condition,
         loop_step: step,
         result,
     })))
+}
+
+/// A two-variable comprehension as the interpreter can run it: over the
+/// range's `[index or key, item or value]` pairs ([`library::PAIRS`]),
+/// its condition and step under two binds that name the pair's halves.
+/// The semantics are the one-variable macros', as the interpreter runs
+/// them: its comprehension stops at an item's error, where cel-go's `all`
+/// lets a later false decide; the direct evaluator answers those.
+fn pairs_form(c: &mut ComprehensionExpr) {
+    const PAIR: &str = "@pair";
+    let Some(second) = c.iter_var2.take() else {
+        return;
+    };
+    let first = std::mem::replace(&mut c.iter_var, PAIR.into());
+    let half = |i: i64| {
+        ided(call(
+            "_[_]",
+            vec![
+                ided(Expr::Ident(PAIR.into())),
+                ided(Expr::Literal(LiteralValue::Int(i.into()))),
+            ],
+        ))
+    };
+    let bound = |body: IdedExpr| bind(first.clone(), half(0), bind(second.clone(), half(1), body));
+    let range = std::mem::replace(&mut c.iter_range, ided(Expr::Unspecified));
+    c.iter_range = ided(call(library::PAIRS, vec![range]));
+    let step = std::mem::replace(&mut c.loop_step, ided(Expr::Unspecified));
+    c.loop_step = bound(step);
 }
 
 /// `opt.optMap(v, expr)` and `opt.optFlatMap(v, expr)`: CEL's optional
@@ -903,12 +925,16 @@ fn called_functions(e: &IdedExpr, out: &mut Vec<String>) {
 /// [`library::SELECT`] and [`library::HAS`] (the interpreter's own
 /// selection answers false on a value that is not a map, where cel-go
 /// fails with `no such key`, or `unsupported index type` on a list), and
-/// a comprehension's range checked by [`library::ITERABLE`], and `-x` as
+/// a comprehension's range checked by [`library::ITERABLE`], `-x` as
 /// [`library::NEGATE`] (the interpreter's takes a bool and wraps the
-/// smallest int).
+/// smallest int), and a two-variable comprehension over pairs
+/// ([`pairs_form`]).
 fn interpreter_forms(mut e: IdedExpr) -> IdedExpr {
     fn visit(e: &mut IdedExpr) {
         for_each_child_mut(e, &mut visit);
+        if let Expr::Comprehension(c) = &mut e.expr {
+            pairs_form(c);
+        }
         if let Expr::Comprehension(c) = &mut e.expr
             && !matches!(c.iter_range.expr, Expr::List(_))
         {

@@ -18,6 +18,7 @@ mod compile;
 mod eval;
 mod functions;
 pub mod set;
+mod time;
 pub mod value;
 
 pub use compile::{

@@ -45,7 +45,7 @@ pub(super) const ITERABLE: &str = "@iterable";
 /// `[key, value]` pairs, and `transformMap`'s pairs back into a map
 /// (`cel::expand_two_variable`).
 pub(super) const PAIRS: &str = "@pairs";
-pub(super) const MAP_OF_PAIRS: &str = "@mapOfPairs";
+pub(crate) const MAP_OF_PAIRS: &str = "@mapOfPairs";
 pub(super) const AND: &str = "@and";
 /// `-x`, as cel-go has it: of an int or a double only, and an error for
 /// the int with no negation (`-(-9223372036854775808)`).
@@ -500,7 +500,8 @@ fn duration_of(This(this): This<Value>) -> ResolveResult {
 
 /// cel-go's range of timestamps: 0001-01-01T00:00:00Z to
 /// 9999-12-31T23:59:59.999999999Z, in Unix seconds.
-const TIMESTAMP_SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+pub(crate) const TIMESTAMP_SECONDS: std::ops::RangeInclusive<i64> =
+    -62_135_596_800..=253_402_300_799;
 
 /// `timestamp(x)`: an RFC 3339 string, Unix seconds or a timestamp, in
 /// cel-go's range of years (1 to 9999), with its error outside it.

@@ -15,7 +15,7 @@
 //! the whole expression is left to the cel crate's interpreter.
 
 use super::functions::Func;
-use super::value::{List, MapVal, Val};
+use super::value::{List, MapVal, Val, put_entry};
 use crate::cel::library::{AND, EQUALS, IN, NOT_EQUALS, OPT_INDEX, OPT_SELECT, OR, TICK};
 use crate::json_doc::Key;
 use kube_cel::cel::common::ast::{CallExpr, EntryExpr, Expr, IdedExpr, LiteralValue, operators};
@@ -94,13 +94,16 @@ pub enum Node {
     Matches(Box<Node>, Arc<regex::Regex>),
     /// `range.all(x, pred)` / `range.exists(x, pred)` (the parser's
     /// expansions, recognised): the predicate on each item in turn, no
-    /// accumulator. The weight is the expansion's per-item cost.
+    /// accumulator. The weight is the expansion's per-item cost. With
+    /// `pairs`, the two-variable forms (`range.all(i, v, pred)`): the
+    /// index or key in `item_slot`, the item or value above it.
     Quantifier {
         range: Box<Node>,
         item_slot: usize,
         pred: Box<Node>,
         exists: bool,
         weight: i64,
+        pairs: bool,
     },
     /// An optional chain and what ends it (`a.?b.?c.orValue(d)`,
     /// `a.?b.hasValue()`), walked without building the optionals between.
@@ -134,6 +137,14 @@ pub enum Node {
     /// as a failed read of the variable does.
     /// `a || b` would otherwise absorb a failed `a`.
     Inlined(Box<Node>),
+    /// `a.b.c` read from a name no scope of the expression binds, as
+    /// cel-go resolves a qualified identifier: the first of `names`
+    /// (`a.b.c`, then `a.b` with `c` left to select) the bindings hold as
+    /// one variable, else `or_else`, the selection from `a`.
+    Qualified {
+        names: Box<[QualifiedName]>,
+        or_else: Box<Node>,
+    },
     /// The value of request-wide plan `n` of a policy set's checks
     /// ([`super::set`]): read from the set's bindings, computed once per
     /// request.
@@ -143,6 +154,10 @@ pub enum Node {
     /// quantifiers over the same items.
     Fused(usize),
 }
+
+/// One reading of a qualified identifier ([`Node::Qualified`]): a dotted
+/// name, and the fields left to select from its variable.
+pub type QualifiedName = (Box<str>, Box<[Key]>);
 
 /// How a plan names a variable it reads.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -186,6 +201,9 @@ pub enum BinOp {
 pub struct Comprehension {
     pub range: Node,
     pub accu_slot: usize,
+    /// Two iteration variables (`transformList(i, v, ...)`): the index or
+    /// key above the accumulator, the item or value above that.
+    pub pairs: bool,
     pub init: Node,
     pub cond: Node,
     pub step: Node,
@@ -271,6 +289,7 @@ fn compile_with(
         reads: Vec::new(),
         variables,
         visible,
+        in_qualified: false,
     };
     let mut node = compiler.node(e)?;
     share_paths(&mut node);
@@ -291,6 +310,9 @@ struct Compiler<'v> {
     /// the expression being compiled sees.
     variables: Option<&'v RuleVariables<'v>>,
     visible: usize,
+    /// Compiling the plain selection of a [`Node::Qualified`]: its
+    /// shorter prefixes are not qualified again.
+    in_qualified: bool,
 }
 
 impl Compiler<'_> {
@@ -320,6 +342,24 @@ impl Compiler<'_> {
             Node::Const(constant) => Node::Const(constant),
             other => Node::Inlined(Box::new(other)),
         })
+    }
+
+    /// The parts of `a.b.c`, when `e` is a chain of selections from a
+    /// name no scope of the expression binds (not a comprehension's
+    /// variable, a known root or `variables`).
+    fn qualified_parts<'e>(&self, e: &'e IdedExpr) -> Option<Vec<&'e str>> {
+        match &e.expr {
+            Expr::Ident(name) => {
+                (self.local(name).is_none() && known_root(name).is_none() && name != "variables")
+                    .then(|| vec![name.as_str()])
+            }
+            Expr::Select(s) if !s.test => {
+                let mut parts = self.qualified_parts(&s.operand)?;
+                parts.push(&s.field);
+                Some(parts)
+            }
+            _ => None,
+        }
     }
 
     fn boxed(&mut self, e: &IdedExpr) -> Option<Box<Node>> {
@@ -367,6 +407,25 @@ impl Compiler<'_> {
                         false => Node::Variable(variable),
                     });
                 }
+                if !s.test
+                    && !self.in_qualified
+                    && let Some(parts) = self.qualified_parts(e)
+                {
+                    self.in_qualified = true;
+                    let or_else = self.node(e);
+                    self.in_qualified = false;
+                    let names = (2..=parts.len())
+                        .rev()
+                        .map(|k| {
+                            let rest = parts[k..].iter().map(|f| Key::new(f)).collect();
+                            (parts[..k].join(".").into(), rest)
+                        })
+                        .collect();
+                    return Some(Node::Qualified {
+                        names,
+                        or_else: Box::new(or_else?),
+                    });
+                }
                 let operand = self.node(&s.operand)?;
                 path(operand, Key::new(&s.field), s.test)
             }
@@ -407,37 +466,34 @@ impl Compiler<'_> {
                     !o && matches!(k, Node::Const(_)) && matches!(v, Node::Const(_))
                 });
                 if constant && !entries.is_empty() {
-                    let values = entries
-                        .into_iter()
-                        .map(|(k, v, _)| match (k, v) {
-                            (Node::Const(k), Node::Const(v)) => (k, v),
-                            _ => unreachable!("all constants"),
-                        })
-                        .collect();
+                    let mut values = Vec::with_capacity(entries.len());
+                    for (k, v, _) in entries {
+                        let (Node::Const(k), Node::Const(v)) = (k, v) else {
+                            unreachable!("all constants")
+                        };
+                        put_entry(&mut values, k, v);
+                    }
                     Node::Const(Val::Map(MapVal::Owned(Arc::new(values))))
                 } else {
                     Node::Map(entries)
                 }
             }
             Expr::Comprehension(c) => {
-                // Two-variable comprehensions (transformMap, ...) stay with
-                // the interpreter.
-                if c.iter_var2.is_some() {
-                    return None;
-                }
                 let range = self.node(&c.iter_range)?;
                 let init = self.node(&c.accu_init)?;
                 let accu_slot = self.locals.len();
                 self.locals.push(c.accu_var.clone());
                 self.locals.push(c.iter_var.clone());
+                self.locals.extend(c.iter_var2.clone());
                 let cond = self.node(&c.loop_cond);
                 let step = self.node(&c.loop_step);
-                self.locals.pop();
+                self.locals.truncate(accu_slot + 1);
                 let result = self.node(&c.result);
                 self.locals.pop();
                 let c = Comprehension {
                     range,
                     accu_slot,
+                    pairs: c.iter_var2.is_some(),
                     init,
                     cond: cond?,
                     step: step?,
@@ -609,6 +665,7 @@ fn quantifier(c: Comprehension) -> Node {
         pred,
         exists,
         weight,
+        pairs: c.pairs,
     }
 }
 
@@ -885,6 +942,7 @@ pub(super) fn for_each_child(node: &mut Node, f: &mut dyn FnMut(&mut Node)) {
         | Node::Shared(_)
         | Node::Fused(_) => {}
         Node::Path { base, .. } | Node::Memo { base, .. } | Node::MemoHas { base, .. } => f(base),
+        Node::Qualified { or_else, .. } => f(or_else),
         Node::OptSelect(x, _)
         | Node::Not(x)
         | Node::NotStrictlyFalse(x)
@@ -974,17 +1032,16 @@ impl Sharing {
         }
     }
 
-    /// Binds `accu` (no root) and `item` (a new item) for a comprehension's
-    /// body; gives what to restore after it.
-    fn enter(&mut self, accu: usize, item: usize) -> Vec<Option<u32>> {
+    /// Binds the slots of a comprehension's body: `accu` (no root), then
+    /// its item (a new item), or with `pairs` an index or key (no root)
+    /// and its item or value (a new item). Gives what to restore after it.
+    fn enter(&mut self, accu: usize, pairs: bool) -> Vec<Option<u32>> {
         let saved = self.items.clone();
-        if self.items.len() <= item {
-            self.items.resize(item + 1, None);
-        }
-        let number = self.next_item;
+        let item = accu + 1 + usize::from(pairs);
+        self.items.truncate(accu);
+        self.items.resize(item, None);
+        self.items.push(Some(self.next_item));
         self.next_item += 1;
-        self.items[accu] = None;
-        self.items[item] = Some(number);
         saved
     }
 
@@ -1092,21 +1149,22 @@ impl Sharing {
                 range,
                 item_slot,
                 pred,
+                pairs,
                 ..
             } => {
                 self.walk(range, pass);
-                let saved = self.enter(*item_slot - 1, *item_slot);
+                let saved = self.enter(*item_slot - 1, *pairs);
                 self.walk(pred, pass);
                 self.items = saved;
             }
             Node::Comprehension(c) => {
                 self.walk(&mut c.range, pass);
                 self.walk(&mut c.init, pass);
-                let saved = self.enter(c.accu_slot, c.accu_slot + 1);
+                let saved = self.enter(c.accu_slot, c.pairs);
                 self.walk(&mut c.cond, pass);
                 self.walk(&mut c.step, pass);
                 // The result reads the accumulator only.
-                self.items[c.accu_slot + 1] = None;
+                self.items.truncate(c.accu_slot + 1);
                 self.walk(&mut c.result, pass);
                 self.items = saved;
             }

@@ -8,7 +8,8 @@
 
 use super::compile::{BinOp, Comprehension, Node, OptEnd, OptStep, VariableRef};
 use super::functions::{self, concat, contained};
-use super::value::{Fail, List, MapVal, Val, compare, equals};
+use super::time;
+use super::value::{Fail, List, MapVal, Val, compare, equals, put_entry};
 use crate::json_doc::{Json, Key, Kind, PackedJson};
 use smallvec::SmallVec;
 use std::cmp::Ordering;
@@ -28,6 +29,11 @@ pub trait Bindings<'a> {
     /// A rule's variable by declaration ([`VariableRef::Declared`]),
     /// borrowed; only bindings that hold a rule's variables so have any.
     fn declared(&self, _index: usize) -> Option<&Val<'a>> {
+        None
+    }
+    /// A variable whose name has dots (`a.b.c`, [`Node::Qualified`]); the
+    /// environments of Kubernetes and Kyverno declare none.
+    fn dotted(&self, _name: &str) -> Option<Val<'a>> {
         None
     }
     /// A policy set's request-wide value ([`Node::Shared`]), borrowed;
@@ -292,6 +298,17 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         match n {
             Node::Const(v) => Ok(v.clone()),
             Node::Ident(name) => self.env.ident(name).ok_or(Fail::Interpreter),
+            Node::Qualified { names, or_else } => {
+                for (name, rest) in names {
+                    if let Some(mut at) = self.env.dotted(name) {
+                        for field in rest {
+                            at = select(at, field)?;
+                        }
+                        return Ok(at);
+                    }
+                }
+                self.eval(or_else)
+            }
             Node::Known(index) => self.env.known(*index).cloned().ok_or(Fail::Interpreter),
             Node::Local(slot) => Ok(self.locals[*slot].clone()),
             Node::Variable(v) => variable(self.env, v).cloned().ok_or(Fail::Interpreter),
@@ -470,11 +487,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                         Val::Optional(Some(v)) if *optional => Arc::unwrap_or_clone(v),
                         v => v,
                     };
-                    // As the interpreter: a repeated key keeps the last value.
-                    match out.iter_mut().find(|(k, _)| equals(k, &key) == Some(true)) {
-                        Some(entry) => entry.1 = value,
-                        None => out.push((key, value)),
-                    }
+                    put_entry(&mut out, key, value);
                 }
                 Ok(Val::Map(MapVal::Owned(Arc::new(out))))
             }
@@ -733,7 +746,8 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 pred,
                 exists,
                 weight,
-            } => self.quantifier(range, *item_slot, pred, *exists, *weight),
+                pairs,
+            } => self.quantifier(range, *item_slot, pred, *exists, *weight, *pairs),
             Node::Fused(index) => self.fused_answer(*index),
             other => truth(&self.eval(other)?),
         }
@@ -881,7 +895,8 @@ impl<'e, 'a> Evaluator<'e, 'a> {
     }
 
     /// `all` (stops at the first false) or `exists` (at the first true);
-    /// the accumulator slot holds nothing, the item sits above it.
+    /// the accumulator slot holds nothing, the item sits above it (with
+    /// `pairs`, the index or key, and the item or value above that).
     fn quantifier(
         &mut self,
         range: &Node,
@@ -889,6 +904,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         pred: &Node,
         exists: bool,
         weight: i64,
+        pairs: bool,
     ) -> Result<bool, Fail> {
         let range = self.range(range)?;
         let range = range.get();
@@ -896,6 +912,9 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         self.locals.truncate(item_slot - 1);
         self.locals.push(Val::Null);
         self.locals.push(Val::Null);
+        if pairs {
+            self.locals.push(Val::Null);
+        }
         let test = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
             this.budget -= weight;
             if this.budget < 0 {
@@ -912,7 +931,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         // The first item's error; an item only the interpreter can answer
         // outranks it (it may be the one that decides).
         let mut pending: Option<Fail> = None;
-        let visit = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
+        let mut visit = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
             match test(this, item) {
                 Ok(b) if b == exists => {
                     decided = true;
@@ -928,7 +947,13 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 }
             }
         };
-        self.each_item(range, visit)?;
+        match pairs {
+            false => self.each_item(range, visit)?,
+            true => self.each_pair(range, |this, key, value| {
+                this.locals[item_slot + 1] = value;
+                visit(this, key)
+            })?,
+        }
         self.locals.truncate(item_slot - 1);
         if !decided && let Some(e) = pending {
             return Err(e);
@@ -967,6 +992,9 @@ impl<'e, 'a> Evaluator<'e, 'a> {
         self.locals.truncate(slot);
         self.locals.push(init);
         self.locals.push(Val::Null);
+        if c.pairs {
+            self.locals.push(Val::Null);
+        }
         let step = |this: &mut Self, item: Val<'a>| -> Result<bool, Fail> {
             if !this.eval_bool(&c.cond)? {
                 return Ok(false);
@@ -977,7 +1005,13 @@ impl<'e, 'a> Evaluator<'e, 'a> {
             this.locals[slot] = accu;
             Ok(true)
         };
-        self.each_item(range, |this, item| step(this, item).map(|more| !more))?;
+        match c.pairs {
+            false => self.each_item(range, |this, item| step(this, item).map(|more| !more))?,
+            true => self.each_pair(range, |this, key, value| {
+                this.locals[slot + 2] = value;
+                step(this, key).map(|more| !more)
+            })?,
+        }
         self.locals.truncate(slot + 1);
         let result = self.eval(&c.result);
         self.locals.truncate(slot);
@@ -1020,6 +1054,33 @@ impl<'a> Evaluator<'_, 'a> {
             Val::Map(m) => {
                 for key in m.keys() {
                     if visit(self, key)? {
+                        break;
+                    }
+                }
+            }
+            other => return Err(not_iterable(other)),
+        }
+        Ok(())
+    }
+
+    /// [`Evaluator::each_item`] for the two-variable macros: a list's
+    /// indexes with its items, a map's keys with their values.
+    fn each_pair(
+        &mut self,
+        range: &Val<'a>,
+        mut visit: impl FnMut(&mut Self, Val<'a>, Val<'a>) -> Result<bool, Fail>,
+    ) -> Result<(), Fail> {
+        match range {
+            Val::List(items) => {
+                for (index, item) in items.iter().enumerate() {
+                    if visit(self, Val::Int(index as i64), item)? {
+                        break;
+                    }
+                }
+            }
+            Val::Map(m) => {
+                for (key, value) in m.entries() {
+                    if visit(self, key, value)? {
                         break;
                     }
                 }
@@ -1153,13 +1214,13 @@ fn binary<'a>(op: BinOp, l: Val<'a>, r: Val<'a>) -> Out<'a> {
                 Val::string(s)
             }
             (List(a), List(b)) => List(concat(a, &b)),
-            _ => return Err(Fail::Interpreter),
+            (l, r) => return time::add(&l, &r).unwrap_or(Err(Fail::Interpreter)),
         },
         BinOp::Sub => match (l, r) {
             (Int(a), Int(b)) => Int(a.checked_sub(b).ok_or(Fail::Interpreter)?),
             (Uint(a), Uint(b)) => Uint(a.checked_sub(b).ok_or(Fail::Interpreter)?),
             (Double(a), Double(b)) => Double(a - b),
-            _ => return Err(Fail::Interpreter),
+            (l, r) => return time::sub(&l, &r).unwrap_or(Err(Fail::Interpreter)),
         },
         BinOp::Mul => match (l, r) {
             (Int(a), Int(b)) => Int(a.checked_mul(b).ok_or(Fail::Interpreter)?),

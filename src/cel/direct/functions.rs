@@ -6,7 +6,8 @@
 //! function here does not handle hands the evaluation over at run time
 //! ([`Fail::Interpreter`]), so both give the same answers.
 
-use super::value::{Fail, List, MapVal, Str, Val, equals};
+use super::time;
+use super::value::{Fail, List, MapVal, Str, Val, equals, put_entry};
 use crate::cel::library::type_value;
 use std::sync::Arc;
 
@@ -39,6 +40,10 @@ pub enum Func {
     /// `<image>.registry()`, `.repository()`, ...: the part of that name.
     ImagePart(&'static str),
     ContainsDigest,
+    /// `transformMap`'s result: its `[key, value]` pairs as a map.
+    MapOfPairs,
+    Timestamp,
+    Duration,
 }
 
 impl Func {
@@ -57,6 +62,8 @@ impl Func {
             ("dyn", false, 1) => Func::Dyn,
             ("string", false, 1) => Func::String,
             ("int", false, 1) => Func::Int,
+            ("timestamp", false, 1) => Func::Timestamp,
+            ("duration", false, 1) => Func::Duration,
             ("type", false, 1) => Func::Type,
             ("lowerAscii", true, 1) => Func::LowerAscii,
             ("upperAscii", true, 1) => Func::UpperAscii,
@@ -72,6 +79,7 @@ impl Func {
             ("tag", true, 1) => Func::ImagePart("tag"),
             ("digest", true, 1) => Func::ImagePart("digest"),
             ("containsDigest", true, 1) => Func::ContainsDigest,
+            (crate::cel::library::MAP_OF_PAIRS, false, 1) => Func::MapOfPairs,
             _ => return None,
         })
     }
@@ -99,7 +107,14 @@ fn take<'a>(args: &mut [Val<'a>], i: usize) -> Val<'a> {
 }
 
 pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
-    if args.iter().any(|a| matches!(a, Val::Foreign(_))) {
+    // Timestamps and durations are converted and printed here
+    // ([`time`]); any other function of a foreign value is the
+    // interpreter's.
+    let converts_time = matches!(
+        func,
+        Func::Timestamp | Func::Duration | Func::String | Func::Int | Func::Type | Func::Dyn
+    );
+    if !converts_time && args.iter().any(|a| matches!(a, Val::Foreign(_))) {
         return Err(Fail::Interpreter);
     }
     Ok(match func {
@@ -137,14 +152,16 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
             Val::Int(i) => Val::string(i.to_string()),
             Val::Uint(u) => Val::string(u.to_string()),
             Val::Bool(b) => Val::string(b.to_string()),
-            _ => return Err(Fail::Interpreter),
+            other => Val::string(time::text_of(other).ok_or(Fail::Interpreter)?),
         },
         Func::Int => match &args[0] {
             Val::Int(i) => Val::Int(*i),
             Val::Uint(u) => Val::Int(i64::try_from(*u).map_err(|_| Fail::Interpreter)?),
             Val::Str(s) => Val::Int(s.as_str().parse().map_err(|_| Fail::Interpreter)?),
-            _ => return Err(Fail::Interpreter),
+            other => Val::Int(time::seconds_of(other).ok_or(Fail::Interpreter)?),
         },
+        Func::Timestamp => time::timestamp_of(&args[0])?,
+        Func::Duration => time::duration_of(&args[0])?,
         Func::Type => {
             let name = match &args[0] {
                 Val::Str(s) if crate::cel::value_text::type_named(s.as_str()).is_some() => "type",
@@ -246,6 +263,25 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
             },
             _ => return Err(Fail::Interpreter),
         },
+        Func::MapOfPairs => {
+            let Val::List(pairs) = &args[0] else {
+                return Err(Fail::Interpreter);
+            };
+            let mut entries = Vec::with_capacity(pairs.len());
+            for pair in pairs.iter() {
+                let Val::List(pair) = pair else {
+                    return Err(Fail::Interpreter);
+                };
+                let (Some(key), Some(value), 2) = (pair.get(0), pair.get(1), pair.len()) else {
+                    return Err(Fail::Interpreter);
+                };
+                if !matches!(key, Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Bool(_)) {
+                    return Err(Fail::Interpreter);
+                }
+                put_entry(&mut entries, key, value);
+            }
+            Val::Map(MapVal::Owned(Arc::new(entries)))
+        }
     })
 }
 

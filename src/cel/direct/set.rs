@@ -132,6 +132,7 @@ impl CheckSetBuilder {
             range,
             item_slot: 1,
             pred,
+            pairs: false,
             ..
         } = node
             && reads_objects_alone(range)
@@ -207,6 +208,7 @@ impl CheckSetBuilder {
             pred: Box::new(Node::List(predicates, Vec::new())),
             exists: false,
             weight: 0,
+            pairs: false,
         });
         let mut tree = Node::List(members, Vec::new());
         share_paths(&mut tree);

@@ -107,6 +107,37 @@ fn answers_as_cel_go_where_the_interpreter_does_not() {
             "",
         ),
         ("{1u: 'a', 2: 'b'}[?1.0].orValue('none')", "\"a\"", ""),
+        // The two-variable `all`: an item that errors does not decide
+        // when another is false (the interpreter runs them as one-variable
+        // macros over pairs, and stops at the error).
+        (
+            "[0, 'foo', 3].all(i, v, v % 2 == i)",
+            "false",
+            "error: Unsupported binary operator 'rem': String(\"foo\"), Int(2)",
+        ),
+        // `duration + timestamp` (the interpreter has no such overload),
+        // and cel-go's ranges: a duration is int64 nanoseconds, a
+        // timestamp within the years 1 to 9999.
+        (
+            "duration('120s') + timestamp('2009-02-13T23:01:00Z') == timestamp('2009-02-13T23:03:00Z')",
+            "true",
+            "",
+        ),
+        (
+            "timestamp('9999-12-31T23:59:59Z') - timestamp('0001-01-01T00:00:00Z')",
+            "error: integer overflow",
+            "\"315537897599s\"",
+        ),
+        (
+            "duration('-2562047h') - duration('2562047h')",
+            "error: integer overflow",
+            "",
+        ),
+        (
+            "timestamp('0001-01-01T00:00:00Z') - duration('1ns')",
+            "error: timestamp out of range",
+            "",
+        ),
     ] {
         let (got, interpreted, _) = both(expr);
         assert_eq!(got, cel_go, "{expr}");
@@ -323,6 +354,71 @@ fn answers_equal_the_interpreters() {
         (
             "timestamp('2024-01-01T00:00:00Z') < timestamp('2025-01-01T00:00:00Z')",
             "true",
+            true,
+        ),
+        // Timestamps and durations: conversions, arithmetic, order.
+        (
+            "timestamp('2024-01-01T00:00:00Z') + duration('24h') == timestamp('2024-01-02T00:00:00Z')",
+            "true",
+            true,
+        ),
+        (
+            "string(timestamp('2024-01-01T10:00:00+01:00') - duration('90m'))",
+            "\"2024-01-01T08:30:00+01:00\"",
+            true,
+        ),
+        (
+            "timestamp('2024-01-02T00:00:00Z') - timestamp('2024-01-01T00:00:00Z') == duration('24h')",
+            "true",
+            true,
+        ),
+        (
+            "duration('1h30m') > duration('90m') || int(timestamp('1970-01-01T00:01:00Z')) == 60",
+            "true",
+            true,
+        ),
+        ("timestamp('2024-13-01T00:00:00Z')", "", false),
+        (
+            "timestamp('2024-01-01T00:00:00Z').getFullYear()",
+            "2024",
+            false,
+        ),
+        // A repeated key keeps its last value.
+        (
+            "{'a': 1, 'b': 2, 'a': 3}['a'] + size({'a': 1, 'a': 2})",
+            "4",
+            true,
+        ),
+        // The two-variable macros: a list's indexes and items, a map's
+        // keys and values.
+        (
+            "object.spec.containers.all(i, c, i < 2 && c.name != '')",
+            "true",
+            true,
+        ),
+        (
+            "object.metadata.labels.exists(k, v, k == 'tier' && v == 'a')",
+            "true",
+            true,
+        ),
+        (
+            "object.spec.containers.existsOne(i, c, c.image.startsWith('nginx'))",
+            "true",
+            true,
+        ),
+        (
+            "object.spec.containers.transformList(i, c, i > 0, c.name + string(i))",
+            r#"["b1"]"#,
+            true,
+        ),
+        (
+            "object.metadata.labels.transformMap(k, v, k != 'app', v + 'x')",
+            r#"{"tier":"ax"}"#,
+            true,
+        ),
+        (
+            "object.spec.containers.all(i, c, c.ports.all(j, p, p.hostPort > i + j))",
+            "",
             false,
         ),
     ];
@@ -340,7 +436,7 @@ fn answers_equal_the_interpreters() {
 fn unsupported_constructs_stay_with_the_interpreter() {
     for expr in [
         "quantity('1Gi').isGreaterThan(quantity('1Mi'))",
-        "object.metadata.labels.transformMap(k, v, v + 'x')",
+        "timestamp('2024-01-01T00:00:00Z').getDayOfWeek() == 1",
         "resource.Get('v1', 'configmaps', 'a', 'b')",
     ] {
         assert!(!Program::compile(expr).unwrap().is_direct(), "{expr}");
@@ -349,6 +445,8 @@ fn unsupported_constructs_stay_with_the_interpreter() {
         "object.spec.containers.all(c, c.image.contains('x'))",
         "object.metadata.?labels[?'app'].orValue('') == 'x'",
         "image('nginx').registry()",
+        "object.metadata.labels.transformMap(k, v, v + 'x')",
+        "duration('1h') + timestamp('2024-01-01T00:00:00Z')",
     ] {
         assert!(Program::compile(expr).unwrap().is_direct(), "{expr}");
     }
@@ -672,4 +770,42 @@ fn document_chains_and_logical_chains_answer_as_the_interpreter() {
         assert_eq!(got, interpreted, "{expr}: the interpreter's answer");
         assert_eq!(answered, *direct, "{expr}: answered directly");
     }
+}
+
+/// A dotted name bound as one variable is a qualified identifier: `a.b.c`
+/// reads the variable `a.b.c` first, then `c` of `a.b`, then `b.c` of
+/// `a`, as cel-go resolves it (cel-spec's `qualified_identifier_resolution`);
+/// a comprehension's own `a` comes before all of them.
+#[test]
+fn qualified_identifiers_resolve_the_longest_name() {
+    use kube_cel::cel::Value as CelValue;
+    let text = |s: &str| CelValue::String(std::sync::Arc::new(s.into()));
+    let map = |k: &str, v: CelValue| {
+        let mut m = std::collections::HashMap::new();
+        m.insert(kube_cel::cel::objects::Key::String(k.to_string().into()), v);
+        CelValue::Map(kube_cel::cel::objects::Map { map: m.into() })
+    };
+    let answer = |expr: &str, vars: &Activation| {
+        let program = Program::compile(expr).unwrap();
+        assert!(program.is_direct(), "{expr}");
+        program.eval(vars, &NoLookups)
+    };
+    let mut all = Activation::new();
+    all.set("a.b.c", text("yeah")).unwrap();
+    all.set("a.b", map("c", text("oops"))).unwrap();
+    all.set("a", map("b", map("c", text("deep")))).unwrap();
+    assert_eq!(answer("a.b.c", &all), Ok(text("yeah")));
+    assert_eq!(answer("has(a.b.c)", &all), Ok(CelValue::Bool(true)));
+    assert_eq!(
+        answer("[{'b': {'c': 'local'}}].map(a, a.b.c)[0]", &all),
+        Ok(text("local"))
+    );
+    let mut two = Activation::new();
+    two.set("a.b", map("c", text("oops"))).unwrap();
+    two.set("a", map("b", map("c", text("deep")))).unwrap();
+    assert_eq!(answer("a.b.c", &two), Ok(text("oops")));
+    let mut one = Activation::new();
+    one.set("a", map("b", map("c", text("deep")))).unwrap();
+    assert_eq!(answer("a.b.c + a.b['c']", &one), Ok(text("deepdeep")));
+    assert!(answer("a.b.d", &one).is_err());
 }

@@ -468,9 +468,29 @@ impl<'a> MapVal<'a> {
 /// CEL equality, with numbers compared across int, uint and double (as
 /// cel-go's heterogeneous equality). Values of different types are not
 /// equal. `None` when a foreign value is involved.
+/// Adds `key: value` to the entries of a map being built. A repeated key
+/// keeps the last value, as in cel-go and the interpreter
+/// (`{true: 1, true: 3}[true]` is 3); keys of different types are
+/// different keys, as in both (`{0: 1, 0u: 2}` has two entries).
+pub fn put_entry<'a>(entries: &mut Vec<(Val<'a>, Val<'a>)>, key: Val<'a>, value: Val<'a>) {
+    let same_key = |k: &Val| match (k, &key) {
+        (Val::Str(a), Val::Str(b)) => a.as_str() == b.as_str(),
+        (Val::Int(a), Val::Int(b)) => a == b,
+        (Val::Uint(a), Val::Uint(b)) => a == b,
+        (Val::Bool(a), Val::Bool(b)) => a == b,
+        _ => false,
+    };
+    match entries.iter_mut().find(|(k, _)| same_key(k)) {
+        Some(entry) => entry.1 = value,
+        None => entries.push((key, value)),
+    }
+}
+
 pub fn equals(a: &Val, b: &Val) -> Option<bool> {
     Some(match (a, b) {
-        (Val::Foreign(_), _) | (_, Val::Foreign(_)) => return None,
+        (Val::Foreign(_), _) | (_, Val::Foreign(_)) => {
+            return super::time::order(a, b).map(|o| o == Ordering::Equal);
+        }
         (Val::Null, Val::Null) => true,
         (Val::Bool(x), Val::Bool(y)) => x == y,
         (Val::Str(x), Val::Str(y)) => crate::text::same(x.as_str(), y.as_str()),
@@ -541,7 +561,7 @@ fn numeric_order(a: &Val, b: &Val) -> Option<Ordering> {
 /// for types that have no order.
 pub fn compare(a: &Val, b: &Val) -> Result<Ordering, Option<String>> {
     match (a, b) {
-        (Val::Foreign(_), _) | (_, Val::Foreign(_)) => Err(None),
+        (Val::Foreign(_), _) | (_, Val::Foreign(_)) => super::time::order(a, b).ok_or(None),
         (Val::Str(x), Val::Str(y)) => Ok(x.as_str().cmp(y.as_str())),
         (Val::Bytes(x), Val::Bytes(y)) => Ok(x.cmp(y)),
         (Val::Bool(x), Val::Bool(y)) => Ok(x.cmp(y)),

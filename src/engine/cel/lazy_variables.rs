@@ -279,7 +279,9 @@ mod tests {
             // The whole map, and a variable only the interpreter
             // evaluates, are the scoped path's.
             case(&[("x", "1")], "size(variables) == 1", false),
-            case(&[("d", "duration('1h')")], "has(variables.d)", false),
+            case(&[("q", "quantity('1Gi')")], "has(variables.q)", false),
+            // A duration is the direct evaluator's.
+            case(&[("d", "duration('1h')")], "has(variables.d)", true),
             // Undeclared: the rule's plan has none (a name is resolved
             // to its declaration when the policy is compiled).
             case(&[("x", "1")], "!has(variables.y)", false),
