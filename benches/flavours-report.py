@@ -3,10 +3,12 @@
 cel-go peer (benches/cel-go.sh), from one run.
 
 Usage: benches/flavours-report.py OUT.md [--before LABEL=CRITERION_DIR]...
-       [--cel-go FILE]
-Reads the medians criterion wrote under target/criterion/pss16 (and under
-each --before directory, a criterion output of an older commit measured in
-the same session), writes OUT.md's tables and OUT.png beside it.
+       [--cel-go FILE] [--group GROUP] [--png PATH]
+Reads the medians criterion wrote under target/criterion/GROUP (pss16 by
+default: the engine as the CLI runs it; pss16-planned is the served path,
+pss16-fresh that with the Pod decoded per call), and under each --before
+directory (a criterion output of an older commit measured in the same
+session), appends OUT.md's table and draws OUT.png beside it (or PATH).
 """
 import argparse
 import json
@@ -17,11 +19,11 @@ FORMS = ["empty", "pattern", "validate-cel", "vpol"]
 PODS = ["compliant", "violating"]
 
 
-def medians(criterion_dir):
+def medians(criterion_dir, group):
     out = {}
     for form in FORMS:
         for pod in PODS:
-            path = os.path.join(criterion_dir, "pss16", f"{form}_{pod}", "new", "estimates.json")
+            path = os.path.join(criterion_dir, group, f"{form}_{pod}", "new", "estimates.json")
             if os.path.exists(path):
                 with open(path) as f:
                     out[(form, pod)] = json.load(f)["median"]["point_estimate"] / 1000.0
@@ -34,9 +36,11 @@ def main():
     ap.add_argument("--after", default="target/criterion")
     ap.add_argument("--before", action="append", default=[])
     ap.add_argument("--cel-go", dest="celgo")
+    ap.add_argument("--group", default="pss16")
+    ap.add_argument("--png")
     a = ap.parse_args()
-    runs = [(label, medians(d)) for label, d in (b.split("=", 1) for b in a.before)]
-    runs.append(("this commit", medians(a.after)))
+    runs = [(label, medians(d, a.group)) for label, d in (b.split("=", 1) for b in a.before)]
+    runs.append(("this commit", medians(a.after, a.group)))
     celgo = {}
     if a.celgo:
         with open(a.celgo) as f:
@@ -53,10 +57,11 @@ def main():
                 v = m.get((form, pod))
                 if v is None:
                     return "-"
-                ratio = f" ({v / pat:.1f}x pattern)" if pat and form in ("validate-cel", "vpol") else ""
+                ratio = f" ({v / pat:.2f}x pattern)" if pat and form in ("validate-cel", "vpol") else ""
                 return f"{v:.2f} us{ratio}"
             go = celgo.get(pod) if label == "this commit" else None
-            go_cell = "-" if go is None else f"{go:.2f} us (vpol {m[('vpol', pod)] / go:.2f}x of cel-go)"
+            vpol = m.get(("vpol", pod))
+            go_cell = "-" if go is None or vpol is None else f"{go:.2f} us (vpol {vpol / go:.2f}x of cel-go)"
             lines.append(f"| {label} | {pod} | {cell('empty')} | {cell('pattern')} | "
                          f"{cell('validate-cel')} | {cell('vpol')} | {go_cell} |")
     with open(a.out, "a") as f:
@@ -83,9 +88,9 @@ def main():
     ax.set_xticklabels(labels, fontsize=7)
     ax.set_yscale("log")
     ax.set_ylabel("us per compliant Pod, 16 policies (log)")
-    ax.set_title("Pod Security in three forms, and cel-go on the same ValidatingPolicies")
+    ax.set_title(f"Pod Security in three forms ({a.group}), and cel-go on the same ValidatingPolicies")
     fig.tight_layout()
-    fig.savefig(os.path.splitext(a.out)[0] + ".png", dpi=110)
+    fig.savefig(a.png or os.path.splitext(a.out)[0] + ".png", dpi=110)
 
 
 if __name__ == "__main__":
