@@ -8,31 +8,11 @@
 //! The values stay the interpreter's ([`Val::Foreign`]): a function this
 //! module lacks (`getFullYear`) hands the expression over as before.
 
-use super::value::{Fail, Val};
+use super::value::{Fail, Time, Val};
 use crate::cel::library::TIMESTAMP_SECONDS;
 use chrono::{DateTime, FixedOffset};
 use kube_cel::cel::Value as CelValue;
-use std::cmp::Ordering;
 use std::sync::Arc;
-
-/// A timestamp or a duration, read from a value.
-#[derive(Clone, Copy)]
-enum Time {
-    At(DateTime<FixedOffset>),
-    /// Nanoseconds.
-    Span(i64),
-}
-
-fn time_of(v: &Val) -> Option<Time> {
-    match v {
-        Val::Foreign(v) => match &**v {
-            CelValue::Timestamp(t) => Some(Time::At(*t)),
-            CelValue::Duration(d) => d.num_nanoseconds().map(Time::Span),
-            _ => None,
-        },
-        _ => None,
-    }
-}
 
 /// A timestamp as a value; cel-go's error outside its range.
 pub fn timestamp(t: DateTime<FixedOffset>) -> Result<Val<'static>, Fail> {
@@ -69,7 +49,7 @@ fn nanos_since_epoch(t: &DateTime<FixedOffset>) -> i128 {
 /// `l + r` of times: `None` when neither pairing is one (the caller's
 /// other cases, or the interpreter's).
 pub fn add(l: &Val, r: &Val) -> Option<Result<Val<'static>, Fail>> {
-    Some(match (time_of(l)?, time_of(r)?) {
+    Some(match (l.time()?, r.time()?) {
         (Time::Span(a), Time::Span(b)) => a.checked_add(b).map(duration).ok_or_else(overflow),
         (Time::At(t), Time::Span(d)) | (Time::Span(d), Time::At(t)) => shifted(t, d),
         (Time::At(_), Time::At(_)) => return None,
@@ -78,7 +58,7 @@ pub fn add(l: &Val, r: &Val) -> Option<Result<Val<'static>, Fail>> {
 
 /// `l - r` of times, as [`add`].
 pub fn sub(l: &Val, r: &Val) -> Option<Result<Val<'static>, Fail>> {
-    Some(match (time_of(l)?, time_of(r)?) {
+    Some(match (l.time()?, r.time()?) {
         (Time::Span(a), Time::Span(b)) => a.checked_sub(b).map(duration).ok_or_else(overflow),
         (Time::At(t), Time::Span(d)) => d
             .checked_neg()
@@ -89,15 +69,6 @@ pub fn sub(l: &Val, r: &Val) -> Option<Result<Val<'static>, Fail>> {
             .map_err(|_| overflow()),
         (Time::Span(_), Time::At(_)) => return None,
     })
-}
-
-/// The order of two timestamps or two durations; `None` for any other pair.
-pub fn order(a: &Val, b: &Val) -> Option<Ordering> {
-    match (time_of(a)?, time_of(b)?) {
-        (Time::At(x), Time::At(y)) => Some(x.cmp(&y)),
-        (Time::Span(x), Time::Span(y)) => Some(x.cmp(&y)),
-        _ => None,
-    }
 }
 
 /// `timestamp(x)`: an RFC 3339 string, Unix seconds, or a timestamp. A
@@ -144,7 +115,7 @@ pub fn text_of(v: &Val) -> Option<String> {
 
 /// `int(x)` of a timestamp: its Unix seconds.
 pub fn seconds_of(v: &Val) -> Option<i64> {
-    match time_of(v)? {
+    match v.time()? {
         Time::At(t) => Some(t.timestamp()),
         Time::Span(_) => None,
     }

@@ -468,6 +468,39 @@ impl<'a> MapVal<'a> {
 /// CEL equality, with numbers compared across int, uint and double (as
 /// cel-go's heterogeneous equality). Values of different types are not
 /// equal. `None` when a foreign value is involved.
+/// A timestamp or a duration: what a foreign value holds that the direct
+/// evaluator orders, compares and computes with ([`super::time`]).
+#[derive(Clone, Copy)]
+pub enum Time {
+    At(chrono::DateTime<chrono::FixedOffset>),
+    /// Nanoseconds (a duration is Go's int64 nanoseconds in cel-go).
+    Span(i64),
+}
+
+impl Val<'_> {
+    /// The timestamp or duration this value holds, if it holds one.
+    pub fn time(&self) -> Option<Time> {
+        match self {
+            Val::Foreign(v) => match &**v {
+                CelValue::Timestamp(t) => Some(Time::At(*t)),
+                CelValue::Duration(d) => d.num_nanoseconds().map(Time::Span),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The order of two timestamps or two durations; `None` for any other
+/// pair.
+fn time_order(a: &Val, b: &Val) -> Option<Ordering> {
+    match (a.time()?, b.time()?) {
+        (Time::At(x), Time::At(y)) => Some(x.cmp(&y)),
+        (Time::Span(x), Time::Span(y)) => Some(x.cmp(&y)),
+        _ => None,
+    }
+}
+
 /// Adds `key: value` to the entries of a map being built. A repeated key
 /// keeps the last value, as in cel-go and the interpreter
 /// (`{true: 1, true: 3}[true]` is 3); keys of different types are
@@ -489,7 +522,7 @@ pub fn put_entry<'a>(entries: &mut Vec<(Val<'a>, Val<'a>)>, key: Val<'a>, value:
 pub fn equals(a: &Val, b: &Val) -> Option<bool> {
     Some(match (a, b) {
         (Val::Foreign(_), _) | (_, Val::Foreign(_)) => {
-            return super::time::order(a, b).map(|o| o == Ordering::Equal);
+            return time_order(a, b).map(|o| o == Ordering::Equal);
         }
         (Val::Null, Val::Null) => true,
         (Val::Bool(x), Val::Bool(y)) => x == y,
@@ -561,7 +594,7 @@ fn numeric_order(a: &Val, b: &Val) -> Option<Ordering> {
 /// for types that have no order.
 pub fn compare(a: &Val, b: &Val) -> Result<Ordering, Option<String>> {
     match (a, b) {
-        (Val::Foreign(_), _) | (_, Val::Foreign(_)) => super::time::order(a, b).ok_or(None),
+        (Val::Foreign(_), _) | (_, Val::Foreign(_)) => time_order(a, b).ok_or(None),
         (Val::Str(x), Val::Str(y)) => Ok(x.as_str().cmp(y.as_str())),
         (Val::Bytes(x), Val::Bytes(y)) => Ok(x.cmp(y)),
         (Val::Bool(x), Val::Bool(y)) => Ok(x.cmp(y)),
