@@ -934,12 +934,10 @@ fn interpreter_forms(mut e: IdedExpr) -> IdedExpr {
         for_each_child_mut(e, &mut visit);
         if let Expr::Comprehension(c) = &mut e.expr {
             pairs_form(c);
-        }
-        if let Expr::Comprehension(c) = &mut e.expr
-            && !matches!(c.iter_range.expr, Expr::List(_))
-        {
-            let range = std::mem::replace(&mut c.iter_range, ided(Expr::Unspecified));
-            c.iter_range = ided(call(library::ITERABLE, vec![range]));
+            if !matches!(c.iter_range.expr, Expr::List(_)) {
+                let range = std::mem::replace(&mut c.iter_range, ided(Expr::Unspecified));
+                c.iter_range = ided(call(library::ITERABLE, vec![range]));
+            }
         }
         if let Expr::Call(c) = &mut e.expr
             && c.func_name == operators::NEGATE

@@ -489,19 +489,29 @@ fn duration_of(This(this): This<Value>) -> ResolveResult {
     match this {
         Value::Duration(d) => Ok(Value::Duration(d)),
         Value::String(s) => {
-            let ns = crate::units::duration::Duration::parse(&s)
-                .and_then(|d| i64::try_from(d.0).ok())
-                .ok_or_else(conversion_error)?;
+            let ns = duration_nanos(&s).ok_or_else(conversion_error)?;
             Ok(Value::Duration(chrono::Duration::nanoseconds(ns)))
         }
         _ => Err(ExecutionError::NoSuchOverload),
     }
 }
 
+/// A duration's text in Go's syntax as nanoseconds, in the range of Go's
+/// `time.Duration` (int64), which cel-go's durations have; `None` for
+/// anything else. The interpreter's `duration()` and the direct
+/// evaluator's read it alike.
+pub(crate) fn duration_nanos(text: &str) -> Option<i64> {
+    crate::units::duration::Duration::parse(text).and_then(|d| i64::try_from(d.0).ok())
+}
+
 /// cel-go's range of timestamps: 0001-01-01T00:00:00Z to
 /// 9999-12-31T23:59:59.999999999Z, in Unix seconds.
-pub(crate) const TIMESTAMP_SECONDS: std::ops::RangeInclusive<i64> =
-    -62_135_596_800..=253_402_300_799;
+const TIMESTAMP_SECONDS: std::ops::RangeInclusive<i64> = -62_135_596_800..=253_402_300_799;
+
+/// Whether `t` is in cel-go's range of timestamps (the years 1 to 9999).
+pub(crate) fn timestamp_in_range(t: &chrono::DateTime<chrono::FixedOffset>) -> bool {
+    TIMESTAMP_SECONDS.contains(&t.timestamp())
+}
 
 /// `timestamp(x)`: an RFC 3339 string, Unix seconds or a timestamp, in
 /// cel-go's range of years (1 to 9999), with its error outside it.
@@ -515,7 +525,7 @@ fn timestamp_of(ftx: &FunctionContext, This(this): This<Value>) -> ResolveResult
             .fixed_offset(),
         _ => return Err(ExecutionError::NoSuchOverload),
     };
-    if !TIMESTAMP_SECONDS.contains(&t.timestamp()) {
+    if !timestamp_in_range(&t) {
         return Err(ftx.error("timestamp out of range"));
     }
     Ok(Value::Timestamp(t))

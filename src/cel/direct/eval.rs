@@ -479,7 +479,7 @@ impl<'e, 'a> Evaluator<'e, 'a> {
                 let mut out: Vec<(Val<'a>, Val<'a>)> = Vec::with_capacity(entries.len());
                 for (k, v, optional) in entries {
                     let key = self.eval(k)?;
-                    if !matches!(key, Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Bool(_)) {
+                    if !key.is_map_key() {
                         return Err(Fail::Interpreter);
                     }
                     let value = match self.eval(v)? {

@@ -275,7 +275,7 @@ pub fn call<'a>(func: Func, args: &mut [Val<'a>]) -> Result<Val<'a>, Fail> {
                 let (Some(key), Some(value), 2) = (pair.get(0), pair.get(1), pair.len()) else {
                     return Err(Fail::Interpreter);
                 };
-                if !matches!(key, Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Bool(_)) {
+                if !key.is_map_key() {
                     return Err(Fail::Interpreter);
                 }
                 put_entry(&mut entries, key, value);

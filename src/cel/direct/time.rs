@@ -9,14 +9,14 @@
 //! module lacks (`getFullYear`) hands the expression over as before.
 
 use super::value::{Fail, Time, Val};
-use crate::cel::library::TIMESTAMP_SECONDS;
+use crate::cel::library::{duration_nanos, timestamp_in_range};
 use chrono::{DateTime, FixedOffset};
 use kube_cel::cel::Value as CelValue;
 use std::sync::Arc;
 
 /// A timestamp as a value; cel-go's error outside its range.
 pub fn timestamp(t: DateTime<FixedOffset>) -> Result<Val<'static>, Fail> {
-    if !TIMESTAMP_SECONDS.contains(&t.timestamp()) {
+    if !timestamp_in_range(&t) {
         return Err(Fail::error("timestamp out of range"));
     }
     Ok(Val::Foreign(Arc::new(CelValue::Timestamp(t))))
@@ -92,8 +92,7 @@ pub fn timestamp_of(v: &Val) -> Result<Val<'static>, Fail> {
 /// `duration(x)`: a string in Go's syntax, or a duration.
 pub fn duration_of(v: &Val) -> Result<Val<'static>, Fail> {
     match v {
-        Val::Str(s) => crate::units::duration::Duration::parse(s.as_str())
-            .and_then(|d| i64::try_from(d.0).ok())
+        Val::Str(s) => duration_nanos(s.as_str())
             .map(duration)
             .ok_or(Fail::Interpreter),
         Val::Foreign(f) if matches!(**f, CelValue::Duration(_)) => Ok(Val::Foreign(f.clone())),

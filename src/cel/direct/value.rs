@@ -465,9 +465,6 @@ impl<'a> MapVal<'a> {
     }
 }
 
-/// CEL equality, with numbers compared across int, uint and double (as
-/// cel-go's heterogeneous equality). Values of different types are not
-/// equal. `None` when a foreign value is involved.
 /// A timestamp or a duration: what a foreign value holds that the direct
 /// evaluator orders, compares and computes with ([`super::time`]).
 #[derive(Clone, Copy)]
@@ -478,6 +475,15 @@ pub enum Time {
 }
 
 impl Val<'_> {
+    /// Whether the value can key a map: a string, an int, a uint or a
+    /// bool (any other key is the interpreter's to reject).
+    pub fn is_map_key(&self) -> bool {
+        matches!(
+            self,
+            Val::Str(_) | Val::Int(_) | Val::Uint(_) | Val::Bool(_)
+        )
+    }
+
     /// The timestamp or duration this value holds, if it holds one.
     pub fn time(&self) -> Option<Time> {
         match self {
@@ -519,6 +525,10 @@ pub fn put_entry<'a>(entries: &mut Vec<(Val<'a>, Val<'a>)>, key: Val<'a>, value:
     }
 }
 
+/// CEL equality, with numbers compared across int, uint and double (as
+/// cel-go's heterogeneous equality). Values of different types are not
+/// equal. `None` when a foreign value is involved, but for two
+/// timestamps or two durations.
 pub fn equals(a: &Val, b: &Val) -> Option<bool> {
     Some(match (a, b) {
         (Val::Foreign(_), _) | (_, Val::Foreign(_)) => {
