@@ -3,8 +3,15 @@
 //! and decoding each AdmissionReview body as gavel does, then answering a
 //! fixed `allowed: true` with the request's uid. No policies, no metrics.
 //!
+//! With `--replay FILE` (AdmissionReview answers, one JSON document per
+//! line, as gavel wrote them), a review whose uid has an answer there gets
+//! that answer's bytes: the transport ceiling for gavel's own answers. A
+//! denial is kilobytes that TLS, the kernel and the client handle and an
+//! `allowed: true` is not, so this separates what gavel's answers cost
+//! from what its evaluation costs (`k6/throughput.sh` runs both).
+//!
 //! ```text
-//! cargo run --release --example baseline_server -- --listen 127.0.0.1:9444
+//! cargo run --release --example baseline_server -- --listen 127.0.0.1:9444 [--replay FILE]
 //! ```
 //!
 //! The certificate is self-signed for `localhost` and `127.0.0.1`; load
@@ -21,14 +28,20 @@ use gavel::server::{accept_loop, shutdown_signal, tls};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, Response, StatusCode};
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 #[global_allocator]
 static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// Recorded answers by the uid of their review (`--replay`). Leaked into
+/// static bytes: a clone of shared `Bytes` would write a reference count
+/// that every core fights over, which the bare server must not pay.
+static REPLAY: OnceLock<HashMap<String, Bytes>> = OnceLock::new();
 
 async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::convert::Infallible> {
     let status = |code: StatusCode, text: String| {
@@ -44,14 +57,18 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::co
         Ok(r) => r,
         Err(e) => return status(StatusCode::BAD_REQUEST, e.to_string()),
     };
-    let verdict = Verdict {
-        allowed: true,
-        ..Verdict::default()
+    let recorded = REPLAY.get().and_then(|answers| answers.get(&review.uid));
+    let body = match recorded {
+        Some(bytes) => bytes.clone(),
+        None => {
+            let verdict = Verdict {
+                allowed: true,
+                ..Verdict::default()
+            };
+            Bytes::from(verdict::encode(&review.uid, &verdict))
+        }
     };
-    let mut r = Response::new(Full::new(Bytes::from(verdict::encode(
-        &review.uid,
-        &verdict,
-    ))));
+    let mut r = Response::new(Full::new(body));
     r.headers_mut().insert(
         hyper::header::CONTENT_TYPE,
         hyper::header::HeaderValue::from_static("application/json"),
@@ -59,20 +76,50 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::co
     Ok(r)
 }
 
-fn listen_arg() -> Result<SocketAddr> {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    match args.as_slice() {
-        [] => Ok("127.0.0.1:9444".parse()?),
-        [flag, addr] if flag == "--listen" => addr.parse().context("--listen ADDR:PORT"),
-        _ => bail!("usage: baseline_server [--listen ADDR:PORT]"),
+/// The listen address and the answers to replay, from the arguments.
+fn parse_args() -> Result<(SocketAddr, HashMap<String, Bytes>)> {
+    let mut listen: SocketAddr = "127.0.0.1:9444".parse()?;
+    let mut replay = HashMap::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(flag) = args.next() {
+        let value = args.next();
+        match (flag.as_str(), value) {
+            ("--listen", Some(addr)) => listen = addr.parse().context("--listen ADDR:PORT")?,
+            ("--replay", Some(path)) => replay = recorded_answers(&path)?,
+            _ => bail!("usage: baseline_server [--listen ADDR:PORT] [--replay FILE]"),
+        }
     }
+    Ok((listen, replay))
+}
+
+/// The answers in `path` (one AdmissionReview response per line) by uid.
+fn recorded_answers(path: &str) -> Result<HashMap<String, Bytes>> {
+    let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
+    let mut answers = HashMap::new();
+    for (n, line) in text
+        .lines()
+        .enumerate()
+        .filter(|(_, l)| !l.trim().is_empty())
+    {
+        let answer: serde_json::Value =
+            serde_json::from_str(line).with_context(|| format!("{path}:{}", n + 1))?;
+        let Some(uid) = answer.pointer("/response/uid").and_then(|u| u.as_str()) else {
+            bail!("{path}:{}: an answer without response.uid", n + 1);
+        };
+        let bytes: &'static [u8] = Box::leak(line.as_bytes().to_vec().into_boxed_slice());
+        answers.insert(uid.to_string(), Bytes::from_static(bytes));
+    }
+    Ok(answers)
 }
 
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .init();
-    let listen = listen_arg()?;
+    let (listen, replay) = parse_args()?;
+    REPLAY
+        .set(replay)
+        .expect("the answers are set once, before serving");
     let generated = tls::generate(&["localhost".into(), "127.0.0.1".into()])?;
     let key = tls::certified_key(generated.cert_pem.as_bytes(), generated.key_pem.as_bytes())?;
     let resolver = Arc::new(tls::SwappableCert(ArcSwap::from_pointee(key)));
