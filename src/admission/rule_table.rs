@@ -6,8 +6,9 @@
 //! operation, then plain atomic increments indexed by rule. Each worker
 //! thread records into a shard of its own: a counter that two cores
 //! increment in turn moves its cache line between them on every request
-//! (the increments were 4% of a served request's CPU, most of it waiting
-//! for lines, before the table was sharded). The labels are
+//! (in a profile of the served Pod Security load, the increments were 4%
+//! of gavel's CPU with one shared table and 2% sharded,
+//! `perf-results/2026-12-02-throughput-answers.md`). The labels are
 //! only built when Prometheus scrapes, by the [`RuleMetrics`] collector,
 //! which the snapshot publisher hands each new table to.
 
