@@ -38,6 +38,11 @@ def rounds(path):
     return found
 
 
+def ratio(x, y):
+    """x / y to two places, or `-` where a server did not run."""
+    return f"{x / y:.2f}" if x and y else "-"
+
+
 def main():
     if len(sys.argv) < 3 or any("=" not in a for a in sys.argv[2:]):
         sys.exit(__doc__)
@@ -55,14 +60,14 @@ def main():
     for label, rs in runs:
         med = []
         for i in range(len(SERVERS)):
-            values = [r[i] for r in rs if r[i] is not None]
+            values = [round_[i] for round_ in rs if round_[i] is not None]
             med.append(statistics.median(values) if values else None)
         medians.append(med)
-        g, b, e, r = med
-        ratio = lambda x, y: f"{x / y:.2f}" if x and y else "-"
+        gavel, bare, empty, replaying = med
         lines.append(
-            f"| {label} | {len(rs)} | {g:,.0f} req/s | {b:,.0f} req/s | {ratio(g, b)} "
-            f"| {ratio(e, b)} | {ratio(r, b)} | {ratio(g, r)} |"
+            f"| {label} | {len(rs)} | {gavel:,.0f} req/s | {bare:,.0f} req/s "
+            f"| {ratio(gavel, bare)} | {ratio(empty, bare)} | {ratio(replaying, bare)} "
+            f"| {ratio(gavel, replaying)} |"
         )
     with open(out, "a") as f:
         f.write("\n".join(lines) + "\n")
