@@ -6,9 +6,10 @@
 //! Only the 16 policies all three folders have are used (the pattern set
 //! also has restrict-apparmor-profiles, the CEL set disallow-host-ports-range).
 //!
-//! `pss16` holds the Pod as a `serde_json::Value` (offline runs);
-//! `pss16-doc` as the webhook holds it, a document decoded from its JSON
-//! text, which every form reads in place; `pss16-fresh` decodes a new
+//! `pss16` holds the Pod as the CLI does, a document made from the
+//! `serde_json::Value` it read (`Request::offline`); `pss16-doc` as the
+//! webhook holds it, a document decoded from its JSON text (every form
+//! reads either in place); `pss16-fresh` decodes a new
 //! document for every evaluation (outside the measurement), as every
 //! request brings one.
 //!
@@ -65,8 +66,9 @@ fn documents(folder: &str) -> Vec<LoadedDocument> {
     out
 }
 
-/// The Pod of `file` as a request: its object a `serde_json::Value`, or
-/// (`as_document`) decoded from its JSON text as the webhook decodes it.
+/// The Pod of `file` as a request: as the CLI makes it from the value it
+/// read, or (`as_document`) decoded from its JSON text as the webhook
+/// decodes it.
 fn pod(file: &str, as_document: bool) -> Request {
     let text = String::from_utf8(support::read("benches/data", file)).unwrap();
     let object = parse_yaml_documents(file, &text).unwrap().remove(0);
