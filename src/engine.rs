@@ -322,16 +322,20 @@ impl Request {
         user: UserInfo,
         namespace_labels: Option<Map<String, Value>>,
     ) -> Request {
-        // Held as decoded documents, as a review's objects are: every
-        // evaluator reads them in place, as it does in the webhook, and
-        // the CEL forms read a document faster than a `Value`'s maps
-        // (`benches/pod_security_flavours.rs`, `pss16` against `pss16-doc`).
-        // A `Value` is made from one only for the code that still needs it.
-        let document = || Document::from_doc(Doc::from_value(resource));
+        // Held as documents, as a review's objects are: every evaluator
+        // reads them in place, as in the webhook, and the CEL forms read a
+        // document much faster than a `Value`'s maps (validate.cel 2.46x to
+        // 1.80x the pattern form per Pod on this path,
+        // perf-results/2026-12-02-cli-documents.md). A `Value` is made
+        // from one only for the code that still needs it. UPDATE's two are
+        // one conversion and a copy of its buffers.
         let (object, old_object) = match operation {
-            "DELETE" => (Document::default(), document()),
-            "UPDATE" => (document(), document()),
-            _ => (document(), Document::default()),
+            "DELETE" => (Document::default(), Doc::from_value(resource).into()),
+            "UPDATE" => {
+                let doc = Doc::from_value(resource);
+                (doc.clone().into(), doc.into())
+            }
+            _ => (Doc::from_value(resource).into(), Document::default()),
         };
         let gvk = Gvk::of(resource);
         let gvr = gvk.resource();
