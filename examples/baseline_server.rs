@@ -76,20 +76,17 @@ async fn answer(req: Request<Incoming>) -> Result<Response<Full<Bytes>>, std::co
     Ok(r)
 }
 
-/// The listen address and the answers to replay, from the arguments.
-fn parse_args() -> Result<(SocketAddr, HashMap<String, Bytes>)> {
-    let mut listen: SocketAddr = "127.0.0.1:9444".parse()?;
-    let mut replay = HashMap::new();
-    let mut args = std::env::args().skip(1);
-    while let Some(flag) = args.next() {
-        let value = args.next();
-        match (flag.as_str(), value) {
-            ("--listen", Some(addr)) => listen = addr.parse().context("--listen ADDR:PORT")?,
-            ("--replay", Some(path)) => replay = recorded_answers(&path)?,
-            _ => bail!("usage: baseline_server [--listen ADDR:PORT] [--replay FILE]"),
-        }
-    }
-    Ok((listen, replay))
+// Parsed with clap, as gavel's own arguments are.
+/// The bare TLS and hyper server that gavel's throughput is measured against.
+#[derive(clap::Parser)]
+#[command(name = "baseline_server")]
+struct Args {
+    /// The address to listen on.
+    #[arg(long, default_value = "127.0.0.1:9444")]
+    listen: SocketAddr,
+    /// AdmissionReview answers to replay, one JSON document per line.
+    #[arg(long)]
+    replay: Option<String>,
 }
 
 /// The answers in `path` (one AdmissionReview response per line) by uid.
@@ -116,7 +113,12 @@ fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
         .init();
-    let (listen, replay) = parse_args()?;
+    let args = <Args as clap::Parser>::parse();
+    let listen = args.listen;
+    let replay = match &args.replay {
+        Some(path) => recorded_answers(path)?,
+        None => HashMap::new(),
+    };
     REPLAY
         .set(replay)
         .expect("the answers are set once, before serving");
