@@ -3,10 +3,9 @@
 //! validated settings here, once.
 
 pub mod apply;
+pub mod kyverno_test;
 pub mod resources;
 pub mod serve;
-pub mod test;
-pub mod test_file;
 pub mod values;
 
 use clap::{Parser, Subcommand, ValueEnum};
@@ -370,7 +369,7 @@ pub struct ApplyArgs {
 /// Runs the command line; returns the process exit code.
 pub fn run(cli: Cli) -> anyhow::Result<i32> {
     match cli.command {
-        Command::Test(args) => test::run(&args),
+        Command::Test(args) => kyverno_test::run(&args),
         Command::Apply(args) => apply::run(&args),
         Command::Completion { shell } => {
             use clap::CommandFactory;

@@ -1,4 +1,5 @@
-//! Match and exclude (§2): does a rule, exception or filter apply to a request?
+//! Match and exclude (docs/kyverno-semantics.md#match-and-exclude): does a
+//! rule, exception or filter apply to a request?
 //!
 //! Policy match blocks are compiled once (kind selectors pre-parsed); a
 //! [`MatchInput`] describes the request side.

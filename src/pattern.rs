@@ -1,6 +1,7 @@
-//! Kyverno's pattern language, independent of policies: validate
-//! patterns (§3.4-3.6): a resource and a [`CompiledPattern`] in,
-//! pass or a [`PatternError`] out. Anchors: conditional `()`, equality
+//! Kyverno's pattern language, independent of policies: validate patterns
+//! (docs/kyverno-semantics.md#patterns, #scalar-patterns, #pattern-anchors):
+//! a resource and a [`CompiledPattern`] in, pass or a [`PatternError`] out.
+//! Anchors: conditional `()`, equality
 //! `=()`, existence `^()`, negation `X()`, global `<()`; scalar patterns in
 //! [`scalar`]. Patterns are compiled once: anchors parsed, keys put in
 //! Kyverno's evaluation order, operands parsed. The anchors of mutate

@@ -10,6 +10,7 @@ pub mod load;
 pub mod manifests;
 pub mod mutation;
 pub mod plan_slot;
+pub mod set;
 pub mod template;
 pub mod type_checking;
 pub mod types;

@@ -2,7 +2,7 @@
 //! in `../shared/conformance` and fails if a subset's passing-file count drops
 //! below the floor recorded in `tests/conformance_floors.txt`.
 
-use gavel::cli::test::{Selector, run_test_file};
+use gavel::cli::kyverno_test::{Selector, run_test_file};
 use std::path::{Path, PathBuf};
 
 fn shared() -> PathBuf {

@@ -1,7 +1,7 @@
 //! The `kyverno-test.yaml` suites under `examples/tests` pass, row by row,
 //! and a changed expectation fails them (the comparison is not vacuous).
 
-use gavel::cli::test::{Outcome, Selector, discover, run_test_file};
+use gavel::cli::kyverno_test::{Outcome, Selector, discover, run_test_file};
 use std::path::{Path, PathBuf};
 
 fn examples() -> PathBuf {

@@ -9,7 +9,7 @@
 //! The module comes from Go's module cache, downloaded through the module
 //! proxy when it is not there yet.
 
-use gavel::cli::test::{Selector, discover, run_test_file};
+use gavel::cli::kyverno_test::{Selector, discover, run_test_file};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use std::process::Command;

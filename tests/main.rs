@@ -27,6 +27,7 @@ mod cleanup;
 mod cluster;
 mod conformance;
 mod differential;
+mod docs;
 mod documents;
 mod e2e;
 mod engine;

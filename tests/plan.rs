@@ -28,7 +28,6 @@
 //! The counts are floors from the run that introduced the test.
 
 use corpus::kind;
-use gavel::admission::policies::{CompiledDocument, PolicySet, compile_document};
 use gavel::context::NoResolver;
 use gavel::engine::cel::{CelRequest, evaluate_validating_policy};
 use gavel::engine::{
@@ -39,6 +38,7 @@ use gavel::pattern::CompiledPattern;
 use gavel::pattern::set::PatternSet;
 use gavel::policy::compile::{ForEach, ValidateRule};
 use gavel::policy::load::{LoadedDocument, classify};
+use gavel::policy::set::{LoadOptions, Policy, PolicySet};
 use gavel::policy::{CompiledPolicy, Conditions, RuleBody, ValidateCheck};
 use serde_json::Value;
 use std::collections::BTreeMap;
@@ -253,10 +253,10 @@ fn validating_policies_answer_alike_with_and_without_their_plan() {
             let Ok(loaded) = classify("corpus", 0, doc.clone()) else {
                 continue;
             };
-            match compile_document(loaded) {
-                Ok(CompiledDocument::Validating(p)) => set.validating.push(*p),
-                Ok(CompiledDocument::CelException(e)) => set.cel_exceptions.push(e.into()),
-                _ => {}
+            if let Ok(Some(p @ (Policy::Validating(_) | Policy::CelException(_)))) =
+                Policy::compile(loaded, &LoadOptions::SERVER)
+            {
+                set.add(p);
             }
         }
         if set.validating.is_empty() {

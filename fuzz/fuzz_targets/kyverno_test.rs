@@ -4,7 +4,7 @@
 //! conformance corpus layout.
 #![no_main]
 
-use gavel::cli::test::{Selector, run_test_file};
+use gavel::cli::kyverno_test::{Selector, run_test_file};
 use libfuzzer_sys::fuzz_target;
 use std::path::PathBuf;
 use std::sync::LazyLock;

@@ -417,9 +417,10 @@ fn validate_images<'s>(
 type ImageResponses<'s> = Vec<(usize, &'s CompiledImageValidatingPolicy, PolicyResponse<'s>)>;
 
 /// Runs the mutate policies `selected`, in order, each on the previous
-/// one's output (§7.2). A policy with a failed rule denies the request
-/// under `failurePolicy: Fail`; under Ignore its changes are dropped. The
-/// answer carries the JSONPatch from the incoming object to the result.
+/// one's output (docs/kyverno-semantics.md#mutation-order). A policy with a
+/// failed rule denies the request under `failurePolicy: Fail`; under Ignore
+/// its changes are dropped. The answer carries the JSONPatch from the
+/// incoming object to the result.
 fn mutate(
     snapshot: &Snapshot,
     selected: &[usize],

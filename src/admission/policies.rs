@@ -1,7 +1,7 @@
-//! The policy set the server evaluates: every ClusterPolicy, Policy,
-//! PolicyException, ValidatingPolicy and MutatingPolicy in a directory,
-//! compiled into one immutable [`Snapshot`]
-//! published through arc-swap. A request loads the snapshot once and keeps
+//! The policy set compiled for evaluation: a [`PolicySet`] (loaded by
+//! `policy::set`, from a directory, the cluster or the CLI's files) made
+//! into one immutable [`Snapshot`] with its plan and per-route indexes, and
+//! for the server published through arc-swap. A request loads the snapshot once and keeps
 //! it to the end, so it sees exactly one policy set.
 //!
 //! The directory is polled: a file whose modification time or size changed
@@ -14,11 +14,11 @@ use super::verdict::DenialHeads;
 use crate::engine::json_context::Builtins;
 use crate::engine::plan::Plan;
 use crate::policy::cel_policy::{
-    CelCompileError, CompiledCelException, CompiledGeneratingPolicy, CompiledImageValidatingPolicy,
-    CompiledMutatingPolicy, CompiledValidatingPolicy, PolicyScope, attach_exceptions_to,
+    CompiledGeneratingPolicy, CompiledImageValidatingPolicy, CompiledMutatingPolicy,
+    CompiledValidatingPolicy, PolicyScope,
 };
 use crate::policy::compile::FailurePolicy;
-use crate::policy::load::{LoadedDocument, load_policy_text};
+pub use crate::policy::set::{PolicySet, load_text};
 use crate::policy::{CompiledException, CompiledPolicy};
 use arc_swap::ArcSwap;
 use prometheus_client::metrics::counter::Counter;
@@ -26,46 +26,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::SystemTime;
-
-/// Compiled policies of every kind the server evaluates.
-#[derive(Debug, Clone, Default)]
-pub struct PolicySet {
-    pub policies: Vec<CompiledPolicy>,
-    pub exceptions: Vec<CompiledException>,
-    pub validating: Vec<CompiledValidatingPolicy>,
-    pub mutating: Vec<CompiledMutatingPolicy>,
-    pub generating: Vec<CompiledGeneratingPolicy>,
-    pub image_validating: Vec<CompiledImageValidatingPolicy>,
-    /// PolicyExceptions (policies.kyverno.io) of the CEL kinds: attached to
-    /// the policies they name when a snapshot is made.
-    pub cel_exceptions: Vec<Arc<CompiledCelException>>,
-}
-
-impl PolicySet {
-    /// Gives each CEL policy the PolicyExceptions that name it.
-    pub fn attach_cel_exceptions(&mut self) {
-        let scopes = self
-            .validating
-            .iter_mut()
-            .map(|p| &mut p.scope)
-            .chain(self.mutating.iter_mut().map(|p| &mut p.scope))
-            .chain(self.generating.iter_mut().map(|p| &mut p.scope))
-            .chain(self.image_validating.iter_mut().map(|p| &mut p.scope));
-        attach_exceptions_to(scopes, &self.cel_exceptions);
-    }
-
-    pub fn extend(&mut self, other: &PolicySet) {
-        self.cel_exceptions
-            .extend(other.cel_exceptions.iter().cloned());
-        self.policies.extend(other.policies.iter().cloned());
-        self.exceptions.extend(other.exceptions.iter().cloned());
-        self.validating.extend(other.validating.iter().cloned());
-        self.mutating.extend(other.mutating.iter().cloned());
-        self.generating.extend(other.generating.iter().cloned());
-        self.image_validating
-            .extend(other.image_validating.iter().cloned());
-    }
-}
 
 /// One compiled policy set.
 #[derive(Default)]
@@ -85,6 +45,12 @@ pub struct Snapshot {
     /// ImageValidatingPolicies, evaluated on the validate routes after the
     /// ValidatingPolicies.
     pub image_validating: Vec<CompiledImageValidatingPolicy>,
+    /// MutatingAdmissionPolicies: evaluated offline only (the API server
+    /// enforces them in a cluster), after the classic mutate policies.
+    pub admission_mutating: Vec<CompiledMutatingPolicy>,
+    /// DeletingPolicies: `gavel test` reports whether a run would delete
+    /// each resource (the cleanup controller runs them in a cluster).
+    pub deleting: Vec<crate::policy::cleanup::CompiledCleanupPolicy>,
     /// Indexes into `policies` of the admission validate policies, per
     /// route: all, failurePolicy Fail, failurePolicy Ignore. Chosen once
     /// here rather than on every request.
@@ -129,8 +95,10 @@ impl Snapshot {
             exceptions,
             mut validating,
             mutating,
+            admission_mutating,
             generating,
             image_validating,
+            deleting,
             cel_exceptions: _,
         } = set;
         let select = |f: Option<FailurePolicy>, has: fn(&CompiledPolicy) -> bool| -> Vec<usize> {
@@ -193,6 +161,8 @@ impl Snapshot {
             mutating,
             generating,
             image_validating,
+            admission_mutating,
+            deleting,
             validate,
             mutate,
             background,
@@ -227,8 +197,10 @@ impl Snapshot {
         self.policies.len()
             + self.validating.len()
             + self.mutating.len()
+            + self.admission_mutating.len()
             + self.generating.len()
             + self.image_validating.len()
+            + self.deleting.len()
     }
 
     /// The GeneratingPolicies whose triggers a validating route sees: all
@@ -445,85 +417,6 @@ fn collect_yaml(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 pub(super) fn load_file(path: &Path) -> Result<PolicySet, String> {
     let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
     load_text(&path.display().to_string(), &text)
-}
-
-/// Loads and compiles the documents of one policy file's text (`file` names
-/// it in errors), as a hot reload does.
-pub fn load_text(file: &str, text: &str) -> Result<PolicySet, String> {
-    let docs = load_policy_text(file, text).map_err(|e| e.to_string())?;
-    let mut set = PolicySet::default();
-    for doc in docs {
-        match compile_document(doc)? {
-            CompiledDocument::Policy(p) => set.policies.push(*p),
-            CompiledDocument::Exception(e) => set.exceptions.push(*e),
-            CompiledDocument::Validating(p) => set.validating.push(*p),
-            CompiledDocument::Mutating(p) => set.mutating.push(*p),
-            CompiledDocument::Generating(p) => set.generating.push(*p),
-            CompiledDocument::ImageValidating(p) => set.image_validating.push(*p),
-            CompiledDocument::CelException(e) => set.cel_exceptions.push(Arc::new(*e)),
-        }
-    }
-    Ok(set)
-}
-
-/// One policy document, compiled as the server serves it.
-#[derive(Debug, Clone)]
-pub enum CompiledDocument {
-    Policy(Box<CompiledPolicy>),
-    Exception(Box<CompiledException>),
-    Validating(Box<CompiledValidatingPolicy>),
-    Mutating(Box<CompiledMutatingPolicy>),
-    Generating(Box<CompiledGeneratingPolicy>),
-    ImageValidating(Box<CompiledImageValidatingPolicy>),
-    CelException(Box<CompiledCelException>),
-}
-
-/// Compiles a loaded document for the server (the directory store, the
-/// cluster's policy sync and the policy validation webhook): the reason
-/// when it cannot be served, starting `unsupported:` for what gavel does
-/// not serve (Kyverno may).
-pub fn compile_document(doc: LoadedDocument) -> Result<CompiledDocument, String> {
-    let named = |e: CelCompileError, (kind, name): (&str, &str)| format!("{kind} {name}: {e}");
-    Ok(match doc {
-        LoadedDocument::Policy(p) => {
-            let policy = CompiledPolicy::compile(&p).map_err(|e| e.to_string())?;
-            policy.check_servable()?;
-            CompiledDocument::Policy(Box::new(policy))
-        }
-        LoadedDocument::Exception(e) => CompiledDocument::Exception(Box::new(
-            CompiledException::compile(&e).map_err(|e| e.to_string())?,
-        )),
-        LoadedDocument::ValidatingPolicy(ref p) => CompiledDocument::Validating(Box::new(
-            CompiledValidatingPolicy::compile(p).map_err(|e| named(e, doc.kind_and_name()))?,
-        )),
-        LoadedDocument::MutatingPolicy(ref p) => CompiledDocument::Mutating(Box::new(
-            CompiledMutatingPolicy::compile(p).map_err(|e| named(e, doc.kind_and_name()))?,
-        )),
-        LoadedDocument::GeneratingPolicy(ref p) => CompiledDocument::Generating(Box::new(
-            CompiledGeneratingPolicy::compile(p).map_err(|e| named(e, doc.kind_and_name()))?,
-        )),
-        LoadedDocument::ImageValidatingPolicy(ref p) => {
-            CompiledDocument::ImageValidating(Box::new(
-                CompiledImageValidatingPolicy::compile(p)
-                    .map_err(|e| named(e, doc.kind_and_name()))?,
-            ))
-        }
-        LoadedDocument::CelException(ref e) => CompiledDocument::CelException(Box::new(
-            CompiledCelException::compile(e).map_err(|e| named(e, doc.kind_and_name()))?,
-        )),
-        LoadedDocument::Unsupported { kind, name, .. } => {
-            return Err(format!("unsupported: kind {kind} ({name})"));
-        }
-        LoadedDocument::ValidatingAdmissionPolicy(_)
-        | LoadedDocument::MutatingAdmissionPolicy(_)
-        | LoadedDocument::AdmissionPolicyBinding(_) => {
-            let (kind, name) = doc.kind_and_name();
-            return Err(format!(
-                "unsupported: kind {kind} ({name}) in the server: the API server enforces \
-                 admission policies itself (gavel test and apply evaluate them)"
-            ));
-        }
-    })
 }
 
 #[cfg(test)]

@@ -16,11 +16,11 @@
 //!   `cleanup.kyverno.io/ttl` label cannot be read is allowed with a
 //!   warning, as Kyverno does.
 
-use super::policies::compile_document;
 use super::verdict::Verdict;
 use crate::engine::Request;
 use crate::policy::cleanup::{CompiledCleanupPolicy, TTL_LABEL, deletion_time};
 use crate::policy::load::classify;
+use crate::policy::set::{LoadOptions, Policy};
 use crate::policy::type_checking::type_warnings;
 use serde_json::Value;
 
@@ -48,8 +48,11 @@ pub fn policy_verdict(req: &Request) -> Verdict {
     } else {
         classify(&format!("{kind}/{name}"), 0, object.clone())
             .map_err(|e| e.to_string())
-            .and_then(compile_document)
-            .map(|_| ())
+            .and_then(|doc| {
+                Policy::compile(doc, &LoadOptions::SERVER)
+                    .map(|_| ())
+                    .map_err(|r| r.reason)
+            })
     };
     match checked {
         Ok(()) => allowed(type_warnings(object)),

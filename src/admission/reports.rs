@@ -1,5 +1,6 @@
-//! Rule results as `wgpolicyk8s.io/v1alpha2` PolicyReports (§12.1), the
-//! way Kyverno 1.10+ writes them: one report per resource, named after its
+//! Rule results as `wgpolicyk8s.io/v1alpha2` PolicyReports
+//! (docs/kyverno-semantics.md#policy-reports), the way Kyverno 1.10+ writes
+//! them: one report per resource, named after its
 //! uid, in its namespace (a ClusterPolicyReport for a cluster-scoped one),
 //! owned by it (so the garbage collector deletes the report with the
 //! resource), with a `scope` naming it, a `summary`, and one result per

@@ -1,5 +1,6 @@
-//! The background work an admitted request leaves behind (§7.5, §8.2,
-//! §8.5), as Kyverno's webhook leaves it: one `UpdateRequest`
+//! The background work an admitted request leaves behind (see
+//! docs/kyverno-semantics.md#mutate-existing, #generate-flow, #updaterequests),
+//! as Kyverno's webhook leaves it: one `UpdateRequest`
 //! (kyverno.io/v2) per policy whose generate rules the request concerns,
 //! and one per mutate-existing rule it triggers. The request only
 //! names the work; the background controller does it, on the leader,
@@ -66,7 +67,8 @@ pub struct UpdateRequestSpec {
     pub username: String,
 }
 
-/// Kyverno's labels on downstream resources (§8.4).
+/// Kyverno's labels on downstream resources
+/// (docs/kyverno-semantics.md#downstream-labels).
 pub mod labels {
     pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
     pub const POLICY_NAME: &str = "generate.kyverno.io/policy-name";

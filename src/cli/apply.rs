@@ -1,10 +1,11 @@
 //! `gavel apply`: policies against resource files, with `kyverno apply`'s
-//! output and exit codes (§16.1).
+//! output and exit codes (docs/kyverno-test-semantics.md#kyverno-apply).
 
 use super::ApplyArgs;
 use super::resources::{load_objects_as_written, load_resources};
 use super::values::{PolicyRuleValues, Values};
 use crate::admission::phases::{self, Chaining, MutatingPhase, Visit};
+use crate::admission::policies::Snapshot;
 use crate::context::Objects;
 use crate::engine::cel::{
     CelRequest, evaluate_generating_policy, evaluate_image_validating_policy,
@@ -18,12 +19,12 @@ use crate::engine::validate::verify_policy;
 use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
 use crate::matching::types::LabelSelector;
 use crate::policy::cel_policy::{
-    AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
-    CompiledImageValidatingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
-    MatchConstraints, attach_exceptions_to,
+    CompiledGeneratingPolicy, CompiledImageValidatingPolicy, CompiledMutatingPolicy,
+    CompiledValidatingPolicy, MatchConstraints,
 };
-use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
-use crate::policy::{CompiledException, CompiledPolicy, ReportMeta};
+use crate::policy::load::{parse_yaml_documents, read_file};
+use crate::policy::set::{LoadOptions, Loader};
+use crate::policy::{CompiledPolicy, ReportMeta};
 use serde_json::{Value, json};
 
 fn policy_files(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
@@ -250,120 +251,45 @@ fn now_seconds() -> i64 {
         .map_or(0, |d| d.as_secs() as i64)
 }
 
-fn cel_error(doc: &LoadedDocument, e: CelCompileError) -> anyhow::Error {
-    let (kind, name) = doc.kind_and_name();
-    anyhow::anyhow!("{kind} {name}: {e}")
-}
-
 pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
-    let mut policies = Vec::new();
-    let mut exceptions = Vec::new();
-    let mut validating = Vec::new();
-    let mut mutating = Vec::new();
-    let mut generating = Vec::new();
-    let mut image_validating = Vec::new();
-    let mut cel_exceptions = Vec::new();
-    let mut admission = AdmissionDocs::default();
+    let mut loader = Loader::new(LoadOptions::apply(args.exceptions_within_policies));
+    let rejected = |loader: &Loader, file: &dyn std::fmt::Display| match loader.rejected() {
+        [] => Ok(()),
+        [first, ..] => Err(anyhow::anyhow!("{file}: {}", first.reason)),
+    };
     for path in policy_files(&args.policies) {
         let text = read_file(&path)?;
-        for doc in load_policy_text(&path.display().to_string(), &text)? {
-            match doc {
-                LoadedDocument::Policy(p) => policies.push(CompiledPolicy::compile(&p)?),
-                // kyverno-compat: exceptions in the policy files count
-                // only with --exceptions-within-policies.
-                LoadedDocument::Exception(e) => {
-                    if args.exceptions_within_policies {
-                        exceptions.push(CompiledException::compile(&e)?)
-                    }
-                }
-                LoadedDocument::ValidatingPolicy(ref p) => validating
-                    .push(CompiledValidatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
-                LoadedDocument::MutatingPolicy(ref p) => mutating
-                    .push(CompiledMutatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
-                LoadedDocument::GeneratingPolicy(ref p) => generating
-                    .push(CompiledGeneratingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?),
-                LoadedDocument::ImageValidatingPolicy(ref p) => image_validating.push(
-                    CompiledImageValidatingPolicy::compile(p).map_err(|e| cel_error(&doc, e))?,
-                ),
-                LoadedDocument::ValidatingAdmissionPolicy(p) => admission.validating.push(*p),
-                LoadedDocument::MutatingAdmissionPolicy(p) => admission.mutating.push(*p),
-                LoadedDocument::AdmissionPolicyBinding(b) => admission.bindings.push(*b),
-                LoadedDocument::CelException(ref e) => {
-                    if args.exceptions_within_policies {
-                        cel_exceptions.push(std::sync::Arc::new(
-                            CompiledCelException::compile(e).map_err(|e| cel_error(&doc, e))?,
-                        ))
-                    }
-                }
-                LoadedDocument::Unsupported { kind, name, .. } => {
-                    anyhow::bail!(
-                        "{}: unsupported: policy kind {kind} ({name})",
-                        path.display()
-                    )
-                }
-            }
-        }
-    }
-    // Admission policies once every file is read: bindings may come later.
-    let admission_error =
-        |kind: &str, name: &str, e: CelCompileError| anyhow::anyhow!("{kind} {name}: {e}");
-    for p in &admission.validating {
-        validating.push(
-            CompiledValidatingPolicy::compile_admission(p, &admission.bindings)
-                .map_err(|e| admission_error(&p.kind, &p.metadata.name, e))?,
-        );
-    }
-    let mut admission_mutating = Vec::new();
-    for p in &admission.mutating {
-        admission_mutating.push(
-            CompiledMutatingPolicy::compile_admission(p, &admission.bindings)
-                .map_err(|e| admission_error(&p.kind, &p.metadata.name, e))?,
-        );
+        loader.add_text(&path.display().to_string(), &text)?;
+        rejected(&loader, &path.display())?;
     }
     let mut resources = Vec::new();
     for path in &args.resources {
         resources.extend(load_resources(path)?);
     }
     // The PolicyExceptions of --exception, or those among the resources.
-    let mut exception_docs = Vec::new();
     if args.exceptions_within_resources {
         let (found, rest): (Vec<Value>, Vec<Value>) =
             resources.into_iter().partition(is_policy_exception);
         resources = rest;
         for doc in found {
-            exception_docs.extend(load_policy_text("resources", &doc.to_string())?);
+            loader.add_exceptions_text("resources", &doc.to_string())?;
+            rejected(&loader, &"resources")?;
         }
     } else {
         for path in &args.exceptions {
             let text = read_file(path)?;
-            exception_docs.extend(load_policy_text(&path.display().to_string(), &text)?);
+            loader.add_exceptions_text(&path.display().to_string(), &text)?;
+            rejected(&loader, &path.display())?;
         }
     }
-    for doc in exception_docs {
-        match doc {
-            LoadedDocument::Exception(e) => exceptions.push(CompiledException::compile(&e)?),
-            LoadedDocument::CelException(ref e) => cel_exceptions.push(std::sync::Arc::new(
-                CompiledCelException::compile(e).map_err(|e| cel_error(&doc, e))?,
-            )),
-            _ => {}
-        }
+    // Admission policies are compiled once every file is read: bindings
+    // may come later.
+    let (set, rejections) = loader.finish();
+    if let Some(first) = rejections.first() {
+        anyhow::bail!("{}", first.reason);
     }
-    let scopes = validating
-        .iter_mut()
-        .map(|p: &mut CompiledValidatingPolicy| &mut p.scope)
-        .chain(
-            mutating
-                .iter_mut()
-                .map(|p: &mut CompiledMutatingPolicy| &mut p.scope),
-        )
-        .chain(admission_mutating.iter_mut().map(|p| &mut p.scope))
-        .chain(
-            generating
-                .iter_mut()
-                .map(|p: &mut CompiledGeneratingPolicy| &mut p.scope),
-        )
-        .chain(image_validating.iter_mut().map(|p| &mut p.scope));
-    attach_exceptions_to(scopes, &cel_exceptions);
+    let exception_count = set.exceptions.len() + set.cel_exceptions.len();
+    let set = Snapshot::new(set, 1);
     let mut values = Values::default();
     if let Some(path) = &args.values_file {
         let text = read_file(path)?;
@@ -386,13 +312,13 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     }
     // The params are the only objects offline; "not found" is an answer.
     let resolver = Objects(&params);
-    let rule_count: usize = policies.iter().map(|p| p.rules.len()).sum::<usize>()
-        + validating.len()
-        + admission_mutating.len()
-        + mutating.len()
-        + generating.len()
-        + image_validating.len();
-    match exceptions.len() + cel_exceptions.len() {
+    let rule_count: usize = set.policies.iter().map(|p| p.rules.len()).sum::<usize>()
+        + set.validating.len()
+        + set.admission_mutating.len()
+        + set.mutating.len()
+        + set.generating.len()
+        + set.image_validating.len();
+    match exception_count {
         0 => eprintln!(
             "Applying {rule_count} policy rule(s) to {} resource(s)...",
             resources.len()
@@ -416,7 +342,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         // other phases see the mutated resource (as `kyverno apply`).
         let mut resource = original.clone();
         let mut responses: Vec<(Source, PolicyResponse)> = Vec::new();
-        for policy in policies.iter().filter(|p| p.has_mutate()) {
+        for policy in set.policies.iter().filter(|p| p.has_mutate()) {
             let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
             let mut ctx = req.json_context(Builtins::of([policy]));
             for (k, v) in &values.global {
@@ -425,7 +351,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             let rule_values = PolicyRuleValues(values.rules.get(&policy.name));
             let env = EvalEnv {
                 resolver: &resolver,
-                exceptions: &exceptions,
+                exceptions: &set.exceptions,
                 rule_values: &rule_values,
             };
             let outcome = mutate_policy(policy, &req, &ctx, &env);
@@ -445,8 +371,8 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         // the last one that applied gives the result (as `kyverno apply`).
         let mut emitted: Vec<&str> = Vec::new();
         for (policies, chaining) in [
-            (&admission_mutating, Chaining::Chained),
-            (&mutating, Chaining::SameInput),
+            (&set.admission_mutating, Chaining::Chained),
+            (&set.mutating, Chaining::SameInput),
         ] {
             if policies.is_empty() {
                 continue;
@@ -489,15 +415,15 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         }
         let resource = &resource;
         let req = Request::offline(resource, &operation, Default::default(), labels);
-        let mut ctx = req.json_context(Builtins::of(&policies));
+        let mut ctx = req.json_context(Builtins::of(&set.policies));
         for (k, v) in &values.global {
             ctx.set_path(k, v.clone());
         }
-        for policy in &policies {
+        for policy in &set.policies {
             let rule_values = PolicyRuleValues(values.rules.get(&policy.name));
             let env = EvalEnv {
                 resolver: &resolver,
-                exceptions: &exceptions,
+                exceptions: &set.exceptions,
                 rule_values: &rule_values,
             };
             // The verification phase of verifyImages rules comes first.
@@ -517,15 +443,15 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 responses.push((Source::Classic(policy), generated));
             }
         }
-        if !validating.is_empty() || !generating.is_empty() {
+        if !set.validating.is_empty() || !set.generating.is_empty() {
             let input = CelRequest::of(&req);
-            for policy in &validating {
+            for policy in &set.validating {
                 let response = evaluate_validating_policy(policy, &req, &input, &resolver);
                 if !response.rules.is_empty() {
                     responses.push((Source::Validating(policy), response));
                 }
             }
-            for policy in &generating {
+            for policy in &set.generating {
                 let generated = evaluate_generating_policy(policy, &req, &input, &resolver);
                 outputs.generated(&generated, resource)?;
                 if !generated.rules.is_empty() {
@@ -533,9 +459,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
                 }
             }
         }
-        if !image_validating.is_empty() {
+        if !set.image_validating.is_empty() {
             let input = CelRequest::of(&req);
-            for policy in &image_validating {
+            for policy in &set.image_validating {
                 let response = evaluate_image_validating_policy(policy, &req, &input, &resolver);
                 if !response.rules.is_empty() {
                     responses.push((Source::ImageValidating(policy), response));

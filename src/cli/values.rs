@@ -2,7 +2,7 @@
 //! files: variables injected per policy, rule and resource, namespace labels,
 //! and the admission user.
 
-use crate::cli::test_file::{field, lower_keys, string_list};
+use crate::cli::kyverno_test::file::{field, lower_keys, string_list};
 use crate::engine::RuleValues;
 use serde_json::{Map, Value};
 use std::collections::HashMap;

@@ -1,4 +1,5 @@
-//! GlobalContextEntry (`kyverno.io/v2alpha1`, §5.1): data cached ahead of
+//! GlobalContextEntry (`kyverno.io/v2alpha1`,
+//! docs/kyverno-semantics.md#global-context-entries): data cached ahead of
 //! admission, so `globalReference` context entries never wait on the API.
 //!
 //! A `kubernetesResource` entry runs a reflector for its resource and

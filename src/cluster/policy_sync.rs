@@ -5,12 +5,9 @@
 //! remembered until its next change.
 
 use super::stores::Stores;
-use crate::admission::policies::{CompiledDocument, PolicySet, Publisher, compile_document};
-use crate::policy::cel_policy::{
-    CompiledGeneratingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
-};
+use crate::admission::policies::Publisher;
 use crate::policy::load::classify;
-use crate::policy::{CompiledException, CompiledPolicy};
+use crate::policy::set::{LoadOptions, Policy, PolicySet};
 use kube::api::DynamicObject;
 use kube::core::ApiResource;
 use kube::runtime::reflector::Store;
@@ -23,23 +20,12 @@ use std::time::Duration;
 pub type Key = (String, String, String);
 
 /// What one object contributed: its compiled form at the last
-/// resourceVersion that compiled, and the last failure, if newer.
+/// resourceVersion that compiled (none before the first), and the last
+/// failure, if newer.
 struct Entry {
     resource_version: String,
-    compiled: Compiled,
+    compiled: Option<Policy>,
     failed: Option<(String, String)>,
-}
-
-#[derive(Clone)]
-enum Compiled {
-    None,
-    Policy(Box<CompiledPolicy>),
-    Exception(Box<CompiledException>),
-    Validating(Box<CompiledValidatingPolicy>),
-    Mutating(Box<CompiledMutatingPolicy>),
-    Generating(Box<CompiledGeneratingPolicy>),
-    ImageValidating(Box<crate::policy::cel_policy::CompiledImageValidatingPolicy>),
-    CelException(Box<crate::policy::cel_policy::CompiledCelException>),
 }
 
 /// A policy object that could not be used, with the reason.
@@ -100,19 +86,8 @@ impl PolicySync {
         changed |= self.entries.len() != before;
         if changed || self.publisher.generation() == 0 {
             let mut set = PolicySet::default();
-            for e in self.entries.values() {
-                match &e.compiled {
-                    Compiled::Policy(p) => set.policies.push((**p).clone()),
-                    Compiled::Exception(x) => set.exceptions.push((**x).clone()),
-                    Compiled::Validating(p) => set.validating.push((**p).clone()),
-                    Compiled::Mutating(p) => set.mutating.push((**p).clone()),
-                    Compiled::Generating(p) => set.generating.push((**p).clone()),
-                    Compiled::ImageValidating(p) => set.image_validating.push((**p).clone()),
-                    Compiled::CelException(e) => {
-                        set.cel_exceptions.push(std::sync::Arc::new((**e).clone()))
-                    }
-                    Compiled::None => {}
-                }
+            for policy in self.entries.values().filter_map(|e| e.compiled.clone()) {
+                set.add(policy);
             }
             self.publisher.publish(set);
         }
@@ -170,7 +145,7 @@ impl PolicySync {
                     });
                     let entry = self.entries.entry(key).or_insert(Entry {
                         resource_version: String::new(),
-                        compiled: Compiled::None,
+                        compiled: None,
                         failed: None,
                     });
                     entry.failed = Some((rv, reason));
@@ -224,7 +199,7 @@ impl PolicySync {
 }
 
 /// Loads and compiles one stored object.
-fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, String> {
+fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Option<Policy>, String> {
     let mut value = serde_json::to_value(object).map_err(|e| e.to_string())?;
     // Items of a list may come without their type.
     value["apiVersion"] = Value::String(resource.api_version.clone());
@@ -238,13 +213,5 @@ fn compile(object: &DynamicObject, resource: &ApiResource) -> Result<Compiled, S
         }
     );
     let doc = classify(&source, 0, value).map_err(|e| e.to_string())?;
-    Ok(match compile_document(doc)? {
-        CompiledDocument::Policy(p) => Compiled::Policy(p),
-        CompiledDocument::Exception(e) => Compiled::Exception(e),
-        CompiledDocument::Validating(p) => Compiled::Validating(p),
-        CompiledDocument::Mutating(p) => Compiled::Mutating(p),
-        CompiledDocument::Generating(p) => Compiled::Generating(p),
-        CompiledDocument::ImageValidating(p) => Compiled::ImageValidating(p),
-        CompiledDocument::CelException(e) => Compiled::CelException(e),
-    })
+    Policy::compile(doc, &LoadOptions::SERVER).map_err(|r| r.reason)
 }

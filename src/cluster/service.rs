@@ -1,5 +1,6 @@
-//! `apiCall.service`: a JSON service outside the API server (§5), over
-//! HTTPS trusting `caBundle` when given and the system's roots otherwise,
+//! `apiCall.service`: a JSON service outside the API server
+//! (docs/kyverno-semantics.md#context-entries), over HTTPS trusting
+//! `caBundle` when given and the system's roots otherwise,
 //! or plain HTTP. The response must be JSON, within the size limit, with a
 //! 2xx status. Nothing is cached: a service answer may depend on the
 //! request (POST bodies, headers), as in Kyverno.

@@ -1,7 +1,8 @@
-//! The background controller (Kyverno's, §7.5 and §8): on the leader of
-//! the `gavel-background` Lease, it works off the UpdateRequests the
-//! replicas write for admitted triggers (generate, and mutate existing),
-//! and follows policy changes ([`policies`]).
+//! The background controller (Kyverno's; see
+//! docs/kyverno-semantics.md#mutate-existing and #generate-flow): on the
+//! leader of the `gavel-background` Lease, it works off the UpdateRequests
+//! the replicas write for admitted triggers (generate, and mutate
+//! existing), and follows policy changes ([`policies`]).
 //!
 //! An UpdateRequest is deleted only once all its work is done, so a
 //! leader killed in the middle leaves it for the next one, which does it

@@ -1,6 +1,7 @@
-//! The cleanup controller (§11), on the leader of the `gavel-cleanup`
-//! Lease: CleanupPolicy / ClusterCleanupPolicy and DeletingPolicy /
-//! NamespacedDeletingPolicy run on their cron schedules and delete what
+//! The cleanup controller (docs/kyverno-semantics.md#cleanup-policies), on
+//! the leader of the `gavel-cleanup` Lease: CleanupPolicy /
+//! ClusterCleanupPolicy and DeletingPolicy / NamespacedDeletingPolicy run
+//! on their cron schedules and delete what
 //! they select; objects carrying the `cleanup.kyverno.io/ttl` label are
 //! deleted when it expires (`ttl`).
 //!

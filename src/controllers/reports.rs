@@ -1,4 +1,5 @@
-//! The reports controller's background scan (§12): on the leader of the
+//! The reports controller's background scan
+//! (docs/kyverno-semantics.md#background-scan): on the leader of the
 //! `gavel-reports` Lease, every `interval` and whenever the policy set
 //! changes, each resource of the kinds the `background: true` validate
 //! policies and ValidatingPolicies (`evaluation.background.enabled`, on

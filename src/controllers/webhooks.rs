@@ -1,4 +1,5 @@
-//! The leader's webhook registration duty (§13.1): a
+//! The leader's webhook registration duty
+//! (docs/kyverno-semantics.md#webhook-registration): a
 //! ValidatingWebhookConfiguration and a MutatingWebhookConfiguration, each
 //! with a `Fail` and an `Ignore` webhook whose rules cover the kinds
 //! (resolved to resources through discovery) and operations the current
@@ -175,7 +176,8 @@ impl Side {
     }
 }
 
-/// The sides a rule is registered on (§13.1): mutate rules (not mutate
+/// The sides a rule is registered on
+/// (docs/kyverno-semantics.md#webhook-registration): mutate rules (not mutate
 /// existing) on the mutating side; validate, generate and mutate-existing
 /// on the validating side; verifyImages on both.
 fn sides(rule: &CompiledRule) -> &'static [Side] {
@@ -245,9 +247,10 @@ impl Coverage {
         }
     }
 
-    /// The kinds a generate rule writes, on every change (§13.1: Kyverno
-    /// registers them so that a synchronized downstream resource changed
-    /// or deleted by someone else is generated again).
+    /// The kinds a generate rule writes, on every change (Kyverno registers
+    /// them so that a synchronized downstream resource changed or deleted by
+    /// someone else is generated again; see
+    /// docs/kyverno-semantics.md#webhook-registration).
     fn add_downstream(&mut self, rule: &CompiledRule, kinds: &KindMap) {
         let RuleBody::Generate(g) = &rule.body else {
             return;

@@ -1,5 +1,6 @@
-//! Whether a cleanup or deleting policy selects a resource (§11): the
-//! policy's namespace, then `match`/`exclude` and the JMESPath
+//! Whether a cleanup or deleting policy selects a resource
+//! (docs/kyverno-semantics.md#cleanup-policies): the policy's namespace,
+//! then `match`/`exclude` and the JMESPath
 //! `conditions` on `target` (CleanupPolicy), or `matchConstraints` and the
 //! CEL `conditions` on `object` (DeletingPolicy). A scheduled run has no
 //! admission request: the resource is matched as it is stored, without

@@ -1,8 +1,9 @@
-//! Condition operators (§3.9) for deny, preconditions and exception
-//! conditions. Keys and values arrive with variables already substituted,
-//! as JMESPath left them: borrowed from the request's document or the
-//! policy, or lists of such. A projection's result is compared where it
-//! lies, never turned into JSON just to be compared.
+//! Condition operators (docs/kyverno-semantics.md#condition-operators) for
+//! deny, preconditions and exception conditions. Keys and values arrive
+//! with variables already substituted, as JMESPath left them: borrowed from
+//! the request's document or the policy, or lists of such. A projection's
+//! result is compared where it lies, never turned into JSON just to be
+//! compared.
 
 use crate::jmespath::{Streamed, Val, deep_equal, go_sprint};
 use crate::json_doc::{Json, JsonRef, Kind, View};

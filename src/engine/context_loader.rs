@@ -1,6 +1,7 @@
-//! Context entries (§5): variable, configMap, apiCall, globalReference and
-//! imageRegistry, loaded in order into the JSON context. External data comes
-//! from the [`Resolver`]; an unavailable source leaves the name undefined.
+//! Context entries (docs/kyverno-semantics.md#context-entries): variable,
+//! configMap, apiCall, globalReference and imageRegistry, loaded in order
+//! into the JSON context. External data comes from the [`Resolver`]; an
+//! unavailable source leaves the name undefined.
 
 use super::json_context::JsonContext;
 use super::variables::Substituter;

@@ -1,7 +1,8 @@
-//! Generate rules (§8): the downstream resources a trigger produces, from
-//! `data`, `clone`, `cloneList` or `foreach`, with Kyverno's labels
-//! (§8.4). Creating them in a cluster is the background controller's job;
-//! the engine only computes them.
+//! Generate rules (docs/kyverno-semantics.md#generate-rules): the downstream
+//! resources a trigger produces, from `data`, `clone`, `cloneList` or
+//! `foreach`, with Kyverno's labels (docs/kyverno-semantics.md#downstream-labels).
+//! Creating them in a cluster is the background controller's job; the engine
+//! only computes them.
 
 use super::json_context::JsonContext;
 use super::validate::{before_body, eval_conditions, foreach_list};
@@ -254,7 +255,8 @@ impl Builder<'_> {
         Value::Object(resource)
     }
 
-    /// §8.4: managed-by, policy, rule, trigger and (for clones) source labels.
+    /// Managed-by, policy, rule, trigger and (for clones) source labels
+    /// (docs/kyverno-semantics.md#downstream-labels).
     fn labels(&self, source: Option<&Value>) -> Vec<(String, String)> {
         let field = |v: &Value, p: &str| {
             v.pointer(p)

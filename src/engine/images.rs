@@ -1,5 +1,6 @@
-//! The `images` builtin variable (§4.2): container images of a Pod or pod
-//! template, split into registry, path, name, tag and digest.
+//! The `images` builtin variable (docs/kyverno-semantics.md#built-in-variables):
+//! container images of a Pod or pod template, split into registry, path,
+//! name, tag and digest.
 
 use crate::image_reference::ImageInfo;
 use serde_json::{Map, Value, json};

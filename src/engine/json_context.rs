@@ -1,5 +1,6 @@
-//! The JSON context (§4.2): `request`, builtin variables, context entries
-//! and foreach elements, read by rules through JMESPath.
+//! The JSON context (docs/kyverno-semantics.md#built-in-variables):
+//! `request`, builtin variables, context entries and foreach elements, read
+//! by rules through JMESPath.
 //!
 //! It is layered rather than one JSON object: a rule or a foreach element
 //! gets a child scope over its parent, so leaving a scope is dropping it, and
@@ -333,9 +334,10 @@ impl<'p> JsonContext<'p> {
     }
 }
 
-/// `request.*` (§4.2): the admission request's object and oldObject are
-/// borrowed; `operation` (read by nearly every policy) is built up front,
-/// the other small fields on first use.
+/// `request.*` (docs/kyverno-semantics.md#built-in-variables): the
+/// admission request's object and oldObject are borrowed; `operation` (read
+/// by nearly every policy) is built up front, the other small fields on
+/// first use.
 struct RequestRoot<'r> {
     req: &'r Request,
     operation: Value,

@@ -1,6 +1,7 @@
-//! Mutate rules (§7): `patchStrategicMerge` with Kyverno's anchors,
-//! `patchesJson6902`, and `foreach`. Rules run in order, each on the
-//! output of the previous one; a rule that changes nothing is `skip`.
+//! Mutate rules (docs/kyverno-semantics.md#mutate-rules):
+//! `patchStrategicMerge` with Kyverno's anchors, `patchesJson6902`, and
+//! `foreach`. Rules run in order, each on the output of the previous one; a
+//! rule that changes nothing is `skip`.
 //! Mutate existing (`targets`) patches the targets the resolver finds,
 //! not the trigger; applying them in a cluster is the background
 //! controller's job.
@@ -154,9 +155,9 @@ struct Mutator<'a> {
 }
 
 impl Mutator<'_> {
-    /// Mutate existing (§7.5): the targets the specs select, read through
-    /// the resolver, each patched with `target` set to it. Returns the
-    /// targets the patch changed, as patched.
+    /// Mutate existing (docs/kyverno-semantics.md#mutate-existing): the
+    /// targets the specs select, read through the resolver, each patched with
+    /// `target` set to it. Returns the targets the patch changed, as patched.
     fn targets(
         &mut self,
         targets: &[Target],

@@ -1,7 +1,7 @@
-//! `validate.podSecurity` (§3.12): the Pod Security Standards checks of the
-//! Kubernetes pod-security-admission library (baseline and restricted, the
-//! `latest` profile), with Kyverno's `exclude` entries. Works on Pods and on
-//! pod templates of controllers.
+//! `validate.podSecurity` (docs/kyverno-semantics.md#pod-security-standards):
+//! the Pod Security Standards checks of the Kubernetes pod-security-admission
+//! library (baseline and restricted, the `latest` profile), with Kyverno's
+//! `exclude` entries. Works on Pods and on pod templates of controllers.
 
 use crate::policy::types::{PodSecurity, PodSecurityExclude};
 use crate::wildcard;

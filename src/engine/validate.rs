@@ -1,6 +1,7 @@
-//! Validate rules (§3): match/exclude, exceptions, context, preconditions,
-//! then deny, pattern, anyPattern or foreach. One [`PolicyResponse`] per
-//! policy and resource; a rule that does not match gives no response.
+//! Validate rules (docs/kyverno-semantics.md#validate-rules): match/exclude,
+//! exceptions, context, preconditions, then deny, pattern, anyPattern or
+//! foreach. One [`PolicyResponse`] per policy and resource; a rule that does
+//! not match gives no response.
 //!
 //! This file holds the policy and rule entry points, the per-rule timer
 //! and the validator's message text; `prepare` the steps before a rule's

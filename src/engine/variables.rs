@@ -1,7 +1,8 @@
-//! Variable substitution (§4.1): `{{ expr }}` tokens in policy values are
-//! replaced by JMESPath results against the JSON context. A token that is
-//! the whole string keeps the result's JSON type; an embedded one is spliced
-//! in as text. `\{{` escapes a token. Nested tokens resolve inside-out.
+//! Variable substitution (docs/kyverno-semantics.md#variable-substitution):
+//! `{{ expr }}` tokens in policy values are replaced by JMESPath results
+//! against the JSON context. A token that is the whole string keeps the
+//! result's JSON type; an embedded one is spliced in as text. `\{{` escapes
+//! a token. Nested tokens resolve inside-out.
 
 use super::json_context::JsonContext;
 use crate::jmespath::{JmesError, Val};

@@ -1,5 +1,6 @@
-//! Kyverno's anchors in a `patchStrategicMerge` overlay (§7.3), resolved
-//! against the resource before the strategic merge:
+//! Kyverno's anchors in a `patchStrategicMerge` overlay
+//! (docs/kyverno-semantics.md#mutate-anchors), resolved against the resource
+//! before the strategic merge:
 //!
 //! - conditional `(key)` and global `<(key)` anchors are checked with the
 //!   validate pattern semantics; a failed condition on a map abandons the

@@ -1,6 +1,7 @@
-//! Scalar patterns (§3.5): `a | b`, `>=1 & <10`, ranges `1-10` / `1!-10`,
-//! `!value`, wildcards, quantities and durations. Compiled once: operators
-//! split and operands parsed at policy compile time.
+//! Scalar patterns (docs/kyverno-semantics.md#scalar-patterns): `a | b`,
+//! `>=1 & <10`, ranges `1-10` / `1!-10`, `!value`, wildcards, quantities and
+//! durations. Compiled once: operators split and operands parsed at policy
+//! compile time.
 
 use crate::json_doc::{Kind, View};
 use crate::units::{Duration, Quantity};

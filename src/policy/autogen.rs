@@ -1,6 +1,7 @@
-//! Autogen (§9): rules written for Pods also get `autogen-<rule>` (for the
-//! pod controllers, template at `spec.template`) and `autogen-cronjob-<rule>`
-//! (template at `spec.jobTemplate.spec.template`) variants.
+//! Autogen (docs/kyverno-semantics.md#autogen): rules written for Pods also
+//! get `autogen-<rule>` (for the pod controllers, template at
+//! `spec.template`) and `autogen-cronjob-<rule>` (template at
+//! `spec.jobTemplate.spec.template`) variants.
 
 use super::types::{PolicyDoc, ResourceDescription, ResourceFilter, Rule};
 use serde_json::{Value, json};

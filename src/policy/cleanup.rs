@@ -1,4 +1,5 @@
-//! The policies that delete on a schedule (§11): CleanupPolicy and
+//! The policies that delete on a schedule
+//! (docs/kyverno-semantics.md#cleanup-policies): CleanupPolicy and
 //! ClusterCleanupPolicy (kyverno.io, match/exclude and JMESPath
 //! conditions on `target`), and DeletingPolicy and
 //! NamespacedDeletingPolicy (policies.kyverno.io, matchConstraints and CEL
@@ -274,7 +275,8 @@ fn compile_deleting(object: &Value) -> Result<CompiledCleanupPolicy, String> {
     })
 }
 
-/// The label that asks for an object's deletion at a time (§11.2).
+/// The label that asks for an object's deletion at a time
+/// (docs/kyverno-semantics.md#ttl-label).
 pub const TTL_LABEL: &str = "cleanup.kyverno.io/ttl";
 /// How an object deleted for its TTL label goes (`Foreground`, ...).
 pub const PROPAGATION_ANNOTATION: &str = "cleanup.kyverno.io/propagation-policy";

@@ -1,4 +1,5 @@
-//! Compiled forms of `mutate` (§7) and `generate` (§8) rule bodies.
+//! Compiled forms of `mutate` (docs/kyverno-semantics.md#mutate-rules) and
+//! `generate` (docs/kyverno-semantics.md#generate-rules) rule bodies.
 
 use super::conditions::Conditions;
 use super::types::{
@@ -50,7 +51,8 @@ pub struct Target {
 #[derive(Debug, Clone)]
 pub struct MutateRule {
     pub patch: MutatePatch,
-    /// `targets`: mutate existing resources (§7.5) instead of the trigger.
+    /// `targets`: mutate existing resources
+    /// (docs/kyverno-semantics.md#mutate-existing) instead of the trigger.
     pub targets: Vec<Target>,
     /// Apply to the existing triggers when the policy is created or
     /// changed: the rule's `mutateExistingOnPolicyUpdate`, or else the

@@ -302,7 +302,7 @@ pub struct ExceptionTarget {
     pub rule_names: Vec<String>,
 }
 
-/// `rule.mutate` (§7.1).
+/// `rule.mutate` (docs/kyverno-semantics.md#mutate-rules).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Mutation {
@@ -322,7 +322,8 @@ pub struct Mutation {
     pub mutate_existing_on_policy_update: Option<bool>,
 }
 
-/// One `mutate.targets[]` entry (§7.5): which existing resources to patch.
+/// One `mutate.targets[]` entry (docs/kyverno-semantics.md#mutate-existing):
+/// which existing resources to patch.
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TargetResource {
@@ -344,7 +345,7 @@ pub struct TargetResource {
     pub preconditions: Option<Value>,
 }
 
-/// One `mutate.foreach[]` entry (§7.4).
+/// One `mutate.foreach[]` entry (docs/kyverno-semantics.md#mutate-foreach).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForEachMutation {
@@ -391,7 +392,8 @@ pub struct CloneList {
     pub selector: Option<LabelSelector>,
 }
 
-/// What one generated resource is made of: identity and source (§8.1).
+/// What one generated resource is made of: identity and source
+/// (docs/kyverno-semantics.md#generate-rules).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GeneratePattern {
@@ -413,9 +415,10 @@ pub struct GeneratePattern {
     pub clone_list: Option<CloneList>,
 }
 
-/// `rule.generate` (§8.1): a [`GeneratePattern`] plus the flags. Unknown
-/// fields are checked against both by the compile step (serde cannot
-/// flatten and deny unknown fields at once).
+/// `rule.generate` (docs/kyverno-semantics.md#generate-rules): a
+/// [`GeneratePattern`] plus the flags. Unknown fields are checked against
+/// both by the compile step (serde cannot flatten and deny unknown fields
+/// at once).
 #[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Generation {

@@ -1,5 +1,5 @@
 //! Prometheus metrics under Kyverno's names and labels, so that existing
-//! dashboards and alerts keep working (kyverno-semantics §14), plus
+//! dashboards and alerts keep working (docs/kyverno-semantics.md#metrics), plus
 //! `gavel_` metrics for what Kyverno lacks.
 //!
 //! Per-request metrics go through prometheus-client families; per-rule

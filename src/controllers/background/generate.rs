@@ -1,5 +1,6 @@
-//! Generate work (§8): a rule's downstream for one trigger, created or
-//! kept in line; or, for a trigger gone or no longer matching, deleted.
+//! Generate work (docs/kyverno-semantics.md#generate-flow): a rule's downstream
+//! for one trigger, created or kept in line; or, for a trigger gone or no
+//! longer matching, deleted.
 
 use super::{Shared, objects, rule_output};
 use crate::admission::policies::Snapshot;

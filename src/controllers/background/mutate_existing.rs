@@ -1,6 +1,7 @@
-//! Mutate existing (§7.5): a rule's `targets`, read from the API server,
-//! patched and written back. A target the patch leaves as it is gets no
-//! write, so doing the work twice changes nothing the second time.
+//! Mutate existing (docs/kyverno-semantics.md#mutate-existing): a rule's
+//! `targets`, read from the API server, patched and written back. A target
+//! the patch leaves as it is gets no write, so doing the work twice changes
+//! nothing the second time.
 
 use super::{Shared, objects, rule_output};
 use crate::admission::policies::Snapshot;

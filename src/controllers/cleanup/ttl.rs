@@ -1,6 +1,7 @@
-//! The `cleanup.kyverno.io/ttl` label (§11.2): an object that carries it
-//! is deleted once its time has come, a duration after its creation
-//! (`5m`, `4h`, `1d`) or at a time (`2026-10-04T003000Z`, `2026-10-04`).
+//! The `cleanup.kyverno.io/ttl` label (docs/kyverno-semantics.md#ttl-label):
+//! an object that carries it is deleted once its time has come, a duration
+//! after its creation (`5m`, `4h`, `1d`) or at a time (`2026-10-04T003000Z`,
+//! `2026-10-04`).
 //! One metadata-only watch per kind the controller may list, watch and
 //! delete, filtered on the label, as Kyverno's TTL manager runs them; the
 //! kinds are discovered again every reconciliation interval.

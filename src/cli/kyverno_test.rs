@@ -1,6 +1,6 @@
 //! `gavel test`: discovery of kyverno-test.yaml files, offline evaluation,
 //! and result matching and counting exactly as `kyverno test` does
-//! (see kyverno-test-semantics.md §1-§4, §7).
+//! (see docs/kyverno-test-semantics.md, from "Discovery and loading" to "Output").
 //!
 //! The document's inputs are read by `load`, run through the engine by
 //! `evaluate`, compared with the expected results by `check`; `report`
@@ -8,16 +8,17 @@
 
 mod check;
 mod evaluate;
+pub mod file;
 mod load;
 mod report;
 
 pub use report::run;
 
-use super::test_file::TestDoc;
 use crate::policy::load::{parse_yaml_documents, read_file};
 use crate::wildcard;
 use check::check_results;
 use evaluate::evaluate;
+use file::TestDoc;
 use load::load_test;
 use std::path::{Path, PathBuf};
 
@@ -212,17 +213,9 @@ fn run_test_doc(path: &Path, doc: &TestDoc, selector: &Selector) -> TestOutcome 
         .map(|op| (op, evaluate(doc, &loaded, Some(op))))
         .collect();
     outcome.rows = check_results(doc, &loaded, &evaluated, &by_operation, selector);
-    outcome.policies = loaded.policies.len()
-        + loaded.admission_mutating.len()
-        + loaded.mutating.len()
-        + loaded.validating.len()
-        + loaded.generating.len()
-        + loaded.image_validating.len()
-        + loaded.deleting.len()
-        + loaded.invalid.len()
-        + loaded.unsupported.len();
+    outcome.policies = loaded.set.policy_count() + loaded.invalid.len() + loaded.unsupported.len();
     outcome.resources = loaded.resources.len();
-    outcome.exceptions = loaded.exceptions.len() + loaded.cel_exceptions.len();
+    outcome.exceptions = loaded.exceptions;
     for r in &outcome.rows {
         match r.outcome {
             Outcome::Pass => outcome.pass += 1,

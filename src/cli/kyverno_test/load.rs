@@ -1,20 +1,17 @@
 //! The inputs of one `gavel test` document, read and compiled: the
 //! policies of every kind (classic, CEL, admission policies with their
 //! bindings), exceptions, the resources under test, the cluster's objects
-//! for context lookups, and the values and userInfo files (§1).
+//! for context lookups, and the values and userInfo files (see
+//! docs/kyverno-test-semantics.md#discovery-and-loading, #values-and-user-info).
 
+use crate::admission::policies::Snapshot;
+use crate::cli::kyverno_test::file::TestDoc;
 use crate::cli::resources::{load_objects_as_written, load_resources, resource_key};
-use crate::cli::test_file::TestDoc;
 use crate::cli::values::{UserInfoFile, Values};
 use crate::engine::cel::{envoy_request, http_request};
-use crate::policy::cel_policy::{
-    AdmissionDocs, CelCompileError, CompiledCelException, CompiledGeneratingPolicy,
-    CompiledImageValidatingPolicy, CompiledMutatingPolicy, CompiledValidatingPolicy,
-    EvaluationMode, attach_exceptions_to,
-};
-use crate::policy::cleanup::CompiledCleanupPolicy;
-use crate::policy::load::{LoadedDocument, load_policy_text, parse_yaml_documents, read_file};
-use crate::policy::{CompiledException, CompiledPolicy};
+use crate::policy::cel_policy::EvaluationMode;
+use crate::policy::load::{parse_yaml_documents, read_file};
+use crate::policy::set::{LoadOptions, Loader};
 use serde_json::Value;
 use std::path::Path;
 
@@ -30,31 +27,17 @@ pub(super) struct Payload {
 
 /// Everything one test document names, read and compiled.
 pub(super) struct Loaded {
-    pub(super) policies: Vec<CompiledPolicy>,
-    /// MutatingAdmissionPolicies, evaluated after the classic policies
-    /// (§2.4), each on the previous one's output.
-    pub(super) admission_mutating: Vec<CompiledMutatingPolicy>,
-    /// MutatingPolicies, evaluated after those.
-    pub(super) mutating: Vec<CompiledMutatingPolicy>,
-    /// ValidatingPolicies, evaluated after the MutatingPolicies.
-    pub(super) validating: Vec<CompiledValidatingPolicy>,
-    /// GeneratingPolicies, evaluated last.
-    pub(super) generating: Vec<CompiledGeneratingPolicy>,
-    /// ImageValidatingPolicies, evaluated on each resource as written (as
-    /// Kyverno's CLI does, after the other policies).
-    pub(super) image_validating: Vec<CompiledImageValidatingPolicy>,
-    /// DeletingPolicies: whether a run would delete each resource.
-    pub(super) deleting: Vec<CompiledCleanupPolicy>,
-    /// `spec.images` of the Context file.
-    pub(super) images: Vec<Value>,
+    /// The policies of every kind, compiled into a snapshot as the server
+    /// compiles its own, so that a test evaluates through the same plan.
+    pub(super) set: Snapshot,
     /// Policies rejected by validation: (name, reason).
     pub(super) invalid: Vec<(String, String)>,
     /// Unsupported policy kinds: (name, kind).
     pub(super) unsupported: Vec<(String, String)>,
-    pub(super) exceptions: Vec<CompiledException>,
-    /// PolicyExceptions of the CEL kinds, attached to the policies they
-    /// name once every file is read.
-    pub(super) cel_exceptions: Vec<std::sync::Arc<CompiledCelException>>,
+    /// PolicyExceptions of either group.
+    pub(super) exceptions: usize,
+    /// `spec.images` of the Context file.
+    pub(super) images: Vec<Value>,
     pub(super) resources: Vec<Value>,
     /// `jsonPayloads`, `httpPayloads` and `envoyPayloads`, in that order.
     pub(super) payloads: Vec<Payload>,
@@ -64,156 +47,44 @@ pub(super) struct Loaded {
     pub(super) objects: Vec<Value>,
     /// The `targetResources` documents alone: what mutate existing patches.
     pub(super) targets: Vec<Value>,
-    /// Admission policies and bindings, until all files are read.
-    pub(super) admission_docs: AdmissionDocs,
-}
-
-impl Loaded {
-    /// Files a compiled CEL policy, or records why it did not compile.
-    fn file_cel<T>(
-        &mut self,
-        kind: &str,
-        name: &str,
-        compiled: Result<T, CelCompileError>,
-        into: fn(&mut Loaded) -> &mut Vec<T>,
-    ) {
-        match compiled {
-            Ok(c) => into(self).push(c),
-            Err(CelCompileError::Unsupported(_)) => {
-                self.unsupported.push((name.into(), kind.into()))
-            }
-            Err(CelCompileError::Invalid(e)) => self.invalid.push((name.into(), e)),
-        }
-    }
 }
 
 /// Reads and compiles every file `doc` names. A policy that does not
-/// compile is recorded as invalid; an unreadable file is the error.
+/// compile is recorded as invalid, a kind gavel does not evaluate as
+/// unsupported; an unreadable file or an invalid PolicyException is the
+/// error.
 pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
+    let mut loader = Loader::new(LoadOptions::TEST);
+    for path in doc.policies.iter().chain(&doc.exceptions) {
+        let text = read_file(path).map_err(|e| e.to_string())?;
+        loader
+            .add_text(&path.display().to_string(), &text)
+            .map_err(|e| e.to_string())?;
+    }
+    let (set, rejected) = loader.finish();
+    let (mut invalid, mut unsupported) = (Vec::new(), Vec::new());
+    for r in rejected {
+        match (r.unsupported, r.is_exception()) {
+            (true, _) => unsupported.push((r.name, r.kind)),
+            // kyverno-compat: an exception that does not load stops the
+            // test, where a policy that does not is reported per result.
+            (false, true) => return Err(r.reason),
+            (false, false) => invalid.push((r.name, r.reason)),
+        }
+    }
     let mut loaded = Loaded {
-        policies: Vec::new(),
-        admission_mutating: Vec::new(),
-        mutating: Vec::new(),
-        validating: Vec::new(),
-        generating: Vec::new(),
-        image_validating: Vec::new(),
+        exceptions: set.exceptions.len() + set.cel_exceptions.len(),
+        set: Snapshot::new(set, 1),
+        invalid,
+        unsupported,
         images: Vec::new(),
-        invalid: Vec::new(),
-        unsupported: Vec::new(),
-        exceptions: Vec::new(),
         resources: Vec::new(),
         values: Values::default(),
         user: UserInfoFile::default(),
         objects: Vec::new(),
         targets: Vec::new(),
-        deleting: Vec::new(),
-        cel_exceptions: Vec::new(),
         payloads: Vec::new(),
-        admission_docs: AdmissionDocs::default(),
     };
-    let load_docs = |path: &Path, loaded: &mut Loaded| -> Result<(), String> {
-        let text = read_file(path).map_err(|e| e.to_string())?;
-        for d in load_policy_text(&path.display().to_string(), &text).map_err(|e| e.to_string())? {
-            match d {
-                LoadedDocument::Policy(p) => match CompiledPolicy::compile(&p) {
-                    Ok(c) => loaded.policies.push(c),
-                    Err(e) => loaded
-                        .invalid
-                        .push((p.metadata.name.clone(), e.to_string())),
-                },
-                LoadedDocument::Exception(e) => loaded
-                    .exceptions
-                    .push(CompiledException::compile(&e).map_err(|e| e.to_string())?),
-                LoadedDocument::ValidatingPolicy(p) => loaded.file_cel(
-                    &p.kind,
-                    &p.metadata.name,
-                    CompiledValidatingPolicy::compile(&p),
-                    |l| &mut l.validating,
-                ),
-                LoadedDocument::MutatingPolicy(p) => loaded.file_cel(
-                    &p.kind,
-                    &p.metadata.name,
-                    CompiledMutatingPolicy::compile(&p),
-                    |l| &mut l.mutating,
-                ),
-                LoadedDocument::GeneratingPolicy(p) => loaded.file_cel(
-                    &p.kind,
-                    &p.metadata.name,
-                    CompiledGeneratingPolicy::compile(&p),
-                    |l| &mut l.generating,
-                ),
-                LoadedDocument::ImageValidatingPolicy(p) => loaded.file_cel(
-                    &p.kind,
-                    &p.metadata.name,
-                    CompiledImageValidatingPolicy::compile(&p),
-                    |l| &mut l.image_validating,
-                ),
-                // Compiled once every file is read: a binding may come
-                // after its policy.
-                LoadedDocument::ValidatingAdmissionPolicy(p) => {
-                    loaded.admission_docs.validating.push(*p)
-                }
-                LoadedDocument::MutatingAdmissionPolicy(p) => {
-                    loaded.admission_docs.mutating.push(*p)
-                }
-                LoadedDocument::AdmissionPolicyBinding(b) => {
-                    loaded.admission_docs.bindings.push(*b)
-                }
-                LoadedDocument::CelException(e) => match CompiledCelException::compile(&e) {
-                    Ok(c) => loaded.cel_exceptions.push(std::sync::Arc::new(c)),
-                    Err(CelCompileError::Unsupported(_)) => loaded
-                        .unsupported
-                        .push((e.metadata.name.clone(), e.kind.clone())),
-                    Err(CelCompileError::Invalid(why)) => {
-                        return Err(format!("PolicyException {}: {why}", e.metadata.name));
-                    }
-                },
-                LoadedDocument::Unsupported {
-                    api_version,
-                    kind,
-                    name,
-                    document,
-                } if api_version.starts_with("policies.kyverno.io/")
-                    && matches!(kind.as_str(), "DeletingPolicy" | "NamespacedDeletingPolicy") =>
-                {
-                    match CompiledCleanupPolicy::compile(&document) {
-                        Ok(p) => loaded.deleting.push(p),
-                        Err(e) => loaded.invalid.push((name, e)),
-                    }
-                }
-                LoadedDocument::Unsupported { kind, name, .. } => {
-                    loaded.unsupported.push((name, kind))
-                }
-            }
-        }
-        Ok(())
-    };
-    for p in &doc.policies {
-        load_docs(p, &mut loaded)?;
-    }
-    for p in &doc.exceptions {
-        load_docs(p, &mut loaded)?;
-    }
-    let admission = std::mem::take(&mut loaded.admission_docs);
-    for p in &admission.validating {
-        let compiled = CompiledValidatingPolicy::compile_admission(p, &admission.bindings);
-        loaded.file_cel(&p.kind, &p.metadata.name, compiled, |l| &mut l.validating);
-    }
-    for p in &admission.mutating {
-        let compiled = CompiledMutatingPolicy::compile_admission(p, &admission.bindings);
-        loaded.file_cel(&p.kind, &p.metadata.name, compiled, |l| {
-            &mut l.admission_mutating
-        });
-    }
-    let scopes = loaded
-        .validating
-        .iter_mut()
-        .map(|p| &mut p.scope)
-        .chain(loaded.mutating.iter_mut().map(|p| &mut p.scope))
-        .chain(loaded.admission_mutating.iter_mut().map(|p| &mut p.scope))
-        .chain(loaded.generating.iter_mut().map(|p| &mut p.scope))
-        .chain(loaded.image_validating.iter_mut().map(|p| &mut p.scope));
-    attach_exceptions_to(scopes, &loaded.cel_exceptions);
     let kinds = [
         (&doc.json_payloads, EvaluationMode::Json, "JSON"),
         (&doc.http_payloads, EvaluationMode::Http, "HTTP"),

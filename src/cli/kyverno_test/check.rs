@@ -1,12 +1,14 @@
-//! Result checking (§4, §5): each expected result of the test document is
-//! matched with the engine's responses and, where the test names them,
-//! with expected patched or generated resources, giving the table's rows.
+//! Result checking (docs/kyverno-test-semantics.md#matching-results,
+//! docs/kyverno-test-semantics.md#resource-comparison): each expected
+//! result of the test document is matched with the engine's responses
+//! and, where the test names them, with expected patched or generated
+//! resources, giving the table's rows.
 
 use super::evaluate::Evaluated;
 use super::load::Loaded;
 use super::{Outcome, Row, Selector};
+use crate::cli::kyverno_test::file::TestDoc;
 use crate::cli::resources::{load_resources, resource_key};
-use crate::cli::test_file::TestDoc;
 use crate::engine::{PolicyResponse, RuleResponse, RuleStatus, RuleType};
 use serde_json::{Value, json};
 use std::path::{Path, PathBuf};
@@ -64,7 +66,8 @@ fn named(n: &str, r: &Value) -> bool {
     }
 }
 
-/// Compares expected results with engine responses (§4), as Kyverno's
+/// Compares expected results with engine responses
+/// (docs/kyverno-test-semantics.md#matching-results), as Kyverno's
 /// `printTestResult` does: each listed name picks the patched targets and
 /// the triggers it names (all of them when it names none); a trigger gets
 /// a row per rule of each response of the policy (or one `Excluded` row
@@ -230,12 +233,13 @@ pub(super) fn check_results(
                         Some(op) => &by_operation[op][i],
                         None => &evaluated[i],
                     };
-                    let scored_of =
-                        |pi: Option<usize>| pi.is_none_or(|pi| loaded.policies[pi].report.scored);
+                    let scored_of = |pi: Option<usize>| {
+                        pi.is_none_or(|pi| loaded.set.policies[pi].report.scored)
+                    };
                     // A classic policy by its own name (a namespaced
                     // Policy's response carries `namespace/name`).
                     let of_policy = |(pi, r): &(Option<usize>, &PolicyResponse)| match pi {
-                        Some(pi) => loaded.policies[*pi].name == policy_name,
+                        Some(pi) => loaded.set.policies[*pi].name == policy_name,
                         None => r.policy == policy_name,
                     };
                     for (pi, resp) in all_responses(ev).filter(of_policy) {
@@ -292,7 +296,8 @@ pub(super) fn check_results(
                             match judge(r, scored, resource, expected.patched_resources.as_deref())
                             {
                                 Some(row) => here.push(row),
-                                // Not in the expected file: skipped (§4.6).
+                                // Not in the expected file: skipped (see
+                                // docs/kyverno-test-semantics.md#matching-results).
                                 None => skipped = true,
                             }
                         }
@@ -310,6 +315,7 @@ pub(super) fn check_results(
                 Keyed::Target(t) => {
                     for (resp, r, patched) in &patched_targets[t].1 {
                         let scored = !loaded
+                            .set
                             .policies
                             .iter()
                             .any(|p| p.name == resp.policy && !p.report.scored);
@@ -374,7 +380,8 @@ struct ExpectedFiles {
 
 impl ExpectedFiles {
     /// The document of `path` with the same apiVersion, kind, namespace and
-    /// name as `actual` (§5); `None` when the file has none.
+    /// name as `actual` (docs/kyverno-test-semantics.md#resource-comparison);
+    /// `None` when the file has none.
     fn find(&mut self, path: &Path, actual: &Value) -> Result<Option<&Value>, String> {
         let docs = self
             .loaded
@@ -387,7 +394,8 @@ impl ExpectedFiles {
 }
 
 /// `None` when `actual` and `expected` are equal after the comparison's
-/// normalisation (§5), else a readable diff.
+/// normalisation (docs/kyverno-test-semantics.md#resource-comparison), else
+/// a readable diff.
 fn resource_diff(actual: &Value, expected: &Value) -> Option<String> {
     let a = tidy(normalise_labels(actual.clone()));
     let e = tidy(normalise_labels(expected.clone()));

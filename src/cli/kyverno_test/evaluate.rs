@@ -1,11 +1,12 @@
-//! The evaluation phases of `kyverno test` (§2) over the loaded inputs:
-//! classic mutate, validate and generate, then the MutatingAdmission-,
-//! Mutating-, Validating- and GeneratingPolicies, with the test's mocks
-//! and objects answering context lookups.
+//! The evaluation phases of `kyverno test`
+//! (docs/kyverno-test-semantics.md#evaluation-phases) over the loaded
+//! inputs: classic mutate, validate and generate, then the
+//! MutatingAdmission-, Mutating-, Validating- and GeneratingPolicies, with
+//! the test's mocks and objects answering context lookups.
 
 use super::load::Loaded;
 use crate::admission::phases::{self, Chaining, MutatingPhase, Visit};
-use crate::cli::test_file::{ApiCallMock, GlobalContextMock, TestDoc};
+use crate::cli::kyverno_test::file::{ApiCallMock, GlobalContextMock, TestDoc};
 use crate::cli::values::PolicyRuleValues;
 use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
 use crate::engine::cel::{
@@ -193,8 +194,9 @@ pub(super) struct Evaluated<'l> {
     pub(super) validating: Vec<PolicyResponse<'l>>,
 }
 
-/// Runs the phases of `kyverno test` (§2) for every resource: mutate
-/// policies in load order, each on the previous one's output; then
+/// Runs the phases of `kyverno test`
+/// (docs/kyverno-test-semantics.md#evaluation-phases) for every resource:
+/// mutate policies in load order, each on the previous one's output; then
 /// validate, then generate, on the mutated resource.
 /// `operation`: the run of a `results[].operation` (it takes precedence
 /// over the values file's, and DeletingPolicies, not admission-driven,
@@ -222,9 +224,9 @@ pub(super) fn evaluate<'l>(
             .and_then(Value::as_str)
             .unwrap_or_default();
         let mut current = resource.clone();
-        let mut responses: Vec<Vec<PolicyResponse>> = Vec::with_capacity(loaded.policies.len());
-        let mut patched = Vec::with_capacity(loaded.policies.len());
-        for policy in &loaded.policies {
+        let mut responses: Vec<Vec<PolicyResponse>> = Vec::with_capacity(loaded.set.policies.len());
+        let mut patched = Vec::with_capacity(loaded.set.policies.len());
+        for policy in &loaded.set.policies {
             if !policy.has_mutate() {
                 responses.push(Vec::new());
                 patched.push(current.clone());
@@ -248,7 +250,7 @@ pub(super) fn evaluate<'l>(
         // kyverno-compat: the verification phase of verifyImages, after
         // every mutation, one response per policy that has such rules
         // (an empty one reads as Excluded).
-        for (i, policy) in loaded.policies.iter().enumerate() {
+        for (i, policy) in loaded.set.policies.iter().enumerate() {
             if policy.has_verify_images() {
                 let verified = with_policy_context(
                     policy,
@@ -262,7 +264,7 @@ pub(super) fn evaluate<'l>(
                 responses[i].push(verified);
             }
         }
-        for (i, policy) in loaded.policies.iter().enumerate() {
+        for (i, policy) in loaded.set.policies.iter().enumerate() {
             // Validate and generate see the same request: one build for both.
             let (validated, generated) = with_policy_context(
                 policy,
@@ -298,14 +300,14 @@ pub(super) fn evaluate<'l>(
             }
             (req, input)
         };
-        let mut mutating = Vec::with_capacity(loaded.mutating.len());
+        let mut mutating = Vec::with_capacity(loaded.set.mutating.len());
         let next_request = |_: &Request, object: Value| cel_input(&object).0;
         let bind = |req: &Request| cel_input(req.object.value()).1;
         // MutatingAdmissionPolicies first, each on the previous output.
-        if !loaded.admission_mutating.is_empty() {
+        if !loaded.set.admission_mutating.is_empty() {
             let start = cel_input(&current).0;
             let phase = MutatingPhase {
-                policies: &loaded.admission_mutating,
+                policies: &loaded.set.admission_mutating,
                 chaining: Chaining::Chained,
                 resolver: &resolver,
             };
@@ -329,10 +331,10 @@ pub(super) fn evaluate<'l>(
         // resource, and the last one that applied gives the result all of
         // them report.
         let mut cel_mutated = None;
-        if !loaded.mutating.is_empty() {
+        if !loaded.set.mutating.is_empty() {
             let start = cel_input(&current).0;
             let phase = MutatingPhase {
-                policies: &loaded.mutating,
+                policies: &loaded.set.mutating,
                 chaining: Chaining::SameInput,
                 resolver: &resolver,
             };
@@ -349,23 +351,24 @@ pub(super) fn evaluate<'l>(
         let cel_mutated = cel_mutated.unwrap_or_else(|| current.clone());
         if !loaded.targets.is_empty() {
             let (_, input) = cel_input(&cel_mutated);
-            for p in &loaded.mutating {
+            for p in &loaded.set.mutating {
                 if let Some(response) = mutate_targets(p, &input, loaded, &resolver) {
                     mutating.push(response);
                 }
             }
         }
-        let mut validating = Vec::with_capacity(loaded.validating.len());
-        if !loaded.validating.is_empty() || !loaded.generating.is_empty() {
+        let mut validating = Vec::with_capacity(loaded.set.validating.len());
+        if !loaded.set.validating.is_empty() || !loaded.set.generating.is_empty() {
             let (req, input) = cel_input(&cel_mutated);
             for p in loaded
+                .set
                 .validating
                 .iter()
                 .filter(|p| p.mode == EvaluationMode::Kubernetes)
             {
                 validating.push(evaluate_validating_policy(p, &req, &input, &resolver));
             }
-            for p in &loaded.generating {
+            for p in &loaded.set.generating {
                 let response = evaluate_generating_policy(p, &req, &input, &resolver);
                 if !response.rules.is_empty() {
                     validating.push(response);
@@ -374,16 +377,16 @@ pub(super) fn evaluate<'l>(
         }
         // kyverno-compat: Kyverno's CLI gives ImageValidatingPolicies the
         // resource as the test wrote it, not the mutated one.
-        if !loaded.image_validating.is_empty() {
+        if !loaded.set.image_validating.is_empty() {
             let (req, input) = cel_input(resource);
-            for p in &loaded.image_validating {
+            for p in &loaded.set.image_validating {
                 let response = evaluate_image_validating_policy(p, &req, &input, &resolver);
                 if !response.rules.is_empty() {
                     validating.push(response);
                 }
             }
         }
-        for p in loaded.deleting.iter().filter(|_| explicit.is_none()) {
+        for p in loaded.set.deleting.iter().filter(|_| explicit.is_none()) {
             if let Some(response) = deleting(p, resource, loaded, &resolver) {
                 validating.push(response);
             }
@@ -402,6 +405,7 @@ pub(super) fn evaluate<'l>(
     for payload in &loaded.payloads {
         let document = &payload.document;
         let mut validating: Vec<PolicyResponse> = loaded
+            .set
             .validating
             .iter()
             .filter(|p| p.mode == payload.mode)
@@ -413,6 +417,7 @@ pub(super) fn evaluate<'l>(
         if payload.mode == EvaluationMode::Json {
             validating.extend(
                 loaded
+                    .set
                     .image_validating
                     .iter()
                     .map(|p| evaluate_image_validating_policy_on_json(p, document, &resolver))
@@ -420,8 +425,8 @@ pub(super) fn evaluate<'l>(
             );
         }
         out.push(Evaluated {
-            responses: vec![Vec::new(); loaded.policies.len()],
-            patched: vec![document.clone(); loaded.policies.len()],
+            responses: vec![Vec::new(); loaded.set.policies.len()],
+            patched: vec![document.clone(); loaded.set.policies.len()],
             mutated: document.clone(),
             mutating: Vec::new(),
             cel_mutated: document.clone(),
@@ -587,7 +592,7 @@ fn with_policy_context<'l, R>(
     let rule_values = PolicyRuleValues(loaded.values.rules.get(&policy.name));
     let env = EvalEnv {
         resolver,
-        exceptions: &loaded.exceptions,
+        exceptions: &loaded.set.exceptions,
         rule_values: &rule_values,
     };
     f(&req, &ctx, &env)
@@ -595,7 +600,7 @@ fn with_policy_context<'l, R>(
 
 /// The request's JSON context with the values file's global values applied.
 fn context_for<'a>(req: &'a Request, loaded: &Loaded) -> JsonContext<'a> {
-    let mut ctx = req.json_context(Builtins::of(&loaded.policies));
+    let mut ctx = req.json_context(Builtins::of(&loaded.set.policies));
     for (k, v) in &loaded.values.global {
         ctx.set_path(k, v.clone());
     }
