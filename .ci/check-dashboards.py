@@ -28,7 +28,7 @@ SCRAPE_LABELS = {"namespace", "pod", "job", "instance", "container", "service", 
 PROMQL_WORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "bool", "offset"}
 
 # Metrics of Kyverno's dashboard that gavel does not export, and why.
-# README.md (Deploying, Monitoring) says the same.
+# docs/operations.md (Metrics) says the same.
 KYVERNO_NOT_EXPORTED = {
     "kyverno_policy_changes_total":
         "policy changes are counted as snapshot generations (gavel_policy_snapshot_generation)",
@@ -140,7 +140,7 @@ def main():
                             "and KYVERNO_NOT_EXPORTED does not explain")
         for name in sorted(set(KYVERNO_NOT_EXPORTED) - lacking):
             failures.append(f"kyverno dashboard: {name} is exported now: remove it from "
-                            "KYVERNO_NOT_EXPORTED and README.md")
+                            "KYVERNO_NOT_EXPORTED and docs/operations.md")
         print(f"kyverno dashboard: {works} of {len(kyverno)} queries read series gavel exports; "
               f"{len(lacking)} metrics not exported (explained)")
     if failures:
