@@ -121,8 +121,16 @@ impl Rejection {
     /// A CEL kind's error, named as the server and `gavel apply` show it.
     fn cel(doc: &LoadedDocument, e: CelCompileError) -> Rejection {
         let (kind, name) = doc.kind_and_name();
-        let unsupported = matches!(e, CelCompileError::Unsupported(_));
-        Rejection::new(doc, format!("{kind} {name}: {e}"), unsupported)
+        Rejection::named(kind, name, e)
+    }
+
+    fn named(kind: &str, name: &str, e: CelCompileError) -> Rejection {
+        Rejection {
+            kind: kind.to_string(),
+            name: name.to_string(),
+            unsupported: matches!(e, CelCompileError::Unsupported(_)),
+            reason: format!("{kind} {name}: {e}"),
+        }
     }
 
     /// Whether the rejected document is a PolicyException of either group.
@@ -332,11 +340,16 @@ impl Loader {
             LoadedDocument::AdmissionPolicyBinding(b) if self.options.admission_policies => {
                 self.admission.bindings.push(*b)
             }
-            doc => match Policy::compile(doc, &self.options) {
-                Ok(Some(policy)) => self.set.add(policy),
-                Ok(None) => {}
-                Err(rejection) => self.rejected.push(rejection),
-            },
+            doc => self.compile(doc, self.options),
+        }
+    }
+
+    /// Compiles `doc` with `options` into the set, or records why not.
+    fn compile(&mut self, doc: LoadedDocument, options: LoadOptions) {
+        match Policy::compile(doc, &options) {
+            Ok(Some(policy)) => self.set.add(policy),
+            Ok(None) => {}
+            Err(rejection) => self.rejected.push(rejection),
         }
     }
 
@@ -363,11 +376,7 @@ impl Loader {
                 doc,
                 LoadedDocument::Exception(_) | LoadedDocument::CelException(_)
             ) {
-                match Policy::compile(doc, &options) {
-                    Ok(Some(policy)) => self.set.add(policy),
-                    Ok(None) => {}
-                    Err(rejection) => self.rejected.push(rejection),
-                }
+                self.compile(doc, options);
             }
         }
         Ok(())
@@ -382,22 +391,20 @@ impl Loader {
     /// bindings and the CEL exceptions attached, and what was rejected.
     pub fn finish(mut self) -> (PolicySet, Vec<Rejection>) {
         let admission = std::mem::take(&mut self.admission);
-        let named = |kind: &str, name: &str, e: CelCompileError| Rejection {
-            kind: kind.to_string(),
-            name: name.to_string(),
-            unsupported: matches!(e, CelCompileError::Unsupported(_)),
-            reason: format!("{kind} {name}: {e}"),
-        };
         for p in &admission.validating {
             match CompiledValidatingPolicy::compile_admission(p, &admission.bindings) {
                 Ok(c) => self.set.validating.push(c),
-                Err(e) => self.rejected.push(named(&p.kind, &p.metadata.name, e)),
+                Err(e) => self
+                    .rejected
+                    .push(Rejection::named(&p.kind, &p.metadata.name, e)),
             }
         }
         for p in &admission.mutating {
             match CompiledMutatingPolicy::compile_admission(p, &admission.bindings) {
                 Ok(c) => self.set.admission_mutating.push(c),
-                Err(e) => self.rejected.push(named(&p.kind, &p.metadata.name, e)),
+                Err(e) => self
+                    .rejected
+                    .push(Rejection::named(&p.kind, &p.metadata.name, e)),
             }
         }
         self.set.attach_cel_exceptions();
