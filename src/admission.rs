@@ -10,8 +10,8 @@
 //! It knows nothing of HTTP: `server` hands it bodies and sends back what
 //! it returns.
 
+pub mod evaluation;
 pub mod json_text;
-pub mod phases;
 pub mod pipeline;
 pub mod policies;
 pub mod policy_validation;

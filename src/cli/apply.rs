@@ -4,19 +4,11 @@
 use super::ApplyArgs;
 use super::resources::{load_objects_as_written, load_resources};
 use super::values::{PolicyRuleValues, Values};
-use crate::admission::phases::{self, Chaining, MutatingPhase, Visit};
+use crate::admission::evaluation::{self, Inputs, Mode};
 use crate::admission::policies::Snapshot;
-use crate::context::Objects;
-use crate::engine::cel::{
-    CelRequest, evaluate_generating_policy, evaluate_image_validating_policy,
-    evaluate_validating_policy,
-};
-use crate::engine::generate::generate_policy;
-use crate::engine::json_context::Builtins;
-use crate::engine::mutate::mutate_policy;
-use crate::engine::validate::evaluate_policy;
-use crate::engine::validate::verify_policy;
-use crate::engine::{EvalEnv, PolicyResponse, Request, RuleResponse, RuleStatus};
+use crate::context::{Objects, Resolver};
+use crate::engine::json_context::JsonContext;
+use crate::engine::{PolicyResponse, RuleResponse, RuleStatus, RuleValues};
 use crate::matching::types::LabelSelector;
 use crate::policy::cel_policy::{
     CompiledGeneratingPolicy, CompiledImageValidatingPolicy, CompiledMutatingPolicy,
@@ -25,7 +17,40 @@ use crate::policy::cel_policy::{
 use crate::policy::load::{parse_yaml_documents, read_file};
 use crate::policy::set::{LoadOptions, Loader};
 use crate::policy::{CompiledPolicy, ReportMeta};
-use serde_json::{Value, json};
+use serde_json::{Map, Value, json};
+
+/// What `kyverno apply` gives the evaluation: the values file (global
+/// and rule values, namespace labels, the operation) and the parameter
+/// resources as the only objects.
+struct ApplyInputs<'a> {
+    values: &'a Values,
+    resolver: &'a Objects<'a>,
+    operation: String,
+}
+
+impl Inputs for ApplyInputs<'_> {
+    fn resolver(&self) -> &dyn Resolver {
+        self.resolver
+    }
+
+    fn operation(&self) -> &str {
+        &self.operation
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>> {
+        self.values.namespace_labels.get(namespace).cloned()
+    }
+
+    fn fill_context(&self, ctx: &mut JsonContext, _: Option<&CompiledPolicy>, _: &Value) {
+        for (k, v) in &self.values.global {
+            ctx.set_path(k, v.clone());
+        }
+    }
+
+    fn rule_values(&self, policy: &CompiledPolicy) -> Box<dyn RuleValues + '_> {
+        Box::new(PolicyRuleValues(self.values.rules.get(&policy.name)))
+    }
+}
 
 fn policy_files(paths: &[std::path::PathBuf]) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
@@ -328,145 +353,85 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             resources.len()
         ),
     }
-    let operation = values.operation();
+    let inputs = ApplyInputs {
+        values: &values,
+        resolver: &resolver,
+        operation: values.operation(),
+    };
     let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
     let mut report_results = Vec::new();
     let mut outputs = Outputs::new(args.output.as_deref())?;
     for original in &resources {
-        let namespace = original
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let labels = values.namespace_labels.get(namespace).cloned();
-        // Mutate policies first, in order, each on the previous output; the
-        // other phases see the mutated resource (as `kyverno apply`).
-        let mut resource = original.clone();
+        let ev = evaluation::evaluate(&set, original, Mode::Apply, &inputs);
+        let resource = &ev.mutated;
         let mut responses: Vec<(Source, PolicyResponse)> = Vec::new();
-        for policy in set.policies.iter().filter(|p| p.has_mutate()) {
-            let req = Request::offline(&resource, &operation, Default::default(), labels.clone());
-            let mut ctx = req.json_context(Builtins::of([policy]));
-            for (k, v) in &values.global {
-                ctx.set_path(k, v.clone());
+        let mut validation = Vec::new();
+        for (policy, classic) in set.policies.iter().zip(ev.classic) {
+            if let (Some(response), Some(patched)) = (classic.mutate, &classic.patched) {
+                // Kyverno emits every mutate policy's response, changed or not.
+                outputs.mutated(response.policy, original, patched)?;
+                responses.push((Source::Classic(policy), response));
             }
-            let rule_values = PolicyRuleValues(values.rules.get(&policy.name));
-            let env = EvalEnv {
-                resolver: &resolver,
-                exceptions: &set.exceptions,
-                rule_values: &rule_values,
-            };
-            let outcome = mutate_policy(policy, &req, &ctx, &env);
-            if let Some(patched) = outcome.patched {
-                resource = patched;
-            }
-            // Kyverno emits every mutate policy's response, changed or not.
-            outputs.mutated(outcome.response.policy, original, &resource)?;
-            responses.push((Source::Classic(policy), outcome.response));
-        }
-        let offline = |object: &Value| {
-            Request::offline(object, &operation, Default::default(), labels.clone())
-        };
-        let next_request = |_: &Request, object: Value| offline(&object);
-        // MutatingAdmissionPolicies, each on the previous output; then
-        // kyverno-compat: every MutatingPolicy sees the same resource and
-        // the last one that applied gives the result (as `kyverno apply`).
-        let mut emitted: Vec<&str> = Vec::new();
-        for (policies, chaining) in [
-            (&set.admission_mutating, Chaining::Chained),
-            (&set.mutating, Chaining::SameInput),
-        ] {
-            if policies.is_empty() {
-                continue;
-            }
-            let phase = MutatingPhase {
-                policies,
-                chaining,
-                resolver: &resolver,
-            };
-            let mutated = phases::mutating_policies(
-                phase,
-                &offline(&resource),
-                next_request,
-                CelRequest::owned,
-                |_, _| Visit::Evaluate,
-                |m| {
-                    // Kyverno's CLI emits a MutatingPolicy's response even
-                    // when it did not apply, unless the policy matches in
-                    // the simple way (its `hasSelector`).
-                    let applied = !m.response.rules.is_empty();
-                    if applied
-                        || (!m.policy.admission_policy
-                            && !simple_match(&m.policy.scope.match_constraints))
-                    {
-                        emitted.push(m.policy.key.as_str());
-                    }
-                    if applied {
-                        responses.push((Source::Mutating(m.policy), m.response));
-                    }
-                },
-            );
-            if let Some(req) = mutated {
-                resource = req.object.into_value();
-            }
-            // Each response carries the phase's result, as Kyverno's
-            // (the engine's patched resource).
-            for policy in emitted.drain(..) {
-                outputs.mutated(policy, original, &resource)?;
-            }
-        }
-        let resource = &resource;
-        let req = Request::offline(resource, &operation, Default::default(), labels);
-        let mut ctx = req.json_context(Builtins::of(&set.policies));
-        for (k, v) in &values.global {
-            ctx.set_path(k, v.clone());
-        }
-        for policy in &set.policies {
-            let rule_values = PolicyRuleValues(values.rules.get(&policy.name));
-            let env = EvalEnv {
-                resolver: &resolver,
-                exceptions: &set.exceptions,
-                rule_values: &rule_values,
-            };
             // The verification phase of verifyImages rules comes first.
-            if policy.has_verify_images() {
-                responses.push((
-                    Source::Classic(policy),
-                    verify_policy(policy, &req, &ctx, &env),
-                ));
-            }
-            responses.push((
-                Source::Classic(policy),
-                evaluate_policy(policy, &req, &ctx, &env),
-            ));
-            if policy.has_generate() {
-                let generated = generate_policy(policy, &req, &ctx, &env);
-                outputs.generated(&generated, resource)?;
-                responses.push((Source::Classic(policy), generated));
-            }
-        }
-        if !set.validating.is_empty() || !set.generating.is_empty() {
-            let input = CelRequest::of(&req);
-            for policy in &set.validating {
-                let response = evaluate_validating_policy(policy, &req, &input, &resolver);
-                if !response.rules.is_empty() {
-                    responses.push((Source::Validating(policy), response));
-                }
-            }
-            for policy in &set.generating {
-                let generated = evaluate_generating_policy(policy, &req, &input, &resolver);
-                outputs.generated(&generated, resource)?;
-                if !generated.rules.is_empty() {
-                    responses.push((Source::Generating(policy), generated));
+            let phases = [
+                (classic.verify, false),
+                (classic.validate, false),
+                (classic.generate, true),
+            ];
+            for (response, generated) in phases {
+                if let Some(response) = response {
+                    validation.push((policy, response, generated));
                 }
             }
         }
-        if !set.image_validating.is_empty() {
-            let input = CelRequest::of(&req);
-            for policy in &set.image_validating {
-                let response = evaluate_image_validating_policy(policy, &req, &input, &resolver);
-                if !response.rules.is_empty() {
-                    responses.push((Source::ImageValidating(policy), response));
+        for (phase, result, policies) in [
+            (
+                ev.admission_mutating,
+                &ev.after_admission_mutating,
+                &set.admission_mutating,
+            ),
+            (ev.mutating, &ev.mutated, &set.mutating),
+        ] {
+            let mut emitted = Vec::new();
+            for (i, response) in phase {
+                let policy = &policies[i];
+                // Kyverno's CLI emits a MutatingPolicy's response even
+                // when it did not apply, unless the policy matches in the
+                // simple way (its `hasSelector`).
+                let applied = !response.rules.is_empty();
+                if applied
+                    || (!policy.admission_policy && !simple_match(&policy.scope.match_constraints))
+                {
+                    emitted.push(policy.key.as_str());
+                }
+                if applied {
+                    responses.push((Source::Mutating(policy), response));
                 }
             }
+            // Each response carries the phase's result, as Kyverno's (the
+            // engine's patched resource).
+            for policy in emitted {
+                outputs.mutated(policy, original, result)?;
+            }
+        }
+        for (policy, response, generated) in validation {
+            if generated {
+                outputs.generated(&response, resource)?;
+            }
+            responses.push((Source::Classic(policy), response));
+        }
+        let applied = |r: &PolicyResponse| !r.rules.is_empty();
+        for (i, response) in ev.validating.into_iter().filter(|(_, r)| applied(r)) {
+            responses.push((Source::Validating(&set.validating[i]), response));
+        }
+        for (i, generated) in ev.generating {
+            outputs.generated(&generated, resource)?;
+            if applied(&generated) {
+                responses.push((Source::Generating(&set.generating[i]), generated));
+            }
+        }
+        for (i, response) in ev.image_validating.into_iter().filter(|(_, r)| applied(r)) {
+            responses.push((Source::ImageValidating(&set.image_validating[i]), response));
         }
         for (policy, resp) in responses {
             let mut failures = Vec::new();

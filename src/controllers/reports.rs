@@ -14,22 +14,15 @@
 //! server gone) is simply run again: reports are rewritten from what the
 //! resources are, never patched incrementally.
 
+use crate::admission::evaluation::{self, Inputs, Mode};
 use crate::admission::policies::Snapshot;
 use crate::admission::reports::{self, BACKGROUND_SCAN, ReportApi};
 use crate::cluster::policy_reports::{Written, prune_report, report_resources, write_report};
 use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels};
-use crate::context::ClusterView;
+use crate::context::{ClusterView, Resolver};
 use crate::controllers::background::objects::{self, BackgroundResolver};
 use crate::controllers::leader::while_leading;
-use crate::engine::cel::{
-    CelRequest, evaluate_image_validating_policy, evaluate_validating_policy,
-};
-use crate::engine::json_context::Builtins;
-use crate::engine::validate::evaluate_policy;
-use crate::engine::{EvalEnv, Request};
 use crate::kinds::{BuiltinKind, builtin_kinds, split_api_version};
-use crate::policy::CompiledPolicy;
-use crate::policy::cel_policy::EvaluationMode;
 use arc_swap::ArcSwap;
 use kube::Client;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -125,21 +118,21 @@ fn scanned(snapshot: &Snapshot) -> Scanned {
         .policies
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.background && p.has_validate())
+        .filter(|(_, p)| Mode::BackgroundScan.validates_classic(p))
         .map(|(i, _)| i)
         .collect();
     let validating: Vec<usize> = snapshot
         .validating
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.background)
+        .filter(|(_, p)| Mode::BackgroundScan.validates_with(p.background, p.mode))
         .map(|(i, _)| i)
         .collect();
     let image_validating: Vec<usize> = snapshot
         .image_validating
         .iter()
         .enumerate()
-        .filter(|(_, p)| p.background && p.mode == EvaluationMode::Kubernetes)
+        .filter(|(_, p)| Mode::BackgroundScan.verifies_images_with(p.background, p.mode))
         .map(|(i, _)| i)
         .collect();
     // A CEL policy's rules name resources (plural), and the Pod
@@ -340,14 +333,7 @@ async fn scan(
                 })
                 .collect();
             stats.resources += items.len();
-            let evaluated = evaluate_page(
-                client,
-                &snapshot,
-                (&policies, &validating, &image_validating),
-                view,
-                items,
-            )
-            .await?;
+            let evaluated = evaluate_page(client, &snapshot, view, items).await?;
             for (resource, results) in evaluated {
                 let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
                 visited.insert(uid.to_string());
@@ -421,7 +407,6 @@ async fn scan(
 async fn evaluate_page(
     client: &Client,
     snapshot: &Arc<Snapshot>,
-    (policies, validating, image_validating): (&[usize], &[usize], &[usize]),
     view: &Arc<dyn ClusterView>,
     items: Vec<Value>,
 ) -> Result<Vec<(Value, Vec<Value>)>, String> {
@@ -431,56 +416,34 @@ async fn evaluate_page(
         runtime: tokio::runtime::Handle::current(),
     };
     let snapshot = snapshot.clone();
-    let policies = policies.to_vec();
-    let validating = validating.to_vec();
-    let image_validating = image_validating.to_vec();
     tokio::task::spawn_blocking(move || {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
+        let inputs = ScanInputs(&resolver);
         items
             .into_iter()
             .map(|resource| {
-                let namespace = resource["metadata"]["namespace"]
-                    .as_str()
-                    .unwrap_or_default();
-                let labels = (!namespace.is_empty())
-                    .then(|| resolver.namespace_labels(namespace))
-                    .flatten();
-                let req = Request::offline(&resource, "CREATE", Default::default(), labels);
+                let ev = evaluation::evaluate(&snapshot, &resource, Mode::BackgroundScan, &inputs);
                 let mut results = Vec::new();
-                for &i in &policies {
-                    let policy: &CompiledPolicy = &snapshot.policies[i];
-                    let ctx = req.json_context(Builtins::of([policy]));
-                    let env = EvalEnv {
-                        resolver: &resolver,
-                        exceptions: &snapshot.exceptions,
-                        rule_values: &(),
-                    };
-                    let response = evaluate_policy(policy, &req, &ctx, &env);
-                    results.extend(reports::results(policy, &response, BACKGROUND_SCAN, now));
+                for (policy, classic) in snapshot.policies.iter().zip(&ev.classic) {
+                    if let Some(response) = &classic.validate {
+                        results.extend(reports::results(policy, response, BACKGROUND_SCAN, now));
+                    }
                 }
-                if !validating.is_empty() || !image_validating.is_empty() {
-                    let input = CelRequest::of(&req).with_plan(&snapshot.plan);
-                    for &i in &image_validating {
-                        let policy = &snapshot.image_validating[i];
-                        let response =
-                            evaluate_image_validating_policy(policy, &req, &input, &resolver);
-                        results.extend(reports::image_validating_policy_results(
-                            policy,
-                            &response,
-                            BACKGROUND_SCAN,
-                            now,
-                        ));
-                    }
-                    for &i in &validating {
-                        let policy = &snapshot.validating[i];
-                        let response = evaluate_validating_policy(policy, &req, &input, &resolver);
-                        results.extend(reports::validating_policy_results(
-                            policy,
-                            &response,
-                            BACKGROUND_SCAN,
-                            now,
-                        ));
-                    }
+                for (i, response) in &ev.image_validating {
+                    results.extend(reports::image_validating_policy_results(
+                        &snapshot.image_validating[*i],
+                        response,
+                        BACKGROUND_SCAN,
+                        now,
+                    ));
+                }
+                for (i, response) in &ev.validating {
+                    results.extend(reports::validating_policy_results(
+                        &snapshot.validating[*i],
+                        response,
+                        BACKGROUND_SCAN,
+                        now,
+                    ));
                 }
                 results.sort_by(|a, b| {
                     (a["policy"].as_str(), a["rule"].as_str())
@@ -492,4 +455,23 @@ async fn evaluate_page(
     })
     .await
     .map_err(|e| format!("evaluation panicked: {e}"))
+}
+
+/// What the scan gives the evaluation: existing resources, evaluated as
+/// CREATE by no user, their namespaces' labels and every lookup from the
+/// cluster.
+struct ScanInputs<'a>(&'a BackgroundResolver);
+
+impl Inputs for ScanInputs<'_> {
+    fn resolver(&self) -> &dyn Resolver {
+        self.0
+    }
+
+    fn operation(&self) -> &str {
+        "CREATE"
+    }
+
+    fn namespace_labels(&self, namespace: &str) -> Option<serde_json::Map<String, Value>> {
+        self.0.namespace_labels(namespace)
+    }
 }

@@ -1,20 +1,8 @@
-//! The phases of admission, in Kyverno's order, shared by the webhook
-//! ([`super::pipeline`]) and the CLI (`gavel test`, `gavel apply`):
-//!
-//! 1. classic mutate policies, each on the previous one's output;
-//! 2. MutatingAdmissionPolicies, each on the previous output;
-//! 3. MutatingPolicies: [`Chaining::Chained`] on the webhook, where each
-//!    sees the previous one's output; [`Chaining::SameInput`] in Kyverno's
-//!    CLI, where each sees the resource as phase 2 left it and the last
-//!    change wins;
-//! 4. classic validate (and, offline, generate) on the mutated resource;
-//! 5. ValidatingPolicies, then (offline) GeneratingPolicies.
-//!
-//! The webhook runs 1-3 on its mutate route and 4-5 on its validate route;
-//! the CLI runs them all in turn. The classic phases build each policy's
-//! request differently per caller (a values file per policy and resource
-//! in `gavel test`), so they stay with the callers; the CEL phases are one
-//! loop here, which every caller drives.
+//! The loop of a CEL mutating phase (MutatingAdmissionPolicies or
+//! MutatingPolicies), shared by the webhook's mutate route and the
+//! offline evaluation: each policy on the previous one's output
+//! ([`Chaining::Chained`]) or every policy on the phase's input
+//! ([`Chaining::SameInput`]).
 
 use crate::context::Resolver;
 use crate::engine::cel::{CelRequest, MutatingOutcome, evaluate_mutating_policy};
