@@ -584,4 +584,82 @@ spec:
             String::from_utf8(written.body).unwrap()
         );
     }
+    /// What is tested is what serves: a Pod Security exclusion exempts
+    /// the Pods it covers at admission as it does in `gavel test` (the
+    /// same evaluation of the same snapshot), for every conformance case
+    /// of the Pod Security subrule suites.
+    #[test]
+    fn pod_security_exclusions_exempt_at_admission_as_offline() {
+        use crate::admission::evaluation::{self, Inputs, Mode};
+        struct Plain;
+        impl Inputs for Plain {
+            fn resolver(&self) -> &dyn crate::context::Resolver {
+                &NoResolver
+            }
+            fn operation(&self) -> &str {
+                "CREATE"
+            }
+            fn namespace_labels(
+                &self,
+                _: &str,
+            ) -> Option<serde_json::Map<String, serde_json::Value>> {
+                None
+            }
+        }
+        let root = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../shared/conformance/kyverno-policies/pod-security/subrule/restricted");
+        // The corpus sits beside the repository (CI has it).
+        let dirs = std::fs::read_dir(&root).expect("../shared/conformance beside the repository");
+        let mut compared = 0;
+        for dir in dirs.map(|d| d.unwrap().path()) {
+            let name = dir.file_name().unwrap().to_string_lossy().into_owned();
+            // Enforced, so that admission's answer shows each verdict.
+            let text = std::fs::read_to_string(dir.join(format!("{name}.yaml")))
+                .unwrap()
+                .replace(
+                    "validationFailureAction: Audit",
+                    "validationFailureAction: Enforce",
+                );
+            let snapshot = Snapshot::new(
+                crate::admission::policies::load_text("p.yaml", &text).unwrap(),
+                1,
+            );
+            let resources =
+                std::fs::read_to_string(dir.join(".kyverno-test/resource.yaml")).unwrap();
+            for doc in crate::policy::load::parse_yaml_documents("r.yaml", &resources).unwrap() {
+                if doc["kind"] != "Pod" {
+                    continue;
+                }
+                let offline = evaluation::evaluate(&snapshot, &doc, Mode::Apply, &Plain);
+                let offline_fail = offline.classic.iter().any(|c| {
+                    c.validate
+                        .as_ref()
+                        .is_some_and(|r| r.rules.iter().any(|r| r.status == RuleStatus::Fail))
+                });
+                let review = serde_json::json!({
+                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                    "request": {"uid": "u", "operation": "CREATE",
+                        "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "namespace": "default", "userInfo": {"username": "u"},
+                        "object": doc}
+                });
+                let outcome = admit(
+                    Webhook::Validate(None),
+                    &serde_json::to_vec(&review).unwrap(),
+                    &snapshot,
+                    None,
+                    &NoResolver,
+                )
+                .unwrap();
+                assert_eq!(
+                    outcome.allowed, !offline_fail,
+                    "{name}/{}: admitted {} offline fail {}",
+                    doc["metadata"]["name"], outcome.allowed, offline_fail
+                );
+                compared += 1;
+            }
+        }
+        assert!(compared >= 4, "{compared}");
+    }
 }

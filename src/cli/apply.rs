@@ -277,6 +277,73 @@ fn now_seconds() -> i64 {
 }
 
 pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
+    let (set, exception_count, resources) = load_inputs(args)?;
+    let values = load_values(args)?;
+    let mut params = Vec::new();
+    for path in &args.parameter_resources {
+        params.extend(load_objects_as_written(path)?);
+    }
+    // The params are the only objects offline; "not found" is an answer.
+    let resolver = Objects(&params);
+    let rule_count: usize = set.policies.iter().map(|p| p.rules.len()).sum::<usize>()
+        + set.validating.len()
+        + set.admission_mutating.len()
+        + set.mutating.len()
+        + set.generating.len()
+        + set.image_validating.len();
+    match exception_count {
+        0 => eprintln!(
+            "Applying {rule_count} policy rule(s) to {} resource(s)...",
+            resources.len()
+        ),
+        n => eprintln!(
+            "Applying {rule_count} policy rule(s) to {} resource(s) with {n} exception(s)...",
+            resources.len()
+        ),
+    }
+    let inputs = ApplyInputs {
+        values: &values,
+        resolver: &resolver,
+        operation: values.operation(),
+    };
+    let mut tally = Tally::default();
+    let mut outputs = Outputs::new(args.output.as_deref())?;
+    for original in &resources {
+        let ev = evaluation::evaluate(&set, original, Mode::Apply, &inputs);
+        let resource = &ev.mutated.clone();
+        for (policy, resp) in responses_in_order(&set, ev, original, &mut outputs)? {
+            tally.add(args, policy, &resp, resource);
+        }
+    }
+    outputs.write()?;
+    let Tally {
+        pass,
+        fail,
+        warn,
+        error,
+        skip,
+        report_results,
+    } = tally;
+    if args.policy_report {
+        print_reports(report_results)?;
+    } else {
+        println!("\npass: {pass}, fail: {fail}, warn: {warn}, error: {error}, skip: {skip} ");
+    }
+
+    Ok(if fail > 0 || error > 0 {
+        1
+    } else if warn > 0 {
+        args.warn_exit_code.unwrap_or(0)
+    } else {
+        0
+    })
+}
+
+/// Loads the policies, the resources and the exceptions (those of
+/// `--exception`, or those taken out of the resources); returns the
+/// policies and exceptions as a snapshot, the number of exceptions and the
+/// resources. The first policy that does not load is the error.
+fn load_inputs(args: &ApplyArgs) -> anyhow::Result<(Snapshot, usize, Vec<Value>)> {
     let mut loader = Loader::new(LoadOptions::apply(args.exceptions_within_policies));
     let rejected = |loader: &Loader, file: &dyn std::fmt::Display| match loader.rejected() {
         [] => Ok(()),
@@ -315,6 +382,11 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     }
     let exception_count = set.exceptions.len() + set.cel_exceptions.len();
     let set = Snapshot::new(set, 1);
+    Ok((set, exception_count, resources))
+}
+
+/// The values file and `--set`'s values.
+fn load_values(args: &ApplyArgs) -> anyhow::Result<Values> {
     let mut values = Values::default();
     if let Some(path) = &args.values_file {
         let text = read_file(path)?;
@@ -331,181 +403,164 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
             .global
             .insert(k.trim().to_string(), Value::String(v.trim().to_string()));
     }
-    let mut params = Vec::new();
-    for path in &args.parameter_resources {
-        params.extend(load_objects_as_written(path)?);
-    }
-    // The params are the only objects offline; "not found" is an answer.
-    let resolver = Objects(&params);
-    let rule_count: usize = set.policies.iter().map(|p| p.rules.len()).sum::<usize>()
-        + set.validating.len()
-        + set.admission_mutating.len()
-        + set.mutating.len()
-        + set.generating.len()
-        + set.image_validating.len();
-    match exception_count {
-        0 => eprintln!(
-            "Applying {rule_count} policy rule(s) to {} resource(s)...",
-            resources.len()
-        ),
-        n => eprintln!(
-            "Applying {rule_count} policy rule(s) to {} resource(s) with {n} exception(s)...",
-            resources.len()
-        ),
-    }
-    let inputs = ApplyInputs {
-        values: &values,
-        resolver: &resolver,
-        operation: values.operation(),
-    };
-    let (mut pass, mut fail, mut warn, mut error, mut skip) = (0, 0, 0, 0, 0);
-    let mut report_results = Vec::new();
-    let mut outputs = Outputs::new(args.output.as_deref())?;
-    for original in &resources {
-        let ev = evaluation::evaluate(&set, original, Mode::Apply, &inputs);
-        let resource = &ev.mutated;
-        let mut responses: Vec<(Source, PolicyResponse)> = Vec::new();
-        let mut validation = Vec::new();
-        for (policy, classic) in set.policies.iter().zip(ev.classic) {
-            if let (Some(response), Some(patched)) = (classic.mutate, &classic.patched) {
-                // Kyverno emits every mutate policy's response, changed or not.
-                outputs.mutated(response.policy, original, patched)?;
-                responses.push((Source::Classic(policy), response));
-            }
-            // The verification phase of verifyImages rules comes first.
-            let phases = [
-                (classic.verify, false),
-                (classic.validate, false),
-                (classic.generate, true),
-            ];
-            for (response, generated) in phases {
-                if let Some(response) = response {
-                    validation.push((policy, response, generated));
-                }
-            }
-        }
-        for (phase, result, policies) in [
-            (
-                ev.admission_mutating,
-                &ev.after_admission_mutating,
-                &set.admission_mutating,
-            ),
-            (ev.mutating, &ev.mutated, &set.mutating),
-        ] {
-            let mut emitted = Vec::new();
-            for (i, response) in phase {
-                let policy = &policies[i];
-                // Kyverno's CLI emits a MutatingPolicy's response even
-                // when it did not apply, unless the policy matches in the
-                // simple way (its `hasSelector`).
-                let applied = !response.rules.is_empty();
-                if applied
-                    || (!policy.admission_policy && !simple_match(&policy.scope.match_constraints))
-                {
-                    emitted.push(policy.key.as_str());
-                }
-                if applied {
-                    responses.push((Source::Mutating(policy), response));
-                }
-            }
-            // Each response carries the phase's result, as Kyverno's (the
-            // engine's patched resource).
-            for policy in emitted {
-                outputs.mutated(policy, original, result)?;
-            }
-        }
-        for (policy, response, generated) in validation {
-            if generated {
-                outputs.generated(&response, resource)?;
-            }
+    Ok(values)
+}
+
+/// An evaluation's responses in the order `kyverno apply` prints them,
+/// the mutated and generated resources emitted on the way: classic
+/// mutate, the admission policies and MutatingPolicies, each classic
+/// policy's verification, validation and generation, then the
+/// ValidatingPolicies, GeneratingPolicies and ImageValidatingPolicies.
+fn responses_in_order<'s>(
+    set: &'s Snapshot,
+    ev: evaluation::Evaluation<'s>,
+    original: &Value,
+    outputs: &mut Outputs,
+) -> anyhow::Result<Vec<(Source<'s>, PolicyResponse<'s>)>> {
+    let resource = &ev.mutated;
+    let mut responses: Vec<(Source, PolicyResponse)> = Vec::new();
+    let mut validation = Vec::new();
+    for (policy, classic) in set.policies.iter().zip(ev.classic) {
+        if let (Some(response), Some(patched)) = (classic.mutate, &classic.patched) {
+            // Kyverno emits every mutate policy's response, changed or not.
+            outputs.mutated(response.policy, original, patched)?;
             responses.push((Source::Classic(policy), response));
         }
-        let applied = |r: &PolicyResponse| !r.rules.is_empty();
-        for (i, response) in ev.validating.into_iter().filter(|(_, r)| applied(r)) {
-            responses.push((Source::Validating(&set.validating[i]), response));
-        }
-        for (i, generated) in ev.generating {
-            outputs.generated(&generated, resource)?;
-            if applied(&generated) {
-                responses.push((Source::Generating(&set.generating[i]), generated));
+        // The verification phase of verifyImages rules comes first.
+        let phases = [
+            (classic.verify, false),
+            (classic.validate, false),
+            (classic.generate, true),
+        ];
+        for (response, generated) in phases {
+            if let Some(response) = response {
+                validation.push((policy, response, generated));
             }
         }
-        for (i, response) in ev.image_validating.into_iter().filter(|(_, r)| applied(r)) {
-            responses.push((Source::ImageValidating(&set.image_validating[i]), response));
-        }
-        for (policy, resp) in responses {
-            let mut failures = Vec::new();
-            for r in &resp.rules {
-                let audit = policy.is_audit(r.name);
-                let mut status = r.status;
-                if status == RuleStatus::Fail
-                    && (!policy.report_meta().scored || (args.audit_warn && audit))
-                {
-                    status = RuleStatus::Warn;
-                }
-                match status {
-                    RuleStatus::Pass => pass += 1,
-                    RuleStatus::Fail => {
-                        fail += 1;
-                        failures.push(r);
-                    }
-                    RuleStatus::Warn => warn += 1,
-                    RuleStatus::Error => {
-                        error += 1;
-                        failures.push(r);
-                    }
-                    RuleStatus::Skip => skip += 1,
-                }
-                if args.detailed_results {
-                    println!(
-                        "policy {} -> resource {}: rule {} {}: {}",
-                        resp.policy,
-                        describe(resource),
-                        r.name,
-                        status.as_str(),
-                        r.message
-                    );
-                }
-                // Every rule's result, of every type, as Kyverno's CLI reports them.
-                report_results.push((
-                    policy.namespace(),
-                    policy.report_result(r, status, resource),
-                ));
+    }
+    for (phase, result, policies) in [
+        (
+            ev.admission_mutating,
+            &ev.after_admission_mutating,
+            &set.admission_mutating,
+        ),
+        (ev.mutating, &ev.mutated, &set.mutating),
+    ] {
+        let mut emitted = Vec::new();
+        for (i, response) in phase {
+            let policy = &policies[i];
+            // Kyverno's CLI emits a MutatingPolicy's response even
+            // when it did not apply, unless the policy matches in the
+            // simple way (its `hasSelector`).
+            let applied = !response.rules.is_empty();
+            if applied
+                || (!policy.admission_policy && !simple_match(&policy.scope.match_constraints))
+            {
+                emitted.push(policy.key.as_str());
             }
-            if !failures.is_empty() && !args.policy_report {
-                // Kyverno lists the failed rules (not the errors) of each response.
-                let audit = args.audit_warn && failures.iter().any(|r| policy.is_audit(r.name));
+            if applied {
+                responses.push((Source::Mutating(policy), response));
+            }
+        }
+        // Each response carries the phase's result, as Kyverno's (the
+        // engine's patched resource).
+        for policy in emitted {
+            outputs.mutated(policy, original, result)?;
+        }
+    }
+    for (policy, response, generated) in validation {
+        if generated {
+            outputs.generated(&response, resource)?;
+        }
+        responses.push((Source::Classic(policy), response));
+    }
+    let applied = |r: &PolicyResponse| !r.rules.is_empty();
+    for (i, response) in ev.validating.into_iter().filter(|(_, r)| applied(r)) {
+        responses.push((Source::Validating(&set.validating[i]), response));
+    }
+    for (i, generated) in ev.generating {
+        outputs.generated(&generated, resource)?;
+        if applied(&generated) {
+            responses.push((Source::Generating(&set.generating[i]), generated));
+        }
+    }
+    for (i, response) in ev.image_validating.into_iter().filter(|(_, r)| applied(r)) {
+        responses.push((Source::ImageValidating(&set.image_validating[i]), response));
+    }
+    Ok(responses)
+}
+
+/// The counts, and the report results, of `kyverno apply`'s summary.
+#[derive(Default)]
+struct Tally {
+    pass: usize,
+    fail: usize,
+    warn: usize,
+    error: usize,
+    skip: usize,
+    report_results: Vec<(Option<(String, String)>, Value)>,
+}
+
+impl Tally {
+    /// Counts (and prints, as asked) one response's rules.
+    fn add(&mut self, args: &ApplyArgs, policy: Source, resp: &PolicyResponse, resource: &Value) {
+        let mut failures = Vec::new();
+        for r in &resp.rules {
+            let audit = policy.is_audit(r.name);
+            let mut status = r.status;
+            if status == RuleStatus::Fail
+                && (!policy.report_meta().scored || (args.audit_warn && audit))
+            {
+                status = RuleStatus::Warn;
+            }
+            match status {
+                RuleStatus::Pass => self.pass += 1,
+                RuleStatus::Fail => {
+                    self.fail += 1;
+                    failures.push(r);
+                }
+                RuleStatus::Warn => self.warn += 1,
+                RuleStatus::Error => {
+                    self.error += 1;
+                    failures.push(r);
+                }
+                RuleStatus::Skip => self.skip += 1,
+            }
+            if args.detailed_results {
                 println!(
-                    "policy {} -> resource {} failed{}:",
+                    "policy {} -> resource {}: rule {} {}: {}",
                     resp.policy,
                     describe(resource),
-                    if audit { " as audit warning" } else { "" }
+                    r.name,
+                    status.as_str(),
+                    r.message
                 );
-                for (i, r) in failures.iter().enumerate() {
-                    let message = if r.message.is_empty() {
-                        "validation failed"
-                    } else {
-                        &r.message
-                    };
-                    println!("{} - {} {}", i + 1, policy.rule_name(r), message);
-                }
+            }
+            // Every rule's result, of every type, as Kyverno's CLI reports them.
+            self.report_results.push((
+                policy.namespace(),
+                policy.report_result(r, status, resource),
+            ));
+        }
+        if !failures.is_empty() && !args.policy_report {
+            // Kyverno lists the failed rules (not the errors) of each response.
+            let audit = args.audit_warn && failures.iter().any(|r| policy.is_audit(r.name));
+            println!(
+                "policy {} -> resource {} failed{}:",
+                resp.policy,
+                describe(resource),
+                if audit { " as audit warning" } else { "" }
+            );
+            for (i, r) in failures.iter().enumerate() {
+                let message = if r.message.is_empty() {
+                    "validation failed"
+                } else {
+                    &r.message
+                };
+                println!("{} - {} {}", i + 1, policy.rule_name(r), message);
             }
         }
     }
-    outputs.write()?;
-    if args.policy_report {
-        print_reports(report_results)?;
-    } else {
-        println!("\npass: {pass}, fail: {fail}, warn: {warn}, error: {error}, skip: {skip} ");
-    }
-
-    Ok(if fail > 0 || error > 0 {
-        1
-    } else if warn > 0 {
-        args.warn_exit_code.unwrap_or(0)
-    } else {
-        0
-    })
 }
 
 /// `-p`: the results as Kyverno's CLI prints them (openreports.io): the

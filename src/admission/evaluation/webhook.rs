@@ -236,71 +236,13 @@ pub fn mutate(
             ..Verdict::default()
         };
     }
-    let env = EvalEnv {
-        resolver: view,
-        exceptions: &snapshot.exceptions,
-        rule_values: &(),
-    };
-    let mut current: Option<Request> = None;
-    let mut warnings = Vec::new();
-    let mut failed: Vec<String> = Vec::new();
-    for &index in selected {
-        let policy = &snapshot.policies[index];
-        let started = Instant::now();
-        let req_now = current.as_ref().unwrap_or(req);
-        let timed_out = deadline.is_some_and(|d| started >= d);
-        let outcome = if timed_out {
-            None
-        } else {
-            let ctx = req_now.json_context(Builtins::of([policy]));
-            Some(mutate_policy(policy, req_now, &ctx, &env))
-        };
-        let elapsed = started.elapsed();
-        let Some(outcome) = outcome else {
-            if policy.failure_policy == FailurePolicy::Fail {
-                failed.push(format!(
-                    "policy {}: not evaluated: the request deadline passed",
-                    policy.qualified_name()
-                ));
-            }
-            continue;
-        };
-        let rules = &outcome.response.rules;
-        let per_rule = elapsed / u32::try_from(rules.len().max(1)).unwrap_or(u32::MAX);
-        let mut errors = Vec::new();
-        for r in rules {
-            if let Some(rule) = policy.rules.iter().position(|x| x.name == r.name) {
-                record(index, rule, r.status, per_rule);
-            }
-            if matches!(r.status, RuleStatus::Error | RuleStatus::Fail) {
-                errors.push(format!("{}: {}", r.name, r.message));
-            } else if policy.emit_warning && r.status == RuleStatus::Pass {
-                warnings.push(format!(
-                    "policy {}.{}: {}",
-                    outcome.response.policy, r.name, r.message
-                ));
-            }
-        }
-        if !errors.is_empty() {
-            // Ignore: the policy's changes are dropped, the rest go on.
-            if policy.failure_policy == FailurePolicy::Fail {
-                failed.push(format!(
-                    "failed to apply policy {} rules [{}]",
-                    policy.qualified_name(),
-                    errors.join(", ")
-                ));
-            }
-            continue;
-        }
-        if let Some(patched) = outcome.patched {
-            let mut next = req_now.clone();
-            next.object = patched.into();
-            current = Some(next);
-        }
-    }
+    let ClassicMutation {
+        current: start,
+        warnings,
+        failed,
+    } = classic_mutate(snapshot, selected, req, deadline, view, &mut record);
     // Then the MutatingPolicies, each on the previous one's output.
     let failed = std::cell::RefCell::new(failed);
-    let start = current.take();
     let phase = MutatingPhase {
         policies: &snapshot.mutating,
         chaining: Chaining::Chained,
@@ -367,6 +309,96 @@ pub fn mutate(
         patch: patch
             .filter(|ops| !ops.is_empty())
             .map(|ops| serde_json::to_vec(&ops).unwrap_or_default()),
+    }
+}
+
+/// What the classic mutate phase of the mutate route left.
+struct ClassicMutation {
+    /// The request with the mutated object; None when nothing changed.
+    current: Option<Request>,
+    warnings: Vec<String>,
+    /// Why policies of failurePolicy Fail failed.
+    failed: Vec<String>,
+}
+
+/// The mutate route's classic policies `selected`, in order, each on the
+/// previous one's output (docs/kyverno-semantics.md#mutation-order). A
+/// policy with a failed rule has its changes dropped, and under
+/// failurePolicy Fail its failure denies the request.
+fn classic_mutate(
+    snapshot: &Snapshot,
+    selected: &[usize],
+    req: &Request,
+    deadline: Option<Instant>,
+    view: &dyn ClusterView,
+    record: &mut impl FnMut(usize, usize, RuleStatus, Duration),
+) -> ClassicMutation {
+    let env = EvalEnv {
+        resolver: view,
+        exceptions: &snapshot.exceptions,
+        rule_values: &(),
+    };
+    let mut current: Option<Request> = None;
+    let mut warnings = Vec::new();
+    let mut failed: Vec<String> = Vec::new();
+    for &index in selected {
+        let policy = &snapshot.policies[index];
+        let started = Instant::now();
+        let req_now = current.as_ref().unwrap_or(req);
+        let timed_out = deadline.is_some_and(|d| started >= d);
+        let outcome = if timed_out {
+            None
+        } else {
+            let ctx = req_now.json_context(Builtins::of([policy]));
+            Some(mutate_policy(policy, req_now, &ctx, &env))
+        };
+        let elapsed = started.elapsed();
+        let Some(outcome) = outcome else {
+            if policy.failure_policy == FailurePolicy::Fail {
+                failed.push(format!(
+                    "policy {}: not evaluated: the request deadline passed",
+                    policy.qualified_name()
+                ));
+            }
+            continue;
+        };
+        let rules = &outcome.response.rules;
+        let per_rule = elapsed / u32::try_from(rules.len().max(1)).unwrap_or(u32::MAX);
+        let mut errors = Vec::new();
+        for r in rules {
+            if let Some(rule) = policy.rules.iter().position(|x| x.name == r.name) {
+                record(index, rule, r.status, per_rule);
+            }
+            if matches!(r.status, RuleStatus::Error | RuleStatus::Fail) {
+                errors.push(format!("{}: {}", r.name, r.message));
+            } else if policy.emit_warning && r.status == RuleStatus::Pass {
+                warnings.push(format!(
+                    "policy {}.{}: {}",
+                    outcome.response.policy, r.name, r.message
+                ));
+            }
+        }
+        if !errors.is_empty() {
+            // Ignore: the policy's changes are dropped, the rest go on.
+            if policy.failure_policy == FailurePolicy::Fail {
+                failed.push(format!(
+                    "failed to apply policy {} rules [{}]",
+                    policy.qualified_name(),
+                    errors.join(", ")
+                ));
+            }
+            continue;
+        }
+        if let Some(patched) = outcome.patched {
+            let mut next = req_now.clone();
+            next.object = patched.into();
+            current = Some(next);
+        }
+    }
+    ClassicMutation {
+        current,
+        warnings,
+        failed,
     }
 }
 
