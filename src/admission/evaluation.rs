@@ -16,10 +16,13 @@
 //! 6. ImageValidatingPolicies;
 //! 7. (`gavel test` only) MutatingPolicies' targets and DeletingPolicies.
 //!
-//! The webhook splits them over its two routes ([`webhook`]): 1-3 on the
-//! mutate route, 4-6 on the validate route (the API server calls the
+//! The webhook splits them over its two routes ([`webhook`]): 1 and 3 on
+//! the mutate route, 4-6 on the validate route (the API server calls the
 //! validating webhooks with the mutated object), and generate's work is
-//! left as UpdateRequests. Offline callers run them all in one call of
+//! left as UpdateRequests.
+// kyverno-compat: at admission the API server evaluates
+// MutatingAdmissionPolicies itself (they are Kubernetes' own kind), so
+// only the offline callers run phase 2, as Kyverno's CLI does. Offline callers run them all in one call of
 //! [`evaluate`]. Every caller evaluates through the compiled plan of its
 //! snapshot (`engine::plan`), so what the corpora test is what serves.
 

@@ -282,6 +282,30 @@ mod tests {
     use crate::engine::{EvalEnv, RuleStatus, validate};
     use std::path::Path;
 
+    /// The AdmissionReview of `operation` on a core object (the kind and
+    /// namespace its own; its resource the kind's plural).
+    fn review_of(
+        operation: &str,
+        object: serde_json::Value,
+        old: Option<serde_json::Value>,
+    ) -> Vec<u8> {
+        let kind = object["kind"].as_str().unwrap_or_default().to_string();
+        let namespace = object["metadata"]["namespace"]
+            .as_str()
+            .unwrap_or("default")
+            .to_string();
+        serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "operation": operation,
+                "kind": {"group": "", "version": "v1", "kind": kind},
+                "resource": {"group": "", "version": "v1",
+                    "resource": crate::kinds::plural("v1", &kind)},
+                "namespace": namespace, "userInfo": {"username": "u"},
+                "object": object, "oldObject": old}
+        }))
+        .unwrap()
+    }
+
     /// The example Pod Security policies, in reverse order of their names
     /// when `reversed` (a denial sorts them back).
     fn example_pod_security(reversed: bool) -> Snapshot {
@@ -355,17 +379,13 @@ spec:
         .unwrap();
         let snapshot = Snapshot::new(set, 1);
         let review = |image: &str| {
-            serde_json::to_vec(&serde_json::json!({
-                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                "request": {"uid": "u", "operation": "CREATE",
-                    "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                    "resource": {"group": "", "version": "v1", "resource": "pods"},
-                    "namespace": "default", "userInfo": {"username": "u"},
-                    "object": {"apiVersion": "v1", "kind": "Pod",
-                        "metadata": {"name": "p", "namespace": "default"},
-                        "spec": {"containers": [{"name": "c", "image": image}]}}}
-            }))
-            .unwrap()
+            review_of(
+                "CREATE",
+                serde_json::json!({"apiVersion": "v1", "kind": "Pod",
+                    "metadata": {"name": "p", "namespace": "default"},
+                    "spec": {"containers": [{"name": "c", "image": image}]}}),
+                None,
+            )
         };
         let answer = |image: &str| {
             let outcome = admit(
@@ -486,15 +506,7 @@ spec:
                 serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
                     "metadata": {"name": "c", "namespace": "n", "uid": "u1", "labels": labels}})
             };
-            let review = serde_json::json!({
-                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                "request": {"uid": "r", "operation": "UPDATE",
-                    "kind": {"group": "", "version": "v1", "kind": "ConfigMap"},
-                    "resource": {"group": "", "version": "v1", "resource": "configmaps"},
-                    "namespace": "n", "userInfo": {"username": "u"},
-                    "object": cm(labels), "oldObject": cm(old_labels)},
-            });
-            let body = serde_json::to_vec(&review).unwrap();
+            let body = review_of("UPDATE", cm(labels), Some(cm(old_labels)));
             admit_reporting(
                 Webhook::Validate(None),
                 &body,
@@ -636,17 +648,9 @@ spec:
                         .as_ref()
                         .is_some_and(|r| r.rules.iter().any(|r| r.status == RuleStatus::Fail))
                 });
-                let review = serde_json::json!({
-                    "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                    "request": {"uid": "u", "operation": "CREATE",
-                        "kind": {"group": "", "version": "v1", "kind": "Pod"},
-                        "resource": {"group": "", "version": "v1", "resource": "pods"},
-                        "namespace": "default", "userInfo": {"username": "u"},
-                        "object": doc}
-                });
                 let outcome = admit(
                     Webhook::Validate(None),
-                    &serde_json::to_vec(&review).unwrap(),
+                    &review_of("CREATE", doc.clone(), None),
                     &snapshot,
                     None,
                     &NoResolver,

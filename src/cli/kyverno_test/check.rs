@@ -7,7 +7,7 @@
 use super::evaluate::Evaluated;
 use super::load::Loaded;
 use super::{Outcome, Row, Selector};
-use crate::cli::kyverno_test::file::TestDoc;
+use crate::cli::kyverno_test::file::{ExpectedResult, TestDoc};
 use crate::cli::resources::{load_resources, resource_key};
 use crate::engine::{PolicyResponse, RuleResponse, RuleStatus, RuleType};
 use serde_json::{Value, json};
@@ -79,12 +79,60 @@ pub(super) fn check_results(
     by_operation: &std::collections::BTreeMap<&str, Vec<Evaluated>>,
     selector: &Selector,
 ) -> Vec<Row> {
-    let evaluated = default_run;
     let dir = doc.path.parent().unwrap_or(Path::new("."));
-    let mut expected_files = ExpectedFiles::default();
-    // Kyverno's target map: each target resource, with the responses (of
-    // any trigger and policy) that patched it and the rule and object.
-    let patched_targets: Vec<(&Value, Vec<PatchedBy>)> = loaded
+    let mut files = ExpectedFiles::default();
+    let patched_targets = patched_targets(loaded, default_run);
+    let mut rows = Vec::new();
+    for expected in &doc.results {
+        if !selector.keeps(&expected.policy, &expected.rule, &expected.resources) {
+            continue;
+        }
+        let policy_name = expected
+            .policy
+            .rsplit('/')
+            .next()
+            .unwrap_or(&expected.policy);
+        for key in result_keys(expected, selector, loaded, &patched_targets) {
+            let shown = match key {
+                Keyed::Trigger(i) => match loaded.resources.get(i) {
+                    Some(r) => display_resource(r),
+                    None => loaded.payloads[i - loaded.resources.len()].name.clone(),
+                },
+                Keyed::Target(t) => display_resource(patched_targets[t].0),
+            };
+            let mut judge = Judge {
+                expected,
+                shown,
+                dir,
+                files: &mut files,
+            };
+            let (mut here, skipped) = match key {
+                Keyed::Trigger(i) => {
+                    // A result naming an operation reads that run.
+                    let ev = match expected.operation.as_deref() {
+                        Some(op) => &by_operation[op][i],
+                        None => &default_run[i],
+                    };
+                    judge.trigger_rows(ev, loaded, policy_name)
+                }
+                Keyed::Target(t) => (judge.target_rows(&patched_targets[t].1, loaded), false),
+            };
+            if here.is_empty() && !skipped {
+                here.push(judge.not_found(loaded, policy_name));
+            }
+            rows.extend(here);
+        }
+    }
+    rows
+}
+
+/// Kyverno's target map: each target resource, with the responses (of
+/// any trigger and policy) that patched it and the rule and object.
+fn patched_targets<'e, 'l>(
+    loaded: &'e Loaded,
+    evaluated: &'e [Evaluated<'l>],
+) -> Vec<(&'e Value, Vec<PatchedBy<'e, 'l>>)> {
+    loaded
         .targets
         .iter()
         .map(|target| {
@@ -106,270 +154,279 @@ pub(super) fn check_results(
             (target, found)
         })
         .filter(|(_, found): &(_, Vec<_>)| !found.is_empty())
-        .collect();
-    let mut rows = Vec::new();
-    for expected in &doc.results {
-        if !selector.keeps(&expected.policy, &expected.rule, &expected.resources) {
-            continue;
+        .collect()
+}
+
+/// The resources an expected result names: each listed name's patched
+/// targets, triggers and payloads; all of them when it names none. A
+/// name listed twice gives its rows twice, as Kyverno appends the
+/// resources of each listed name without removing repeats.
+fn result_keys(
+    expected: &ExpectedResult,
+    selector: &Selector,
+    loaded: &Loaded,
+    patched_targets: &[(&Value, Vec<PatchedBy>)],
+) -> Vec<Keyed> {
+    let names: Vec<String> = if selector.resource != "*" {
+        vec![selector.resource.clone()]
+    } else {
+        expected.resources.clone()
+    };
+    let mut keys: Vec<Keyed> = Vec::new();
+    for n in &names {
+        for (t, (target, _)) in patched_targets.iter().enumerate() {
+            if named(n, target) {
+                keys.push(Keyed::Target(t));
+            }
         }
-        let names: Vec<String> = if selector.resource != "*" {
-            vec![selector.resource.clone()]
+        for (i, r) in loaded.resources.iter().enumerate() {
+            if named(n, r) {
+                keys.push(Keyed::Trigger(i));
+            }
+        }
+        // A JSON payload by the name the test gave it.
+        for (i, payload) in loaded.payloads.iter().enumerate() {
+            if payload.name == *n {
+                keys.push(Keyed::Trigger(loaded.resources.len() + i));
+            }
+        }
+    }
+    if keys.is_empty() {
+        keys.extend((0..patched_targets.len()).map(Keyed::Target));
+        keys.extend((0..loaded.resources.len() + loaded.payloads.len()).map(Keyed::Trigger));
+    }
+    keys
+}
+
+/// The rows of one expected result for one resource it names.
+struct Judge<'a> {
+    expected: &'a ExpectedResult,
+    /// The resource as the table shows it.
+    shown: String,
+    /// The test's folder, where the expected files are.
+    dir: &'a Path,
+    files: &'a mut ExpectedFiles,
+}
+
+impl Judge<'_> {
+    fn row(
+        &self,
+        rule: &str,
+        result: &'static str,
+        reason: String,
+        message: String,
+        outcome: Outcome,
+    ) -> Row {
+        Row {
+            policy: self.expected.policy.clone(),
+            rule: rule.to_string(),
+            resource: self.shown.clone(),
+            result,
+            reason,
+            message,
+            outcome,
+        }
+    }
+
+    /// Compares `resource` with the expected file (None: the file lacks
+    /// it), then the status.
+    fn judge(
+        &mut self,
+        r: &RuleResponse,
+        scored: bool,
+        resource: Option<&Value>,
+        file: Option<&str>,
+    ) -> Option<Row> {
+        let expected = self.expected;
+        if let Some(file) = file {
+            let found = match resource {
+                Some(resource) => self
+                    .files
+                    .find(&self.dir.join(file), resource)
+                    .map(|w| w.map(|w| (resource, w))),
+                None => Ok(None),
+            };
+            match found {
+                Err(e) => {
+                    let reason = "Resource error".into();
+                    return Some(self.row(r.name, "Fail", reason, e, Outcome::Fail));
+                }
+                Ok(None) => return None,
+                Ok(Some((resource, want))) => {
+                    if let Some(d) = resource_diff(resource, want) {
+                        let reason = "Resource diff".into();
+                        return Some(self.row(r.name, "Fail", reason, d, Outcome::Fail));
+                    }
+                }
+            }
+        }
+        let mut actual = status_word(r.status);
+        if actual == "fail" && !scored {
+            actual = "warn";
+        }
+        Some(if actual == expected.result {
+            let outcome = if expected.result == "skip" {
+                Outcome::Skip
+            } else {
+                Outcome::Pass
+            };
+            self.row(r.name, "Pass", "Ok".into(), r.message.to_string(), outcome)
         } else {
-            expected.resources.clone()
+            self.row(
+                r.name,
+                "Fail",
+                format!("Want {}, got {actual}", expected.result),
+                r.message.to_string(),
+                Outcome::Fail,
+            )
+        })
+    }
+
+    /// A trigger's rows: one per checked rule of each response of the
+    /// policy (or one `Excluded` row); with whether a rule was skipped
+    /// because the expected file lacks its resource.
+    fn trigger_rows(
+        &mut self,
+        ev: &Evaluated,
+        loaded: &Loaded,
+        policy_name: &str,
+    ) -> (Vec<Row>, bool) {
+        let expected = self.expected;
+        let mut here: Vec<Row> = Vec::new();
+        let mut skipped = false;
+        let scored_of =
+            |pi: Option<usize>| pi.is_none_or(|pi| loaded.set.policies[pi].report.scored);
+        // A classic policy by its own name (a namespaced Policy's response
+        // carries `namespace/name`).
+        let of_policy = |(pi, r): &(Option<usize>, &PolicyResponse)| match pi {
+            Some(pi) => loaded.set.policies[*pi].name == policy_name,
+            None => r.policy == policy_name,
         };
-        // A name listed twice gives its rows twice, as Kyverno appends the
-        // resources of each listed name without removing repeats.
-        let mut keys: Vec<Keyed> = Vec::new();
-        for n in &names {
-            for (t, (target, _)) in patched_targets.iter().enumerate() {
-                if named(n, target) {
-                    keys.push(Keyed::Target(t));
+        for (pi, resp) in all_responses(ev).filter(of_policy) {
+            let scored = scored_of(pi);
+            let checked = resp.rules.iter().filter(|r| {
+                expected.rule.is_empty()
+                    || expected.is_cel_policy
+                    || pi.is_none()
+                    || r.name == expected.rule
+                    || r.name == format!("autogen-{}", expected.rule)
+                    || r.name == format!("autogen-cronjob-{}", expected.rule)
+            });
+            for r in checked {
+                if r.rule_type == RuleType::Generation {
+                    here.extend(self.generated_rows(r, scored));
+                    continue;
                 }
-            }
-            for (i, r) in loaded.resources.iter().enumerate() {
-                if named(n, r) {
-                    keys.push(Keyed::Trigger(i));
-                }
-            }
-            // A JSON payload by the name the test gave it.
-            for (i, payload) in loaded.payloads.iter().enumerate() {
-                if payload.name == *n {
-                    keys.push(Keyed::Trigger(loaded.resources.len() + i));
-                }
-            }
-        }
-        if keys.is_empty() {
-            keys.extend((0..patched_targets.len()).map(Keyed::Target));
-            keys.extend((0..loaded.resources.len() + loaded.payloads.len()).map(Keyed::Trigger));
-        }
-        let policy_name = expected
-            .policy
-            .rsplit('/')
-            .next()
-            .unwrap_or(&expected.policy);
-        for key in keys {
-            let shown = match key {
-                Keyed::Trigger(i) => match loaded.resources.get(i) {
-                    Some(r) => display_resource(r),
-                    None => loaded.payloads[i - loaded.resources.len()].name.clone(),
-                },
-                Keyed::Target(t) => display_resource(patched_targets[t].0),
-            };
-            let row =
-                |rule: &str, result: &'static str, reason: String, message: String, outcome| Row {
-                    policy: expected.policy.clone(),
-                    rule: rule.to_string(),
-                    resource: shown.clone(),
-                    result,
-                    reason,
-                    message,
-                    outcome,
+                // What Kyverno compares: the response's patched resource
+                // for a mutation (none for a MutatingPolicy's target
+                // response), else the resource the phase saw.
+                let cel_target =
+                    pi.is_none() && r.rule_type == RuleType::Mutation && !r.resources().is_empty();
+                let resource = match (r.rule_type, pi) {
+                    _ if cel_target => None,
+                    (RuleType::Mutation, Some(pi)) => Some(&ev.patched[pi]),
+                    (_, Some(_)) => Some(&ev.mutated),
+                    (_, None) => Some(&ev.cel_mutated),
                 };
-            // Compares `resource` with the expected file (None: the file
-            // lacks it), then the status.
-            let mut judge = |r: &RuleResponse,
-                             scored: bool,
-                             resource: Option<&Value>,
-                             file: Option<&str>|
-             -> Option<Row> {
-                if let Some(file) = file {
-                    let found = match resource {
-                        Some(resource) => expected_files
-                            .find(&dir.join(file), resource)
-                            .map(|w| w.map(|w| (resource, w))),
-                        None => Ok(None),
-                    };
-                    match found {
-                        Err(e) => {
-                            return Some(row(
-                                r.name,
-                                "Fail",
-                                "Resource error".into(),
-                                e,
-                                Outcome::Fail,
-                            ));
-                        }
-                        Ok(None) => return None,
-                        Ok(Some((resource, want))) => {
-                            if let Some(d) = resource_diff(resource, want) {
-                                return Some(row(
-                                    r.name,
-                                    "Fail",
-                                    "Resource diff".into(),
-                                    d,
-                                    Outcome::Fail,
-                                ));
-                            }
-                        }
-                    }
-                }
-                let mut actual = status_word(r.status);
-                if actual == "fail" && !scored {
-                    actual = "warn";
-                }
-                Some(if actual == expected.result {
-                    let outcome = if expected.result == "skip" {
-                        Outcome::Skip
-                    } else {
-                        Outcome::Pass
-                    };
-                    row(r.name, "Pass", "Ok".into(), r.message.to_string(), outcome)
-                } else {
-                    row(
-                        r.name,
-                        "Fail",
-                        format!("Want {}, got {actual}", expected.result),
-                        r.message.to_string(),
-                        Outcome::Fail,
-                    )
-                })
-            };
-            let mut here: Vec<Row> = Vec::new();
-            let mut skipped = false;
-            match key {
-                Keyed::Trigger(i) => {
-                    // A result naming an operation reads that run.
-                    let ev = match expected.operation.as_deref() {
-                        Some(op) => &by_operation[op][i],
-                        None => &evaluated[i],
-                    };
-                    let scored_of = |pi: Option<usize>| {
-                        pi.is_none_or(|pi| loaded.set.policies[pi].report.scored)
-                    };
-                    // A classic policy by its own name (a namespaced
-                    // Policy's response carries `namespace/name`).
-                    let of_policy = |(pi, r): &(Option<usize>, &PolicyResponse)| match pi {
-                        Some(pi) => loaded.set.policies[*pi].name == policy_name,
-                        None => r.policy == policy_name,
-                    };
-                    for (pi, resp) in all_responses(ev).filter(of_policy) {
-                        let scored = scored_of(pi);
-                        let checked = resp.rules.iter().filter(|r| {
-                            expected.rule.is_empty()
-                                || expected.is_cel_policy
-                                || pi.is_none()
-                                || r.name == expected.rule
-                                || r.name == format!("autogen-{}", expected.rule)
-                                || r.name == format!("autogen-cronjob-{}", expected.rule)
-                        });
-                        for r in checked {
-                            if r.rule_type == RuleType::Generation {
-                                let produced = r.resources();
-                                if produced.is_empty() {
-                                    here.extend(judge(r, scored, None, None));
-                                }
-                                for g in produced {
-                                    let file = expected.generated_resource.as_deref();
-                                    // A generated resource the file lacks is
-                                    // a resource error in Kyverno.
-                                    let mut judged = judge(r, scored, Some(g), file)
-                                        .unwrap_or_else(|| {
-                                            row(
-                                                r.name,
-                                                "Fail",
-                                                "Resource error".into(),
-                                                format!(
-                                                    "resource {} not found in the expected file",
-                                                    display_resource(g)
-                                                ),
-                                                Outcome::Fail,
-                                            )
-                                        });
-                                    judged.resource = resource_key(g).3.to_string();
-                                    here.push(judged);
-                                }
-                                continue;
-                            }
-                            // What Kyverno compares: the response's
-                            // patched resource for a mutation (none for a
-                            // MutatingPolicy's target response), else the
-                            // resource the phase saw.
-                            let cel_target = pi.is_none()
-                                && r.rule_type == RuleType::Mutation
-                                && !r.resources().is_empty();
-                            let resource = match (r.rule_type, pi) {
-                                _ if cel_target => None,
-                                (RuleType::Mutation, Some(pi)) => Some(&ev.patched[pi]),
-                                (_, Some(_)) => Some(&ev.mutated),
-                                (_, None) => Some(&ev.cel_mutated),
-                            };
-                            match judge(r, scored, resource, expected.patched_resources.as_deref())
-                            {
-                                Some(row) => here.push(row),
-                                // Not in the expected file: skipped (see
-                                // docs/kyverno-test-semantics.md#matching-results).
-                                None => skipped = true,
-                            }
-                        }
-                        if here.is_empty() && !skipped {
-                            here.push(row(
-                                &expected.rule,
-                                "Pass",
-                                "Excluded".into(),
-                                String::new(),
-                                Outcome::Skip,
-                            ));
-                        }
-                    }
-                }
-                Keyed::Target(t) => {
-                    for (resp, r, patched) in &patched_targets[t].1 {
-                        let scored = !loaded
-                            .set
-                            .policies
-                            .iter()
-                            .any(|p| p.name == resp.policy && !p.report.scored);
-                        let judged = judge(
-                            r,
-                            scored,
-                            Some(patched),
-                            expected.patched_resources.as_deref(),
-                        );
-                        here.push(judged.unwrap_or_else(|| {
-                            row(
-                                r.name,
-                                "Fail",
-                                "Resource error".into(),
-                                format!("resource {shown} not found in the expected file"),
-                                Outcome::Fail,
-                            )
-                        }));
-                    }
+                match self.judge(r, scored, resource, expected.patched_resources.as_deref()) {
+                    Some(row) => here.push(row),
+                    // Not in the expected file: skipped (see
+                    // docs/kyverno-test-semantics.md#matching-results).
+                    None => skipped = true,
                 }
             }
             if here.is_empty() && !skipped {
-                if loaded.invalid.iter().any(|(n, _)| n == policy_name) {
-                    here.push(row(
-                        &expected.rule,
-                        "Skip",
-                        "Invalid Policy".into(),
-                        String::new(),
-                        Outcome::Skip,
-                    ));
-                } else if let Some((_, kind)) =
-                    loaded.unsupported.iter().find(|(n, _)| n == policy_name)
-                {
-                    here.push(row(
-                        &expected.rule,
-                        "Fail",
-                        "Not found".into(),
-                        format!("unsupported: policy kind {kind}"),
-                        Outcome::Fail,
-                    ));
-                } else {
-                    here.push(row(
-                        &expected.rule,
-                        "Fail",
-                        "Not found".into(),
-                        String::new(),
-                        Outcome::Fail,
-                    ));
-                }
+                let rule = &expected.rule;
+                here.push(self.row(
+                    rule,
+                    "Pass",
+                    "Excluded".into(),
+                    String::new(),
+                    Outcome::Skip,
+                ));
             }
-            rows.extend(here);
+        }
+        (here, skipped)
+    }
+
+    /// A generate rule's rows: one per generated resource, compared with
+    /// the expected file (a resource the file lacks is a resource error in
+    /// Kyverno); one for the status when it generated none.
+    fn generated_rows(&mut self, r: &RuleResponse, scored: bool) -> Vec<Row> {
+        let produced = r.resources();
+        if produced.is_empty() {
+            return self.judge(r, scored, None, None).into_iter().collect();
+        }
+        let file = self.expected.generated_resource.as_deref();
+        let mut rows = Vec::with_capacity(produced.len());
+        for g in produced {
+            let mut judged = self.judge(r, scored, Some(g), file).unwrap_or_else(|| {
+                self.row(
+                    r.name,
+                    "Fail",
+                    "Resource error".into(),
+                    format!(
+                        "resource {} not found in the expected file",
+                        display_resource(g)
+                    ),
+                    Outcome::Fail,
+                )
+            });
+            judged.resource = resource_key(g).3.to_string();
+            rows.push(judged);
+        }
+        rows
+    }
+
+    /// A patched target's rows: one per response that patched it.
+    fn target_rows(&mut self, patched_by: &[PatchedBy], loaded: &Loaded) -> Vec<Row> {
+        let file = self.expected.patched_resources.as_deref();
+        let mut rows = Vec::with_capacity(patched_by.len());
+        for (resp, r, patched) in patched_by {
+            let scored = !loaded
+                .set
+                .policies
+                .iter()
+                .any(|p| p.name == resp.policy && !p.report.scored);
+            let judged = self.judge(r, scored, Some(patched), file);
+            rows.push(judged.unwrap_or_else(|| {
+                self.row(
+                    r.name,
+                    "Fail",
+                    "Resource error".into(),
+                    format!("resource {} not found in the expected file", self.shown),
+                    Outcome::Fail,
+                )
+            }));
+        }
+        rows
+    }
+
+    /// The row of a result no response answered: the policy was invalid,
+    /// of a kind gavel does not evaluate, or not found.
+    fn not_found(&self, loaded: &Loaded, policy_name: &str) -> Row {
+        let rule = &self.expected.rule;
+        if loaded.invalid.iter().any(|(n, _)| n == policy_name) {
+            self.row(
+                rule,
+                "Skip",
+                "Invalid Policy".into(),
+                String::new(),
+                Outcome::Skip,
+            )
+        } else if let Some((_, kind)) = loaded.unsupported.iter().find(|(n, _)| n == policy_name) {
+            let message = format!("unsupported: policy kind {kind}");
+            self.row(rule, "Fail", "Not found".into(), message, Outcome::Fail)
+        } else {
+            self.row(
+                rule,
+                "Fail",
+                "Not found".into(),
+                String::new(),
+                Outcome::Fail,
+            )
         }
     }
-    rows
 }
 
 /// Expected-resource files, loaded once per test.
