@@ -7,10 +7,54 @@
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
+/// Why a lookup has no answer. Each variant carries the message a rule's
+/// error shows (Kyverno's words where it has them); callers that treat
+/// the causes differently (a missing object, a refusal, a throttled or
+/// slow API server) branch on the variant, never on the text.
 #[derive(Debug, Clone, thiserror::Error, PartialEq)]
 pub enum ResolveError {
+    /// The object or entry does not exist (the API server's 404).
+    #[error("{0}")]
+    NotFound(String),
+    /// The API server refused gavel's identity (401, 403).
+    #[error("{0}")]
+    Forbidden(String),
+    /// The API server, or gavel's own client-side rate limit, asked to
+    /// slow down (429).
+    #[error("{0}")]
+    Throttled(String),
+    /// The API server or service did not answer in time (408, 504, a
+    /// client timeout).
+    #[error("{0}")]
+    TimedOut(String),
+    /// Anything else: a bad request, an unreadable answer, an answer over
+    /// the size limit, a transport error.
     #[error("{0}")]
     Failed(String),
+}
+
+impl ResolveError {
+    /// The `reason` label of a lookup that failed.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ResolveError::NotFound(_) => "not_found",
+            ResolveError::Forbidden(_) => "forbidden",
+            ResolveError::Throttled(_) => "throttled",
+            ResolveError::TimedOut(_) => "timed_out",
+            ResolveError::Failed(_) => "failed",
+        }
+    }
+
+    /// The error of an API server's status `code`, with `message`.
+    pub fn of_status(code: u16, message: String) -> ResolveError {
+        match code {
+            404 => ResolveError::NotFound(message),
+            401 | 403 => ResolveError::Forbidden(message),
+            429 => ResolveError::Throttled(message),
+            408 | 504 => ResolveError::TimedOut(message),
+            _ => ResolveError::Failed(message),
+        }
+    }
 }
 
 /// An `apiCall` context entry with its variables substituted.

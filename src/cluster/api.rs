@@ -181,10 +181,10 @@ pub(crate) async fn fetch_json(
     max_bytes: usize,
 ) -> Result<Value, ResolveError> {
     let path = request.uri().path().to_string();
-    let text = client.request_text(request).await.map_err(|e| match e {
-        kube::Error::Api(s) if s.code == 404 => ResolveError::Failed(format!("{path}: not found")),
-        e => ResolveError::Failed(format!("{path}: {e}")),
-    })?;
+    let text = client
+        .request_text(request)
+        .await
+        .map_err(|e| lookup_error(&path, e))?;
     if text.len() > max_bytes {
         return Err(ResolveError::Failed(format!(
             "{path}: response of {} bytes exceeds the limit of {max_bytes}",
@@ -197,6 +197,33 @@ pub(crate) async fn fetch_json(
         meta.remove("managedFields");
     }
     Ok(value)
+}
+
+/// The lookup error of a failed API request to `path`, by its cause.
+fn lookup_error(path: &str, e: kube::Error) -> ResolveError {
+    match &e {
+        kube::Error::Api(s) if s.code == 404 => {
+            ResolveError::NotFound(format!("{path}: not found"))
+        }
+        kube::Error::Api(s) => ResolveError::of_status(s.code, format!("{path}: {e}")),
+        _ if is_timeout(&e) => ResolveError::TimedOut(format!("{path}: {e}")),
+        _ => ResolveError::Failed(format!("{path}: {e}")),
+    }
+}
+
+/// Whether a client error is a timeout (of the connection, or of the
+/// request the client's timeouts bound).
+fn is_timeout(e: &kube::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = source {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::TimedOut
+        {
+            return true;
+        }
+        source = err.source();
+    }
+    false
 }
 
 /// Runs `fut` to completion from synchronous engine code. Only a
@@ -225,6 +252,63 @@ mod tests {
             ))
         });
         kube::Client::new(service, "default")
+    }
+
+    /// A failed lookup says why, by variant: what callers branch on.
+    #[test]
+    fn lookup_errors_name_their_cause() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        // A client is made on a runtime.
+        let _entered = runtime.enter();
+        let answering = |code: u16| {
+            let service =
+                tower::service_fn(move |_: http::Request<kube::client::Body>| async move {
+                    let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                    "status": "Failure", "message": "no", "reason": "x", "code": code});
+                    http::Response::builder()
+                        .status(code)
+                        .body(kube::client::Body::from(
+                            serde_json::to_vec(&status).unwrap(),
+                        ))
+                        .map_err(std::io::Error::other)
+                });
+            kube::Client::new(service, "default")
+        };
+        let timing_out = {
+            let service = tower::service_fn(|_: http::Request<kube::client::Body>| async {
+                Err::<http::Response<kube::client::Body>, std::io::Error>(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "deadline",
+                ))
+            });
+            kube::Client::new(service, "default")
+        };
+        let lookup = |client: kube::Client| {
+            let request = http::Request::get("/api/v1/namespaces/a/configmaps/b")
+                .body(Vec::new())
+                .unwrap();
+            runtime
+                .block_on(fetch_json(&client, request, 1 << 20))
+                .unwrap_err()
+        };
+        let not_found = lookup(answering(404));
+        assert_eq!(
+            not_found,
+            ResolveError::NotFound("/api/v1/namespaces/a/configmaps/b: not found".into())
+        );
+        for (code, label) in [
+            (403, "forbidden"),
+            (401, "forbidden"),
+            (429, "throttled"),
+            (504, "timed_out"),
+            (500, "failed"),
+        ] {
+            assert_eq!(lookup(answering(code)).metric_label(), label, "{code}");
+        }
+        assert_eq!(lookup(timing_out).metric_label(), "timed_out");
+        assert_eq!(lookup(unreachable_client()).metric_label(), "failed");
     }
 
     #[test]
