@@ -153,6 +153,16 @@ pub struct PolicyResponse<'p> {
     pub rules: RuleResponses<'p>,
 }
 
+impl<'p> PolicyResponse<'p> {
+    /// The response of a policy that does not apply: no rules.
+    pub fn empty(policy: &'p str) -> PolicyResponse<'p> {
+        PolicyResponse {
+            policy,
+            rules: RuleResponses::new(),
+        }
+    }
+}
+
 /// A policy's rule responses, read as a slice. Most policies answer a
 /// request with one rule, which is then held inline: a request's
 /// responses cost no allocation per policy (the webhook evaluates every

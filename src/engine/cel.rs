@@ -1103,6 +1103,24 @@ impl View<'_> {
     }
 }
 
+/// The start of every CEL policy's evaluation on a resource: its empty
+/// response (no rules reads as "does not apply") and the view through
+/// which its constraints select the request; no view when they do not,
+/// or when the policy evaluates payloads of another `mode`.
+pub fn begin<'p>(
+    scope: &'p PolicyScope,
+    mode: EvaluationMode,
+    req: &Request,
+    input: &CelRequest,
+) -> (PolicyResponse<'p>, Option<View<'p>>) {
+    let response = PolicyResponse::empty(&scope.name);
+    let view = match mode {
+        EvaluationMode::Kubernetes => scope_view(scope, req, input),
+        _ => None,
+    };
+    (response, view)
+}
+
 /// Whether a CEL policy applies to the request, and how it sees it. A
 /// policy selected by its own constraints (no bindings) asks the request,
 /// which answers once for all policies with the same constraints.
@@ -1322,15 +1340,8 @@ pub fn evaluate_validating_policy_over<'p>(
     resolver: &dyn Resolver,
 ) -> PolicyResponse<'p> {
     let scope = &policy.scope;
-    let mut response = PolicyResponse {
-        policy: &scope.name,
-        rules: RuleResponses::new(),
-    };
-    if policy.mode != EvaluationMode::Kubernetes {
-        return response;
-    }
-    let Some(view) = scope_view(scope, req, input) else {
-        return response;
+    let (mut response, Some(view)) = begin(scope, policy.mode, req, input) else {
+        return PolicyResponse::empty(&scope.name);
     };
     let mut made = None;
     let vars = match view.template {

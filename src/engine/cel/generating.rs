@@ -1,11 +1,12 @@
 //! GeneratingPolicy: the `generate` expressions call `generator.Apply`,
 //! and what they ask for becomes the rule's downstream resources.
 
-use super::{CelRequest, ResolverLookups, bind_variables, conditions_hold, exempted, scope_view};
+use super::{CelRequest, ResolverLookups, begin, bind_variables, conditions_hold, exempted};
 use crate::cel::values::cel_to_json;
 use crate::cel::{Activation, Lookups};
 use crate::context::Resolver;
-use crate::engine::{PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus, RuleType};
+use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
+use crate::policy::cel_policy::EvaluationMode;
 use crate::policy::cel_policy::{
     CompiledGeneratingPolicy, CompiledGeneration, Segment, TemplateNode,
 };
@@ -21,13 +22,9 @@ pub fn evaluate_generating_policy<'p>(
     resolver: &dyn Resolver,
 ) -> PolicyResponse<'p> {
     let scope = &policy.scope;
-    let mut response = PolicyResponse {
-        policy: &scope.name,
-        rules: RuleResponses::new(),
+    let (mut response, Some(_)) = begin(scope, EvaluationMode::Kubernetes, req, input) else {
+        return PolicyResponse::empty(&scope.name);
     };
-    if scope_view(scope, req, input).is_none() {
-        return response;
-    }
     let lookups = ResolverLookups(resolver);
     let respond = |status: RuleStatus, message: String| {
         RuleResponse::new(&scope.name, status, message).of_type(RuleType::Generation)

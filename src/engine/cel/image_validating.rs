@@ -13,8 +13,8 @@
 
 use super::{CelRequest, PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus};
 use super::{
-    NULL, NoRequest, ResolverLookups, audit_annotations, bind_request, bind_variables,
-    conditions_hold, json_type_name, message_of, scope_view,
+    NULL, NoRequest, ResolverLookups, audit_annotations, begin, bind_request, bind_variables,
+    conditions_hold, json_type_name, message_of,
 };
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, InterpreterCache, Lookup, Lookups, NoLookups, Program};
@@ -87,15 +87,8 @@ pub fn evaluate_image_validating_policy<'p>(
     resolver: &dyn Resolver,
 ) -> PolicyResponse<'p> {
     let scope = &policy.scope;
-    let mut response = PolicyResponse {
-        policy: &scope.name,
-        rules: RuleResponses::new(),
-    };
-    if policy.mode != EvaluationMode::Kubernetes {
-        return response;
-    }
-    let Some(view) = scope_view(scope, req, input) else {
-        return response;
+    let (mut response, Some(view)) = begin(scope, policy.mode, req, input) else {
+        return PolicyResponse::empty(&scope.name);
     };
     // A Pod controller seen through its template reads as a Pod.
     let (base, defaults) = match view.template {

@@ -4,19 +4,19 @@
 
 use super::params::{self, NONE_FOUND};
 use super::{
-    CelRequest, ResolverLookups, bind_variables, conditions_hold, exempted, gate_of,
-    match_conditions_gate, scope_view, template_view, variable_error,
+    CelRequest, ResolverLookups, begin, bind_variables, conditions_hold, exempted, gate_of,
+    match_conditions_gate, template_view, variable_error,
 };
 use crate::cel::values::{cel_to_json, json_to_cel};
 use crate::cel::{Activation, Lookups};
 use crate::context::Resolver;
-use crate::engine::{PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus, RuleType};
+use crate::engine::{PolicyResponse, Request, RuleResponse, RuleStatus, RuleType};
 use crate::kinds::schema::Schema;
 use crate::patch::typed::{self, Duplicates};
 use crate::patch::{apply, json_patch};
 use crate::policy::cel_policy::{
-    CompiledMutatingPolicy, CompiledMutation, MutateExisting, PodTemplate, PolicyScope,
-    TargetSelection,
+    CompiledMutatingPolicy, CompiledMutation, EvaluationMode, MutateExisting, PodTemplate,
+    PolicyScope, TargetSelection,
 };
 use serde_json::{Map, Value};
 
@@ -37,15 +37,15 @@ pub fn evaluate_mutating_policy<'p>(
     resolver: &dyn Resolver,
 ) -> MutatingOutcome<'p> {
     let scope = &policy.scope;
-    let mut outcome = MutatingOutcome {
-        response: PolicyResponse {
-            policy: &scope.name,
-            rules: RuleResponses::new(),
-        },
-        patched: None,
+    let (response, Some(view)) = begin(scope, EvaluationMode::Kubernetes, req, input) else {
+        return MutatingOutcome {
+            response: PolicyResponse::empty(&scope.name),
+            patched: None,
+        };
     };
-    let Some(view) = scope_view(scope, req, input) else {
-        return outcome;
+    let mut outcome = MutatingOutcome {
+        response,
+        patched: None,
     };
     let root = match view.template {
         Some(template) => input.view(template),
