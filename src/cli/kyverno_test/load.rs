@@ -85,6 +85,31 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
         targets: Vec::new(),
         payloads: Vec::new(),
     };
+    load_payloads(doc, &mut loaded)?;
+    let mut seen = std::collections::HashSet::new();
+    for p in &doc.resources {
+        for r in load_resources(p).map_err(|e| e.to_string())? {
+            let (api, kind, ns, name) = resource_key(&r);
+            let group = api
+                .split_once('/')
+                .map(|(g, _)| g.to_string())
+                .unwrap_or_default();
+            if seen.insert((group, kind, ns, name)) {
+                loaded.resources.push(r);
+            }
+        }
+    }
+    load_objects(doc, &mut loaded)?;
+    load_values(doc, &mut loaded)?;
+    if !doc.cluster_resources.is_empty() {
+        namespaces_exist(&loaded)?;
+    }
+    Ok(loaded)
+}
+
+/// The `jsonPayloads`, `httpPayloads` and `envoyPayloads`, as each mode
+/// reads its files.
+fn load_payloads(doc: &TestDoc, loaded: &mut Loaded) -> Result<(), String> {
     let kinds = [
         (&doc.json_payloads, EvaluationMode::Json, "JSON"),
         (&doc.http_payloads, EvaluationMode::Http, "HTTP"),
@@ -109,19 +134,13 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
             });
         }
     }
-    let mut seen = std::collections::HashSet::new();
-    for p in &doc.resources {
-        for r in load_resources(p).map_err(|e| e.to_string())? {
-            let (api, kind, ns, name) = resource_key(&r);
-            let group = api
-                .split_once('/')
-                .map(|(g, _)| g.to_string())
-                .unwrap_or_default();
-            if seen.insert((group, kind, ns, name)) {
-                loaded.resources.push(r);
-            }
-        }
-    }
+    Ok(())
+}
+
+/// The cluster's objects for context lookups: clone sources, mutate
+/// targets, parameter resources, the Context file's resources and images,
+/// and the ClusterResources with the CRDs they name.
+fn load_objects(doc: &TestDoc, loaded: &mut Loaded) -> Result<(), String> {
     let dir = doc.path.parent().unwrap_or(Path::new("."));
     let mut clone_files: Vec<&str> = doc
         .results
@@ -183,6 +202,11 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
             }
         }
     }
+    Ok(())
+}
+
+/// The values (inline or the variables file) and the userInfo file.
+fn load_values(doc: &TestDoc, loaded: &mut Loaded) -> Result<(), String> {
     if let Some(v) = &doc.inline_values {
         loaded.values = Values::parse(v, false)?;
     } else if let Some(path) = &doc.variables {
@@ -202,10 +226,7 @@ pub(super) fn load_test(doc: &TestDoc) -> Result<Loaded, String> {
             loaded.user = UserInfoFile::parse(d).map_err(|e| format!("{}: {e}", path.display()))?;
         }
     }
-    if !doc.cluster_resources.is_empty() {
-        namespaces_exist(&loaded)?;
-    }
-    Ok(loaded)
+    Ok(())
 }
 
 /// kyverno-compat: a test with `clusterResources` runs against Kyverno's
