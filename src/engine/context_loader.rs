@@ -8,7 +8,7 @@ use super::variables::Substituter;
 use crate::context::{ApiCallRequest, Resolver};
 use crate::jmespath::Val;
 use crate::policy::ExprCache;
-use crate::policy::types::ContextEntry;
+use crate::policy::types::{ApiCall, ConfigMapReference, ContextEntry, GlobalReference, Variable};
 use serde_json::{Map, Value};
 
 fn query(exprs: &ExprCache, source: &str, root: Val) -> Result<Value, String> {
@@ -52,149 +52,192 @@ fn load_entry(
     resolver: &dyn Resolver,
 ) -> Result<(), String> {
     if let Some(var) = &entry.variable {
-        let path = var
-            .jmes_path
-            .as_deref()
-            .map(|p| substitute_str(ctx, exprs, p))
-            .transpose()?;
-        let default = var
-            .default
-            .as_ref()
-            .map(|d| substitute(ctx, exprs, d))
-            .transpose()?;
-        let output = if let Some(value) = &var.value {
-            let value = substitute(ctx, exprs, value)?;
-            match &path {
-                Some(p) => match query(exprs, p, Val::Ref(&value)) {
-                    Ok(v) if !v.is_null() => Some(v),
-                    Ok(_) => default,
-                    Err(e) => Some(default.ok_or(format!("failed to apply jmespath {p}: {e}"))?),
-                },
-                None => Some(value),
-            }
-        } else if let Some(p) = &path {
-            match query(exprs, p, ctx.root()) {
-                Ok(v) if !v.is_null() => Some(v),
-                Ok(_) => default,
-                Err(e) => {
-                    Some(default.ok_or(format!("failed to apply jmespath {p} to context: {e}"))?)
-                }
-            }
-        } else {
-            default
-        };
-        let output = output.ok_or_else(|| {
-            format!(
-                "unable to add context entry for variable {} since it evaluated to nil",
-                entry.name
-            )
-        })?;
-        ctx.set_path(&entry.name, output);
-        return Ok(());
+        return load_variable(&entry.name, var, ctx, exprs);
     }
     if let Some(cm) = &entry.config_map {
-        let name = substitute_str(ctx, exprs, &cm.name)?;
-        let namespace = substitute_str(ctx, exprs, &cm.namespace)?;
-        if let Some(obj) = resolver
-            .config_map(&namespace, &name)
-            .map_err(|e| e.to_string())?
-        {
-            ctx.set_path(&entry.name, obj);
-        }
-        return Ok(());
+        return load_config_map(&entry.name, cm, ctx, exprs, resolver);
     }
     if let Some(call) = &entry.api_call {
-        let method = call.method.clone().unwrap_or_else(|| "GET".into());
-        let body = if call.data.is_empty() {
-            None
-        } else {
-            let mut m = Map::new();
-            for item in &call.data {
-                let item = substitute(ctx, exprs, item)?;
-                if let (Some(k), Some(v)) =
-                    (item.get("key").and_then(Value::as_str), item.get("value"))
-                {
-                    m.insert(k.to_string(), v.clone());
-                }
-            }
-            Some(Value::Object(m))
-        };
-        let request = ApiCallRequest {
-            url_path: call
-                .url_path
-                .as_deref()
-                .map(|p| substitute_str(ctx, exprs, p))
-                .transpose()?,
-            url: call
-                .service
-                .as_ref()
-                .and_then(|s| s.get("url"))
-                .and_then(Value::as_str)
-                .map(|u| substitute_str(ctx, exprs, u))
-                .transpose()?,
-            method,
-            body,
-            ca_bundle: call
-                .service
-                .as_ref()
-                .and_then(|s| s.get("caBundle"))
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            headers: call
-                .service
-                .as_ref()
-                .and_then(|s| s.get("headers"))
-                .and_then(Value::as_array)
-                .into_iter()
-                .flatten()
-                .map(|h| {
-                    let key = h.get("key").and_then(Value::as_str).unwrap_or_default();
-                    let value = h.get("value").and_then(Value::as_str).unwrap_or_default();
-                    Ok((key.to_string(), substitute_str(ctx, exprs, value)?))
-                })
-                .collect::<Result<_, String>>()?,
-        };
-        let default = call
-            .default
-            .as_ref()
-            .map(|d| substitute(ctx, exprs, d))
-            .transpose()?;
-        let response = match resolver.api_call(&request) {
-            Ok(Some(r)) => r,
-            Ok(None) => return Ok(()),
-            Err(e) => {
-                return default
-                    .map(|d| ctx.set_path(&entry.name, d))
-                    .ok_or(e.to_string());
-            }
-        };
-        let value = match &call.jmes_path {
-            Some(p) => {
-                let p = substitute_str(ctx, exprs, p)?;
-                match query(exprs, &p, Val::Ref(&response)) {
-                    Ok(v) => v,
-                    Err(e) => default
-                        .clone()
-                        .ok_or(format!("failed to apply jmespath {p}: {e}"))?,
-                }
-            }
-            None => response,
-        };
-        ctx.set_path(&entry.name, value);
-        return Ok(());
+        return load_api_call(&entry.name, call, ctx, exprs, resolver);
     }
     if let Some(global) = &entry.global_reference {
-        let name = substitute_str(ctx, exprs, &global.name)?;
-        let Some(data) = resolver.global_context(&name).map_err(|e| e.to_string())? else {
-            return Ok(());
-        };
-        let value = match &global.jmes_path {
-            Some(p) => query(exprs, &substitute_str(ctx, exprs, p)?, Val::Ref(&data))?,
-            None => std::sync::Arc::unwrap_or_clone(data),
-        };
-        ctx.set_path(&entry.name, value);
-        return Ok(());
+        return load_global(&entry.name, global, ctx, exprs, resolver);
     }
     // imageRegistry entries need registry access; offline they are skipped.
+    Ok(())
+}
+
+/// A `variable` entry: its value or JMESPath (on the context), or its
+/// default; nil is an error, as in Kyverno.
+fn load_variable(
+    entry_name: &str,
+    var: &Variable,
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+) -> Result<(), String> {
+    let path = var
+        .jmes_path
+        .as_deref()
+        .map(|p| substitute_str(ctx, exprs, p))
+        .transpose()?;
+    let default = var
+        .default
+        .as_ref()
+        .map(|d| substitute(ctx, exprs, d))
+        .transpose()?;
+    let output = if let Some(value) = &var.value {
+        let value = substitute(ctx, exprs, value)?;
+        match &path {
+            Some(p) => match query(exprs, p, Val::Ref(&value)) {
+                Ok(v) if !v.is_null() => Some(v),
+                Ok(_) => default,
+                Err(e) => Some(default.ok_or(format!("failed to apply jmespath {p}: {e}"))?),
+            },
+            None => Some(value),
+        }
+    } else if let Some(p) = &path {
+        match query(exprs, p, ctx.root()) {
+            Ok(v) if !v.is_null() => Some(v),
+            Ok(_) => default,
+            Err(e) => Some(default.ok_or(format!("failed to apply jmespath {p} to context: {e}"))?),
+        }
+    } else {
+        default
+    };
+    let output = output.ok_or_else(|| {
+        format!(
+            "unable to add context entry for variable {} since it evaluated to nil",
+            entry_name
+        )
+    })?;
+    ctx.set_path(entry_name, output);
+    Ok(())
+}
+
+/// A `configMap` entry, from the resolver; a missing ConfigMap leaves the
+/// entry unset.
+fn load_config_map(
+    entry_name: &str,
+    cm: &ConfigMapReference,
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    resolver: &dyn Resolver,
+) -> Result<(), String> {
+    let name = substitute_str(ctx, exprs, &cm.name)?;
+    let namespace = substitute_str(ctx, exprs, &cm.namespace)?;
+    if let Some(obj) = resolver
+        .config_map(&namespace, &name)
+        .map_err(|e| e.to_string())?
+    {
+        ctx.set_path(entry_name, obj);
+    }
+    Ok(())
+}
+
+/// An `apiCall` entry: the request with its variables substituted, its
+/// answer (or its default when the call fails) and its JMESPath.
+fn load_api_call(
+    entry_name: &str,
+    call: &ApiCall,
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    resolver: &dyn Resolver,
+) -> Result<(), String> {
+    let method = call.method.clone().unwrap_or_else(|| "GET".into());
+    let body = if call.data.is_empty() {
+        None
+    } else {
+        let mut m = Map::new();
+        for item in &call.data {
+            let item = substitute(ctx, exprs, item)?;
+            if let (Some(k), Some(v)) = (item.get("key").and_then(Value::as_str), item.get("value"))
+            {
+                m.insert(k.to_string(), v.clone());
+            }
+        }
+        Some(Value::Object(m))
+    };
+    let request = ApiCallRequest {
+        url_path: call
+            .url_path
+            .as_deref()
+            .map(|p| substitute_str(ctx, exprs, p))
+            .transpose()?,
+        url: call
+            .service
+            .as_ref()
+            .and_then(|s| s.get("url"))
+            .and_then(Value::as_str)
+            .map(|u| substitute_str(ctx, exprs, u))
+            .transpose()?,
+        method,
+        body,
+        ca_bundle: call
+            .service
+            .as_ref()
+            .and_then(|s| s.get("caBundle"))
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        headers: call
+            .service
+            .as_ref()
+            .and_then(|s| s.get("headers"))
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|h| {
+                let key = h.get("key").and_then(Value::as_str).unwrap_or_default();
+                let value = h.get("value").and_then(Value::as_str).unwrap_or_default();
+                Ok((key.to_string(), substitute_str(ctx, exprs, value)?))
+            })
+            .collect::<Result<_, String>>()?,
+    };
+    let default = call
+        .default
+        .as_ref()
+        .map(|d| substitute(ctx, exprs, d))
+        .transpose()?;
+    let response = match resolver.api_call(&request) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(()),
+        Err(e) => {
+            return default
+                .map(|d| ctx.set_path(entry_name, d))
+                .ok_or(e.to_string());
+        }
+    };
+    let value = match &call.jmes_path {
+        Some(p) => {
+            let p = substitute_str(ctx, exprs, p)?;
+            match query(exprs, &p, Val::Ref(&response)) {
+                Ok(v) => v,
+                Err(e) => default
+                    .clone()
+                    .ok_or(format!("failed to apply jmespath {p}: {e}"))?,
+            }
+        }
+        None => response,
+    };
+    ctx.set_path(entry_name, value);
+    Ok(())
+}
+
+/// A `globalReference` entry, with its JMESPath.
+fn load_global(
+    entry_name: &str,
+    global: &GlobalReference,
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    resolver: &dyn Resolver,
+) -> Result<(), String> {
+    let name = substitute_str(ctx, exprs, &global.name)?;
+    let Some(data) = resolver.global_context(&name).map_err(|e| e.to_string())? else {
+        return Ok(());
+    };
+    let value = match &global.jmes_path {
+        Some(p) => query(exprs, &substitute_str(ctx, exprs, p)?, Val::Ref(&data))?,
+        None => std::sync::Arc::unwrap_or_clone(data),
+    };
+    ctx.set_path(entry_name, value);
     Ok(())
 }
