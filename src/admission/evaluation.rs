@@ -223,8 +223,6 @@ pub struct ClassicResponses<'s> {
 pub struct Evaluation<'s> {
     /// Per classic policy of the set, in load order.
     pub classic: Vec<ClassicResponses<'s>>,
-    /// The resource after the classic mutate phase.
-    pub after_classic: Value,
     /// Each evaluated MutatingAdmissionPolicy, by index in the set, and
     /// its response (no rules when it did not apply).
     pub admission_mutating: Vec<(usize, PolicyResponse<'s>)>,
@@ -268,7 +266,6 @@ pub fn evaluate<'s>(
     if mode.mutates() {
         current = offline.classic_mutate(&mut classic, current);
     }
-    let after_classic = current.clone();
     if mode.classic_validation() == ClassicValidation::AfterClassicMutate {
         offline.classic_validate(mode, &mut classic, &current);
     }
@@ -307,7 +304,6 @@ pub fn evaluate<'s>(
     };
     Evaluation {
         classic,
-        after_classic,
         admission_mutating,
         after_admission_mutating,
         mutating,

@@ -310,9 +310,9 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
     let mut outputs = Outputs::new(args.output.as_deref())?;
     for original in &resources {
         let ev = evaluation::evaluate(&set, original, Mode::Apply, &inputs);
-        let resource = &ev.mutated.clone();
-        for (policy, resp) in responses_in_order(&set, ev, original, &mut outputs)? {
-            tally.add(args, policy, &resp, resource);
+        let (responses, resource) = responses_in_order(&set, ev, original, &mut outputs)?;
+        for (policy, resp) in responses {
+            tally.add(args, policy, &resp, &resource);
         }
     }
     outputs.write()?;
@@ -406,17 +406,21 @@ fn load_values(args: &ApplyArgs) -> anyhow::Result<Values> {
     Ok(values)
 }
 
+/// Responses in printing order, and the resource they are reported on.
+type Ordered<'s> = (Vec<(Source<'s>, PolicyResponse<'s>)>, Value);
+
 /// An evaluation's responses in the order `kyverno apply` prints them,
 /// the mutated and generated resources emitted on the way: classic
 /// mutate, the admission policies and MutatingPolicies, each classic
 /// policy's verification, validation and generation, then the
-/// ValidatingPolicies, GeneratingPolicies and ImageValidatingPolicies.
+/// ValidatingPolicies, GeneratingPolicies and ImageValidatingPolicies;
+/// with the mutated resource they are reported on.
 fn responses_in_order<'s>(
     set: &'s Snapshot,
     ev: evaluation::Evaluation<'s>,
     original: &Value,
     outputs: &mut Outputs,
-) -> anyhow::Result<Vec<(Source<'s>, PolicyResponse<'s>)>> {
+) -> anyhow::Result<Ordered<'s>> {
     let resource = &ev.mutated;
     let mut responses: Vec<(Source, PolicyResponse)> = Vec::new();
     let mut validation = Vec::new();
@@ -487,7 +491,7 @@ fn responses_in_order<'s>(
     for (i, response) in ev.image_validating.into_iter().filter(|(_, r)| applied(r)) {
         responses.push((Source::ImageValidating(&set.image_validating[i]), response));
     }
-    Ok(responses)
+    Ok((responses, ev.mutated))
 }
 
 /// The counts, and the report results, of `kyverno apply`'s summary.

@@ -27,7 +27,11 @@ impl<'s> Offline<'s, '_> {
     where
         's: 'r,
     {
-        let input = CelRequest::of(req).with_plan(&self.set.plan);
+        self.with_namespace(req, CelRequest::of(req).with_plan(&self.set.plan))
+    }
+
+    /// `input` with the caller's Namespace object of `req`'s namespace.
+    fn with_namespace<'r>(&self, req: &Request, input: CelRequest<'r>) -> CelRequest<'r> {
         match self.inputs.namespace_object(req.namespace()) {
             Some(ns) => input.with_namespace_object(ns),
             None => input,
@@ -55,13 +59,7 @@ impl<'s> Offline<'s, '_> {
             phase,
             &self.request(&current),
             |_, object| self.request(&object),
-            |req| {
-                let input = CelRequest::owned(req);
-                match self.inputs.namespace_object(req.namespace()) {
-                    Some(ns) => input.with_namespace_object(ns),
-                    None => input,
-                }
-            },
+            |req| self.with_namespace(req, CelRequest::owned(req)),
             |_, _| Visit::Evaluate,
             |m| out.push((m.index, m.response)),
         );
