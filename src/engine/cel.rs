@@ -31,7 +31,7 @@ pub use mutating::{
 use super::{PolicyResponse, Request, RuleResponse, RuleResponses, RuleStatus};
 use crate::cel::{Activation, InterpreterCache, Lookups};
 use crate::context::Resolver;
-use crate::json_doc::{JsonRef};
+use crate::json_doc::JsonRef;
 use crate::policy::cel_policy::{CompiledValidatingPolicy, EvaluationMode};
 use serde_json::Value;
 use std::borrow::Cow;

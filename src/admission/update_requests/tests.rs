@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::admission::policies::{Snapshot, load_text};
 use crate::admission::review;

@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::admission::policies::PolicySet;
 use crate::policy::cel_policy::{CompiledValidatingPolicy, ValidatingPolicyDoc};

@@ -11,7 +11,6 @@ use crate::policy::cel_policy::{CompiledValidatingPolicy, PodTemplate};
 use serde_json::{Value, json};
 use std::sync::Arc;
 
-
 const POLICY: &str = "apiVersion: policies.kyverno.io/v1alpha1
 kind: ValidatingPolicy
 metadata: {name: no-latest}

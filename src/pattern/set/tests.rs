@@ -1,4 +1,3 @@
-
 use super::*;
 use crate::json_doc::Doc;
 use serde_json::{Map, json};
