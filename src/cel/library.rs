@@ -10,6 +10,7 @@
 //! is recorded and fails the round; the caller's answers are stored and the
 //! expression runs again. Expressions are pure, so the final round sees
 //! every answer it asks for.
+
 mod conversions;
 mod kyverno;
 mod operators;

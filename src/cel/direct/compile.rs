@@ -13,6 +13,7 @@
 //!
 //! Anything outside what the direct evaluator implements gives `None`, and
 //! the whole expression is left to the cel crate's interpreter.
+
 mod sharing;
 mod tree;
 pub(super) use sharing::*;
