@@ -12,6 +12,7 @@
 //! again with backoff, up to `max_retries`, after which it stays, Failed,
 //! for the operator to see.
 
+mod follow;
 mod generate;
 mod generating;
 mod mutate_existing;
@@ -146,9 +147,12 @@ async fn lead(
             }
         });
     }
-    tasks.spawn(policies::follow(shared.clone()));
-    tasks.spawn(generating::follow(shared.clone()));
-    tasks.spawn(mutating::follow(shared.clone()));
+    tasks.spawn(follow::follow(shared.clone(), policies::ClassicRules));
+    tasks.spawn(follow::follow(
+        shared.clone(),
+        generating::GeneratingPolicies,
+    ));
+    tasks.spawn(follow::follow(shared.clone(), mutating::MutatingPolicies));
     tasks.spawn(generating::watch_downstream(
         shared.clone(),
         downstream_kinds,

@@ -21,6 +21,7 @@
 //! A target the mutations leave as it is gets no write, so doing the work
 //! twice changes nothing the second time.
 
+use super::follow::{Followed, Revision};
 use super::objects::{self, BackgroundResolver};
 use super::{Shared, background_request, read_trigger};
 use crate::admission::policies::Snapshot;
@@ -230,41 +231,35 @@ async fn list_targets(
     Ok(out)
 }
 
-/// A MutatingPolicy as the follower compares it.
-fn states(snapshot: &Snapshot) -> BTreeMap<String, (u64, CompiledMutatingPolicy)> {
-    snapshot
-        .mutating
-        .iter()
-        .filter(|p| p.existing.is_some())
-        .map(|p| (p.key.clone(), (p.revision, p.clone())))
-        .collect()
-}
+/// The MutatingPolicies with mutate existing, followed by key: when one
+/// appears or changes (and when the lead is taken), its existing targets
+/// are mutated, as Kyverno's policy controller does: one request for a
+/// policy whose targets are listed, one per existing trigger for a policy
+/// whose expression names them.
+pub(super) struct MutatingPolicies;
 
-/// Follows the MutatingPolicies with mutate existing while leading: when
-/// one appears or changes (and when the lead is taken: the work is
-/// idempotent), its existing targets are mutated, as Kyverno's policy
-/// controller does: one request for a policy whose targets are listed,
-/// one per existing trigger for a policy whose expression names them.
-pub(super) async fn follow(shared: Arc<Shared>) {
-    let mut seen = states(&shared.snapshot.load());
-    for (_, policy) in seen.values() {
-        existing_targets(&shared, policy).await;
+impl Followed for MutatingPolicies {
+    type Key = String;
+    /// The revision, and the policy it is of.
+    type State = Revision<CompiledMutatingPolicy>;
+
+    fn states(&self, snapshot: &Snapshot) -> BTreeMap<String, Self::State> {
+        snapshot
+            .mutating
+            .iter()
+            .filter(|p| p.existing.is_some())
+            .map(|p| (p.key.clone(), Revision(p.revision, p.clone())))
+            .collect()
     }
-    let mut generation = shared.snapshot.load().generation;
-    loop {
-        tokio::time::sleep(shared.opts.policy_poll).await;
-        let snapshot = shared.snapshot.load_full();
-        if snapshot.generation == generation {
-            continue;
-        }
-        generation = snapshot.generation;
-        let now = states(&snapshot);
-        for (key, (revision, policy)) in &now {
-            if seen.get(key).map(|(r, _)| r) != Some(revision) {
-                existing_targets(&shared, policy).await;
-            }
-        }
-        seen = now;
+
+    async fn changed(
+        &self,
+        shared: &Arc<Shared>,
+        _key: &String,
+        _before: Option<&Self::State>,
+        now: &Self::State,
+    ) {
+        existing_targets(shared, &now.1).await;
     }
 }
 

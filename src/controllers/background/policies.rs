@@ -11,6 +11,7 @@
 //!   resources are deleted, unless `orphanDownstreamOnPolicyDelete`
 //!   (clones are kept, as Kyverno keeps them).
 
+use super::follow::{Followed, downstream_triggers, existing_objects};
 use super::generate::downstream_kinds;
 use super::{Shared, objects};
 use crate::admission::policies::Snapshot;
@@ -24,7 +25,7 @@ use std::sync::Arc;
 
 /// A generate or mutate-existing rule as the policy follower compares it.
 #[derive(Debug, Clone, PartialEq)]
-struct RuleState {
+pub(super) struct RuleState {
     /// The rule's body, serialized: a change is a changed rule.
     spec: String,
     /// A mutate-existing rule (else a generate rule).
@@ -38,113 +39,101 @@ struct RuleState {
     kinds: Vec<(String, String)>,
 }
 
-type PolicyStates = BTreeMap<String, BTreeMap<String, RuleState>>;
+/// The classic policies' generate and mutate-existing rules, followed by
+/// (policy, rule).
+pub(super) struct ClassicRules;
 
-fn policy_states(snapshot: &Snapshot) -> PolicyStates {
-    let mut out = PolicyStates::new();
-    for policy in snapshot.policies.iter() {
-        for rule in &policy.rules {
-            let state = match &rule.body {
-                RuleBody::Generate(g) => {
-                    let p = &g.spec.pattern;
-                    RuleState {
-                        spec: serde_json::to_string(&g.spec).unwrap_or_default(),
-                        mutate: false,
-                        synchronize: g.spec.synchronize == Some(true),
-                        clones: p.clone.is_some() || p.clone_list.is_some(),
-                        orphan: g.spec.orphan_downstream_on_policy_delete == Some(true),
-                        existing: g.generate_existing,
-                        kinds: downstream_kinds(policy, &rule.name),
-                    }
-                }
-                RuleBody::Mutate(m) if !m.targets.is_empty() => RuleState {
-                    spec: format!("{:?}", (&m.patch, &m.targets)),
-                    mutate: true,
-                    synchronize: false,
-                    clones: false,
-                    orphan: false,
-                    existing: m.on_policy_update == Some(true),
-                    kinds: Vec::new(),
-                },
-                _ => continue,
-            };
-            out.entry(policy.qualified_name().to_string())
-                .or_default()
-                .insert(rule.name.clone(), state);
-        }
-    }
-    out
-}
+impl Followed for ClassicRules {
+    type Key = (String, String);
+    type State = RuleState;
 
-/// Follows the snapshot's generate and mutate-existing policies while
-/// leading.
-pub(super) async fn follow(shared: Arc<Shared>) {
-    let mut seen = policy_states(&shared.snapshot.load());
-    let mut generation = shared.snapshot.load().generation;
-    // Taking the lead: the existing triggers of every rule that asks.
-    for (key, rules) in &seen {
-        for (rule, state) in rules {
-            if state.existing {
-                existing_triggers(&shared, key, rule, state.mutate).await;
-            }
-        }
-    }
-    loop {
-        tokio::time::sleep(shared.opts.policy_poll).await;
-        let snapshot = shared.snapshot.load_full();
-        if snapshot.generation == generation {
-            continue;
-        }
-        generation = snapshot.generation;
-        let now = policy_states(&snapshot);
-        for (key, rules) in &now {
-            for (rule, state) in rules {
-                let before = seen.get(key).and_then(|r| r.get(rule));
-                if before == Some(state) {
-                    continue;
-                }
-                if state.existing {
-                    existing_triggers(&shared, key, rule, state.mutate).await;
-                }
-                if before.is_some() && state.synchronize && !state.clones {
-                    regenerate(&shared, key, rule, state).await;
-                }
-            }
-        }
-        for (key, rules) in &seen {
-            for (rule, state) in rules {
-                let gone = now.get(key).is_none_or(|r| !r.contains_key(rule));
-                if gone && !state.mutate && state.synchronize && !state.clones && !state.orphan {
-                    let selector = objects::selector(key, Some(rule), None);
-                    for (api_version, kind) in &state.kinds {
-                        match objects::delete_selected(
-                            &shared.client,
-                            api_version,
-                            kind,
-                            &selector,
-                            &shared.metrics,
-                        )
-                        .await
-                        {
-                            Ok(n) => tracing::info!(
-                                policy = key,
-                                rule,
-                                kind,
-                                deleted = n,
-                                "downstream of a deleted rule deleted"
-                            ),
-                            Err(e) => tracing::warn!(
-                                policy = key,
-                                rule,
-                                error = e,
-                                "deleting the downstream of a deleted rule"
-                            ),
+    fn states(&self, snapshot: &Snapshot) -> BTreeMap<(String, String), RuleState> {
+        let mut out = BTreeMap::new();
+        for policy in snapshot.policies.iter() {
+            for rule in &policy.rules {
+                let state = match &rule.body {
+                    RuleBody::Generate(g) => {
+                        let p = &g.spec.pattern;
+                        RuleState {
+                            spec: serde_json::to_string(&g.spec).unwrap_or_default(),
+                            mutate: false,
+                            synchronize: g.spec.synchronize == Some(true),
+                            clones: p.clone.is_some() || p.clone_list.is_some(),
+                            orphan: g.spec.orphan_downstream_on_policy_delete == Some(true),
+                            existing: g.generate_existing,
+                            kinds: downstream_kinds(policy, &rule.name),
                         }
                     }
-                }
+                    RuleBody::Mutate(m) if !m.targets.is_empty() => RuleState {
+                        spec: format!("{:?}", (&m.patch, &m.targets)),
+                        mutate: true,
+                        synchronize: false,
+                        clones: false,
+                        orphan: false,
+                        existing: m.on_policy_update == Some(true),
+                        kinds: Vec::new(),
+                    },
+                    _ => continue,
+                };
+                out.insert(
+                    (policy.qualified_name().to_string(), rule.name.clone()),
+                    state,
+                );
             }
         }
-        seen = now;
+        out
+    }
+
+    async fn changed(
+        &self,
+        shared: &Arc<Shared>,
+        (policy, rule): &(String, String),
+        before: Option<&RuleState>,
+        now: &RuleState,
+    ) {
+        if now.existing {
+            existing_triggers(shared, policy, rule, now.mutate).await;
+        }
+        if before.is_some() && now.synchronize && !now.clones {
+            regenerate(shared, policy, rule, now).await;
+        }
+    }
+
+    async fn removed(
+        &self,
+        shared: &Arc<Shared>,
+        (key, rule): &(String, String),
+        state: &RuleState,
+    ) {
+        if state.mutate || !state.synchronize || state.clones || state.orphan {
+            return;
+        }
+        let selector = objects::selector(key, Some(rule), None);
+        for (api_version, kind) in &state.kinds {
+            match objects::delete_selected(
+                &shared.client,
+                api_version,
+                kind,
+                &selector,
+                &shared.metrics,
+            )
+            .await
+            {
+                Ok(n) => tracing::info!(
+                    policy = key,
+                    rule,
+                    kind,
+                    deleted = n,
+                    "downstream of a deleted rule deleted"
+                ),
+                Err(e) => tracing::warn!(
+                    policy = key,
+                    rule,
+                    error = e,
+                    "deleting the downstream of a deleted rule"
+                ),
+            }
+        }
     }
 }
 
@@ -176,25 +165,8 @@ async fn existing_triggers(shared: &Arc<Shared>, key: &str, rule_name: &str, mut
             }
         })
     }) {
-        let triggers = match objects::list(
-            &shared.client,
-            kind.api_version,
-            kind.kind,
-            &namespace,
-            "",
-        )
-        .await
+        for trigger in existing_objects(shared, kind.api_version, kind.kind, &namespace, key).await
         {
-            Ok(t) => t,
-            Err(e) => {
-                tracing::warn!(policy = key, kind = kind.kind, error = %e, "listing triggers for generateExisting");
-                continue;
-            }
-        };
-        for trigger in triggers {
-            let mut trigger = trigger;
-            trigger["apiVersion"] = Value::String(kind.api_version.into());
-            trigger["kind"] = Value::String(kind.kind.into());
             let req = Request::offline(&trigger, "CREATE", Default::default(), None);
             if !rule.selects(&req.match_input()) {
                 continue;
@@ -227,26 +199,7 @@ async fn existing_triggers(shared: &Arc<Shared>, key: &str, rule_name: &str, mut
 /// UpdateRequest per trigger its downstream names.
 async fn regenerate(shared: &Arc<Shared>, key: &str, rule: &str, state: &RuleState) {
     let selector = objects::selector(key, Some(rule), None);
-    let mut triggers = BTreeMap::new();
-    for (api_version, kind) in &state.kinds {
-        match objects::list(&shared.client, api_version, kind, "", &selector).await {
-            Ok(objects) => {
-                for o in objects {
-                    let trigger = update_requests::trigger_from_labels(|k| {
-                        o.pointer("/metadata/labels")
-                            .and_then(|l| l.get(k))
-                            .and_then(Value::as_str)
-                            .unwrap_or_default()
-                    });
-                    triggers.insert(trigger.to_string(), trigger);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(policy = key, rule, error = %e, "listing downstream to regenerate")
-            }
-        }
-    }
-    for trigger in triggers.into_values() {
+    for trigger in downstream_triggers(shared, &state.kinds, "", &selector, key).await {
         let context = json!({
             "rule": rule,
             "deleteDownstream": false,
