@@ -1,4 +1,5 @@
 use super::*;
+use serde_json::Value;
 use serde_json::json;
 
 /// Parses `text` both ways and checks that the document says what

@@ -1,6 +1,10 @@
 use super::*;
 use crate::admission::policies::PolicySet;
+use crate::admission::policies::Snapshot;
 use crate::policy::cel_policy::{CompiledValidatingPolicy, ValidatingPolicyDoc};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use std::time::Duration;
+use tokio::sync::watch;
 
 fn options() -> WebhookOptions {
     WebhookOptions {
