@@ -143,6 +143,11 @@ impl Checker<'_> {
     }
 }
 
+/// A seccomp profile type other than `Unconfined` (or none).
+fn not_unconfined(v: Option<&Value>) -> bool {
+    v.and_then(Value::as_str) != Some("Unconfined")
+}
+
 fn unset_or_false(v: Option<&Value>) -> bool {
     v.is_none_or(|v| v.is_null() || v.as_bool() == Some(false))
 }
@@ -159,6 +164,17 @@ pub fn check(resource: &Value, level: &str) -> Vec<Violation> {
     if level == "privileged" {
         return c.out;
     }
+    baseline(&mut c, metadata);
+    if level == "restricted" {
+        restricted(&mut c);
+    }
+    c.out
+}
+
+/// The baseline level's controls (also checked at restricted): host
+/// access and privileges here, profiles in [`baseline_profiles`].
+fn baseline(c: &mut Checker, metadata: &Value) {
+    let spec = c.spec;
     let psc = spec.get("securityContext");
     // HostProcess
     if let Some(v) = psc
@@ -224,6 +240,14 @@ pub fn check(resource: &Value, level: &str) -> Vec<Violation> {
             })
         })
     });
+    baseline_profiles(c, metadata);
+}
+
+/// The baseline level's controls of security profiles and kernel settings:
+/// AppArmor, SELinux, `/proc` mount, seccomp, sysctls.
+fn baseline_profiles(c: &mut Checker, metadata: &Value) {
+    let spec = c.spec;
+    let psc = spec.get("securityContext");
     // AppArmor
     if let Some(ann) = metadata.get("annotations").and_then(Value::as_object) {
         for (k, v) in ann {
@@ -294,7 +318,6 @@ pub fn check(resource: &Value, level: &str) -> Vec<Violation> {
         v.and_then(Value::as_str).is_none_or(|s| s == "Default")
     });
     // Seccomp (baseline): never Unconfined
-    let not_unconfined = |v: Option<&Value>| v.and_then(Value::as_str) != Some("Unconfined");
     if let Some(t) = psc
         .and_then(|s| s.pointer("/seccompProfile/type"))
         .filter(|t| !not_unconfined(Some(t)))
@@ -323,9 +346,12 @@ pub fn check(resource: &Value, level: &str) -> Vec<Violation> {
             });
         }
     }
-    if level != "restricted" {
-        return c.out;
-    }
+}
+
+/// The restricted level's controls beyond baseline.
+fn restricted(c: &mut Checker) {
+    let spec = c.spec;
+    let psc = spec.get("securityContext");
     // Volume Types
     for vol in spec
         .get("volumes")
@@ -414,7 +440,6 @@ pub fn check(resource: &Value, level: &str) -> Vec<Violation> {
         v.and_then(Value::as_array)
             .is_none_or(|a| a.iter().all(|x| x.as_str() == Some("NET_BIND_SERVICE")))
     });
-    c.out
 }
 
 /// Whether an `exclude` entry covers a violation.

@@ -353,55 +353,11 @@ pub async fn accept_loop<H, F>(
         live: Mutex::new(HashMap::new()),
     });
     let (closing_all, closing_all_rx) = tokio::sync::watch::channel(false);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // Ours instead (see the module's comment).
-        .header_read_timeout(None)
-        // The read buffer bounds the request head: over it, 431.
-        .max_buf_size(HEADER_CEILING);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_concurrent_streams(256)
-        .max_header_list_size(HEADER_CEILING as u32);
+    let builder = http_builder();
     let draining = Arc::new(AtomicBool::new(false));
     let handle = {
         let draining = draining.clone();
-        move |req: Request<Incoming>| {
-            // Read when the request arrives, so that no request clones the
-            // shared Arc (its count is a cache line every core writes).
-            let close = req.version() <= http::Version::HTTP_11 && draining.load(Ordering::Relaxed);
-            let answer = if header_list_size(&req) <= MAX_HEADER_BYTES {
-                Some(handle(req))
-            } else {
-                // Answered without its body, which is read and thrown away
-                // (dropping it would reset an HTTP/2 stream: no status).
-                tokio::spawn(super::discard(req.into_body()));
-                None
-            };
-            async move {
-                let Some(answer) = answer else {
-                    let mut response = Response::new(Full::new(Bytes::from(format!(
-                        "request header fields over {MAX_HEADER_BYTES} bytes"
-                    ))));
-                    *response.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
-                    return Ok(response);
-                };
-                let mut response = answer.await?;
-                // hyper closes an HTTP/1.1 connection after an answer that
-                // says so; the client's next request opens a new one, which
-                // the balancer sends to a replica that is not stopping.
-                if close {
-                    response.headers_mut().insert(
-                        http::header::CONNECTION,
-                        http::HeaderValue::from_static("close"),
-                    );
-                }
-                Ok::<_, std::convert::Infallible>(response)
-            }
-        }
+        move |req: Request<Incoming>| guarded(&handle, &draining, req)
     };
     let serve = |tcp: tokio::net::TcpStream, permit: tokio::sync::OwnedSemaphorePermit| {
         let _ = tcp.set_nodelay(true);
@@ -413,76 +369,22 @@ pub async fn accept_loop<H, F>(
         let closing_all = closing_all_rx.clone();
         metrics.open.inc();
         tokio::spawn(async move {
-            let reason =
-                match tokio::time::timeout(limits.header_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => {
-                        let (id, live) = registry.add();
-                        let heads = tls.get_ref().1.alpn_protocol() != Some(b"h2");
-                        let tls = Watched {
-                            inner: tls,
-                            live: live.clone(),
-                            heads,
-                        };
-                        let service = {
-                            let live = live.clone();
-                            hyper::service::service_fn(move |req| {
-                                let live = live.clone();
-                                let answer = handle(req);
-                                async move {
-                                    let _in_flight = InFlight::start(&live);
-                                    answer.await
-                                }
-                            })
-                        };
-                        let conn = builder
-                            .serve_connection(TokioIo::new(tls), service)
-                            .into_owned();
-                        let reason = drive_connection(conn, &live, limits, closing_all).await;
-                        registry.remove(id);
-                        reason
-                    }
-                    Ok(Err(e)) => {
-                        tracing::debug!(error = %e, "TLS handshake failed");
-                        CloseReason::TlsFailed
-                    }
-                    Err(_) => CloseReason::Slow,
-                };
+            let reason = serve_one(
+                tcp,
+                acceptor,
+                builder,
+                handle,
+                &registry,
+                limits,
+                closing_all,
+            )
+            .await;
             metrics.closed(reason);
             metrics.open.dec();
             drop(permit);
         });
     };
-    let accept = || async {
-        loop {
-            let tcp = match listener.accept().await {
-                Ok((tcp, _peer)) => tcp,
-                Err(e) => {
-                    // Out of file descriptors, most likely: a pause keeps
-                    // the loop from spinning while some are released.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            if let Ok(permit) = slots.clone().try_acquire_owned() {
-                return Some((tcp, permit));
-            }
-            let asked = registry.evict_idle(EVICT_BATCH);
-            let wait = if asked > 0 {
-                CLOSE_GRACE
-            } else {
-                Duration::ZERO
-            };
-            match tokio::time::timeout(wait, slots.clone().acquire_owned()).await {
-                Ok(Ok(permit)) => return Some((tcp, permit)),
-                Ok(Err(_)) => return None,
-                Err(_) => {
-                    tracing::warn!(max, "connection refused: at the cap, none idle");
-                    metrics.refused.inc();
-                }
-            }
-        }
-    };
+    let accept = || next_connection(&listener, &slots, &registry, max, &metrics);
     // Connections are accepted until the signal and then through the delay:
     // readiness goes false first, and connections keep being served while
     // the endpoint is removed everywhere.
@@ -511,6 +413,164 @@ pub async fn accept_loop<H, F>(
     match tokio::time::timeout(drain.grace, slots.acquire_many(max as u32)).await {
         Ok(_) => tracing::info!("all connections closed"),
         Err(_) => tracing::warn!("grace period over; closing remaining connections"),
+    }
+}
+
+/// What a handler's future gives: hyper's services cannot fail.
+type Answer = Result<Response<Full<Bytes>>, std::convert::Infallible>;
+
+/// hyper's server for both protocols, with gavel's limits: the request
+/// head bounded by [`HEADER_CEILING`], HTTP/2 streams capped.
+fn http_builder() -> auto::Builder<TokioExecutor> {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        // Ours instead (see the module's comment).
+        .header_read_timeout(None)
+        // The read buffer bounds the request head: over it, 431.
+        .max_buf_size(HEADER_CEILING);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256)
+        .max_header_list_size(HEADER_CEILING as u32);
+    builder
+}
+
+/// `handle` behind the header-size limit (431 without reading the body)
+/// and, while draining, `Connection: close` on HTTP/1.1 answers.
+fn guarded<H, F>(
+    handle: &H,
+    draining: &AtomicBool,
+    req: Request<Incoming>,
+) -> impl std::future::Future<Output = Answer> + Send + 'static + use<H, F>
+where
+    H: Fn(Request<Incoming>) -> F,
+    F: std::future::Future<Output = Answer> + Send + 'static,
+{
+    // Read when the request arrives, so that no request clones the
+    // shared Arc (its count is a cache line every core writes).
+    let close = req.version() <= http::Version::HTTP_11 && draining.load(Ordering::Relaxed);
+    let answer = if header_list_size(&req) <= MAX_HEADER_BYTES {
+        Some(handle(req))
+    } else {
+        // Answered without its body, which is read and thrown away
+        // (dropping it would reset an HTTP/2 stream: no status).
+        tokio::spawn(super::discard(req.into_body()));
+        None
+    };
+    async move {
+        let Some(answer) = answer else {
+            let mut response = Response::new(Full::new(Bytes::from(format!(
+                "request header fields over {MAX_HEADER_BYTES} bytes"
+            ))));
+            *response.status_mut() = http::StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE;
+            return Ok(response);
+        };
+        let mut response = answer.await?;
+        // hyper closes an HTTP/1.1 connection after an answer that
+        // says so; the client's next request opens a new one, which
+        // the balancer sends to a replica that is not stopping.
+        if close {
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
+        Ok::<_, std::convert::Infallible>(response)
+    }
+}
+
+/// One accepted connection served to its end: the TLS handshake within
+/// the header timeout, then HTTP until the connection closes.
+async fn serve_one<G, F>(
+    tcp: tokio::net::TcpStream,
+    acceptor: TlsAcceptor,
+    builder: auto::Builder<TokioExecutor>,
+    handle: G,
+    registry: &Registry,
+    limits: ConnectionLimits,
+    closing_all: tokio::sync::watch::Receiver<bool>,
+) -> CloseReason
+where
+    G: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Answer> + Send + 'static,
+{
+    match tokio::time::timeout(limits.header_timeout, acceptor.accept(tcp)).await {
+        Ok(Ok(tls)) => {
+            let (id, live) = registry.add();
+            let heads = tls.get_ref().1.alpn_protocol() != Some(b"h2");
+            let tls = Watched {
+                inner: tls,
+                live: live.clone(),
+                heads,
+            };
+            let service = {
+                let live = live.clone();
+                hyper::service::service_fn(move |req| {
+                    let live = live.clone();
+                    let answer = handle(req);
+                    async move {
+                        let _in_flight = InFlight::start(&live);
+                        answer.await
+                    }
+                })
+            };
+            let conn = builder
+                .serve_connection(TokioIo::new(tls), service)
+                .into_owned();
+            let reason = drive_connection(conn, &live, limits, closing_all).await;
+            registry.remove(id);
+            reason
+        }
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "TLS handshake failed");
+            CloseReason::TlsFailed
+        }
+        Err(_) => CloseReason::Slow,
+    }
+}
+
+/// The next connection with a slot: at the cap, the longest-idle
+/// connections are asked to close and the slot waited for a grace period;
+/// with none idle, the new connection is refused. `None` when the slots
+/// are closed.
+async fn next_connection(
+    listener: &TcpListener,
+    slots: &Arc<Semaphore>,
+    registry: &Registry,
+    max: usize,
+    metrics: &ConnectionMetrics,
+) -> Option<(tokio::net::TcpStream, tokio::sync::OwnedSemaphorePermit)> {
+    loop {
+        let tcp = match listener.accept().await {
+            Ok((tcp, _peer)) => tcp,
+            Err(e) => {
+                // Out of file descriptors, most likely: a pause keeps
+                // the loop from spinning while some are released.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        if let Ok(permit) = slots.clone().try_acquire_owned() {
+            return Some((tcp, permit));
+        }
+        let asked = registry.evict_idle(EVICT_BATCH);
+        let wait = if asked > 0 {
+            CLOSE_GRACE
+        } else {
+            Duration::ZERO
+        };
+        match tokio::time::timeout(wait, slots.clone().acquire_owned()).await {
+            Ok(Ok(permit)) => return Some((tcp, permit)),
+            Ok(Err(_)) => return None,
+            Err(_) => {
+                tracing::warn!(max, "connection refused: at the cap, none idle");
+                metrics.refused.inc();
+            }
+        }
     }
 }
 
