@@ -136,6 +136,67 @@ async fn review_request(
     req: Request<Incoming>,
     state: &State,
 ) -> Response<Full<Bytes>> {
+    let deadline = tokio::time::Instant::now() + state.deadline;
+    let body = match read_body(req, state, deadline).await {
+        Ok(body) => body,
+        Err(answer) => return answer,
+    };
+    let started = Instant::now();
+    // One snapshot for the whole request, however the set changes
+    // meanwhile. A guard rather than a clone of the Arc: the clone would
+    // write the shared reference count, a cache line every core fights
+    // over, twice per request.
+    let snapshot = state.snapshot.load();
+    let mut admitted = pipeline::admit_reporting(
+        webhook,
+        &body,
+        &snapshot,
+        Some(deadline.into_std()),
+        &*state.view,
+        state.admission_reports.is_some(),
+    );
+    if let Ok(outcome) = &mut admitted
+        && let (Some(sink), Some(results)) = (&state.admission_reports, outcome.report.take())
+    {
+        // The results name policies by their place in this snapshot; the
+        // writer holds it until they are written.
+        sink.submit(Arc::clone(&snapshot), results);
+    }
+    // Not held across the wait below.
+    drop(snapshot);
+    match admitted {
+        Ok(mut outcome) => {
+            if !outcome.update_requests.is_empty() {
+                // The generate work is in the API server before the answer
+                // is (Kyverno writes it after answering, and loses it when
+                // killed in between); past the deadline the answer goes out
+                // and the write goes on.
+                let written = state
+                    .update_requests
+                    .submit(std::mem::take(&mut outcome.update_requests));
+                if tokio::time::timeout_at(deadline, written).await.is_err() {
+                    tracing::warn!(
+                        "UpdateRequests not yet written at the request deadline; answering anyway"
+                    );
+                }
+            }
+            answered(webhook, outcome, state, started)
+        }
+        Err(e) => {
+            state.metrics.malformed.inc();
+            tracing::warn!(error = %e, "rejected review");
+            text(StatusCode::BAD_REQUEST, e.to_string())
+        }
+    }
+}
+
+/// A review's body, read within the deadline and [`MAX_BODY`]; otherwise
+/// the answer to the request.
+async fn read_body(
+    req: Request<Incoming>,
+    state: &State,
+    deadline: tokio::time::Instant,
+) -> Result<Bytes, Response<Full<Bytes>>> {
     // The answer goes before the whole body is read. Dropping the rest
     // would reset an HTTP/2 stream (clients then report the reset, not the
     // 413) and close an HTTP/1.1 connection, so the rest is read and thrown
@@ -155,9 +216,8 @@ async fn review_request(
         .and_then(|v| v.parse::<usize>().ok());
     let mut incoming = req.into_body();
     if declared.is_some_and(|n| n > MAX_BODY) {
-        return too_large(incoming);
+        return Err(too_large(incoming));
     }
-    let deadline = tokio::time::Instant::now() + state.deadline;
     // A body that arrives in one frame (most reviews) is kept as it came;
     // one in several is gathered into one buffer. Written out rather than
     // http-body-util's `Limited` and `collect` (the bare server's): those
@@ -198,91 +258,55 @@ async fn review_request(
     let outcome = tokio::time::timeout_at(deadline, read).await;
     match outcome {
         Ok(Ok(true)) => {}
-        Ok(Ok(false)) => return too_large(incoming),
-        Ok(Err(e)) => return text(StatusCode::BAD_REQUEST, format!("reading body: {e}")),
+        Ok(Ok(false)) => return Err(too_large(incoming)),
+        Ok(Err(e)) => return Err(text(StatusCode::BAD_REQUEST, format!("reading body: {e}"))),
         Err(_) => {
-            return text(
+            return Err(text(
                 StatusCode::REQUEST_TIMEOUT,
                 "the body did not arrive before the request deadline",
-            );
+            ));
         }
     }
-    let body = gathered.map_or(body, bytes::BytesMut::freeze);
-    let started = Instant::now();
-    // One snapshot for the whole request, however the set changes
-    // meanwhile. A guard rather than a clone of the Arc: the clone would
-    // write the shared reference count, a cache line every core fights
-    // over, twice per request.
-    let snapshot = state.snapshot.load();
-    let mut admitted = pipeline::admit_reporting(
-        webhook,
-        &body,
-        &snapshot,
-        Some(deadline.into_std()),
-        &*state.view,
-        state.admission_reports.is_some(),
+    Ok(gathered.map_or(body, bytes::BytesMut::freeze))
+}
+
+/// The answer to a review that was decided, counted in the admission
+/// metrics.
+fn answered(
+    webhook: Webhook,
+    outcome: pipeline::Outcome,
+    state: &State,
+    started: Instant,
+) -> Response<Full<Bytes>> {
+    tracing::debug!(
+        kind = outcome.kind,
+        namespace = outcome.namespace,
+        operation = outcome.operation,
+        allowed = outcome.allowed,
+        "review"
     );
-    if let Ok(outcome) = &mut admitted
-        && let (Some(sink), Some(results)) = (&state.admission_reports, outcome.report.take())
-    {
-        // The results name policies by their place in this snapshot; the
-        // writer holds it until they are written.
-        sink.submit(Arc::clone(&snapshot), results);
-    }
-    // Not held across the wait below.
-    drop(snapshot);
-    match admitted {
-        Ok(mut outcome) => {
-            if !outcome.update_requests.is_empty() {
-                // The generate work is in the API server before the answer
-                // is (Kyverno writes it after answering, and loses it when
-                // killed in between); past the deadline the answer goes out
-                // and the write goes on.
-                let written = state
-                    .update_requests
-                    .submit(std::mem::take(&mut outcome.update_requests));
-                if tokio::time::timeout_at(deadline, written).await.is_err() {
-                    tracing::warn!(
-                        "UpdateRequests not yet written at the request deadline; answering anyway"
-                    );
+    let operation = metrics::operation_label(&outcome.operation);
+    state.metrics.admission(
+        AdmissionLabels {
+            request_allowed: if outcome.allowed { "true" } else { "false" },
+            request_webhook: match webhook {
+                Webhook::Mutate(_) => "MutatingWebhookConfiguration",
+                Webhook::Validate(_) | Webhook::PolicyValidation | Webhook::TtlValidation => {
+                    "ValidatingWebhookConfiguration"
                 }
-            }
-            tracing::debug!(
-                kind = outcome.kind,
-                namespace = outcome.namespace,
-                operation = outcome.operation,
-                allowed = outcome.allowed,
-                "review"
-            );
-            let operation = metrics::operation_label(&outcome.operation);
-            state.metrics.admission(
-                AdmissionLabels {
-                    request_allowed: if outcome.allowed { "true" } else { "false" },
-                    request_webhook: match webhook {
-                        Webhook::Mutate(_) => "MutatingWebhookConfiguration",
-                        Webhook::Validate(_)
-                        | Webhook::PolicyValidation
-                        | Webhook::TtlValidation => "ValidatingWebhookConfiguration",
-                    },
-                    resource_kind: outcome.kind,
-                    resource_namespace: outcome.namespace,
-                    resource_request_operation: operation,
-                },
-                started.elapsed(),
-            );
-            let mut r = Response::new(Full::new(Bytes::from(outcome.body)));
-            r.headers_mut().insert(
-                hyper::header::CONTENT_TYPE,
-                hyper::header::HeaderValue::from_static("application/json"),
-            );
-            r
-        }
-        Err(e) => {
-            state.metrics.malformed.inc();
-            tracing::warn!(error = %e, "rejected review");
-            text(StatusCode::BAD_REQUEST, e.to_string())
-        }
-    }
+            },
+            resource_kind: outcome.kind,
+            resource_namespace: outcome.namespace,
+            resource_request_operation: operation,
+        },
+        started.elapsed(),
+    );
+    let mut r = Response::new(Full::new(Bytes::from(outcome.body)));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
+    r
 }
 
 /// How much of an oversized body is read and thrown away, and for how long,

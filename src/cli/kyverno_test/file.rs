@@ -291,6 +291,111 @@ fn dedup_paths(dir: &Path, v: Option<&Value>) -> Vec<PathBuf> {
     out
 }
 
+/// The entries of a list field (none when absent or not a list).
+fn list<'v>(m: &'v Map<String, Value>, key: &str) -> impl Iterator<Item = &'v Value> {
+    m.get(key).and_then(Value::as_array).into_iter().flatten()
+}
+
+impl ExpectedResult {
+    /// One entry of `results`.
+    fn read(r: &Value) -> Result<ExpectedResult, String> {
+        let r = lower_keys(r, RESULT_FIELDS).map_err(|e| format!("results: {e}"))?;
+        let mut resources = string_list(r.get("resources"));
+        if let Some(single) = r.get("resource").and_then(Value::as_str) {
+            resources.push(single.to_string());
+        }
+        let result = if r.contains_key("result") {
+            field(&r, "result")
+        } else {
+            field(&r, "status")
+        };
+        let flag = |k: &str| r.get(k).and_then(Value::as_bool).unwrap_or(false);
+        // `operation`: this result is of one more evaluation of the
+        // resources, as that operation (Kyverno's CLI validates it so).
+        let operation = match field(&r, "operation") {
+            "" => None,
+            op @ ("CREATE" | "UPDATE" | "DELETE") if !flag("isdeletingpolicy") => {
+                Some(op.to_string())
+            }
+            "CREATE" | "UPDATE" | "DELETE" => {
+                return Err(format!(
+                    "results: policy {}: operation is not supported for deleting policies",
+                    field(&r, "policy")
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "results: policy {}: invalid operation {other:?}, must be one of CREATE, UPDATE, DELETE",
+                    field(&r, "policy")
+                ));
+            }
+        };
+        Ok(ExpectedResult {
+            operation,
+            policy: field(&r, "policy").to_string(),
+            rule: field(&r, "rule").to_string(),
+            resources,
+            result: result.to_ascii_lowercase(),
+            patched_resources: r
+                .get("patchedresources")
+                .or_else(|| r.get("patchedresource"))
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            generated_resource: r
+                .get("generatedresource")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            clone_source: r
+                .get("clonesourceresource")
+                .and_then(Value::as_str)
+                .map(str::to_string),
+            is_cel_policy: [
+                "isvalidatingadmissionpolicy",
+                "ismutatingadmissionpolicy",
+                "isvalidatingpolicy",
+                "ismutatingpolicy",
+                "isgeneratingpolicy",
+                "isdeletingpolicy",
+                "isimagevalidatingpolicy",
+            ]
+            .iter()
+            .any(|k| flag(k)),
+        })
+    }
+}
+
+impl ApiCallMock {
+    /// One entry of `apiCallResponses`.
+    fn read(c: &Value) -> Result<ApiCallMock, String> {
+        let c = lower_keys(c, &["url", "urlpath", "method", "response"])
+            .map_err(|e| format!("apiCallResponses: {e}"))?;
+        let url = if c.contains_key("url") {
+            field(&c, "url")
+        } else {
+            field(&c, "urlpath")
+        };
+        Ok(ApiCallMock {
+            url: url.to_string(),
+            method: c
+                .get("method")
+                .and_then(Value::as_str)
+                .unwrap_or("GET")
+                .to_string(),
+            body: c
+                .get("response")
+                .and_then(|r| r.get("body"))
+                .cloned()
+                .unwrap_or(Value::Null),
+            status_code: c
+                .get("response")
+                .and_then(|r| r.get("statusCode"))
+                .and_then(Value::as_u64)
+                .filter(|s| *s != 0)
+                .unwrap_or(200),
+        })
+    }
+}
+
 impl TestDoc {
     pub fn parse(path: &Path, doc: &Value) -> Result<TestDoc, String> {
         let m = lower_keys(doc, TEST_FIELDS)?;
@@ -313,131 +418,29 @@ impl TestDoc {
                 .map(|p| (dir.join(&p), p))
                 .collect()
         };
-        let mut results = Vec::new();
-        for r in m
-            .get("results")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let r = lower_keys(r, RESULT_FIELDS).map_err(|e| format!("results: {e}"))?;
-            let mut resources = string_list(r.get("resources"));
-            if let Some(single) = r.get("resource").and_then(Value::as_str) {
-                resources.push(single.to_string());
-            }
-            let result = if r.contains_key("result") {
-                field(&r, "result")
-            } else {
-                field(&r, "status")
-            };
-            let flag = |k: &str| r.get(k).and_then(Value::as_bool).unwrap_or(false);
-            // `operation`: this result is of one more evaluation of the
-            // resources, as that operation (Kyverno's CLI validates it so).
-            let operation = match field(&r, "operation") {
-                "" => None,
-                op @ ("CREATE" | "UPDATE" | "DELETE") if !flag("isdeletingpolicy") => {
-                    Some(op.to_string())
-                }
-                "CREATE" | "UPDATE" | "DELETE" => {
-                    return Err(format!(
-                        "results: policy {}: operation is not supported for deleting policies",
-                        field(&r, "policy")
-                    ));
-                }
-                other => {
-                    return Err(format!(
-                        "results: policy {}: invalid operation {other:?}, must be one of CREATE, UPDATE, DELETE",
-                        field(&r, "policy")
-                    ));
-                }
-            };
-            results.push(ExpectedResult {
-                operation,
-                policy: field(&r, "policy").to_string(),
-                rule: field(&r, "rule").to_string(),
-                resources,
-                result: result.to_ascii_lowercase(),
-                patched_resources: r
-                    .get("patchedresources")
-                    .or_else(|| r.get("patchedresource"))
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                generated_resource: r
-                    .get("generatedresource")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                clone_source: r
-                    .get("clonesourceresource")
-                    .and_then(Value::as_str)
-                    .map(str::to_string),
-                is_cel_policy: [
-                    "isvalidatingadmissionpolicy",
-                    "ismutatingadmissionpolicy",
-                    "isvalidatingpolicy",
-                    "ismutatingpolicy",
-                    "isgeneratingpolicy",
-                    "isdeletingpolicy",
-                    "isimagevalidatingpolicy",
-                ]
-                .iter()
-                .any(|k| flag(k)),
-            });
-        }
-        let mut api_calls = Vec::new();
-        for c in m
-            .get("apicallresponses")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let c = lower_keys(c, &["url", "urlpath", "method", "response"])
-                .map_err(|e| format!("apiCallResponses: {e}"))?;
-            let url = if c.contains_key("url") {
-                field(&c, "url")
-            } else {
-                field(&c, "urlpath")
-            };
-            api_calls.push(ApiCallMock {
-                url: url.to_string(),
-                method: c
-                    .get("method")
-                    .and_then(Value::as_str)
-                    .unwrap_or("GET")
-                    .to_string(),
-                body: c
-                    .get("response")
-                    .and_then(|r| r.get("body"))
-                    .cloned()
-                    .unwrap_or(Value::Null),
-                status_code: c
-                    .get("response")
-                    .and_then(|r| r.get("statusCode"))
-                    .and_then(Value::as_u64)
-                    .filter(|s| *s != 0)
-                    .unwrap_or(200),
-            });
-        }
-        let mut global_context = Vec::new();
-        for g in m
-            .get("globalcontextentries")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let g = lower_keys(
-                g,
-                &[
-                    "name",
-                    "data",
-                    "resources",
-                    "resourcefiles",
-                    "fieldpath",
-                    "projections",
-                ],
-            )
-            .map_err(|e| format!("globalContextEntries: {e}"))?;
-            global_context.push(GlobalContextMock::read(&g, dir)?);
-        }
+        let results = list(&m, "results")
+            .map(ExpectedResult::read)
+            .collect::<Result<Vec<_>, _>>()?;
+        let api_calls = list(&m, "apicallresponses")
+            .map(ApiCallMock::read)
+            .collect::<Result<Vec<_>, _>>()?;
+        let global_context = list(&m, "globalcontextentries")
+            .map(|g| {
+                let g = lower_keys(
+                    g,
+                    &[
+                        "name",
+                        "data",
+                        "resources",
+                        "resourcefiles",
+                        "fieldpath",
+                        "projections",
+                    ],
+                )
+                .map_err(|e| format!("globalContextEntries: {e}"))?;
+                GlobalContextMock::read(&g, dir)
+            })
+            .collect::<Result<Vec<_>, _>>()?;
         let mut names = std::collections::HashSet::new();
         for g in &global_context {
             if !names.insert(g.name.as_str()) {

@@ -22,6 +22,7 @@ use crate::context::Resolver;
 use crate::engine::RuleType;
 use crate::json_doc::JsonRef;
 use crate::kinds::Gvr;
+use crate::policy::cel_policy::PolicyScope;
 use crate::policy::cel_policy::{
     CompiledImageValidatingPolicy, CompiledNamed, EvaluationMode, ImageReferenceMatch,
 };
@@ -218,65 +219,17 @@ fn image_validating_rule<'p>(
     let respond = |status: RuleStatus, message: Cow<'p, str>| {
         RuleResponse::new(name, status, message).of_type(RuleType::ImageVerify)
     };
-    // Kyverno's engine names an error that stops the evaluation so.
-    let failed = |e: String| {
-        RuleResponse::new(
-            "evaluation",
-            RuleStatus::Error,
-            format!("failed to evaluate policy: {e}"),
-        )
-        .of_type(RuleType::ImageVerify)
-    };
-    match conditions_hold(&scope.match_conditions, vars, lookups) {
-        Ok(None) => {}
-        Ok(Some(_)) => return None,
-        Err(_) if scope.failure_policy_ignore => return None,
-        Err(e) => return Some(failed(e.to_string())),
-    }
-    // Exceptions come after the matchConditions here, and always skip.
-    let mut exempted: Vec<&str> = Vec::new();
-    for e in &scope.exceptions {
-        match conditions_hold(&e.match_conditions, vars, lookups) {
-            Ok(None) => exempted.push(&e.key),
-            Ok(Some(_)) => {}
-            Err(_) if !exempted.is_empty() || scope.failure_policy_ignore => {}
-            Err(err) => return Some(failed(err.to_string())),
-        }
-    }
-    if !exempted.is_empty() {
-        return Some(
-            RuleResponse::new(
-                "exception",
-                RuleStatus::Skip,
-                format!(
-                    "rule is skipped due to policy exception: {}",
-                    exempted.join(", ")
-                ),
-            )
-            .of_type(RuleType::ImageVerify),
-        );
+    if let Err(answer) = applies(scope, vars, lookups) {
+        return answer;
     }
     let (images, matched) = match extract_images(policy, vars, lookups, defaults) {
         Ok(found) => found,
-        Err(e) => return Some(failed(e)),
+        Err(e) => return Some(evaluation_failed(e)),
     };
-    if policy.verify_digest {
-        for image in &matched {
-            match crate::cel::image_ref::parse(image) {
-                Err(e) => {
-                    return Some(failed(format!(
-                        "failed to parse image reference {image}: {e}"
-                    )));
-                }
-                Ok(r) if r.digest.is_empty() => {
-                    return Some(respond(
-                        RuleStatus::Fail,
-                        format!("image {image} does not have a digest").into(),
-                    ));
-                }
-                Ok(_) => {}
-            }
-        }
+    if policy.verify_digest
+        && let Some(answer) = undigested(&matched, respond)
+    {
+        return Some(answer);
     }
     let mut bound = vars.scope();
     for (key, value) in [
@@ -284,7 +237,7 @@ fn image_validating_rule<'p>(
         ("attestations", policy.attestations_value.clone()),
     ] {
         if let Err(e) = bound.set(key, value) {
-            return Some(failed(e.to_string()));
+            return Some(evaluation_failed(e.to_string()));
         }
     }
     let variables = bind_variables(&bound, &policy.checks.variables, lookups);
@@ -294,7 +247,7 @@ fn image_validating_rule<'p>(
         None => json_to_cel(&attestors(policy, &variables, lookups)),
     };
     if let Err(e) = vars.set("attestors", attestors) {
-        return Some(failed(e.to_string()));
+        return Some(evaluation_failed(e.to_string()));
     }
     let vars = &vars;
     for (i, v) in policy.checks.validations.iter().enumerate() {
@@ -310,7 +263,7 @@ fn image_validating_rule<'p>(
                     .into(),
                 ));
             }
-            Err(e) => return Some(failed(e.to_string())),
+            Err(e) => return Some(evaluation_failed(e.to_string())),
         };
         if outcome {
             continue;
@@ -337,13 +290,13 @@ fn image_validating_rule<'p>(
                 Ok(properties) => {
                     respond(RuleStatus::Fail, message.into()).with_properties(properties)
                 }
-                Err(e) => failed(e),
+                Err(e) => evaluation_failed(e),
             },
         );
     }
     let properties = match audit_annotations(&policy.checks.audit_annotations, vars, lookups) {
         Ok(properties) => properties,
-        Err(e) => return Some(failed(e)),
+        Err(e) => return Some(evaluation_failed(e)),
     };
     // Offline no signature or attestation check verifies an image (each
     // needs the registry), so every matched image is unverified.
@@ -363,6 +316,81 @@ fn image_validating_rule<'p>(
         );
     }
     Some(respond(RuleStatus::Pass, Cow::Borrowed("success")).with_properties(properties))
+}
+
+/// Kyverno's engine names an error that stops the evaluation so.
+fn evaluation_failed<'p>(e: String) -> RuleResponse<'p> {
+    RuleResponse::new(
+        "evaluation",
+        RuleStatus::Error,
+        format!("failed to evaluate policy: {e}"),
+    )
+    .of_type(RuleType::ImageVerify)
+}
+
+/// Whether the policy applies: its matchConditions hold and no exception
+/// takes the request. Otherwise what it answers: nothing (not matched), a
+/// skip (an exception), or an error.
+fn applies<'p>(
+    scope: &PolicyScope,
+    vars: &Activation,
+    lookups: &dyn Lookups,
+) -> Result<(), Option<RuleResponse<'p>>> {
+    match conditions_hold(&scope.match_conditions, vars, lookups) {
+        Ok(None) => {}
+        Ok(Some(_)) => return Err(None),
+        Err(_) if scope.failure_policy_ignore => return Err(None),
+        Err(e) => return Err(Some(evaluation_failed(e.to_string()))),
+    }
+    // Exceptions come after the matchConditions here, and always skip.
+    let mut exempted: Vec<&str> = Vec::new();
+    for e in &scope.exceptions {
+        match conditions_hold(&e.match_conditions, vars, lookups) {
+            Ok(None) => exempted.push(&e.key),
+            Ok(Some(_)) => {}
+            Err(_) if !exempted.is_empty() || scope.failure_policy_ignore => {}
+            Err(err) => return Err(Some(evaluation_failed(err.to_string()))),
+        }
+    }
+    if !exempted.is_empty() {
+        return Err(Some(
+            RuleResponse::new(
+                "exception",
+                RuleStatus::Skip,
+                format!(
+                    "rule is skipped due to policy exception: {}",
+                    exempted.join(", ")
+                ),
+            )
+            .of_type(RuleType::ImageVerify),
+        ));
+    }
+    Ok(())
+}
+
+/// `verifyDigest`: the failure for the first matched image that names no
+/// digest (or an error for one that does not parse).
+fn undigested<'p>(
+    matched: &[String],
+    respond: impl Fn(RuleStatus, Cow<'p, str>) -> RuleResponse<'p>,
+) -> Option<RuleResponse<'p>> {
+    for image in matched {
+        match crate::cel::image_ref::parse(image) {
+            Err(e) => {
+                return Some(evaluation_failed(format!(
+                    "failed to parse image reference {image}: {e}"
+                )));
+            }
+            Ok(r) if r.digest.is_empty() => {
+                return Some(respond(
+                    RuleStatus::Fail,
+                    format!("image {image} does not have a digest").into(),
+                ));
+            }
+            Ok(_) => {}
+        }
+    }
+    None
 }
 
 /// The `images` variable (each extractor's images that the policy

@@ -244,84 +244,118 @@ fn extension_list(extensions: &[X509Extension]) -> Value {
     )
 }
 
-fn certificate(cert: &X509Certificate, raw: &[u8]) -> R {
-    let tbs = &cert.tbs_certificate;
-    let mut alt = AltNames::default();
-    let mut key_usage = 0.0;
-    let mut ext_usage = Vec::new();
-    let mut unknown_usage = Vec::new();
-    let (mut constraints_valid, mut is_ca, mut max_path_len) = (false, false, 0.0);
-    let (mut subject_key_id, mut authority_key_id) = (Value::Null, Value::Null);
-    let (mut ocsp, mut issuers, mut crl) = (Vec::new(), Vec::new(), Vec::new());
-    let mut policies = Vec::new();
-    for e in tbs.extensions() {
-        match e.parsed_extension() {
-            ParsedExtension::SubjectAlternativeName(san) => alt.add(&san.general_names),
-            ParsedExtension::KeyUsage(k) => key_usage = f64::from(k.flags),
-            ParsedExtension::ExtendedKeyUsage(eku) => {
-                let mut known = Vec::new();
-                for (flag, value) in [
-                    (eku.any, 0.0),
-                    (eku.server_auth, 1.0),
-                    (eku.client_auth, 2.0),
-                    (eku.code_signing, 3.0),
-                    (eku.email_protection, 4.0),
-                    (eku.time_stamping, 8.0),
-                    (eku.ocsp_signing, 9.0),
-                ] {
-                    if flag {
-                        known.push(value);
-                    }
-                }
-                for o in &eku.other {
-                    match ext_key_usage(o) {
-                        Some(v) => known.push(v),
-                        None => unknown_usage.push(oid(o)),
-                    }
-                }
-                ext_usage.extend(known.into_iter().map(|v| json!(v)));
-            }
-            ParsedExtension::BasicConstraints(bc) => {
-                constraints_valid = true;
-                is_ca = bc.ca;
-                max_path_len = bc.path_len_constraint.map_or(-1.0, f64::from);
-            }
-            ParsedExtension::SubjectKeyIdentifier(id) => subject_key_id = b64(id.0),
-            ParsedExtension::AuthorityKeyIdentifier(aki) => {
-                if let Some(id) = &aki.key_identifier {
-                    authority_key_id = b64(id.0);
-                }
-            }
-            ParsedExtension::AuthorityInfoAccess(aia) => {
-                for d in &aia.accessdescs {
-                    if let GeneralName::URI(u) = &d.access_location {
-                        match d.access_method.to_id_string().as_str() {
-                            "1.3.6.1.5.5.7.48.1" => ocsp.push(json!(u)),
-                            "1.3.6.1.5.5.7.48.2" => issuers.push(json!(u)),
-                            _ => {}
+/// What a certificate's extensions say, in the fields of Go's
+/// `x509.Certificate` that Kyverno's `x509_decode` returns.
+#[derive(Default)]
+struct ExtensionFields {
+    alt: AltNames,
+    key_usage: f64,
+    ext_usage: Vec<Value>,
+    unknown_usage: Vec<Value>,
+    constraints_valid: bool,
+    is_ca: bool,
+    max_path_len: f64,
+    subject_key_id: Value,
+    authority_key_id: Value,
+    ocsp: Vec<Value>,
+    issuers: Vec<Value>,
+    crl: Vec<Value>,
+    policies: Vec<Value>,
+}
+
+impl ExtensionFields {
+    fn read(extensions: &[X509Extension]) -> ExtensionFields {
+        let mut out = ExtensionFields::default();
+        for e in extensions {
+            match e.parsed_extension() {
+                ParsedExtension::SubjectAlternativeName(san) => out.alt.add(&san.general_names),
+                ParsedExtension::KeyUsage(k) => out.key_usage = f64::from(k.flags),
+                ParsedExtension::ExtendedKeyUsage(eku) => {
+                    let mut known = Vec::new();
+                    for (flag, value) in [
+                        (eku.any, 0.0),
+                        (eku.server_auth, 1.0),
+                        (eku.client_auth, 2.0),
+                        (eku.code_signing, 3.0),
+                        (eku.email_protection, 4.0),
+                        (eku.time_stamping, 8.0),
+                        (eku.ocsp_signing, 9.0),
+                    ] {
+                        if flag {
+                            known.push(value);
                         }
                     }
+                    for o in &eku.other {
+                        match ext_key_usage(o) {
+                            Some(v) => known.push(v),
+                            None => out.unknown_usage.push(oid(o)),
+                        }
+                    }
+                    out.ext_usage.extend(known.into_iter().map(|v| json!(v)));
                 }
-            }
-            ParsedExtension::CRLDistributionPoints(points) => {
-                for p in points.iter() {
-                    if let Some(x509_parser::extensions::DistributionPointName::FullName(names)) =
-                        &p.distribution_point
-                    {
-                        for n in names {
-                            if let GeneralName::URI(u) = n {
-                                crl.push(json!(u));
+                ParsedExtension::BasicConstraints(bc) => {
+                    out.constraints_valid = true;
+                    out.is_ca = bc.ca;
+                    out.max_path_len = bc.path_len_constraint.map_or(-1.0, f64::from);
+                }
+                ParsedExtension::SubjectKeyIdentifier(id) => out.subject_key_id = b64(id.0),
+                ParsedExtension::AuthorityKeyIdentifier(aki) => {
+                    if let Some(id) = &aki.key_identifier {
+                        out.authority_key_id = b64(id.0);
+                    }
+                }
+                ParsedExtension::AuthorityInfoAccess(aia) => {
+                    for d in &aia.accessdescs {
+                        if let GeneralName::URI(u) = &d.access_location {
+                            match d.access_method.to_id_string().as_str() {
+                                "1.3.6.1.5.5.7.48.1" => out.ocsp.push(json!(u)),
+                                "1.3.6.1.5.5.7.48.2" => out.issuers.push(json!(u)),
+                                _ => {}
                             }
                         }
                     }
                 }
+                ParsedExtension::CRLDistributionPoints(points) => {
+                    for p in points.iter() {
+                        if let Some(x509_parser::extensions::DistributionPointName::FullName(
+                            names,
+                        )) = &p.distribution_point
+                        {
+                            for n in names {
+                                if let GeneralName::URI(u) = n {
+                                    out.crl.push(json!(u));
+                                }
+                            }
+                        }
+                    }
+                }
+                ParsedExtension::CertificatePolicies(list) => {
+                    out.policies.extend(list.iter().map(|p| oid(&p.policy_id)));
+                }
+                _ => {}
             }
-            ParsedExtension::CertificatePolicies(list) => {
-                policies.extend(list.iter().map(|p| oid(&p.policy_id)));
-            }
-            _ => {}
         }
+        out
     }
+}
+
+fn certificate(cert: &X509Certificate, raw: &[u8]) -> R {
+    let tbs = &cert.tbs_certificate;
+    let ExtensionFields {
+        alt,
+        key_usage,
+        ext_usage,
+        unknown_usage,
+        constraints_valid,
+        is_ca,
+        max_path_len,
+        subject_key_id,
+        authority_key_id,
+        ocsp,
+        issuers,
+        crl,
+        policies,
+    } = ExtensionFields::read(tbs.extensions());
     let spki = &tbs.subject_pki;
     let serial = tbs.serial.to_string().parse::<f64>().unwrap_or(f64::NAN);
     let policy_text: Vec<Value> = policies
