@@ -335,3 +335,213 @@ fn the_checker_sees_imports_and_circles() {
     circular.insert("d".to_string(), BTreeSet::from(["a".to_string()]));
     assert_eq!(circles(&circular), vec![vec!["a", "b", "c"]]);
 }
+
+/// `text` with the contents of comments, strings (raw strings included)
+/// and char literals blanked, newlines kept: what is left is code, line
+/// for line.
+fn blanked(text: &str) -> String {
+    let b = text.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    let keep_newlines = |out: &mut Vec<u8>, part: &[u8]| {
+        out.extend(part.iter().map(|&c| if c == b'\n' { b'\n' } else { b' ' }));
+    };
+    while i < b.len() {
+        let rest = &b[i..];
+        let end = if rest.starts_with(b"//") {
+            rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len())
+        } else if rest.starts_with(b"/*") {
+            let (mut depth, mut j) = (0, 0);
+            while j < rest.len() {
+                if rest[j..].starts_with(b"/*") {
+                    depth += 1;
+                    j += 2;
+                } else if rest[j..].starts_with(b"*/") {
+                    depth -= 1;
+                    j += 2;
+                    if depth == 0 {
+                        break;
+                    }
+                } else {
+                    j += 1;
+                }
+            }
+            j
+        } else if (rest.starts_with(b"r\"") || rest.starts_with(b"r#"))
+            && (i == 0 || !is_ident(b[i - 1] as char))
+        {
+            let hashes = rest[1..].iter().take_while(|&&c| c == b'#').count();
+            let close: Vec<u8> = std::iter::once(b'"')
+                .chain(std::iter::repeat_n(b'#', hashes))
+                .collect();
+            let body = 2 + hashes;
+            rest[body..]
+                .windows(close.len())
+                .position(|w| w == close.as_slice())
+                .map_or(rest.len(), |p| body + p + close.len())
+        } else if rest[0] == b'"' {
+            let mut j = 1;
+            while j < rest.len() && rest[j] != b'"' {
+                j += if rest[j] == b'\\' { 2 } else { 1 };
+            }
+            j + 1
+        } else if rest[0] == b'\'' {
+            // A char literal ('x', '\n', '\u{..}'), not a lifetime.
+            match rest.get(1) {
+                Some(b'\\') => rest[2..]
+                    .iter()
+                    .position(|&c| c == b'\'')
+                    .map_or(1, |p| p + 3),
+                Some(_) if rest.get(2) == Some(&b'\'') => 3,
+                _ => 1,
+            }
+        } else {
+            out.push(rest[0]);
+            i += 1;
+            continue;
+        };
+        let end = end.min(rest.len());
+        keep_newlines(&mut out, &rest[..end]);
+        i += end;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Every function of `text` with a body: its name, first line and length
+/// in lines (signature to closing brace).
+fn functions(text: &str) -> Vec<(String, usize, usize)> {
+    let code = blanked(text);
+    let b = code.as_bytes();
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut out = Vec::new();
+    let mut at = 0;
+    while let Some(found) = code[at..].find("fn ") {
+        let start = at + found;
+        at = start + 3;
+        if start > 0 && is_ident(b[start - 1] as char) {
+            continue;
+        }
+        let name: String = code[at..].chars().take_while(|&c| is_ident(c)).collect();
+        if name.is_empty() {
+            continue;
+        }
+        // The body opens at the first `{` outside the signature's brackets;
+        // a `;` first is a declaration.
+        let (mut depth, mut j) = (0i32, at);
+        let open = loop {
+            match b.get(j) {
+                None => break None,
+                Some(b'(' | b'[' | b'<') => depth += 1,
+                Some(b')' | b']') => depth -= 1,
+                Some(b'>') if b[j - 1] != b'-' && b[j - 1] != b'=' => depth -= 1,
+                Some(b';') if depth <= 0 => break None,
+                Some(b'{') if depth <= 0 => break Some(j),
+                _ => {}
+            }
+            j += 1;
+        };
+        let Some(open) = open else { continue };
+        let mut depth = 0;
+        let close = (open..b.len())
+            .find(|&k| {
+                match b[k] {
+                    b'{' => depth += 1,
+                    b'}' => depth -= 1,
+                    _ => {}
+                }
+                depth == 0
+            })
+            .unwrap_or(b.len() - 1);
+        out.push((name, line_of(start), line_of(close) - line_of(start) + 1));
+    }
+    out
+}
+
+/// Every `.rs` file under `src/`.
+fn source_files() -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = modules().into_values().collect();
+    let src = repo().join("src");
+    files.extend(["lib.rs", "main.rs"].map(|f| src.join(f)));
+    fn tests(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                tests(&path, out);
+            } else if path.file_name().is_some_and(|n| n == "tests.rs") {
+                out.push(path);
+            }
+        }
+    }
+    tests(&src, &mut files);
+    files.sort();
+    files
+}
+
+/// The longest a function may be, and the functions exempt: each an
+/// interpreter's main `match`, one arm per form it reads, which splitting
+/// would only scatter.
+const MAX_FUNCTION_LINES: usize = 150;
+const INTERPRETERS: &[(&str, &str)] = &[
+    ("src/cel/direct/eval.rs", "eval"),
+    ("src/cel/direct/functions.rs", "call"),
+    ("src/jmespath/parser.rs", "lex"),
+    ("src/units/time.rs", "parse_layout"),
+];
+
+/// The longest a hand-written file may be, and the generated files.
+const MAX_FILE_LINES: usize = 800;
+const GENERATED: &[&str] = &["src/kinds/schema/merge_keys.rs"];
+
+#[test]
+fn functions_and_files_stay_readable() {
+    let mut long = Vec::new();
+    for file in source_files() {
+        let rel = file
+            .strip_prefix(repo())
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let text = std::fs::read_to_string(&file).unwrap();
+        let lines = text.lines().count();
+        if lines > MAX_FILE_LINES && !GENERATED.contains(&rel.as_str()) {
+            long.push(format!("{rel}: {lines} lines (at most {MAX_FILE_LINES})"));
+        }
+        for (name, line, length) in functions(&text) {
+            if length > MAX_FUNCTION_LINES && !INTERPRETERS.contains(&(rel.as_str(), name.as_str()))
+            {
+                long.push(format!(
+                    "{rel}:{line}: fn {name} is {length} lines (at most {MAX_FUNCTION_LINES})"
+                ));
+            }
+        }
+    }
+    assert!(long.is_empty(), "split these:\n{}", long.join("\n"));
+}
+
+/// The measure itself: strings, raw strings and comments with braces in
+/// them do not move it, nested functions are measured on their own, and
+/// the exempt interpreters are long (else the exemption is stale).
+#[test]
+fn the_length_check_measures_functions() {
+    let text = "fn a() {\n    let s = \"}{\";\n    let r = r#\"{\"#;\n    // }\n    let c = '{';\n}\nfn b<'x>(v: &'x str) -> Vec<u8> where u8: Copy {\n    fn inner() {}\n    vec![]\n}\nfn declared();\n";
+    let found = functions(text);
+    assert_eq!(
+        found,
+        vec![
+            ("a".to_string(), 1, 6),
+            ("b".to_string(), 7, 4),
+            ("inner".to_string(), 8, 1)
+        ]
+    );
+    for (file, name) in INTERPRETERS {
+        let text = std::fs::read_to_string(repo().join(file)).unwrap();
+        let length = functions(&text)
+            .into_iter()
+            .find(|(n, _, _)| n == name)
+            .map(|(_, _, l)| l);
+        assert!(
+            length.is_some_and(|l| l > MAX_FUNCTION_LINES),
+            "{file} {name}: exempt but {length:?} lines"
+        );
+    }
+}
