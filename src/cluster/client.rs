@@ -2,7 +2,6 @@
 //! token bucket (kube has none built in) and a count of every API request
 //! under Kyverno's `kyverno_client_queries_total`.
 
-use anyhow::{Context, Result};
 use http::Request;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -43,6 +42,19 @@ pub struct QueryLabels {
 
 pub type QueryCounter = Family<QueryLabels, Counter>;
 
+/// Why a client could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("using kubeconfig {0}: {1}")]
+    Kubeconfig(String, #[source] kube::config::KubeconfigError),
+    #[error("in-cluster configuration: {0}")]
+    InCluster(#[source] kube::config::InClusterError),
+    #[error("the user agent {0:?} is not a valid header")]
+    UserAgent(String),
+    #[error("building the kube client: {0}")]
+    Build(#[source] kube::Error),
+}
+
 /// Builds a client named `client_type` with its own token bucket.
 pub async fn client(
     opts: &ClientOptions,
@@ -50,16 +62,16 @@ pub async fn client(
     qps: f64,
     burst: u32,
     queries: QueryCounter,
-) -> Result<kube::Client> {
+) -> Result<kube::Client, ClientError> {
     let mut config = match &opts.kubeconfig {
         Some(path) => {
             let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading kubeconfig {}", path.display()))?;
+                .map_err(|e| ClientError::Kubeconfig(path.display().to_string(), e))?;
             kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
                 .await
-                .with_context(|| format!("using kubeconfig {}", path.display()))?
+                .map_err(|e| ClientError::Kubeconfig(path.display().to_string(), e))?
         }
-        None => kube::Config::incluster().context("in-cluster configuration")?,
+        None => kube::Config::incluster().map_err(ClientError::InCluster)?,
     };
     // Each client names itself, as Kubernetes' own components do, so an
     // audit log tells the admission path's fallback from the stores and
@@ -67,7 +79,7 @@ pub async fn client(
     config.headers.push((
         http::header::USER_AGENT,
         http::HeaderValue::from_str(&user_agent(client_type))
-            .context("the user agent is a valid header")?,
+            .map_err(|_| ClientError::UserAgent(user_agent(client_type)))?,
     ));
     let layer = LimitLayer {
         bucket: Arc::new(TokenBucket::new(qps, burst)),
@@ -75,7 +87,7 @@ pub async fn client(
         queries,
     };
     Ok(kube::client::ClientBuilder::try_from(config)
-        .context("building the kube client")?
+        .map_err(ClientError::Build)?
         .with_layer(&layer)
         .build())
 }

@@ -189,8 +189,23 @@ async fn adopt(
     Ok(())
 }
 
+/// Why a round of the certificate duty did not finish.
+#[derive(Debug, thiserror::Error)]
+enum RenewalError {
+    #[error(transparent)]
+    Api(#[from] kube::Error),
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
+    #[error("CA Secret {0} is not managed by gavel and lacks tls.crt or tls.key")]
+    ForeignCa(String),
+}
+
 /// One round of the duty: makes both Secrets current. Idempotent.
-async fn reconcile(client: &Client, api: &Api<Secret>, opts: &CertOptions) -> anyhow::Result<()> {
+async fn reconcile(
+    client: &Client,
+    api: &Api<Secret>,
+    opts: &CertOptions,
+) -> Result<(), RenewalError> {
     let owners = match &opts.owner_cluster_role {
         None => None,
         Some(role) => match super::owner::cluster_role(client, role).await? {
@@ -208,12 +223,9 @@ async fn reconcile(client: &Client, api: &Api<Secret>, opts: &CertOptions) -> an
     let now = SystemTime::now();
     let ca_secret = api.get_opt(&opts.ca_secret).await?;
     let ca = match &ca_secret {
-        Some(s) if !managed(s) => keyed(s).ok_or_else(|| {
-            anyhow::anyhow!(
-                "CA Secret {} is not managed by gavel and lacks tls.crt or tls.key",
-                opts.ca_secret
-            )
-        })?,
+        Some(s) if !managed(s) => {
+            keyed(s).ok_or_else(|| RenewalError::ForeignCa(opts.ca_secret.clone()))?
+        }
         Some(s) if keyed(s).is_some_and(|ca| !due(&ca.cert_pem, now, opts.renew_before)) => {
             adopt(api, Some(s), owners).await?;
             keyed(s).unwrap_or_else(|| unreachable!("checked above"))

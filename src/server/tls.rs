@@ -3,7 +3,6 @@
 //! start. The certificate sits behind arc-swap in a rustls resolver, so a
 //! reload affects new handshakes only and never drops a connection.
 
-use anyhow::{Context, Result};
 use arc_swap::ArcSwap;
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
@@ -16,6 +15,41 @@ use rustls::sign::CertifiedKey;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+/// What went wrong with a certificate or key: the step, and its cause.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("{step}: {source}")]
+    Step {
+        step: &'static str,
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    #[error("reading {path}: {source}")]
+    Read {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("no certificate in the PEM data")]
+    NoCertificate,
+}
+
+type Result<T, E = TlsError> = std::result::Result<T, E>;
+
+/// Names the step a fallible call is: `.step("reading the CA key")?`.
+trait Step<T> {
+    fn step(self, step: &'static str) -> Result<T>;
+}
+
+impl<T, E: std::error::Error + Send + Sync + 'static> Step<T> for std::result::Result<T, E> {
+    fn step(self, step: &'static str) -> Result<T> {
+        self.map_err(|e| TlsError::Step {
+            step,
+            source: Box::new(e),
+        })
+    }
+}
 
 /// Hands rustls whatever certificate is current.
 #[derive(Debug)]
@@ -32,7 +66,7 @@ pub fn server_config(cert: Arc<SwappableCert>) -> Result<rustls::ServerConfig> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .context("TLS protocol versions")?
+        .step("TLS protocol versions")?
         .with_no_client_auth()
         .with_cert_resolver(cert);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
@@ -41,9 +75,9 @@ pub fn server_config(cert: Arc<SwappableCert>) -> Result<rustls::ServerConfig> {
 
 /// A certificate chain and key in PEM, turned into what rustls serves.
 pub fn certified_key(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKey> {
-    let chain = certificates(std::str::from_utf8(cert_pem).context("certificate PEM")?)?;
-    let key = PrivateKeyDer::from_pem_slice(key_pem).context("reading private key PEM")?;
-    let signing_key = any_supported_type(&key).context("unsupported private key type")?;
+    let chain = certificates(std::str::from_utf8(cert_pem).step("certificate PEM")?)?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).step("reading private key PEM")?;
+    let signing_key = any_supported_type(&key).step("unsupported private key type")?;
     Ok(CertifiedKey::new(chain, signing_key))
 }
 
@@ -72,8 +106,8 @@ fn validity(params: &mut CertificateParams, valid_for: Duration) {
 
 /// A self-signed CA valid for `valid_for`.
 pub fn generate_ca(valid_for: Duration) -> Result<KeyedCert> {
-    let key = KeyPair::generate().context("generating the CA key")?;
-    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    let key = KeyPair::generate().step("generating the CA key")?;
+    let mut params = CertificateParams::new(Vec::<String>::new()).step("CA parameters")?;
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     params.distinguished_name.push(DnType::CommonName, CA_NAME);
     params.key_usages = vec![
@@ -82,7 +116,7 @@ pub fn generate_ca(valid_for: Duration) -> Result<KeyedCert> {
         KeyUsagePurpose::DigitalSignature,
     ];
     validity(&mut params, valid_for);
-    let cert = params.self_signed(&key).context("signing the CA")?;
+    let cert = params.self_signed(&key).step("signing the CA")?;
     Ok(KeyedCert {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
@@ -92,10 +126,10 @@ pub fn generate_ca(valid_for: Duration) -> Result<KeyedCert> {
 /// A serving certificate for `sans` (DNS names or IPs), signed by `ca` (the
 /// first certificate of its PEM is the signer).
 pub fn issue(ca: &KeyedCert, sans: &[String], valid_for: Duration) -> Result<KeyedCert> {
-    let ca_key = KeyPair::from_pem(&ca.key_pem).context("reading the CA key")?;
-    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key).context("reading the CA")?;
-    let key = KeyPair::generate().context("generating the serving key")?;
-    let mut params = CertificateParams::new(sans.to_vec()).context("certificate SANs")?;
+    let ca_key = KeyPair::from_pem(&ca.key_pem).step("reading the CA key")?;
+    let issuer = Issuer::from_ca_cert_pem(&ca.cert_pem, ca_key).step("reading the CA")?;
+    let key = KeyPair::generate().step("generating the serving key")?;
+    let mut params = CertificateParams::new(sans.to_vec()).step("certificate SANs")?;
     params.distinguished_name.push(
         DnType::CommonName,
         sans.first().map(String::as_str).unwrap_or("gavel"),
@@ -109,7 +143,7 @@ pub fn issue(ca: &KeyedCert, sans: &[String], valid_for: Duration) -> Result<Key
     validity(&mut params, valid_for);
     let cert = params
         .signed_by(&key, &issuer)
-        .context("signing the serving certificate")?;
+        .step("signing the serving certificate")?;
     Ok(KeyedCert {
         cert_pem: cert.pem(),
         key_pem: key.serialize_pem(),
@@ -133,14 +167,16 @@ pub fn generate(sans: &[String]) -> Result<Generated> {
 pub fn certificates(pem: &str) -> Result<Vec<CertificateDer<'static>>> {
     let chain = CertificateDer::pem_slice_iter(pem.as_bytes())
         .collect::<Result<Vec<_>, _>>()
-        .context("reading certificate PEM")?;
-    anyhow::ensure!(!chain.is_empty(), "no certificate in the PEM data");
+        .step("reading certificate PEM")?;
+    if chain.is_empty() {
+        return Err(TlsError::NoCertificate);
+    }
     Ok(chain)
 }
 
 /// When a DER certificate stops being valid.
 pub fn not_after(der: &[u8]) -> Result<SystemTime> {
-    let (_, cert) = x509_parser::parse_x509_certificate(der).context("parsing a certificate")?;
+    let (_, cert) = x509_parser::parse_x509_certificate(der).step("parsing a certificate")?;
     let secs = cert.validity().not_after.timestamp();
     Ok(SystemTime::UNIX_EPOCH + Duration::from_secs(secs.max(0) as u64))
 }
@@ -179,8 +215,14 @@ impl CertFiles {
 
     pub fn load(&mut self) -> Result<CertifiedKey> {
         let stamps = (modified(&self.cert), modified(&self.key));
-        let cert = std::fs::read(&self.cert).with_context(|| self.cert.display().to_string())?;
-        let key = std::fs::read(&self.key).with_context(|| self.key.display().to_string())?;
+        let cert = std::fs::read(&self.cert).map_err(|source| TlsError::Read {
+            path: self.cert.display().to_string(),
+            source,
+        })?;
+        let key = std::fs::read(&self.key).map_err(|source| TlsError::Read {
+            path: self.key.display().to_string(),
+            source,
+        })?;
         let loaded = certified_key(&cert, &key)?;
         self.stamps = stamps;
         Ok(loaded)
