@@ -199,7 +199,99 @@ impl Objects<'_> {
     }
 }
 
-impl Resolver for Objects<'_> {
+impl<'a> Objects<'a> {
+    /// These objects as the whole world: the only source there is.
+    pub fn resolver(self) -> WithObjects<Objects<'a>, &'static NoResolver> {
+        WithObjects {
+            objects: self,
+            rest: &NoResolver,
+        }
+    }
+}
+
+impl ObjectSource for Objects<'_> {
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ResolveError> {
+        Ok(Objects::get(self, api_version, kind, namespace, name))
+    }
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, ResolveError> {
+        Ok(Objects::list(self, api_version, kind, namespace))
+    }
+    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
+        Objects::kind_for_resource(self, api_version, resource)
+    }
+    fn is_namespaced(&self, api_version: &str, kind: &str) -> Option<bool> {
+        Some(Objects::is_namespaced(self, api_version, kind))
+    }
+}
+
+/// Where a resolver's objects come from (generate clone sources, policy
+/// params, CEL's `resource.Get/List`): files offline, the API server in
+/// the background controllers. Every such source sees every object there
+/// is, so "not found" means not there.
+pub trait ObjectSource: Send + Sync {
+    fn get(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Option<Value>, ResolveError>;
+    fn list(
+        &self,
+        api_version: &str,
+        kind: &str,
+        namespace: &str,
+    ) -> Result<Vec<Value>, ResolveError>;
+    /// The kind of a plural resource, when the source itself says (files
+    /// carry their CRDs); `None` asks the resolver behind it.
+    fn kind_for_resource(&self, _api_version: &str, _resource: &str) -> Option<String> {
+        None
+    }
+    /// A kind's scope, when the source itself says; `None` asks the
+    /// resolver behind it.
+    fn is_namespaced(&self, _api_version: &str, _kind: &str) -> Option<bool> {
+        None
+    }
+}
+
+/// A resolver with objects: `objects` answers [`Resolver::resource`] and
+/// [`Resolver::resources`] (and the kinds it knows), `rest` every other
+/// lookup. The one way a caller adds objects to its lookups, so that no
+/// front end writes the delegation again.
+pub struct WithObjects<O, R> {
+    pub objects: O,
+    pub rest: R,
+}
+
+impl<O, R> Resolver for WithObjects<O, R>
+where
+    O: ObjectSource,
+    R: std::ops::Deref + Send + Sync,
+    R::Target: Resolver,
+{
+    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
+        self.rest.config_map(namespace, name)
+    }
+    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        self.rest.api_call(call)
+    }
+    fn http_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
+        self.rest.http_call(call)
+    }
+    fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
+        self.rest.global_context(name)
+    }
     fn resource(
         &self,
         api_version: &str,
@@ -207,7 +299,7 @@ impl Resolver for Objects<'_> {
         namespace: &str,
         name: &str,
     ) -> Result<Option<Value>, ResolveError> {
-        Ok(self.get(api_version, kind, namespace, name))
+        self.objects.get(api_version, kind, namespace, name)
     }
     fn resources(
         &self,
@@ -215,16 +307,34 @@ impl Resolver for Objects<'_> {
         kind: &str,
         namespace: &str,
     ) -> Result<Vec<Value>, ResolveError> {
-        Ok(self.list(api_version, kind, namespace))
+        self.objects.list(api_version, kind, namespace)
     }
     fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
-        Objects::kind_for_resource(self, api_version, resource)
+        self.objects
+            .kind_for_resource(api_version, resource)
+            .or_else(|| self.rest.kind_for_resource(api_version, resource))
+    }
+    fn image_metadata(&self, image: &str) -> Result<Option<Value>, ResolveError> {
+        self.rest.image_metadata(image)
     }
     fn serves_objects(&self) -> bool {
         true
     }
     fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
-        Objects::is_namespaced(self, api_version, kind)
+        self.objects
+            .is_namespaced(api_version, kind)
+            .unwrap_or_else(|| self.rest.is_namespaced(api_version, kind))
+    }
+}
+
+impl<O, R> ClusterView for WithObjects<O, R>
+where
+    O: ObjectSource,
+    R: std::ops::Deref + Send + Sync,
+    R::Target: ClusterView,
+{
+    fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>> {
+        self.rest.namespace_labels(namespace)
     }
 }
 
@@ -245,5 +355,82 @@ pub trait ClusterView: Resolver {
 impl ClusterView for NoResolver {
     fn namespace_labels(&self, _: &str) -> Option<Map<String, Value>> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// Answers ConfigMaps only, and says every kind is cluster-scoped.
+    struct ConfigMaps;
+
+    impl Resolver for ConfigMaps {
+        fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
+            Ok(Some(
+                json!({"from": "rest", "at": format!("{namespace}/{name}")}),
+            ))
+        }
+        fn is_namespaced(&self, _: &str, _: &str) -> bool {
+            false
+        }
+    }
+
+    /// Objects from the API server, which knows no kinds of its own.
+    struct Listed(Vec<Value>);
+
+    impl ObjectSource for Listed {
+        fn get(&self, a: &str, k: &str, ns: &str, n: &str) -> Result<Option<Value>, ResolveError> {
+            Ok(Objects(&self.0).get(a, k, ns, n))
+        }
+        fn list(&self, a: &str, k: &str, ns: &str) -> Result<Vec<Value>, ResolveError> {
+            Err(ResolveError::Forbidden(format!("list {a}/{k} in {ns:?}")))
+        }
+    }
+
+    #[test]
+    fn objects_come_from_the_source_and_every_other_lookup_from_the_rest() {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": "x"}});
+        let with = WithObjects {
+            objects: Listed(vec![cm.clone()]),
+            rest: &ConfigMaps,
+        };
+        assert!(with.serves_objects());
+        assert_eq!(with.resource("v1", "ConfigMap", "x", "a"), Ok(Some(cm)));
+        assert_eq!(
+            with.resources("v1", "ConfigMap", "x"),
+            Err(ResolveError::Forbidden(
+                r#"list v1/ConfigMap in "x""#.into()
+            ))
+        );
+        assert_eq!(with.config_map("x", "a").unwrap().unwrap()["from"], "rest");
+        // The source knows no kinds: the rest says.
+        assert!(!with.is_namespaced("v1", "ConfigMap"));
+        assert_eq!(
+            with.kind_for_resource("v1", "configmaps").as_deref(),
+            Some("ConfigMap")
+        );
+    }
+
+    #[test]
+    fn files_say_their_own_kinds_ahead_of_the_rest() {
+        let objects = [
+            json!({"apiVersion": "x.io/v1", "kind": "Limit", "metadata": {"name": "l", "namespace": "a"}}),
+        ];
+        let with = WithObjects {
+            objects: Objects(&objects),
+            rest: &ConfigMaps,
+        };
+        assert!(
+            with.is_namespaced("x.io/v1", "Limit"),
+            "the files show a namespace"
+        );
+        let alone = Objects(&objects).resolver();
+        assert_eq!(alone.config_map("a", "b"), Ok(None));
+        assert_eq!(
+            alone.resources("x.io/v1", "Limit", "").map(|v| v.len()),
+            Ok(1)
+        );
     }
 }

@@ -24,7 +24,7 @@ use serde_json::{Map, Value, json};
 /// resources as the only objects.
 struct ApplyInputs<'a> {
     values: &'a Values,
-    resolver: &'a Objects<'a>,
+    resolver: &'a dyn Resolver,
     operation: String,
 }
 
@@ -284,7 +284,7 @@ pub fn run(args: &ApplyArgs) -> anyhow::Result<i32> {
         params.extend(load_objects_as_written(path)?);
     }
     // The params are the only objects offline; "not found" is an answer.
-    let resolver = Objects(&params);
+    let resolver = Objects(&params).resolver();
     let rule_count: usize = set.policies.iter().map(|p| p.rules.len()).sum::<usize>()
         + set.validating.len()
         + set.admission_mutating.len()

@@ -250,6 +250,42 @@ pub fn describe(method: &http::Method, uri: &http::Uri) -> (&'static str, String
     (operation, resource, namespace)
 }
 
+/// A read or a write the API server refused or failed: what it was, the
+/// answer in a line ([`short`]) and the HTTP status, when it answered.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{what}: {reason}")]
+pub struct ApiFailure {
+    pub what: String,
+    pub reason: String,
+    pub code: Option<u16>,
+}
+
+impl ApiFailure {
+    /// The failure of the call on `what`.
+    pub fn new(what: impl Into<String>, e: &kube::Error) -> ApiFailure {
+        ApiFailure {
+            what: what.into(),
+            reason: short(e),
+            code: match e {
+                kube::Error::Api(status) => Some(status.code),
+                _ => None,
+            },
+        }
+    }
+
+    /// The `reason` label of a failure metric: refusals an operator acts
+    /// on (RBAC, throttling) apart from conflicts and unreachable servers.
+    pub fn metric_label(&self) -> &'static str {
+        match self.code {
+            Some(401 | 403) => "forbidden",
+            Some(409) => "conflict",
+            Some(429) => "throttled",
+            Some(_) => "api_refused",
+            None => "api_unreachable",
+        }
+    }
+}
+
 /// An API error as a line: the API server's own message, not the whole
 /// Status.
 pub fn short(e: &kube::Error) -> String {
@@ -262,6 +298,27 @@ pub fn short(e: &kube::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn api_failures_say_the_call_and_label_the_status() {
+        let refused = |code| {
+            let status = kube::core::Status::failure("no", "Forbidden").with_code(code);
+            ApiFailure::new("listing pods", &kube::Error::Api(status.boxed()))
+        };
+        assert_eq!(refused(403).to_string(), "listing pods: 403 no");
+        let labels: Vec<_> = [403, 409, 429, 500]
+            .map(|code| refused(code).metric_label())
+            .to_vec();
+        assert_eq!(
+            labels,
+            ["forbidden", "conflict", "throttled", "api_refused"]
+        );
+        let unreachable = ApiFailure::new(
+            "listing pods",
+            &kube::Error::LinesCodecMaxLineLengthExceeded,
+        );
+        assert_eq!(unreachable.metric_label(), "api_unreachable");
+    }
 
     #[test]
     fn bucket_allows_a_burst_then_the_rate() {

@@ -10,7 +10,7 @@
 
 use crate::admission::policies::Snapshot;
 use crate::admission::reports::{self, AdmissionReportSink, AdmissionResults, ReportApi};
-use crate::cluster::client::short;
+use crate::cluster::client::ApiFailure;
 use crate::cluster::update_requests::BackgroundMetrics;
 use arc_swap::ArcSwap;
 use kube::Client;
@@ -21,6 +21,26 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Mutex, mpsc};
 use tokio::time::Instant;
+
+/// Why a report could not be written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ReportError {
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
+    /// The report built is not a valid object (a bug in gavel).
+    #[error("{0}")]
+    Invalid(String),
+}
+
+impl ReportError {
+    /// The `reason` label of a failure metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            ReportError::Api(failure) => failure.metric_label(),
+            ReportError::Invalid(_) => "invalid",
+        }
+    }
+}
 
 /// The namespaced and the cluster-scoped report resource of `api`.
 pub fn report_resources(api: ReportApi) -> [ApiResource; 2] {
@@ -57,9 +77,9 @@ pub async fn prune_report(
     uid: &str,
     scanned: &BTreeSet<String>,
     loaded: &BTreeSet<String>,
-) -> Result<Written, String> {
+) -> Result<Written, ReportError> {
     let api = report_api(client, report_kind, namespace);
-    let fail = |e: kube::Error| format!("report {uid}: {}", short(&e));
+    let fail = |e: kube::Error| ReportError::Api(ApiFailure::new(format!("report {uid}"), &e));
     let Some(existing) = api.get_opt(uid).await.map_err(fail)? else {
         return Ok(Written::Nothing);
     };
@@ -79,8 +99,8 @@ pub async fn prune_report(
     let mut report = existing.clone();
     report["summary"] = reports::summary(&kept);
     report["results"] = Value::Array(kept);
-    let report: DynamicObject =
-        serde_json::from_value(report).map_err(|e| format!("report {uid}: {e}"))?;
+    let report: DynamicObject = serde_json::from_value(report)
+        .map_err(|e| ReportError::Invalid(format!("report {uid}: {e}")))?;
     match api.replace(uid, &PostParams::default(), &report).await {
         Ok(_) => Ok(Written::Wrote),
         Err(kube::Error::Api(s)) if s.code == 409 || s.code == 404 => Ok(Written::Nothing),
@@ -113,13 +133,13 @@ pub async fn write_report(
     scanned: &BTreeSet<String>,
     loaded: &BTreeSet<String>,
     absent: bool,
-) -> Result<Written, String> {
+) -> Result<Written, ReportError> {
     let uid = resource["metadata"]["uid"].as_str().unwrap_or_default();
     let namespace = resource["metadata"]["namespace"]
         .as_str()
         .unwrap_or_default();
     let api = report_api(client, report_kind, namespace);
-    let fail = |e: kube::Error| format!("report of {uid}: {}", short(&e));
+    let fail = |e: kube::Error| ReportError::Api(ApiFailure::new(format!("report of {uid}"), &e));
     let existing = if absent {
         None
     } else {
@@ -132,7 +152,8 @@ pub async fn write_report(
         .unwrap_or_default();
     let merged = reports::merge(&held, scanned, loaded, fresh.to_vec());
     let to_object = |v: Value| {
-        serde_json::from_value::<DynamicObject>(v).map_err(|e| format!("report of {uid}: {e}"))
+        serde_json::from_value::<DynamicObject>(v)
+            .map_err(|e| ReportError::Invalid(format!("report of {uid}: {e}")))
     };
     match existing {
         None if merged.is_empty() => Ok(Written::Nothing),
@@ -266,7 +287,7 @@ async fn write_admission_results(
             }
             Ok(Written::Nothing) => return,
             Err(e) => {
-                tracing::debug!(error = e, "writing admission results; tried again");
+                tracing::debug!(error = %e, "writing admission results; tried again");
                 tokio::time::sleep(wait).await;
                 wait *= 2;
             }

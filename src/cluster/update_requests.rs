@@ -43,6 +43,13 @@ pub struct ObjectLabels {
     pub action: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    pub controller_name: &'static str,
+    /// Why the work failed (`WorkError::metric_label`).
+    pub reason: &'static str,
+}
+
 /// The background half's counters: UpdateRequests written by the
 /// replicas, and the work of each controller (Kyverno's
 /// `kyverno_controller_*` names where it has them).
@@ -57,6 +64,7 @@ pub struct BackgroundMetrics {
     pub queue_depth: Family<ControllerLabels, Gauge>,
     pub reconcile_seconds: Family<ControllerLabels, Histogram>,
     pub objects: Family<ObjectLabels, Counter>,
+    pub failures: Family<FailureLabels, Counter>,
 }
 
 impl Default for BackgroundMetrics {
@@ -73,6 +81,7 @@ impl Default for BackgroundMetrics {
                 Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0])
             }),
             objects: Family::default(),
+            failures: Family::default(),
         }
     }
 }
@@ -128,6 +137,11 @@ impl BackgroundMetrics {
             "gavel_background_objects",
             "Objects the background controller created, updated or deleted (generate) or patched (mutate existing)",
             self.objects.clone(),
+        );
+        registry.register(
+            "gavel_background_failures",
+            "Background work items that failed, by controller and reason",
+            self.failures.clone(),
         );
     }
 }

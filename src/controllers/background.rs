@@ -19,11 +19,16 @@ mod mutate_existing;
 mod mutating;
 pub mod objects;
 mod policies;
+mod work_error;
+
+pub use work_error::WorkError;
 
 use crate::admission::policies::Snapshot;
 use crate::admission::update_requests;
 use crate::cluster::events::{self, Events, Source};
-use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, api_resource};
+use crate::cluster::update_requests::{
+    BackgroundMetrics, ControllerLabels, FailureLabels, api_resource,
+};
 use crate::context::ClusterView;
 use crate::controllers::leader::while_leading;
 use crate::engine::json_context::Builtins;
@@ -35,7 +40,6 @@ use futures_util::StreamExt;
 use kube::Client;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use objects::BackgroundResolver;
 use serde_json::{Value, json};
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -222,6 +226,13 @@ async fn process(shared: &Arc<Shared>, name: &str) {
     };
     let result = work(shared, &ur).await;
     record_event(shared, &ur, &result);
+    if let Err(e) = &result {
+        let labels = FailureLabels {
+            controller_name: CONTROLLER.controller_name,
+            reason: e.metric_label(),
+        };
+        shared.metrics.failures.get_or_create(&labels).inc();
+    }
     shared.metrics.reconciles.get_or_create(&CONTROLLER).inc();
     shared
         .metrics
@@ -238,7 +249,8 @@ async fn process(shared: &Arc<Shared>, name: &str) {
                 retry_later(shared, name.to_string(), 1);
             }
         },
-        Err(message) => {
+        Err(e) => {
+            let message = e.to_string();
             let tries = ur.data["status"]["retryCount"].as_u64().unwrap_or(0) + 1;
             tracing::warn!(ur = name, policy = %ur.data["spec"]["policy"], tries, message, "generate failed");
             let patch =
@@ -268,7 +280,7 @@ async fn process(shared: &Arc<Shared>, name: &str) {
 /// Kyverno's events for one request's work: `PolicyError` on the policy
 /// for a failure, `PolicyApplied` for a success (when not omitted), the
 /// trigger as the related object.
-fn record_event(shared: &Arc<Shared>, ur: &DynamicObject, result: &Result<(), String>) {
+fn record_event(shared: &Arc<Shared>, ur: &DynamicObject, result: &Result<(), WorkError>) {
     let spec = &ur.data["spec"];
     let key = spec["policy"].as_str().unwrap_or_default();
     let (namespace, name) = key.split_once('/').unwrap_or(("", key));
@@ -338,19 +350,19 @@ fn retry_later(shared: &Arc<Shared>, name: String, tries: u64) {
 }
 
 /// The work of one UpdateRequest.
-async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), String> {
+async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), WorkError> {
     let spec = &ur.data["spec"];
     let key = spec["policy"].as_str().unwrap_or_default().to_string();
     let snapshot = shared.snapshot.load_full();
     if spec["requestType"] == update_requests::CEL_GENERATE {
         if young(ur) && !snapshot.generating.iter().any(|p| p.key == key) {
-            return Err(format!("policy {key} is not loaded here yet"));
+            return Err(WorkError::NotLoadedYet(key));
         }
         return generating::work(shared, spec).await;
     }
     if spec["requestType"] == update_requests::CEL_MUTATE {
         if young(ur) && !snapshot.mutating.iter().any(|p| p.key == key) {
-            return Err(format!("policy {key} is not loaded here yet"));
+            return Err(WorkError::NotLoadedYet(key));
         }
         return mutating::work(shared, spec).await;
     }
@@ -361,7 +373,7 @@ async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), String> {
     if index.is_none() && young(ur) {
         // Written by a replica that already serves a policy this one has
         // not loaded yet: tried again shortly, not dropped.
-        return Err(format!("policy {key} is not loaded here yet"));
+        return Err(WorkError::NotLoadedYet(key));
     }
     // A policy deleted since: generate leaves what it made to the policy
     // follower; mutate existing has nothing left to apply.
@@ -381,7 +393,7 @@ async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), String> {
             spec,
         )
         .await
-        .map_err(|e| format!("rule {rule}: {e}"));
+        .map_err(|e| e.within(format!("rule {rule}")));
     }
     let contexts = spec["ruleContext"].as_array().cloned().unwrap_or_default();
     let mut errors = Vec::new();
@@ -394,14 +406,10 @@ async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), String> {
             generate::generate(shared, &snapshot, index, rule, trigger, spec).await
         };
         if let Err(e) = result {
-            errors.push(format!("rule {rule}: {e}"));
+            errors.push(e.within(format!("rule {rule}")));
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
-    }
+    WorkError::all(errors)
 }
 
 /// Whether an UpdateRequest was written in the last minute.
@@ -421,7 +429,7 @@ async fn read_trigger(
     shared: &Arc<Shared>,
     trigger: &Value,
     admission: &Value,
-) -> Result<Option<Value>, String> {
+) -> Result<Option<Value>, WorkError> {
     if admission["operation"] == "DELETE" {
         return Ok(Some(admission["oldObject"].clone()));
     }
@@ -435,17 +443,16 @@ async fn read_trigger(
     let found = objects::get(&shared.client, api_version, kind, namespace, name)
         .await
         .map_err(|e| {
-            format!(
-                "reading the trigger {kind} {namespace}/{name}: {}",
-                objects::short(&e)
-            )
+            WorkError::api(format!("reading the trigger {kind} {namespace}/{name}"), &e)
         })?;
     if found.is_none() && !admission.is_object() {
         return Ok(None);
     }
     // Not stored (rejected by a later admission step) or already gone:
     // tried again, then given up.
-    let object = found.ok_or_else(|| format!("trigger {kind} {namespace}/{name} not found"))?;
+    let object = found.ok_or_else(|| {
+        WorkError::TriggerGone(format!("trigger {kind} {namespace}/{name} not found"))
+    })?;
     let uid = text("uid");
     if !uid.is_empty() && object["metadata"]["uid"].as_str().is_some_and(|u| u != uid) {
         return Ok(None);
@@ -464,13 +471,13 @@ struct Evaluated {
 /// What a rule produced: its resources when it passed; nothing when it
 /// was skipped or no longer applies (no match, preconditions not met);
 /// its message as the error otherwise.
-fn produced(evaluated: Option<Evaluated>) -> Result<Vec<Value>, String> {
+fn produced(evaluated: Option<Evaluated>) -> Result<Vec<Value>, WorkError> {
     match evaluated {
         None => Ok(Vec::new()),
         Some(e) => match e.status {
             RuleStatus::Pass => Ok(e.resources),
             RuleStatus::Skip => Ok(Vec::new()),
-            _ => Err(e.message),
+            _ => Err(WorkError::Evaluation(e.message)),
         },
     }
 }
@@ -488,7 +495,7 @@ async fn rule_output<F>(
     trigger: &Value,
     spec: &Value,
     policy_fn: F,
-) -> Result<Vec<Value>, String>
+) -> Result<Vec<Value>, WorkError>
 where
     F: for<'p> FnOnce(&'p CompiledPolicy, &Request, &JsonContext, &EvalEnv) -> PolicyResponse<'p>
         + Send
@@ -499,11 +506,7 @@ where
         return Ok(Vec::new());
     };
     let request = background_request(admission, object)?;
-    let resolver = BackgroundResolver {
-        view: shared.view.clone(),
-        client: shared.client.clone(),
-        runtime: tokio::runtime::Handle::current(),
-    };
+    let resolver = objects::background_resolver(&shared.view, &shared.client);
     let snapshot = snapshot.clone();
     let rule = rule.to_string();
     let evaluated = tokio::task::spawn_blocking(move || {
@@ -530,22 +533,25 @@ where
             })
     })
     .await
-    .map_err(|e| format!("evaluation panicked: {e}"))?;
+    .map_err(|e| WorkError::Panicked(e.to_string()))?;
     produced(evaluated)
 }
 
 /// The engine's request for background evaluation: the admission request
 /// the UpdateRequest kept (for `request.*`), with the trigger as read now.
-fn background_request(admission: &Value, object: Value) -> Result<Request, String> {
+fn background_request(admission: &Value, object: Value) -> Result<Request, WorkError> {
     if admission.is_object() {
         let review = json!({
             "apiVersion": "admission.k8s.io/v1",
             "kind": "AdmissionReview",
             "request": admission,
         });
-        let body = serde_json::to_vec(&review).map_err(|e| e.to_string())?;
+        let invalid = |e: &dyn std::fmt::Display| {
+            WorkError::Invalid(format!("the UpdateRequest's admission request: {e}"))
+        };
+        let body = serde_json::to_vec(&review).map_err(|e| invalid(&e))?;
         let mut request = crate::admission::review::decode(&body)
-            .map_err(|e| format!("the UpdateRequest's admission request: {e}"))?
+            .map_err(|e| invalid(&e))?
             .request;
         if request.operation != "DELETE" {
             request.object = object.into();

@@ -21,7 +21,7 @@ use crate::cluster::client::short;
 use crate::cluster::discovery::{self, Discovered, delete_once, propagation_policy};
 use crate::cluster::events::{self, Events, Source};
 use crate::context::ClusterView;
-use crate::controllers::background::objects::{self, BackgroundResolver};
+use crate::controllers::background::objects;
 use crate::controllers::leader::while_leading;
 use crate::controllers::policy_status::{ready_patch, uses_condition_status};
 use crate::engine::cleanup::{Candidate, RunContext, selects};
@@ -578,11 +578,7 @@ impl Job {
         plural: &str,
         namespaces: &Arc<HashMap<String, Value>>,
     ) -> Result<Vec<Result<Value, String>>, String> {
-        let resolver = BackgroundResolver {
-            view: self.view.clone(),
-            client: self.client.clone(),
-            runtime: tokio::runtime::Handle::current(),
-        };
+        let resolver = objects::background_resolver(&self.view, &self.client);
         let (policy, plural, namespaces) =
             (self.policy.clone(), plural.to_string(), namespaces.clone());
         tokio::task::spawn_blocking(move || {

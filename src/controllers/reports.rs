@@ -17,8 +17,11 @@
 use crate::admission::evaluation::{self, Inputs, Mode};
 use crate::admission::policies::Snapshot;
 use crate::admission::reports::{self, BACKGROUND_SCAN, ReportApi};
-use crate::cluster::policy_reports::{Written, prune_report, report_resources, write_report};
-use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels};
+use crate::cluster::client::ApiFailure;
+use crate::cluster::policy_reports::{
+    ReportError, Written, prune_report, report_resources, write_report,
+};
+use crate::cluster::update_requests::{BackgroundMetrics, ControllerLabels, FailureLabels};
 use crate::context::{ClusterView, Resolver};
 use crate::controllers::background::objects::{self, BackgroundResolver};
 use crate::controllers::leader::while_leading;
@@ -36,6 +39,29 @@ use tokio::sync::watch;
 const CONTROLLER: ControllerLabels = ControllerLabels {
     controller_name: "reports",
 };
+
+/// Why a scan was cut short (it runs again at the next interval); the
+/// reason labels `gavel_background_failures`.
+#[derive(Debug, thiserror::Error)]
+enum ScanError {
+    /// Listing the resources or the reports failed.
+    #[error(transparent)]
+    Api(#[from] ApiFailure),
+    #[error(transparent)]
+    Report(#[from] ReportError),
+    #[error("evaluation panicked: {0}")]
+    Panicked(String),
+}
+
+impl ScanError {
+    fn metric_label(&self) -> &'static str {
+        match self {
+            ScanError::Api(failure) => failure.metric_label(),
+            ScanError::Report(e) => e.metric_label(),
+            ScanError::Panicked(_) => "panicked",
+        }
+    }
+}
 
 /// Settings of the background scan.
 #[derive(Debug, Clone)]
@@ -71,7 +97,14 @@ pub async fn run(
                     seconds = started.elapsed().as_secs_f64(),
                     "background scan done"
                 ),
-                Err(e) => tracing::warn!(error = e, "background scan cut short; it runs again"),
+                Err(e) => {
+                    let labels = FailureLabels {
+                        controller_name: CONTROLLER.controller_name,
+                        reason: e.metric_label(),
+                    };
+                    metrics.failures.get_or_create(&labels).inc();
+                    tracing::warn!(error = %e, "background scan cut short; it runs again");
+                }
             }
             metrics.reconciles.get_or_create(&CONTROLLER).inc();
             metrics
@@ -235,7 +268,7 @@ async fn existing_reports(
     page_size: u32,
     scanned: &BTreeSet<String>,
     loaded: &BTreeSet<String>,
-) -> Result<HashMap<String, Existing>, String> {
+) -> Result<HashMap<String, Existing>, ApiFailure> {
     let mut out = HashMap::new();
     for resource in report_resources(api) {
         let api: Api<DynamicObject> = Api::all_with(client.clone(), &resource);
@@ -246,7 +279,7 @@ async fn existing_reports(
             let page = api
                 .list(&params)
                 .await
-                .map_err(|e| format!("listing {}: {}", resource.plural, objects::short(&e)))?;
+                .map_err(|e| ApiFailure::new(format!("listing {}", resource.plural), &e))?;
             for report in &page.items {
                 let results: Vec<Value> = report.data["results"]
                     .as_array()
@@ -287,7 +320,7 @@ async fn scan(
     snapshot: &Arc<ArcSwap<Snapshot>>,
     view: &Arc<dyn ClusterView>,
     metrics: &BackgroundMetrics,
-) -> Result<ScanStats, String> {
+) -> Result<ScanStats, ScanError> {
     let snapshot = snapshot.load_full();
     let Scanned {
         policies,
@@ -321,7 +354,7 @@ async fn scan(
             let page = api
                 .list(&params)
                 .await
-                .map_err(|e| format!("listing {}: {}", kind.plural, objects::short(&e)))?;
+                .map_err(|e| ApiFailure::new(format!("listing {}", kind.plural), &e))?;
             let items: Vec<Value> = page
                 .items
                 .into_iter()
@@ -409,12 +442,8 @@ async fn evaluate_page(
     snapshot: &Arc<Snapshot>,
     view: &Arc<dyn ClusterView>,
     items: Vec<Value>,
-) -> Result<Vec<(Value, Vec<Value>)>, String> {
-    let resolver = BackgroundResolver {
-        view: view.clone(),
-        client: client.clone(),
-        runtime: tokio::runtime::Handle::current(),
-    };
+) -> Result<Vec<(Value, Vec<Value>)>, ScanError> {
+    let resolver = objects::background_resolver(view, client);
     let snapshot = snapshot.clone();
     tokio::task::spawn_blocking(move || {
         let now = k8s_openapi::jiff::Timestamp::now().as_second();
@@ -454,7 +483,7 @@ async fn evaluate_page(
             .collect()
     })
     .await
-    .map_err(|e| format!("evaluation panicked: {e}"))
+    .map_err(|e| ScanError::Panicked(e.to_string()))
 }
 
 /// What the scan gives the evaluation: existing resources, evaluated as

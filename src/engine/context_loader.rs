@@ -5,11 +5,54 @@
 
 use super::json_context::JsonContext;
 use super::variables::Substituter;
+use crate::context::ResolveError;
 use crate::context::{ApiCallRequest, Resolver};
 use crate::jmespath::Val;
 use crate::policy::ExprCache;
 use crate::policy::types::{ApiCall, ConfigMapReference, ContextEntry, GlobalReference, Variable};
 use serde_json::{Map, Value};
+
+/// Why a rule's context could not be loaded: the rule errors with this
+/// message, in Kyverno's words.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("failed to load context entry {entry:?}: {cause}")]
+pub struct ContextError {
+    pub entry: String,
+    pub cause: EntryError,
+}
+
+/// What went wrong in one entry.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum EntryError {
+    /// A variable in the entry could not be substituted.
+    #[error("{0}")]
+    Substitution(String),
+    /// The entry's JMESPath failed on its value or answer, and it has no
+    /// default.
+    #[error("failed to apply jmespath {path}: {reason}")]
+    JmesPath { path: String, reason: String },
+    /// A `variable`'s JMESPath failed on the context, and it has no
+    /// default.
+    #[error("failed to apply jmespath {path} to context: {reason}")]
+    JmesPathOnContext { path: String, reason: String },
+    /// A `globalReference`'s JMESPath failed.
+    #[error("{0}")]
+    Query(String),
+    /// A `variable` came out nil, with no default.
+    #[error("unable to add context entry for variable {0} since it evaluated to nil")]
+    Nil(String),
+    /// The lookup failed (a ConfigMap, an API call without a default, a
+    /// global context entry).
+    #[error(transparent)]
+    Lookup(#[from] ResolveError),
+}
+
+/// The rule's message, where a caller words its error as text.
+impl From<ContextError> for String {
+    fn from(e: ContextError) -> String {
+        e.to_string()
+    }
+}
 
 fn query(exprs: &ExprCache, source: &str, root: Val) -> Result<Value, String> {
     exprs
@@ -18,13 +61,13 @@ fn query(exprs: &ExprCache, source: &str, root: Val) -> Result<Value, String> {
         .map_err(|e| e.to_string())
 }
 
-fn substitute(ctx: &JsonContext, exprs: &ExprCache, v: &Value) -> Result<Value, String> {
+fn substitute(ctx: &JsonContext, exprs: &ExprCache, v: &Value) -> Result<Value, EntryError> {
     Substituter { ctx, exprs }
         .value(v)
-        .map_err(|e| e.to_string())
+        .map_err(|e| EntryError::Substitution(e.to_string()))
 }
 
-fn substitute_str(ctx: &JsonContext, exprs: &ExprCache, s: &str) -> Result<String, String> {
+fn substitute_str(ctx: &JsonContext, exprs: &ExprCache, s: &str) -> Result<String, EntryError> {
     match substitute(ctx, exprs, &Value::String(s.to_string()))? {
         Value::String(s) => Ok(s),
         other => Ok(other.to_string()),
@@ -37,10 +80,12 @@ pub fn load(
     ctx: &mut JsonContext,
     exprs: &ExprCache,
     resolver: &dyn Resolver,
-) -> Result<(), String> {
+) -> Result<(), ContextError> {
     for entry in entries {
-        load_entry(entry, ctx, exprs, resolver)
-            .map_err(|e| format!("failed to load context entry {:?}: {e}", entry.name))?;
+        load_entry(entry, ctx, exprs, resolver).map_err(|cause| ContextError {
+            entry: entry.name.clone(),
+            cause,
+        })?;
     }
     Ok(())
 }
@@ -50,7 +95,7 @@ fn load_entry(
     ctx: &mut JsonContext,
     exprs: &ExprCache,
     resolver: &dyn Resolver,
-) -> Result<(), String> {
+) -> Result<(), EntryError> {
     if let Some(var) = &entry.variable {
         return load_variable(&entry.name, var, ctx, exprs);
     }
@@ -74,7 +119,7 @@ fn load_variable(
     var: &Variable,
     ctx: &mut JsonContext,
     exprs: &ExprCache,
-) -> Result<(), String> {
+) -> Result<(), EntryError> {
     let path = var
         .jmes_path
         .as_deref()
@@ -91,7 +136,10 @@ fn load_variable(
             Some(p) => match query(exprs, p, Val::Ref(&value)) {
                 Ok(v) if !v.is_null() => Some(v),
                 Ok(_) => default,
-                Err(e) => Some(default.ok_or(format!("failed to apply jmespath {p}: {e}"))?),
+                Err(reason) => Some(default.ok_or_else(|| EntryError::JmesPath {
+                    path: p.clone(),
+                    reason,
+                })?),
             },
             None => Some(value),
         }
@@ -99,17 +147,15 @@ fn load_variable(
         match query(exprs, p, ctx.root()) {
             Ok(v) if !v.is_null() => Some(v),
             Ok(_) => default,
-            Err(e) => Some(default.ok_or(format!("failed to apply jmespath {p} to context: {e}"))?),
+            Err(reason) => Some(default.ok_or_else(|| EntryError::JmesPathOnContext {
+                path: p.clone(),
+                reason,
+            })?),
         }
     } else {
         default
     };
-    let output = output.ok_or_else(|| {
-        format!(
-            "unable to add context entry for variable {} since it evaluated to nil",
-            entry_name
-        )
-    })?;
+    let output = output.ok_or_else(|| EntryError::Nil(entry_name.to_string()))?;
     ctx.set_path(entry_name, output);
     Ok(())
 }
@@ -122,13 +168,10 @@ fn load_config_map(
     ctx: &mut JsonContext,
     exprs: &ExprCache,
     resolver: &dyn Resolver,
-) -> Result<(), String> {
+) -> Result<(), EntryError> {
     let name = substitute_str(ctx, exprs, &cm.name)?;
     let namespace = substitute_str(ctx, exprs, &cm.namespace)?;
-    if let Some(obj) = resolver
-        .config_map(&namespace, &name)
-        .map_err(|e| e.to_string())?
-    {
+    if let Some(obj) = resolver.config_map(&namespace, &name)? {
         ctx.set_path(entry_name, obj);
     }
     Ok(())
@@ -142,7 +185,7 @@ fn load_api_call(
     ctx: &mut JsonContext,
     exprs: &ExprCache,
     resolver: &dyn Resolver,
-) -> Result<(), String> {
+) -> Result<(), EntryError> {
     let method = call.method.clone().unwrap_or_else(|| "GET".into());
     let body = if call.data.is_empty() {
         None
@@ -190,7 +233,7 @@ fn load_api_call(
                 let value = h.get("value").and_then(Value::as_str).unwrap_or_default();
                 Ok((key.to_string(), substitute_str(ctx, exprs, value)?))
             })
-            .collect::<Result<_, String>>()?,
+            .collect::<Result<_, EntryError>>()?,
     };
     let default = call
         .default
@@ -203,7 +246,7 @@ fn load_api_call(
         Err(e) => {
             return default
                 .map(|d| ctx.set_path(entry_name, d))
-                .ok_or(e.to_string());
+                .ok_or(EntryError::Lookup(e));
         }
     };
     let value = match &call.jmes_path {
@@ -211,9 +254,10 @@ fn load_api_call(
             let p = substitute_str(ctx, exprs, p)?;
             match query(exprs, &p, Val::Ref(&response)) {
                 Ok(v) => v,
-                Err(e) => default
-                    .clone()
-                    .ok_or(format!("failed to apply jmespath {p}: {e}"))?,
+                Err(reason) => default.clone().ok_or(EntryError::JmesPath {
+                    path: p.clone(),
+                    reason,
+                })?,
             }
         }
         None => response,
@@ -229,13 +273,14 @@ fn load_global(
     ctx: &mut JsonContext,
     exprs: &ExprCache,
     resolver: &dyn Resolver,
-) -> Result<(), String> {
+) -> Result<(), EntryError> {
     let name = substitute_str(ctx, exprs, &global.name)?;
-    let Some(data) = resolver.global_context(&name).map_err(|e| e.to_string())? else {
+    let Some(data) = resolver.global_context(&name)? else {
         return Ok(());
     };
     let value = match &global.jmes_path {
-        Some(p) => query(exprs, &substitute_str(ctx, exprs, p)?, Val::Ref(&data))?,
+        Some(p) => query(exprs, &substitute_str(ctx, exprs, p)?, Val::Ref(&data))
+            .map_err(EntryError::Query)?,
         None => std::sync::Arc::unwrap_or_clone(data),
     };
     ctx.set_path(entry_name, value);

@@ -8,7 +8,7 @@ use crate::admission::evaluation::{self, Evaluation, Inputs, Mode};
 use crate::admission::policies::Snapshot;
 use crate::cli::kyverno_test::file::{ApiCallMock, GlobalContextMock, TestDoc};
 use crate::cli::values::PolicyRuleValues;
-use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver};
+use crate::context::{ApiCallRequest, Objects, ResolveError, Resolver, WithObjects};
 use crate::engine::json_context::JsonContext;
 use crate::engine::{PolicyResponse, RuleValues};
 use crate::matching::UserInfo;
@@ -17,12 +17,13 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// Offline context sources: `apiCallResponses` and `globalContextEntries`
-/// mocks; the `cloneSourceResource` files (generate clones) and
-/// `targetResources` (mutate existing) as the cluster's objects.
-struct MockResolver<'a> {
+/// mocks and the Context file's images; the objects (the
+/// `cloneSourceResource` files for generate clones, `targetResources` for
+/// mutate existing) come beside them ([`MockResolver`]).
+struct Mocks<'a> {
     api_calls: &'a [ApiCallMock],
     globals: &'a [GlobalContextMock],
-    objects: &'a [Value],
+    objects: Objects<'a>,
     /// `spec.images` of the test's Context file.
     images: &'a [Value],
     /// The test has `clusterResources`: API calls and ConfigMap lookups
@@ -31,7 +32,10 @@ struct MockResolver<'a> {
     cluster: bool,
 }
 
-impl Resolver for MockResolver<'_> {
+/// A test's lookups: its mocks, with its objects.
+type MockResolver<'a> = WithObjects<Objects<'a>, &'a Mocks<'a>>;
+
+impl Resolver for Mocks<'_> {
     fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
         let target = call
             .url_path
@@ -52,7 +56,7 @@ impl Resolver for MockResolver<'_> {
         }
         // A GET of an API path answered from the test's objects, as
         // Kyverno's CLI answers it from its fake cluster.
-        Ok(api_path_get(Objects(self.objects), target))
+        Ok(api_path_get(self.objects, target))
     }
 
     /// CEL's `http.Get/Post` answered by a mock: `{body, statusCode}`, as
@@ -70,11 +74,7 @@ impl Resolver for MockResolver<'_> {
         if !self.cluster {
             return Ok(None);
         }
-        Ok(Objects(self.objects).get("v1", "ConfigMap", namespace, name))
-    }
-
-    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
-        Objects(self.objects).kind_for_resource(api_version, resource)
+        Ok(self.objects.get("v1", "ConfigMap", namespace, name))
     }
 
     fn image_metadata(&self, image: &str) -> Result<Option<Value>, ResolveError> {
@@ -94,33 +94,6 @@ impl Resolver for MockResolver<'_> {
         mock.get(projection)
             .map(|v| Some(Arc::new(v)))
             .map_err(ResolveError::Failed)
-    }
-
-    fn resource(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: &str,
-        name: &str,
-    ) -> Result<Option<Value>, ResolveError> {
-        Ok(Objects(self.objects).get(api_version, kind, namespace, name))
-    }
-
-    fn resources(
-        &self,
-        api_version: &str,
-        kind: &str,
-        namespace: &str,
-    ) -> Result<Vec<Value>, ResolveError> {
-        Ok(Objects(self.objects).list(api_version, kind, namespace))
-    }
-
-    fn serves_objects(&self) -> bool {
-        true
-    }
-
-    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
-        Objects(self.objects).is_namespaced(api_version, kind)
     }
 }
 
@@ -267,12 +240,16 @@ pub(super) fn evaluate<'l>(
     loaded: &'l Loaded,
     operation: Option<&str>,
 ) -> Vec<Evaluated<'l>> {
-    let resolver = MockResolver {
+    let mocks = Mocks {
         api_calls: &doc.api_calls,
         globals: &doc.global_context,
-        objects: &loaded.objects,
+        objects: Objects(&loaded.objects),
         images: &loaded.images,
         cluster: !doc.cluster_resources.is_empty(),
+    };
+    let resolver = MockResolver {
+        objects: Objects(&loaded.objects),
+        rest: &mocks,
     };
     let mode = Mode::Test {
         default_run: operation.is_none(),

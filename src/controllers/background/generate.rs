@@ -2,7 +2,7 @@
 //! for one trigger, created or kept in line; or, for a trigger gone or no
 //! longer matching, deleted.
 
-use super::{Shared, objects, rule_output};
+use super::{Shared, WorkError, objects, rule_output};
 use crate::admission::policies::Snapshot;
 use crate::engine::generate::generate_policy;
 use crate::policy::{CompiledPolicy, RuleBody};
@@ -29,7 +29,7 @@ pub(super) async fn delete_downstream(
     policy: &CompiledPolicy,
     rule: &str,
     trigger: &Value,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let selector = objects::selector(policy.qualified_name(), Some(rule), Some(trigger));
     for (api_version, kind) in downstream_kinds(policy, rule) {
         objects::delete_selected(
@@ -53,7 +53,7 @@ pub(super) async fn generate(
     rule: &str,
     trigger: &Value,
     spec: &Value,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let policy = &snapshot.policies[index];
     let synchronize = policy.rules.iter().any(|r| {
         r.name == rule

@@ -24,7 +24,7 @@ mod policy_changes;
 pub(super) use downstream::*;
 pub(super) use policy_changes::*;
 
-use super::{Shared, background_request, objects, read_trigger};
+use super::{Shared, WorkError, background_request, objects, read_trigger};
 use crate::admission::update_requests::{CEL_GENERATE, labels};
 use crate::context::ClusterView;
 use crate::engine::RuleStatus;
@@ -36,7 +36,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 /// Works off one `cel-generate` UpdateRequest.
-pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), String> {
+pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), WorkError> {
     let key = spec["policy"].as_str().unwrap_or_default();
     let snapshot = shared.snapshot.load_full();
     let Some(index) = snapshot.generating.iter().position(|p| p.key == key) else {
@@ -56,11 +56,7 @@ pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), Strin
             errors.push(e);
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(errors.join("; "))
-    }
+    WorkError::all(errors)
 }
 
 /// What the policy generates for one trigger, written; with
@@ -71,7 +67,7 @@ async fn generate(
     index: usize,
     context: &Value,
     spec: &Value,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let policy = &snapshot.generating[index];
     let trigger = &context["trigger"];
     let admission = &spec["context"]["admissionRequestInfo"]["admissionRequest"];
@@ -80,11 +76,7 @@ async fn generate(
     };
     let request = background_request(admission, object)?;
     let operation = request.operation.clone();
-    let resolver = super::objects::BackgroundResolver {
-        view: shared.view.clone(),
-        client: shared.client.clone(),
-        runtime: tokio::runtime::Handle::current(),
-    };
+    let resolver = objects::background_resolver(&shared.view, &shared.client);
     let snapshot = snapshot.clone();
     // Evaluation may wait on the API server (resource.Get): a blocking
     // thread.
@@ -118,12 +110,14 @@ async fn generate(
         }
     })
     .await
-    .map_err(|e| format!("evaluation panicked: {e}"))?;
+    .map_err(|e| WorkError::Panicked(e.to_string()))?;
     let synchronize = context["synchronize"] == true;
     let desired = match evaluated {
         Evaluated::Generated(resources) => resources,
         Evaluated::Skipped => return Ok(()),
-        Evaluated::Failed(message) => return Err(format!("policy {}: {message}", policy.key)),
+        Evaluated::Failed(message) => {
+            return Err(WorkError::Evaluation(message).within(format!("policy {}", policy.key)));
+        }
         // Under synchronize, a trigger its constraints still select for
         // this operation no longer meets the conditions: its downstream
         // goes (an operation the policy does not list changes nothing).
@@ -231,7 +225,7 @@ fn prepare(
     owner: &Owner,
     policy: &CompiledGeneratingPolicy,
     view: &dyn ClusterView,
-) -> Result<Value, String> {
+) -> Result<Value, WorkError> {
     let (api_version, kind) = kind_key(&object);
     let source_namespace = object
         .pointer("/metadata/namespace")
@@ -244,14 +238,18 @@ fn prepare(
         .and_then(Value::as_str)
         .map(str::to_string);
     let Some(root) = object.as_object_mut() else {
-        return Err("a generated object is not an object".into());
+        return Err(WorkError::Invalid(
+            "a generated object is not an object".into(),
+        ));
     };
     root.remove("status");
     let meta = root
         .entry("metadata")
         .or_insert_with(|| Value::Object(Map::new()));
     let Some(meta) = meta.as_object_mut() else {
-        return Err(format!("{kind}: metadata is not an object"));
+        return Err(WorkError::Invalid(format!(
+            "{kind}: metadata is not an object"
+        )));
     };
     for field in [
         "uid",
@@ -267,10 +265,10 @@ fn prepare(
         source_namespace.clone()
     } else {
         if policy.scope.namespace.is_some() {
-            return Err(format!(
+            return Err(WorkError::Invalid(format!(
                 "cross-scope generation denied: a policy scoped to namespace {:?} cannot generate cluster-scoped resource {api_version}/{kind}",
                 policy.scope.namespace.as_deref().unwrap_or_default()
-            ));
+            )));
         }
         String::new()
     };
@@ -322,16 +320,18 @@ async fn write(
     desired: &Value,
     owner: &Owner,
     server_side_apply: bool,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let (api_version, kind, namespace, name) = identity(desired);
     let what = format!("downstream {api_version}/{kind} {namespace}/{name}");
     if name.is_empty() || kind.is_empty() || api_version.is_empty() {
-        return Err(format!("{what}: no apiVersion, kind or name"));
+        return Err(WorkError::Invalid(format!(
+            "{what}: no apiVersion, kind or name"
+        )));
     }
     let api = objects::api_for(&shared.client, &api_version, &kind, &namespace);
-    let fail = |e: kube::Error| format!("{what}: {}", objects::short(&e));
-    let object: DynamicObject =
-        serde_json::from_value(desired.clone()).map_err(|e| format!("{what}: {e}"))?;
+    let fail = |e: kube::Error| WorkError::api(&what, &e);
+    let invalid = |e: serde_json::Error| WorkError::Invalid(format!("{what}: {e}"));
+    let object: DynamicObject = serde_json::from_value(desired.clone()).map_err(invalid)?;
     if server_side_apply {
         if let Some(existing) = api.get_opt(&name).await.map_err(fail)?
             && !owner.owns(&serde_json::to_value(&existing).unwrap_or_default())
@@ -358,7 +358,9 @@ async fn write(
         Err(e) => return Err(fail(e)),
     }
     let Some(existing) = api.get_opt(&name).await.map_err(fail)? else {
-        return Err(format!("{what}: deleted while being written; tried again"));
+        return Err(WorkError::TriggerGone(format!(
+            "{what}: deleted while being written; tried again"
+        )));
     };
     let existing = serde_json::to_value(existing).unwrap_or_default();
     if !owner.owns(&existing) {
@@ -373,8 +375,7 @@ async fn write(
     if merged == existing {
         return Ok(());
     }
-    let object: DynamicObject =
-        serde_json::from_value(merged).map_err(|e| format!("{what}: {e}"))?;
+    let object: DynamicObject = serde_json::from_value(merged).map_err(invalid)?;
     // Carries the resourceVersion read: a change meanwhile is a 409 and
     // the request is tried again.
     let written = api

@@ -3,7 +3,7 @@
 //! the patch leaves as it is gets no write, so doing the work twice changes
 //! nothing the second time.
 
-use super::{Shared, objects, rule_output};
+use super::{Shared, WorkError, objects, rule_output};
 use crate::admission::policies::Snapshot;
 use crate::engine::mutate::mutate_policy;
 use serde_json::Value;
@@ -17,7 +17,7 @@ pub(super) async fn mutate_existing(
     rule: &str,
     trigger: &Value,
     spec: &Value,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let targets = rule_output(
         shared,
         snapshot,

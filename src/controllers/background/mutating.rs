@@ -23,10 +23,10 @@
 
 use super::follow::{Followed, Revision};
 use super::objects::{self, BackgroundResolver};
-use super::{Shared, background_request, read_trigger};
+use super::{Shared, WorkError, background_request, read_trigger};
 use crate::admission::policies::Snapshot;
 use crate::admission::update_requests::{CEL_MUTATE, resource_spec};
-use crate::context::Resolver;
+use crate::context::{ClusterView, Resolver};
 use crate::engine::Request;
 use crate::engine::cel::{
     CelRequest, TargetOutcome, expression_targets, mutate_target, object_selected,
@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// Works off one `cel-mutate` UpdateRequest.
-pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), String> {
+pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), WorkError> {
     let key = spec["policy"].as_str().unwrap_or_default();
     let snapshot = shared.snapshot.load_full();
     let Some(index) = snapshot
@@ -73,9 +73,9 @@ pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), Strin
         Some(background_request(admission, object)?)
     };
     if trigger.is_none() && by_expression {
-        return Err(format!(
+        return Err(WorkError::Invalid(format!(
             "policy {key}: an expression names the targets, but the request has no trigger"
-        ));
+        )));
     }
     let listed = match &policy.existing.as_ref().map(|e| &e.targets) {
         Some(TargetSelection::Constraints(constraints)) => {
@@ -83,15 +83,11 @@ pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), Strin
         }
         _ => Vec::new(),
     };
-    let resolver = BackgroundResolver {
-        view: shared.view.clone(),
-        client: shared.client.clone(),
-        runtime: tokio::runtime::Handle::current(),
-    };
+    let resolver = objects::background_resolver(&shared.view, &shared.client);
     let evaluated =
         tokio::task::spawn_blocking(move || evaluate(&snapshot, index, trigger, listed, &resolver))
             .await
-            .map_err(|e| format!("evaluation panicked: {e}"))??;
+            .map_err(|e| WorkError::Panicked(e.to_string()))??;
     let mut errors = Vec::new();
     for (target, outcome) in evaluated {
         let what = || {
@@ -115,14 +111,10 @@ pub(super) async fn work(shared: &Arc<Shared>, spec: &Value) -> Result<(), Strin
                 }
             }
             TargetOutcome::Unchanged | TargetOutcome::NotSelected(_) => {}
-            TargetOutcome::Failed(e) => errors.push(format!("{}: {e}", what())),
+            TargetOutcome::Failed(e) => errors.push(WorkError::Evaluation(e).within(what())),
         }
     }
-    if errors.is_empty() {
-        Ok(())
-    } else {
-        Err(format!("policy {key}: {}", errors.join("; ")))
-    }
+    WorkError::all(errors).map_err(|e| e.within(format!("policy {key}")))
 }
 
 /// The policy on each target (run on a blocking thread: lookups may wait
@@ -134,7 +126,7 @@ fn evaluate(
     trigger: Option<Request>,
     listed: Vec<Value>,
     resolver: &BackgroundResolver,
-) -> Result<Vec<(Value, TargetOutcome)>, String> {
+) -> Result<Vec<(Value, TargetOutcome)>, WorkError> {
     let policy = &snapshot.mutating[index];
     let existing = policy
         .existing
@@ -143,7 +135,7 @@ fn evaluate(
     let input = |mut request: Request| {
         let namespace = request.namespace().to_string();
         if !namespace.is_empty() {
-            request.namespace_labels = resolver.view.namespace_labels(&namespace);
+            request.namespace_labels = resolver.namespace_labels(&namespace);
         }
         let mut input = CelRequest::owned(&request);
         if !namespace.is_empty()
@@ -156,7 +148,7 @@ fn evaluate(
     let trigger = trigger.map(input);
     if let Some(t) = &trigger
         && !trigger_conditions_hold(policy, t, resolver)
-            .map_err(|e| format!("policy {}: {e}", policy.key))?
+            .map_err(|e| WorkError::Evaluation(e).within(format!("policy {}", policy.key)))?
     {
         return Ok(Vec::new());
     }
@@ -164,7 +156,9 @@ fn evaluate(
         .as_ref()
         .and_then(|t| expression_targets(policy, existing, t, resolver))
     {
-        Some(named) => named.map_err(|e| format!("policy {}: {e}", policy.key))?,
+        Some(named) => {
+            named.map_err(|e| WorkError::Evaluation(e).within(format!("policy {}", policy.key)))?
+        }
         None => listed,
     };
     Ok(targets
@@ -199,7 +193,7 @@ async fn list_targets(
     shared: &Arc<Shared>,
     policy: &CompiledMutatingPolicy,
     constraints: &crate::policy::cel_policy::MatchConstraints,
-) -> Result<Vec<Value>, String> {
+) -> Result<Vec<Value>, WorkError> {
     let namespace = policy.scope.namespace.clone().unwrap_or_default();
     let mut out = Vec::new();
     for (api_version, kind) in objects::kinds_named(
@@ -209,7 +203,7 @@ async fn list_targets(
     ) {
         let found = objects::list(&shared.client, &api_version, &kind, &namespace, "")
             .await
-            .map_err(|e| format!("listing {kind} targets: {}", objects::short(&e)))?;
+            .map_err(|e| WorkError::api(format!("listing {kind} targets"), &e))?;
         let resource = plural(&api_version, &kind);
         for mut target in found {
             target["apiVersion"] = Value::String(api_version.clone());
@@ -283,7 +277,7 @@ async fn existing_targets(shared: &Arc<Shared>, policy: &CompiledMutatingPolicy)
         Err(e) => {
             tracing::warn!(
                 policy = policy.key,
-                error = e,
+                error = %e,
                 "listing triggers for mutate existing"
             );
             return;

@@ -4,9 +4,10 @@
 //! succeed without writing), because a deposed leader may still be
 //! finishing the same work.
 
+use super::WorkError;
 use crate::admission::update_requests::labels;
 use crate::cluster::update_requests::BackgroundMetrics;
-use crate::context::{ApiCallRequest, ClusterView, ResolveError, Resolver};
+use crate::context::{ClusterView, ObjectSource, ResolveError, WithObjects};
 use crate::kinds::{Gvk, plural};
 use crate::policy::cel_policy::ResourceRule;
 use kube::Client;
@@ -142,19 +143,19 @@ pub async fn apply(
     desired: &Value,
     synchronize: bool,
     metrics: &BackgroundMetrics,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let (api_version, kind, namespace, name) = identity(desired);
-    let what = format!("{api_version}/{kind} {namespace}/{name}");
+    let what = format!("downstream {api_version}/{kind} {namespace}/{name}");
     if name.is_empty() || kind.is_empty() {
-        return Err(format!("downstream {what}: no kind or name"));
+        return Err(WorkError::Invalid(format!("{what}: no kind or name")));
     }
     let api = api_for(client, api_version, kind, namespace);
-    let fail = |e: kube::Error| format!("downstream {what}: {}", short(&e));
+    let fail = |e: kube::Error| WorkError::api(&what, &e);
+    let invalid = |e: serde_json::Error| WorkError::Invalid(format!("{what}: {e}"));
     // Create first: for a new trigger that is the one call needed. A 409
     // means it exists (made by hand, by an earlier request, or by a
     // deposed leader finishing the same work): then it is compared.
-    let object: DynamicObject =
-        serde_json::from_value(desired.clone()).map_err(|e| format!("downstream {what}: {e}"))?;
+    let object: DynamicObject = serde_json::from_value(desired.clone()).map_err(invalid)?;
     match api.create(&PostParams::default(), &object).await {
         Ok(_) => {
             metrics.count("created");
@@ -167,17 +168,16 @@ pub async fn apply(
         return Ok(());
     }
     let Some(existing) = api.get_opt(name).await.map_err(fail)? else {
-        return Err(format!(
-            "downstream {what}: deleted while being written; tried again"
-        ));
+        return Err(WorkError::TriggerGone(format!(
+            "{what}: deleted while being written; tried again"
+        )));
     };
     let existing = to_value(existing);
     let merged = in_line(&existing, desired);
     if merged == existing {
         return Ok(());
     }
-    let object: DynamicObject =
-        serde_json::from_value(merged).map_err(|e| format!("downstream {what}: {e}"))?;
+    let object: DynamicObject = serde_json::from_value(merged).map_err(invalid)?;
     // The resourceVersion read makes this a compare-and-swap: a 409 means
     // someone changed it meanwhile, and the request is tried again.
     api.replace(name, &PostParams::default(), &object)
@@ -194,15 +194,15 @@ pub async fn replace(
     client: &Client,
     patched: &Value,
     metrics: &BackgroundMetrics,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let (api_version, kind, namespace, name) = identity(patched);
     let what = format!("target {api_version}/{kind} {namespace}/{name}");
-    let object: DynamicObject =
-        serde_json::from_value(patched.clone()).map_err(|e| format!("{what}: {e}"))?;
+    let object: DynamicObject = serde_json::from_value(patched.clone())
+        .map_err(|e| WorkError::Invalid(format!("{what}: {e}")))?;
     api_for(client, api_version, kind, namespace)
         .replace(name, &PostParams::default(), &object)
         .await
-        .map_err(|e| format!("{what}: {}", short(&e)))?;
+        .map_err(|e| WorkError::api(&what, &e))?;
     metrics.count("patched");
     Ok(())
 }
@@ -250,10 +250,10 @@ pub async fn delete_selected(
     kind: &str,
     selector: &str,
     metrics: &BackgroundMetrics,
-) -> Result<usize, String> {
+) -> Result<usize, WorkError> {
     let found = list(client, api_version, kind, "", selector)
         .await
-        .map_err(|e| format!("listing {api_version}/{kind} {selector}: {}", short(&e)))?;
+        .map_err(|e| WorkError::api(format!("listing {api_version}/{kind} {selector}"), &e))?;
     let mut deleted = 0;
     for object in found {
         let text = |p: &str| {
@@ -279,7 +279,12 @@ pub async fn delete_selected(
                 metrics.count("deleted");
             }
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
-            Err(e) => return Err(format!("deleting {kind} {namespace}/{name}: {}", short(&e))),
+            Err(e) => {
+                return Err(WorkError::api(
+                    format!("deleting {kind} {namespace}/{name}"),
+                    &e,
+                ));
+            }
         }
     }
     Ok(deleted)
@@ -320,16 +325,15 @@ pub fn selector(policy: &str, rule: Option<&str>, trigger: Option<&Value>) -> St
     parts.join(",")
 }
 
-/// What the background controller evaluates rules with: the replica's
-/// resolvers, plus the objects a `clone` or `cloneList` copies, read from
-/// the API server (the admission path has no such reads).
-pub struct BackgroundResolver {
-    pub view: Arc<dyn ClusterView>,
-    pub client: Client,
-    pub runtime: tokio::runtime::Handle,
+/// The API server as the source of the objects a `clone` or `cloneList`
+/// copies and CEL's `resource.Get/List` reads (the admission path has no
+/// such reads).
+pub struct ApiObjects {
+    client: Client,
+    runtime: tokio::runtime::Handle,
 }
 
-impl BackgroundResolver {
+impl ApiObjects {
     fn block<T>(&self, f: impl std::future::Future<Output = T>) -> T {
         // Evaluation runs on a blocking thread (spawn_blocking), where
         // waiting on the runtime is allowed.
@@ -337,17 +341,8 @@ impl BackgroundResolver {
     }
 }
 
-impl Resolver for BackgroundResolver {
-    fn config_map(&self, namespace: &str, name: &str) -> Result<Option<Value>, ResolveError> {
-        self.view.config_map(namespace, name)
-    }
-    fn api_call(&self, call: &ApiCallRequest) -> Result<Option<Value>, ResolveError> {
-        self.view.api_call(call)
-    }
-    fn global_context(&self, name: &str) -> Result<Option<Arc<Value>>, ResolveError> {
-        self.view.global_context(name)
-    }
-    fn resource(
+impl ObjectSource for ApiObjects {
+    fn get(
         &self,
         api_version: &str,
         kind: &str,
@@ -355,31 +350,40 @@ impl Resolver for BackgroundResolver {
         name: &str,
     ) -> Result<Option<Value>, ResolveError> {
         self.block(get(&self.client, api_version, kind, namespace, name))
-            .map_err(|e| ResolveError::Failed(e.to_string()))
+            .map_err(resolve_error)
     }
-    fn resources(
+    fn list(
         &self,
         api_version: &str,
         kind: &str,
         namespace: &str,
     ) -> Result<Vec<Value>, ResolveError> {
         self.block(list(&self.client, api_version, kind, namespace, ""))
-            .map_err(|e| ResolveError::Failed(e.to_string()))
-    }
-    fn kind_for_resource(&self, api_version: &str, resource: &str) -> Option<String> {
-        self.view.kind_for_resource(api_version, resource)
-    }
-    fn serves_objects(&self) -> bool {
-        true
-    }
-    fn is_namespaced(&self, api_version: &str, kind: &str) -> bool {
-        self.view.is_namespaced(api_version, kind)
+            .map_err(resolve_error)
     }
 }
 
-impl ClusterView for BackgroundResolver {
-    fn namespace_labels(&self, namespace: &str) -> Option<Map<String, Value>> {
-        self.view.namespace_labels(namespace)
+/// A failed read as the resolver's error, by the API server's status.
+fn resolve_error(e: kube::Error) -> ResolveError {
+    match &e {
+        kube::Error::Api(status) => ResolveError::of_status(status.code, e.to_string()),
+        _ => ResolveError::Failed(e.to_string()),
+    }
+}
+
+/// What the background controllers evaluate rules with: the replica's
+/// resolvers, with the API server's objects.
+pub type BackgroundResolver = WithObjects<ApiObjects, Arc<dyn ClusterView>>;
+
+/// The background resolver over `view`, reading objects with `client`;
+/// called on the runtime its reads will wait on.
+pub fn background_resolver(view: &Arc<dyn ClusterView>, client: &Client) -> BackgroundResolver {
+    WithObjects {
+        objects: ApiObjects {
+            client: client.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        },
+        rest: view.clone(),
     }
 }
 

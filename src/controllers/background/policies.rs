@@ -129,7 +129,7 @@ impl Followed for ClassicRules {
                 Err(e) => tracing::warn!(
                     policy = key,
                     rule,
-                    error = e,
+                    error = %e,
                     "deleting the downstream of a deleted rule"
                 ),
             }

@@ -131,7 +131,7 @@ mod tests {
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "limits", "namespace": "a"}}),
             json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "limits", "namespace": "b"}, "data": {"x": "b"}}),
         ];
-        let source = Objects(&objects);
+        let source = Objects(&objects).resolver();
         let cm = kind("v1", "ConfigMap");
         let collect_for = |ns: &str, r: &ParamRef| {
             let object = pod_in(ns);
@@ -176,7 +176,7 @@ mod tests {
             json!({"apiVersion": "x.io/v1", "kind": "Limit", "metadata": {"name": "two", "labels": {"tier": "dev"}}}),
             json!({"apiVersion": "x.io/v1", "kind": "Limit", "metadata": {"name": "three", "labels": {"tier": "prod"}}}),
         ];
-        let source = Objects(&objects);
+        let source = Objects(&objects).resolver();
         let limit = kind("x.io/v1", "Limit");
         let object = pod_in("a");
         let req = Request::offline(&object, "CREATE", Default::default(), None);

@@ -243,7 +243,7 @@ impl<'p> RuleValidator<'_, 'p> {
         ctx: &mut JsonContext,
     ) -> Option<RuleResponse<'p>> {
         if let Err(e) = context_loader::load(&fe.context, ctx, self.exprs, self.resolver) {
-            return Some(self.respond(RuleStatus::Error, e));
+            return Some(self.respond(RuleStatus::Error, e.to_string()));
         }
         if let Some(pre) = &fe.preconditions {
             match eval_conditions(pre, ctx, self.exprs) {

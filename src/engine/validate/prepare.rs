@@ -98,7 +98,7 @@ pub(in crate::engine) fn load_rule_context<'p>(
         }
     }
     if let Err(e) = context_loader::load(&rule.context, ctx, exprs, env.resolver) {
-        return Some(RuleResponse::new(name, RuleStatus::Error, e));
+        return Some(RuleResponse::new(name, RuleStatus::Error, e.to_string()));
     }
     None
 }

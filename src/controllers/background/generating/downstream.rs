@@ -118,7 +118,7 @@ pub(super) async fn delete_downstream(
     policy: &CompiledGeneratingPolicy,
     trigger: &Value,
     kept: &BTreeSet<(String, String, String, String)>,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let uid = trigger["uid"].as_str().unwrap_or_default();
     if uid.is_empty() {
         return Ok(());
@@ -134,12 +134,12 @@ pub(super) async fn delete_selected(
     policy: &CompiledGeneratingPolicy,
     selector: &str,
     kept: &BTreeSet<(String, String, String, String)>,
-) -> Result<(), String> {
+) -> Result<(), WorkError> {
     let namespace = policy.scope.namespace.clone().unwrap_or_default();
     for (api_version, kind) in shared.downstream.kinds_of(&policy.scope.name) {
         let found = objects::list(&shared.client, &api_version, &kind, &namespace, selector)
             .await
-            .map_err(|e| format!("listing {kind} {selector}: {}", objects::short(&e)))?;
+            .map_err(|e| WorkError::api(format!("listing {kind} {selector}"), &e))?;
         for object in found {
             let mut id = identity(&object);
             (id.0, id.1) = (api_version.clone(), kind.clone());
@@ -154,7 +154,7 @@ pub(super) async fn delete_selected(
             let api = objects::api_for(&shared.client, &api_version, &kind, &id.2);
             let deleted = crate::cluster::discovery::delete_once(&api, &id.3, uid, None)
                 .await
-                .map_err(|e| format!("deleting {kind} {}/{}: {e}", id.2, id.3))?;
+                .map_err(|e| WorkError::api(format!("deleting {kind} {}/{}", id.2, id.3), &e))?;
             if deleted {
                 shared.metrics.count("deleted");
             }

@@ -98,7 +98,7 @@ impl Followed for GeneratingPolicies {
             ),
             Err(e) => tracing::warn!(
                 policy = key,
-                error = e,
+                error = %e,
                 "deleting the downstream of a deleted GeneratingPolicy"
             ),
         }
