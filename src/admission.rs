@@ -13,9 +13,11 @@
 //! it returns.
 
 pub mod evaluation;
+pub mod events;
 pub mod json_text;
 pub mod pipeline;
 pub mod policies;
+pub mod policy_checks;
 pub mod policy_validation;
 pub mod reports;
 pub mod review;

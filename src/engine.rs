@@ -394,6 +394,11 @@ impl Request {
         self.metadata_str("name")
     }
 
+    /// The object's uid (none before it is created).
+    pub fn uid(&self) -> &str {
+        self.metadata_str("uid")
+    }
+
     pub fn match_input(&self) -> MatchInput<'_> {
         // The metadata is found once for its five fields.
         let metadata = self.resource().json().get("metadata");

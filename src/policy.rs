@@ -6,6 +6,7 @@ pub mod cel_policy;
 pub mod cleanup;
 pub mod compile;
 pub mod conditions;
+pub mod deferred_context;
 pub mod load;
 pub mod manifests;
 pub mod mutation;

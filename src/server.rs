@@ -42,6 +42,9 @@ pub struct State {
     /// Where admitted reviews' results go for PolicyReports (the cluster's
     /// report writer); None: not computed.
     pub admission_reports: Option<Arc<dyn crate::admission::reports::AdmissionReportSink>>,
+    /// Where reviews' Events go (the cluster's event writer; nothing
+    /// standalone).
+    pub events: crate::cluster::events::Events,
 }
 
 /// Largest AdmissionReview body accepted (the API server's own limit is 3 MiB).
@@ -166,6 +169,9 @@ async fn review_request(
     drop(snapshot);
     match admitted {
         Ok(mut outcome) => {
+            for event in std::mem::take(&mut outcome.events) {
+                state.events.admission(event);
+            }
             if !outcome.update_requests.is_empty() {
                 // The generate work is in the API server before the answer
                 // is (Kyverno writes it after answering, and loses it when

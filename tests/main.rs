@@ -38,6 +38,7 @@ mod image;
 mod kubectl_plugin;
 mod kwok;
 mod kyverno_cli_corpus;
+mod kyverno_live;
 mod limits;
 mod peers;
 mod plan;

@@ -48,6 +48,8 @@ pub struct Outcome {
     /// The validation results of an admitted CREATE or UPDATE for its
     /// resource's PolicyReport, when asked for (see [`admit_reporting`]).
     pub report: Option<AdmissionResults>,
+    /// Kyverno's admission Events of the review (validating routes).
+    pub events: Vec<super::events::AdmissionEvent>,
 }
 
 /// The report results of the policies evaluated for an admitted object
@@ -184,6 +186,7 @@ pub fn admit_reporting(
     let mut background = &[][..];
     let mut generating = &[][..];
     let mut admission_results = None;
+    let mut events = Vec::new();
     let verdict = match webhook {
         Webhook::Validate(failure_policy) => {
             let cells =
@@ -208,6 +211,14 @@ pub fn admit_reporting(
             background = snapshot.background_indexes(failure_policy);
             generating = snapshot.generating_on(failure_policy);
             let verdict = verdict::decide(&policies, &responses, &cel, &images, req);
+            // kyverno-compat: dry runs get their events too.
+            events = super::events::for_validation(
+                req,
+                policies.iter().map(|(p, _)| *p),
+                &responses,
+                &cel,
+                !verdict.allowed,
+            );
             if report
                 && verdict.allowed
                 && matches!(req.operation.as_str(), "CREATE" | "UPDATE")
@@ -265,6 +276,7 @@ pub fn admit_reporting(
     Ok(Outcome {
         update_requests,
         report: admission_results,
+        events,
         body: verdict::encode(&review.uid, &verdict),
         kind: req.object_kind.kind.clone(),
         namespace: namespace.to_string(),

@@ -1,8 +1,9 @@
 //! What Kyverno checks when a policy or a TTL label is written, as
 //! admission webhooks of their own:
 //! - `/policyvalidate` (Kyverno's policy validating webhook, and its
-//!   cleanup controller's for cleanup policies): a policy object of any
-//!   kind gavel loads is compiled as the server would; one that does not
+//!   cleanup controller's for cleanup policies): a policy Kyverno refuses
+//!   is refused with Kyverno's words ([`super::policy_checks`]); then a
+//!   policy object of any kind gavel loads is compiled as the server would; one that does not
 //!   compile is denied with the reason, so `kubectl apply` says what is
 //!   wrong instead of a policy that never takes effect. A policy that uses
 //!   what gavel does not serve (`unsupported: ...`, or a field gavel
@@ -43,6 +44,10 @@ pub fn policy_verdict(req: &Request) -> Verdict {
         .pointer("/metadata/name")
         .and_then(Value::as_str)
         .unwrap_or_default();
+    // Kyverno's own refusals come first, in its words and with no prefix.
+    if let Some(message) = super::policy_checks::refusal(object) {
+        return denied(&message);
+    }
     let checked = if CLEANUP_KINDS.contains(&kind) {
         CompiledCleanupPolicy::compile(object).map(|_| ())
     } else {
@@ -64,14 +69,16 @@ pub fn policy_verdict(req: &Request) -> Verdict {
                 "gavel does not serve {kind} {name}: {reason}"
             )])
         }
-        Err(reason) => Verdict {
-            allowed: false,
-            message: Some(super::json_text::JsonText::escape(&format!(
-                "{kind} {name} is invalid: {reason}"
-            ))),
-            warnings: Vec::new(),
-            patch: None,
-        },
+        Err(reason) => denied(&format!("{kind} {name} is invalid: {reason}")),
+    }
+}
+
+fn denied(message: &str) -> Verdict {
+    Verdict {
+        allowed: false,
+        message: Some(super::json_text::JsonText::escape(message)),
+        warnings: Vec::new(),
+        patch: None,
     }
 }
 

@@ -150,6 +150,9 @@ async fn run(opts: ServeOptions) -> Result<()> {
             |c| c.update_requests.clone(),
         ),
         admission_reports: cluster.as_ref().and_then(|c| c.admission_reports.clone()),
+        events: cluster
+            .as_ref()
+            .map_or_else(Events::none, |c| c.events.clone()),
     });
     let mut certificate = ServingCertificate::load(&opts)?;
     let synced = cluster.as_ref().map(|c| c.synced.clone());
@@ -526,14 +529,17 @@ impl Duties<'_> {
             self.cleanup.clone(),
             events,
         ));
+        let w = &options.webhook;
         tokio::spawn(policy_status::run(
-            client.clone(),
-            cel_kinds,
+            policy_status::StatusDuty {
+                client: client.clone(),
+                cel_kinds,
+                webhooks: (w.validating_name.clone(), w.mutating_name.clone()),
+            },
             statuses,
             self.elect(client, "gavel-policy-status"),
             Duration::from_secs(60),
         ));
-        let w = &options.webhook;
         let webhook = webhooks::WebhookOptions {
             validating_name: w.validating_name.clone(),
             mutating_name: w.mutating_name.clone(),

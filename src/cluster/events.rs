@@ -1,5 +1,7 @@
 //! Kubernetes Events (events.k8s.io/v1) as Kyverno's event generator
-//! writes them for its background controllers: `PolicyError` (Warning) on
+//! writes them: `PolicyViolation` (Warning) for the webhook's failed rules
+//! ([`crate::admission::events`], reporting controller
+//! `kyverno-admission`); for its background controllers `PolicyError` (Warning) on
 //! the policy when generation, mutation of existing resources or a
 //! cleanup fails, with the resource concerned as `related`; `PolicyApplied`
 //! (Normal) on success, only when `PolicyApplied` is not in
@@ -23,6 +25,8 @@ use tokio::sync::mpsc;
 /// Which controller an event comes from (its reporting controller).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Source {
+    /// The webhook's validation: `PolicyViolation`.
+    Admission,
     Generate,
     MutateExisting,
     Cleanup,
@@ -31,6 +35,7 @@ pub enum Source {
 impl Source {
     fn controller(self) -> &'static str {
         match self {
+            Source::Admission => "kyverno-admission",
             Source::Generate => "kyverno-generate",
             Source::MutateExisting => "kyverno-mutate",
             Source::Cleanup => "kyverno-cleanup",
@@ -136,6 +141,24 @@ impl Events {
             policy,
             related,
             note,
+        );
+    }
+
+    /// An event of an admission review (the webhook's, by Kyverno's
+    /// admission controller's name).
+    pub fn admission(&self, event: crate::admission::events::AdmissionEvent) {
+        let to_reference = |o: crate::admission::events::EventObject| ObjectReference {
+            uid: (!o.uid.is_empty()).then_some(o.uid),
+            ..reference(&o.api_version, &o.kind, &o.namespace, &o.name)
+        };
+        self.send(
+            Source::Admission,
+            event.reason,
+            EventType::Warning,
+            event.action,
+            to_reference(event.regarding),
+            event.related.map(to_reference),
+            event.note,
         );
     }
 

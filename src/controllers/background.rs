@@ -225,6 +225,19 @@ async fn process(shared: &Arc<Shared>, name: &str) {
         return;
     };
     let result = work(shared, &ur).await;
+    if let Err(WorkError::NotLoadedYet(policy)) = &result {
+        // Written for a policy the API server holds and this replica's
+        // snapshot does not yet: the work waits for it, counting no try.
+        tracing::debug!(ur = name, policy, "waiting for the policy to load");
+        shared.metrics.requeues.get_or_create(&CONTROLLER).inc();
+        let shared = shared.clone();
+        let name = name.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            shared.enqueue(name);
+        });
+        return;
+    }
     record_event(shared, &ur, &result);
     if let Err(e) = &result {
         let labels = FailureLabels {
@@ -284,20 +297,7 @@ fn record_event(shared: &Arc<Shared>, ur: &DynamicObject, result: &Result<(), Wo
     let spec = &ur.data["spec"];
     let key = spec["policy"].as_str().unwrap_or_default();
     let (namespace, name) = key.split_once('/').unwrap_or(("", key));
-    let (api_version, kind) = match spec["requestType"].as_str() {
-        Some(update_requests::CEL_GENERATE) if namespace.is_empty() => {
-            ("policies.kyverno.io/v1", "GeneratingPolicy")
-        }
-        Some(update_requests::CEL_GENERATE) => {
-            ("policies.kyverno.io/v1", "NamespacedGeneratingPolicy")
-        }
-        Some(update_requests::CEL_MUTATE) if namespace.is_empty() => {
-            ("policies.kyverno.io/v1", "MutatingPolicy")
-        }
-        Some(update_requests::CEL_MUTATE) => ("policies.kyverno.io/v1", "NamespacedMutatingPolicy"),
-        _ if namespace.is_empty() => ("kyverno.io/v1", "ClusterPolicy"),
-        _ => ("kyverno.io/v1", "Policy"),
-    };
+    let (api_version, kind) = policy_kind(spec);
     let policy = events::reference(api_version, kind, namespace, name);
     let trigger = &spec["resource"];
     let text = |k: &str| trigger[k].as_str().unwrap_or_default();
@@ -340,6 +340,55 @@ fn record_event(shared: &Arc<Shared>, ur: &DynamicObject, result: &Result<(), Wo
     }
 }
 
+/// The apiVersion and kind of the policy a request is for.
+fn policy_kind(spec: &Value) -> (&'static str, &'static str) {
+    let cluster = !spec["policy"].as_str().unwrap_or_default().contains('/');
+    match spec["requestType"].as_str() {
+        Some(update_requests::CEL_GENERATE) if cluster => {
+            ("policies.kyverno.io/v1", "GeneratingPolicy")
+        }
+        Some(update_requests::CEL_GENERATE) => {
+            ("policies.kyverno.io/v1", "NamespacedGeneratingPolicy")
+        }
+        Some(update_requests::CEL_MUTATE) if cluster => {
+            ("policies.kyverno.io/v1", "MutatingPolicy")
+        }
+        Some(update_requests::CEL_MUTATE) => ("policies.kyverno.io/v1", "NamespacedMutatingPolicy"),
+        _ if cluster => ("kyverno.io/v1", "ClusterPolicy"),
+        _ => ("kyverno.io/v1", "Policy"),
+    }
+}
+
+/// Whether the API server holds the policy of a request this replica's
+/// snapshot lacks: then the snapshot is behind (a policy just written),
+/// else the policy was deleted since.
+async fn policy_stored(shared: &Arc<Shared>, spec: &Value) -> Result<bool, WorkError> {
+    let key = spec["policy"].as_str().unwrap_or_default();
+    let (namespace, name) = key.split_once('/').unwrap_or(("", key));
+    let (api_version, kind) = policy_kind(spec);
+    objects::get(&shared.client, api_version, kind, namespace, name)
+        .await
+        .map(|found| found.is_some())
+        .map_err(|e| WorkError::api(format!("reading policy {key}"), &e))
+}
+
+/// Whether a request for a policy missing from this replica's snapshot
+/// waits for it: the API server holds the policy (so the snapshot is
+/// behind) and the request is not older than any sync takes. A policy
+/// gavel rejects would keep it waiting for ever; past that age its
+/// failures count as tries.
+async fn waiting(
+    ur: &DynamicObject,
+    shared: &Arc<Shared>,
+    spec: &Value,
+) -> Result<bool, WorkError> {
+    let recent = ur.metadata.creation_timestamp.as_ref().is_none_or(|t| {
+        let age = k8s_openapi::jiff::Timestamp::now().duration_since(t.0);
+        age < k8s_openapi::jiff::SignedDuration::from_secs(600)
+    });
+    Ok(recent && policy_stored(shared, spec).await?)
+}
+
 fn retry_later(shared: &Arc<Shared>, name: String, tries: u64) {
     let wait = Duration::from_millis(500 * (1 << tries.min(6)));
     let shared = shared.clone();
@@ -354,14 +403,17 @@ async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), WorkError>
     let spec = &ur.data["spec"];
     let key = spec["policy"].as_str().unwrap_or_default().to_string();
     let snapshot = shared.snapshot.load_full();
+    // A request written for a policy this replica has not loaded yet (by
+    // a replica that already serves it, or just after the policy was
+    // written) waits for it.
     if spec["requestType"] == update_requests::CEL_GENERATE {
-        if young(ur) && !snapshot.generating.iter().any(|p| p.key == key) {
+        if !snapshot.generating.iter().any(|p| p.key == key) && waiting(ur, shared, spec).await? {
             return Err(WorkError::NotLoadedYet(key));
         }
         return generating::work(shared, spec).await;
     }
     if spec["requestType"] == update_requests::CEL_MUTATE {
-        if young(ur) && !snapshot.mutating.iter().any(|p| p.key == key) {
+        if !snapshot.mutating.iter().any(|p| p.key == key) && waiting(ur, shared, spec).await? {
             return Err(WorkError::NotLoadedYet(key));
         }
         return mutating::work(shared, spec).await;
@@ -370,9 +422,7 @@ async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), WorkError>
         .policies
         .iter()
         .position(|p| p.qualified_name() == key);
-    if index.is_none() && young(ur) {
-        // Written by a replica that already serves a policy this one has
-        // not loaded yet: tried again shortly, not dropped.
+    if index.is_none() && waiting(ur, shared, spec).await? {
         return Err(WorkError::NotLoadedYet(key));
     }
     // A policy deleted since: generate leaves what it made to the policy
@@ -410,14 +460,6 @@ async fn work(shared: &Arc<Shared>, ur: &DynamicObject) -> Result<(), WorkError>
         }
     }
     WorkError::all(errors)
-}
-
-/// Whether an UpdateRequest was written in the last minute.
-fn young(ur: &DynamicObject) -> bool {
-    ur.metadata.creation_timestamp.as_ref().is_none_or(|t| {
-        let age = k8s_openapi::jiff::Timestamp::now().duration_since(t.0);
-        age < k8s_openapi::jiff::SignedDuration::from_secs(60)
-    })
 }
 
 /// The trigger of a request, read back from the API server; for a DELETE,

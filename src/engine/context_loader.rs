@@ -81,13 +81,36 @@ pub fn load(
     exprs: &ExprCache,
     resolver: &dyn Resolver,
 ) -> Result<(), ContextError> {
-    for entry in entries {
-        load_entry(entry, ctx, exprs, resolver).map_err(|cause| ContextError {
-            entry: entry.name.clone(),
-            cause,
-        })?;
-    }
-    Ok(())
+    entries
+        .iter()
+        .try_for_each(|entry| load_one(entry, ctx, exprs, resolver))
+}
+
+/// Loads the entries of `entries` that `order` lists, in its order: the
+/// entries one step of a rule reaches
+/// ([`crate::policy::deferred_context`]).
+pub fn load_deferred(
+    entries: &[ContextEntry],
+    order: &[usize],
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    resolver: &dyn Resolver,
+) -> Result<(), ContextError> {
+    order
+        .iter()
+        .try_for_each(|&i| load_one(&entries[i], ctx, exprs, resolver))
+}
+
+fn load_one(
+    entry: &ContextEntry,
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    resolver: &dyn Resolver,
+) -> Result<(), ContextError> {
+    load_entry(entry, ctx, exprs, resolver).map_err(|cause| ContextError {
+        entry: entry.name.clone(),
+        cause,
+    })
 }
 
 fn load_entry(

@@ -19,7 +19,7 @@ pub(super) use prepare::before_body;
 pub(in crate::engine) use prepare::decide_by_operation;
 pub use prepare::eval_conditions;
 pub(in crate::engine) use prepare::{applicable_exceptions, prepare_rule};
-use prepare::{check_preconditions, load_rule_context, sets_context};
+use prepare::{check_preconditions, load_rule_context, load_step, sets_context};
 // Worded where the rule is compiled; the denial heads write the same text.
 pub use crate::policy::compile::{FAILED_AT_PATH, push_failure_start};
 pub use verify_images::{FoundImage, extract_images, verify_policy, verify_policy_with};
@@ -222,13 +222,19 @@ fn evaluate_rule<'p>(
         if let Some(stop) = load_rule_context(rule, scope, exprs, env) {
             return Some(stop);
         }
+        if let Some(stop) = check_preconditions(rule, scope, exprs) {
+            return Some(stop);
+        }
+        if let Some(stop) = load_step(rule, &rule.deferred.before_body, scope, exprs, env) {
+            return Some(stop);
+        }
         &*scope
     } else {
+        if let Some(stop) = check_preconditions(rule, ctx, exprs) {
+            return Some(stop);
+        }
         ctx
     };
-    if let Some(stop) = check_preconditions(rule, ctx, exprs) {
-        return Some(stop);
-    }
     let mut rv = RuleValidator {
         rule: name,
         pass: &rule.pass_message,
@@ -245,6 +251,8 @@ fn evaluate_rule<'p>(
         resolver: env.resolver,
         cel_preconditions: &rule.cel_preconditions,
         cel_root,
+        context: &rule.context,
+        message_entries: &rule.deferred.before_message,
     };
     let resp = rv.check(&v.check, req, ctx, None)?;
     Some(resp)
@@ -296,6 +304,10 @@ struct RuleValidator<'a, 'p> {
     /// The root of the request's CEL variables, when the caller made it
     /// ([`evaluate_policy_observed`]).
     cel_root: Option<&'a Activation<'a>>,
+    /// The rule's context entries, and those only its message reads:
+    /// loaded when a failure is worded, as Kyverno loads them.
+    context: &'p [crate::policy::types::ContextEntry],
+    message_entries: &'p [usize],
 }
 
 impl<'p> RuleValidator<'_, 'p> {
@@ -310,6 +322,21 @@ impl<'p> RuleValidator<'_, 'p> {
         if !self.v.message_has_variables {
             return Ok(Some(Cow::Borrowed(m)));
         }
+        let mut scope;
+        let ctx = if self.message_entries.is_empty() {
+            ctx
+        } else {
+            scope = ctx.child();
+            crate::engine::context_loader::load_deferred(
+                self.context,
+                self.message_entries,
+                &mut scope,
+                self.exprs,
+                self.resolver,
+            )
+            .map_err(|e| format!("failed to substitute variables in message: {e}"))?;
+            &scope
+        };
         let sub = Substituter {
             ctx,
             exprs: self.exprs,

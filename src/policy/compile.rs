@@ -23,6 +23,7 @@ use super::ReportMeta;
 use super::autogen;
 use super::cel_policy::{CompiledNamed, NamedExpression, compile_named};
 use super::conditions::Conditions;
+use super::deferred_context::DeferredContext;
 use super::mutation::{GenerateRule, MutateRule};
 use super::types::{ContextEntry, PolicyDoc, Rule};
 use crate::matching::{CompiledMatch, MatchInput};
@@ -93,6 +94,9 @@ pub struct CompiledRule {
     pub match_resources: CompiledMatch,
     pub exclude: Option<CompiledMatch>,
     pub context: Vec<ContextEntry>,
+    /// Which of `context` each step of the rule loads: Kyverno defers
+    /// every entry to its first use.
+    pub deferred: DeferredContext,
     /// Preconditions, or the reason they could not be parsed (a rule error).
     pub preconditions: Result<Option<Conditions>, String>,
     /// `celPreconditions`: all must hold for a `validate.cel` rule to apply.
@@ -463,6 +467,7 @@ fn compile_rule(
         match_resources,
         exclude,
         context: rule.context.clone(),
+        deferred: DeferredContext::of(rule),
         preconditions,
         cel_preconditions,
         body,

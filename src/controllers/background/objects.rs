@@ -120,7 +120,9 @@ pub async fn get(
 }
 
 /// Objects of a kind (in every namespace when `namespace` is empty) with
-/// the given labels.
+/// the given labels, each with its apiVersion and kind: the API server
+/// leaves them out of a list's items, and a target written back without
+/// them names no resource.
 pub async fn list(
     client: &Client,
     api_version: &str,
@@ -131,7 +133,26 @@ pub async fn list(
     let list = api_for(client, api_version, kind, namespace)
         .list(&ListParams::default().labels(selector))
         .await?;
-    Ok(list.items.into_iter().map(to_value).collect())
+    Ok(list
+        .items
+        .into_iter()
+        .map(|item| with_type(to_value(item), api_version, kind))
+        .collect())
+}
+
+/// `object` with `apiVersion` and `kind` set where it has none.
+fn with_type(mut object: Value, api_version: &str, kind: &str) -> Value {
+    if let Value::Object(m) = &mut object {
+        for (field, value) in [("apiVersion", api_version), ("kind", kind)] {
+            if m.get(field)
+                .and_then(Value::as_str)
+                .is_none_or(str::is_empty)
+            {
+                m.insert(field.to_string(), Value::String(value.to_string()));
+            }
+        }
+    }
+    object
 }
 
 /// Creates `desired`, or with `synchronize` brings an existing object in

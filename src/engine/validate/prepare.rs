@@ -73,7 +73,13 @@ pub(in crate::engine) fn prepare_rule<'p>(
     if let Some(stop) = load_rule_context(rule, ctx, exprs, env) {
         return Some(stop);
     }
-    check_preconditions(rule, ctx, exprs)
+    if let Some(stop) = check_preconditions(rule, ctx, exprs) {
+        return Some(stop);
+    }
+    // These rules' messages are part of their bodies.
+    let d = &rule.deferred;
+    load_step(rule, &d.before_body, ctx, exprs, env)
+        .or_else(|| load_step(rule, &d.before_message, ctx, exprs, env))
 }
 
 /// Whether [`load_rule_context`] sets anything: the rule has context
@@ -84,23 +90,37 @@ pub(in crate::engine) fn sets_context(rule: &CompiledRule, env: &EvalEnv) -> boo
 }
 
 /// The first steps of [`prepare_rule`]: the injected rule values and the
-/// context entries, set in the rule's scope `ctx`.
+/// context entries the preconditions read, set in the rule's scope `ctx`.
 pub(in crate::engine) fn load_rule_context<'p>(
     rule: &'p CompiledRule,
     ctx: &mut JsonContext,
     exprs: &ExprCache,
     env: &EvalEnv,
 ) -> Option<RuleResponse<'p>> {
-    let name = rule.name.as_str();
-    if let Some(values) = env.rule_values.for_rule(name) {
+    if let Some(values) = env.rule_values.for_rule(&rule.name) {
         for (k, val) in values {
             ctx.set_path(k, val.clone());
         }
     }
-    if let Err(e) = context_loader::load(&rule.context, ctx, exprs, env.resolver) {
-        return Some(RuleResponse::new(name, RuleStatus::Error, e.to_string()));
+    load_step(rule, &rule.deferred.before_preconditions, ctx, exprs, env)
+}
+
+/// Loads the context entries of `rule` that one step reaches
+/// ([`crate::policy::deferred_context`]); `Some` is the rule's error when
+/// one fails.
+pub(in crate::engine) fn load_step<'p>(
+    rule: &'p CompiledRule,
+    order: &[usize],
+    ctx: &mut JsonContext,
+    exprs: &ExprCache,
+    env: &EvalEnv,
+) -> Option<RuleResponse<'p>> {
+    if order.is_empty() {
+        return None;
     }
-    None
+    context_loader::load_deferred(&rule.context, order, ctx, exprs, env.resolver)
+        .err()
+        .map(|e| RuleResponse::new(&rule.name, RuleStatus::Error, e.to_string()))
 }
 
 /// The last step of [`prepare_rule`]: the rule's preconditions.
