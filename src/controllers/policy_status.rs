@@ -385,34 +385,42 @@ async fn classic_covered(
                 })
             })
         };
-        let covered = kinds.iter().all(|selector| {
-            // `Kind`, `Version/Kind`, `Group/Version/Kind`, with an
-            // optional subresource (`Pod/exec`, `Pod.status`).
-            let selector = selector.split('.').next().unwrap_or(selector);
-            let parts: Vec<&str> = selector.split('/').collect();
-            let kind = parts
-                .iter()
-                .rev()
-                .find(|p| p.starts_with(|c: char| c.is_ascii_uppercase()) || **p == "*")
-                .copied()
-                .unwrap_or(selector);
-            if kind == "*" {
-                return !registered.is_empty();
-            }
-            let plural = crate::kinds::builtin_kinds()
-                .iter()
-                .find(|k| k.kind == kind)
-                .map_or_else(
-                    || crate::kinds::guess_plural(kind),
-                    |k| k.plural.to_string(),
-                );
-            registered.iter().any(|r| names(r, &plural))
-        });
+        let covered = kinds
+            .iter()
+            .all(|selector| match selector_resource(selector) {
+                None => !registered.is_empty(),
+                Some(plural) => registered.iter().any(|r| names(r, &plural)),
+            });
         if !covered {
             return false;
         }
     }
     true
+}
+
+/// The resource a kind selector (`Kind`, `Version/Kind`,
+/// `Group/Version/Kind`, with an optional subresource: `Pod/exec`,
+/// `Pod.status`) names: the API server's plural for a built-in kind, the
+/// guessed plural for another; None for `*`.
+fn selector_resource(selector: &str) -> Option<String> {
+    let kind = selector
+        .split('/')
+        .rev()
+        .find(|p| p.starts_with(|c: char| c.is_ascii_uppercase()) || *p == "*")
+        .unwrap_or(selector);
+    let kind = kind.split('.').next().unwrap_or(kind);
+    if kind == "*" {
+        return None;
+    }
+    Some(
+        crate::kinds::builtin_kinds()
+            .iter()
+            .find(|k| k.kind == kind)
+            .map_or_else(
+                || crate::kinds::guess_plural(kind),
+                |k| k.plural.to_string(),
+            ),
+    )
 }
 
 /// The rules of every webhook of gavel's configuration `name`; None when
@@ -567,11 +575,16 @@ pub async fn run(
     mut leading: watch::Receiver<bool>,
     resync: Duration,
 ) {
+    // Until when a policy waiting for the webhook is looked at often: a
+    // minute after a policy changed or the lead was taken.
+    let mut fast_window: Option<std::time::Instant> = None;
     loop {
         if leading.wait_for(|l| *l).await.is_err() {
             return;
         }
         let current = statuses.borrow_and_update().clone();
+        let now = std::time::Instant::now();
+        let fast_until = *fast_window.get_or_insert(now + Duration::from_secs(60));
         let mut waiting = false;
         for (key, status) in current.iter() {
             match reconcile_one(&duty, key, status).await {
@@ -582,16 +595,17 @@ pub async fn run(
             }
         }
         // A policy waiting for the webhook is looked at again within
-        // seconds: tools wait on its status.
-        let next = if waiting {
+        // seconds (tools wait on its status); one the webhook never covers
+        // waits for the resync.
+        let next = if waiting && std::time::Instant::now() < fast_until {
             resync.min(Duration::from_secs(2))
         } else {
             resync
         };
         tokio::select! {
-            _ = statuses.changed() => {}
+            _ = statuses.changed() => fast_window = None,
             _ = tokio::time::sleep(next) => {}
-            _ = leading.changed() => {}
+            _ = leading.changed() => fast_window = None,
         }
     }
 }
@@ -663,6 +677,25 @@ mod tests {
             cs["conditions"][2]["lastTransitionTime"],
             "2026-01-01T00:00:00Z"
         );
+    }
+
+    #[test]
+    fn kind_selectors_name_their_resources() {
+        for (selector, resource) in [
+            ("Pod", Some("pods")),
+            ("apps/v1/Deployment", Some("deployments")),
+            ("Deployment/scale", Some("deployments")),
+            ("example.com/v1/Widget/scale", Some("widgets")),
+            ("Pod.status", Some("pods")),
+            ("v1/Endpoints", Some("endpoints")),
+            ("*", None),
+        ] {
+            assert_eq!(
+                selector_resource(selector).as_deref(),
+                resource,
+                "{selector}"
+            );
+        }
     }
 
     #[test]
