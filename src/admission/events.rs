@@ -11,6 +11,7 @@ use crate::engine::{PolicyResponse, Request, RuleStatus};
 use crate::policy::CompiledPolicy;
 use crate::policy::cel_policy::CompiledValidatingPolicy;
 use crate::policy::compile::PolicyScope;
+use std::sync::Arc;
 
 /// An object an event names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -25,10 +26,11 @@ pub struct EventObject {
 /// One event of an admission review.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdmissionEvent {
-    /// What the event is about: the policy, or the resource.
-    pub regarding: EventObject,
+    /// What the event is about: the policy, or the resource (shared by
+    /// the review's events).
+    pub regarding: Arc<EventObject>,
     /// The resource, on an event about the policy.
-    pub related: Option<EventObject>,
+    pub related: Option<Arc<EventObject>>,
     /// Kyverno's reason (`PolicyViolation`).
     pub reason: &'static str,
     /// Kyverno's action (`Resource Blocked`, `Resource Passed`).
@@ -55,41 +57,55 @@ pub fn for_validation<'s>(
     if name.is_empty() || !(responses.iter().any(failed) || cel.iter().any(|(_, r)| failed(r))) {
         return Vec::new();
     }
-    let resource = EventObject {
+    let resource = Arc::new(EventObject {
         api_version: req.object_kind.api_version(),
         kind: req.object_kind.kind.clone(),
         namespace: req.namespace().to_string(),
         name: name.to_string(),
         uid: req.uid().to_string(),
-    };
+    });
+    // (apiVersion, kind, namespace, name) of each policy, borrowed: an
+    // object is made only for a policy with a failed rule.
     let classic = policies.zip(responses).map(|(p, r)| {
         let (kind, namespace) = match p.scope {
-            PolicyScope::Cluster => ("ClusterPolicy", String::new()),
-            PolicyScope::Namespaced => ("Policy", p.namespace.clone().unwrap_or_default()),
+            PolicyScope::Cluster => ("ClusterPolicy", ""),
+            PolicyScope::Namespaced => ("Policy", p.namespace.as_deref().unwrap_or_default()),
         };
-        (
-            object("kyverno.io/v1", kind, namespace, &p.name),
-            p.name.as_str(),
-            r,
-        )
+        (("kyverno.io/v1", kind, namespace, p.name.as_str()), r)
     });
     let cel = cel.iter().map(|(p, r)| {
         let s = &p.scope;
-        let namespace = s.namespace.clone().unwrap_or_default();
+        let namespace = s.namespace.as_deref().unwrap_or_default();
         (
-            object("policies.kyverno.io/v1", &s.kind, namespace, &s.name),
-            s.name.as_str(),
+            (
+                "policies.kyverno.io/v1",
+                s.kind.as_str(),
+                namespace,
+                s.name.as_str(),
+            ),
             r,
         )
     });
     let mut out = Vec::new();
-    for (policy, policy_name, response) in classic.chain(cel) {
+    for ((api_version, kind, namespace, policy_name), response) in classic.chain(cel) {
+        let mut policy: Option<Arc<EventObject>> = None;
         for rule in response.rules.iter() {
             if !matches!(rule.status, RuleStatus::Fail | RuleStatus::Error) {
                 continue;
             }
+            let regarding = policy
+                .get_or_insert_with(|| {
+                    Arc::new(EventObject {
+                        api_version: api_version.to_string(),
+                        kind: kind.to_string(),
+                        namespace: namespace.to_string(),
+                        name: policy_name.to_string(),
+                        uid: String::new(),
+                    })
+                })
+                .clone();
             out.push(AdmissionEvent {
-                regarding: policy.clone(),
+                regarding,
                 related: Some(resource.clone()),
                 reason: "PolicyViolation",
                 action: if blocked {
@@ -118,16 +134,6 @@ pub fn for_validation<'s>(
     out
 }
 
-fn object(api_version: &str, kind: &str, namespace: String, name: &str) -> EventObject {
-    EventObject {
-        api_version: api_version.to_string(),
-        kind: kind.to_string(),
-        namespace,
-        name: name.to_string(),
-        uid: String::new(),
-    }
-}
-
 /// Kyverno's note on a policy's event: `<Kind> <ns>/<name>: [<rule>]
 /// <status> (blocked); <message>`.
 fn policy_note(
@@ -137,16 +143,34 @@ fn policy_note(
     message: &str,
     blocked: bool,
 ) -> String {
-    let mut note = if resource.namespace.is_empty() {
-        format!("{} {}", resource.kind, resource.name)
-    } else {
-        format!("{} {}/{}", resource.kind, resource.namespace, resource.name)
-    };
-    if rule.is_empty() {
-        note.push_str(&format!(": {}", status.as_str()));
-    } else {
-        note.push_str(&format!(": [{rule}] {}", status.as_str()));
+    // Pushed into one buffer: a denied review words one note per failed
+    // rule, and `format!` cost four times as much (callgrind,
+    // `handler/pss17/violating`).
+    let status = status.as_str();
+    let mut note = String::with_capacity(
+        resource.kind.len()
+            + resource.namespace.len()
+            + resource.name.len()
+            + rule.len()
+            + status.len()
+            + message.len()
+            + 24,
+    );
+    note.push_str(&resource.kind);
+    note.push(' ');
+    if !resource.namespace.is_empty() {
+        note.push_str(&resource.namespace);
+        note.push('/');
     }
+    note.push_str(&resource.name);
+    if rule.is_empty() {
+        note.push_str(": ");
+    } else {
+        note.push_str(": [");
+        note.push_str(rule);
+        note.push_str("] ");
+    }
+    note.push_str(status);
     if blocked {
         note.push_str(" (blocked)");
     }

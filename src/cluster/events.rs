@@ -147,10 +147,11 @@ impl Events {
     /// An event of an admission review (the webhook's, by Kyverno's
     /// admission controller's name).
     pub fn admission(&self, event: crate::admission::events::AdmissionEvent) {
-        let to_reference = |o: crate::admission::events::EventObject| ObjectReference {
-            uid: (!o.uid.is_empty()).then_some(o.uid),
-            ..reference(&o.api_version, &o.kind, &o.namespace, &o.name)
-        };
+        let to_reference =
+            |o: std::sync::Arc<crate::admission::events::EventObject>| ObjectReference {
+                uid: (!o.uid.is_empty()).then(|| o.uid.clone()),
+                ..reference(&o.api_version, &o.kind, &o.namespace, &o.name)
+            };
         self.send(
             Source::Admission,
             event.reason,
