@@ -16,10 +16,10 @@ use crate::support;
 
 use serde_json::{Value, json};
 use std::time::{Duration, Instant};
-use support::cluster::{RealCluster, eventually, repo};
+use support::cluster::{RealCluster, eventually, versions_env};
 use support::gavel::temp_dir;
 use support::kyverno::{self, Kyverno};
-use support::release::{Release, install_kyverno_crds};
+use support::release::{Release, install_kyverno_crds, ready_at};
 
 /// Every step, in order, on one cluster with one engine installed.
 fn steps(cluster: &RealCluster) {
@@ -81,11 +81,7 @@ fn on_kyverno() {
 }
 
 fn kubernetes_version() -> String {
-    let env = std::fs::read_to_string(repo().join("e2e/versions.env")).unwrap();
-    env.lines()
-        .find_map(|l| l.strip_prefix("KUBERNETES_VERSION="))
-        .expect("KUBERNETES_VERSION in e2e/versions.env")
-        .to_string()
+    versions_env("KUBERNETES_VERSION")
 }
 
 fn step(name: &str, f: impl FnOnce()) {
@@ -136,14 +132,7 @@ fn apply_ready(cluster: &RealCluster, policy: &Value) {
     eventually(
         &format!("{kind} {name} Ready"),
         Duration::from_secs(120),
-        || {
-            cluster.get(&args).is_some_and(|p| {
-                p["status"]["conditions"].as_array().is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c["type"] == "Ready" && c["status"] == "True")
-                })
-            })
-        },
+        || ready_at(cluster, &args),
     );
 }
 

@@ -30,7 +30,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 use support::bench::{LOAD, Load, keep, load_identity};
-use support::cluster::{RealCluster, eventually, repo, run_piped};
+use support::cluster::{RealCluster, eventually, repo, run_piped, versions_env};
 use support::gavel::temp_dir;
 use support::kyverno::{self, Kyverno};
 use support::release::{Release, apply_pod_security, install_kyverno_crds, scrape};
@@ -155,16 +155,6 @@ fn kubernetes_version() -> String {
 
 fn kyverno_version() -> String {
     versions_env("KYVERNO_VERSION")
-}
-
-fn versions_env(name: &str) -> String {
-    std::fs::read_to_string(repo().join("e2e/versions.env"))
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix(&format!("{name}=")))
-        .unwrap_or_else(|| panic!("{name} in e2e/versions.env"))
-        .trim()
-        .to_string()
 }
 
 /// The policy library's Pod Security ValidatingPolicies, in Deny mode (the

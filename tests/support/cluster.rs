@@ -27,6 +27,17 @@ fn script(dir: &Path, args: &[&str]) -> Command {
     command
 }
 
+/// A pinned version from e2e/versions.env (`KUBERNETES_VERSION`, ...).
+pub fn versions_env(name: &str) -> String {
+    std::fs::read_to_string(repo().join("e2e/versions.env"))
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("{name} in e2e/versions.env"))
+        .trim()
+        .to_string()
+}
+
 /// A running cluster; dropping it runs `e2e/cluster.sh down`.
 pub struct RealCluster {
     pub dir: PathBuf,

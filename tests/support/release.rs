@@ -369,7 +369,13 @@ pub fn series(metrics: &str, name: &str, labels: &[&str]) -> f64 {
 }
 
 pub fn ready(cluster: &RealCluster, kind: &str, name: &str) -> bool {
-    cluster.get(&[kind, name]).is_some_and(|p| {
+    ready_at(cluster, &[kind, name])
+}
+
+/// Whether the object `kubectl get <args>` names has a `Ready` condition
+/// that is `True` (args with `-n` for a namespaced one).
+pub fn ready_at(cluster: &RealCluster, args: &[&str]) -> bool {
+    cluster.get(args).is_some_and(|p| {
         p["status"]["conditions"].as_array().is_some_and(|cs| {
             cs.iter()
                 .any(|c| c["type"] == "Ready" && c["status"] == "True")
